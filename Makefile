@@ -1,0 +1,31 @@
+# The README's two commands: `make run` and `make test`. Both install missing
+# Debian packages first (scripts/bootstrap.sh), then configure and build.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_ARGS ?=
+
+.PHONY: all bootstrap configure build run test bench asan-test fuzz clean
+
+all: build
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+configure: bootstrap
+	cmake --preset release >/dev/null
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The main job on built-in defaults: plan the example batch and print the table.
+run: build
+	./$(BUILD_DIR)/fcp plan --input examples/batch.json --format table
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+bench: build
+	./$(BUILD_DIR)/bench/planner_bench --benchmark_min_time=0.5
+
+clean:
+	rm -rf build build-debug build-asan build-fuzz

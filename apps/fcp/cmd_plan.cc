@@ -1,0 +1,114 @@
+// `fcp plan`: read a batch, plan it, print JSON or a table.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "command.h"
+#include "fcp/io.h"
+#include "fcp/scheduler.h"
+#include "fcp/simulator.h"
+
+namespace fcp::cli {
+namespace {
+
+std::string RankRange(const std::vector<int>& ranks) {
+  bool contiguous = true;
+  for (size_t i = 1; i < ranks.size(); ++i) contiguous &= ranks[i] == ranks[i - 1] + 1;
+  if (ranks.size() == 1) return std::to_string(ranks[0]);
+  if (contiguous) return fmt::format("{}-{}", ranks.front(), ranks.back());
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+std::string PlanTable(const Plan& plan, const PlanRequest& request) {
+  std::string out = fmt::format(
+      "strategy {}  ranks {}  micro-batches {}  solver {:.3f} ms\n", plan.strategy,
+      plan.num_ranks, plan.micro_batches.size(), plan.solver_ms);
+  for (const auto& [k, v] : plan.notes) out += fmt::format("  note {}: {}\n", k, v);
+  out += fmt::format("{:>4} {:>5} {:>6} {:>15} {:>6} {:>10} {:>12} {:>10}\n", "mb", "group",
+                     "degree", "ranks", "seqs", "tokens", "est_ms", "mem_GB");
+  for (size_t m = 0; m < plan.micro_batches.size(); ++m) {
+    const auto& mb = plan.micro_batches[m];
+    for (size_t g = 0; g < mb.groups.size(); ++g) {
+      const auto& grp = mb.groups[g];
+      int64_t tokens = 0;
+      for (int s : grp.sequences) tokens += request.sequences[s].length_tokens;
+      out += fmt::format("{:>4} {:>5} {:>6} {:>15} {:>6} {:>10} {:>12.3f} {:>10.2f}{}\n", m, g,
+                         grp.degree(), RankRange(grp.ranks), grp.sequences.size(), tokens,
+                         grp.est_ms, grp.mem_bytes / 1e9,
+                         grp.comm == CommKind::kAllToAll ? "  a2a" : "");
+    }
+    out += fmt::format("{:>4} micro-batch est {:.3f} ms\n", m, mb.est_ms);
+  }
+  out += fmt::format("total est {:.3f} ms   lower bound {:.3f} ms   gap {:.2f}%\n",
+                     plan.est_ms, plan.lower_bound_ms, 100.0 * plan.gap());
+  return out;
+}
+
+int RunPlan(int argc, char** argv) {
+  CLI::App app{
+      "Plan context-parallel groups for one global batch.\n"
+      "Input JSON (file or stdin): {\"cluster\": \"ascend910c-4x16\" | {\"ranks\": N, "
+      "\"ranks_per_node\": R}, \"model\": \"qwen3-8b\", \"cost_model\": {...}, "
+      "\"sequences\": [131072, {\"length\": 2048, \"attention\": \"full\"}, ...]}.\n"
+      "Times in the output are milliseconds; memory in bytes (JSON) or GB (table).",
+      "fcp plan"};
+  std::string input = "-";
+  std::string strategy = "fcp";
+  std::string format = "json";
+  std::string cost_model_file;
+  std::string plot_file;
+  PlanOptions options;
+  app.add_option("-i,--input", input, "batch JSON file, or - for stdin")->capture_default_str();
+  std::string strategies;
+  for (const auto& n : StrategyNames()) strategies += (strategies.empty() ? "" : ", ") + n;
+  app.add_option("-s,--strategy", strategy, "one of: " + strategies)->capture_default_str();
+  app.add_option("-f,--format", format, "json or table")
+      ->check(CLI::IsMember({"json", "table"}))
+      ->capture_default_str();
+  app.add_option("--cost-model", cost_model_file,
+                 "cost_model JSON (e.g. from fcp profile); its keys override the input's");
+  app.add_option("--cp", options.cp_degree,
+                 "megatron/deepspeed: fixed CP degree (0 = tune the best)")
+      ->capture_default_str();
+  app.add_option("--time-limit", options.time_limit_s,
+                 "MILP strategies (flexsp, optimal): solver time limit, seconds")
+      ->capture_default_str();
+  app.add_option("--seed", options.seed, "seed for strategies with randomness")
+      ->capture_default_str();
+  app.add_option("--plot", plot_file, "also write a Gantt chart of the plan to this PNG");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return InputErrorExit(e.what());
+  }
+  options.strategy = strategy;
+  try {
+    BatchInput batch = ParseBatchJson(ReadFileOrStdin(input));
+    if (!cost_model_file.empty()) {
+      batch.request.cost = ParseCostModelJson(ReadFileOrStdin(cost_model_file), batch.request.cost);
+    }
+    const Plan plan = MakePlan(batch.request, options);
+    if (plan.status == PlanStatus::kInfeasible) {
+      std::fprintf(stderr, "error: %s\n", plan.message.c_str());
+      return 3;
+    }
+    if (!plot_file.empty()) sim::WritePlanGantt(plan, plot_file);
+    const std::string text =
+        format == "json" ? PlanToJson(plan, 2) + "\n" : PlanTable(plan, batch.request);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  } catch (const InputError& e) {
+    return InputErrorExit(e.what());
+  }
+}
+
+FCP_COMMAND("plan", "plan CP groups for a batch (JSON in, JSON or table out)", RunPlan);
+
+}  // namespace
+}  // namespace fcp::cli

@@ -1,0 +1,84 @@
+// fcp: Flexible Context Parallelism planner CLI. Dispatches to subcommands.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "command.h"
+
+namespace fcp::cli {
+
+std::vector<Command>& Commands() {
+  static std::vector<Command> commands;
+  return commands;
+}
+
+int InputErrorExit(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace fcp::cli
+
+namespace {
+
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
+               "fcp - Flexible Context Parallelism: plan context-parallel groups "
+               "per micro-batch\n\nUsage: fcp <command> [options]   "
+               "(fcp <command> --help for details)\n\nCommands:\n");
+  auto commands = fcp::cli::Commands();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const auto& c : commands) {
+    std::fprintf(out, "  %-16s %s\n", c.name.c_str(), c.summary.c_str());
+  }
+  std::fprintf(out,
+               "\nExit codes: 0 ok, 1 internal error, 2 bad input, 3 infeasible "
+               "batch.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const auto& commands = fcp::cli::Commands();
+  // Two-word commands ("eval gap") take precedence over one-word ones.
+  for (int words = 2; words >= 1; --words) {
+    if (argc < 1 + words) continue;
+    std::string name = argv[1];
+    if (words == 2) name += std::string(" ") + argv[2];
+    for (const auto& c : commands) {
+      if (c.name != name) continue;
+      // Pass argv so that argv[0] is the full command name.
+      std::string full = "fcp " + name;
+      std::vector<char*> args;
+      args.push_back(full.data());
+      for (int i = 1 + words; i < argc; ++i) args.push_back(argv[i]);
+      try {
+        return c.run(static_cast<int>(args.size()), args.data());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: internal: %s\n", e.what());
+        return 1;
+      }
+    }
+  }
+  // A group with subcommands ("eval") given without or with a wrong one.
+  std::string prefix = std::string(argv[1]) + " ";
+  bool is_group = false;
+  for (const auto& c : commands) is_group |= c.name.rfind(prefix, 0) == 0;
+  if (is_group) {
+    std::fprintf(stderr, "error: %s: expected one of:", argv[1]);
+    for (const auto& c : commands)
+      if (c.name.rfind(prefix, 0) == 0) std::fprintf(stderr, " '%s'", c.name.c_str());
+    std::fprintf(stderr, "\n");
+    return 2;
+  }
+  std::fprintf(stderr, "error: unknown command '%s' (try fcp --help)\n", argv[1]);
+  return 2;
+}

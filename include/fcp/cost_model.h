@@ -1,0 +1,71 @@
+// The planner's cost model, exactly DESIGN.md §2. Pure functions of their
+// arguments: thread-safe. Times in seconds, memory in bytes, lengths in tokens.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "fcp/types.h"
+
+namespace fcp {
+
+// The per-group aggregates the cost model needs; O(1) to extend.
+struct GroupLoad {
+  double sum_tokens = 0;  // Σ s_k
+  double sum_attn = 0;    // Σ (1 + eta_k) s_k²
+  void Add(const Sequence& s) {
+    const double len = static_cast<double>(s.length_tokens);
+    sum_tokens += len;
+    sum_attn += (1.0 + s.eta) * len * len;
+  }
+  void Remove(const Sequence& s) {
+    const double len = static_cast<double>(s.length_tokens);
+    sum_tokens -= len;
+    sum_attn -= (1.0 + s.eta) * len * len;
+  }
+  static GroupLoad Of(const Sequence& s) {
+    GroupLoad g;
+    g.Add(s);
+    return g;
+  }
+};
+
+// Returns an error naming the field ("cost_model.alpha1: ...") or nullopt.
+std::optional<std::string> ValidateCostModel(const CostModel& cm);
+
+// T(G, d) with bandwidth `bw_bytes_per_s` (s). degree >= 1.
+double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
+                  double bw_bytes_per_s);
+
+// True if every rank of `ranks` is on one node (node of r = r / R).
+bool OnOneNode(const Cluster& cluster, std::span<const int> ranks);
+// Same for the contiguous range [first, first + degree).
+bool RangeOnOneNode(const Cluster& cluster, int first, int degree);
+
+// T(G, d) for a group placed on `ranks` (d = ranks.size()); picks intra/inter
+// bandwidth from the placement (s).
+double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
+                         const GroupLoad& load, std::span<const int> ranks);
+
+// Best-case T(G, d) regardless of placement: intra bandwidth when d <= R could
+// fit in one node, else inter (s). Used for lower bounds and planning estimates.
+double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
+                      const GroupLoad& load, int degree);
+
+// mem(G, d) per rank (bytes).
+double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree);
+
+// d_min(G): the smallest d >= 1 with mem(G, d) <= mem_capacity, i.e.
+// ceil(mem_per_token Σs / (mem_capacity - mem_static)), at least 1.
+// Saturates at INT64_MAX/4 for absurd inputs instead of overflowing.
+int64_t MinDegree(const CostModel& cm, const GroupLoad& load);
+
+// Ulysses all-to-all group time (DeepSpeed/FlexSP baselines); the derivation is
+// documented in src/cost/alltoall.cc. `shape` supplies head counts.
+double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
+                          const GroupLoad& load, int degree,
+                          double bw_bytes_per_s);
+
+}  // namespace fcp

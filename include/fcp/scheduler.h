@@ -1,0 +1,79 @@
+// The planner entry point.
+//
+//   Plan MakePlan(const PlanRequest&, const PlanOptions&)
+//
+// Inputs: a batch of sequences (tokens), a cluster (ranks), cost coefficients
+// (SI units, DESIGN.md §2) and a strategy name. Output: a Plan whose times are in
+// milliseconds and memory in bytes, with est_ms, lower_bound_ms and solver_ms
+// filled in and every group's estimate computed from its actual ranks.
+// Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
+// coefficients, N < 1, R < 1, unknown strategy or bad option) throws InputError
+// naming the field. A batch in which some sequence cannot fit even on all N
+// ranks is not an error: the Plan has status kInfeasible and names it.
+// Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fcp/types.h"
+
+namespace fcp {
+
+struct PlanRequest {
+  Cluster cluster;
+  CostModel cost;
+  std::vector<Sequence> sequences;
+  // Model shape when known (DeepSpeed needs head counts; else ignored).
+  std::optional<ModelShape> model;
+};
+
+struct PlanOptions {
+  std::string strategy = "fcp";  // see StrategyNames()
+  int cp_degree = 0;             // megatron/deepspeed: fixed degree; 0 = tune
+  double time_limit_s = 10.0;    // MILP-based strategies (flexsp, optimal)
+  uint64_t seed = 0;             // strategies with randomness
+};
+
+// A scheduling strategy. Implementations fill micro_batches (ranks, sequences,
+// comm) and may add notes; MakePlan computes every estimate and validates.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string_view name() const = 0;
+  // One-line description for --help.
+  virtual std::string_view description() const = 0;
+  // `request` is already validated. Returns micro-batches (estimates are
+  // recomputed by MakePlan) or an infeasible Plan.
+  virtual Plan Solve(const PlanRequest& request,
+                     const PlanOptions& options) const = 0;
+};
+
+// Names of every registered strategy, default ("fcp") first.
+std::vector<std::string> StrategyNames();
+// The registered strategy of that name, or nullptr. Strategies are stateless
+// and live for the whole program.
+const Strategy* FindStrategy(std::string_view name);
+
+// Validates the request (throws InputError naming the field).
+void ValidateRequest(const PlanRequest& request);
+
+Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
+
+// Fills est_ms/mem_bytes of every group, micro-batch est_ms, plan est_ms and
+// lower_bound_ms from the cost model and actual placement. Used by MakePlan;
+// exposed for strategies and tests that build plans by hand.
+void EvaluatePlan(const PlanRequest& request, Plan& plan);
+
+// A valid lower bound on the makespan sum of any plan for `request` (ms):
+// max(total work / N + beta1, max_k min_d T({s_k}, d)). DESIGN.md §3.
+double LowerBoundMs(const PlanRequest& request);
+
+// Checks the plan's structure: every sequence exactly once, groups of one
+// micro-batch on disjoint ranks within [0, N), degree >= 1, per-rank memory
+// within capacity, estimates consistent. Returns the first violation or "".
+std::string ValidatePlan(const PlanRequest& request, const Plan& plan);
+
+}  // namespace fcp

@@ -1,0 +1,116 @@
+// Core value types shared by the planner, baselines, simulator and bindings.
+// Plain aggregates; no behaviour beyond trivial accessors. Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fcp {
+
+// One training sequence. `length_tokens` > 0. `eta` in [0, 1] is the attention
+// mask factor of DESIGN.md §2: 0 = causal, 1 = full bidirectional, between = mixed
+// (e.g. vision blocks with full attention inside a causal text sequence).
+struct Sequence {
+  int64_t length_tokens = 0;
+  double eta = 0.0;
+};
+
+// The cluster as the planner sees it: `num_ranks` (N) model replicas, of which
+// `ranks_per_node` (R) share a node. Rank r lives on node r / R. R need not divide N.
+struct Cluster {
+  int num_ranks = 64;
+  int ranks_per_node = 16;
+};
+
+// Cost coefficients, SI units, exactly DESIGN.md §2. All must be finite and >= 0;
+// bandwidths > 0; mem_capacity > mem_static.
+struct CostModel {
+  double alpha1 = 0;         // s/token^2: attention compute (fwd+bwd, all layers), causal
+  double alpha2 = 0;         // s/token: linear compute (projections, MLP, norms, loss)
+  double beta1 = 0;          // s: fixed cost per group per micro-batch
+  double alpha3 = 0;         // bytes/token: ring KV traffic per token of the group per step
+  double beta2 = 0;          // s: fixed communication cost of a group with d > 1
+  double bw_intra_node = 1;  // bytes/s: P2P bandwidth, group within one node
+  double bw_inter_node = 1;  // bytes/s: P2P bandwidth, group spanning nodes
+  double mem_per_token = 0;  // bytes/token: activation memory per token
+  double mem_static = 0;     // bytes: per-rank model states
+  double mem_capacity = 1;   // bytes: per-rank device memory
+};
+
+// Transformer shape of the model being trained; optional context for strategies
+// whose rules depend on it (DeepSpeed-Ulysses needs the head count) and for the
+// simulator. Sizes in elements, not bytes.
+struct ModelShape {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int ffn = 0;
+  int64_t vocab = 0;
+  // Vision encoder (MLLMs only; 0 for text models).
+  int vision_layers = 0;
+  int vision_hidden = 0;
+};
+
+// How a group exchanges data: ring attention P2P (FCP, Megatron CP) or
+// Ulysses all-to-all (DeepSpeed, FlexSP).
+enum class CommKind { kRing, kAllToAll };
+
+// One CP group of one micro-batch.
+struct GroupPlan {
+  std::vector<int> ranks;      // global rank ids, distinct, in ring order
+  std::vector<int> sequences;  // indices into the request's sequences
+  CommKind comm = CommKind::kRing;
+  double est_ms = 0;           // 1000 * T(G, d) for these ranks
+  int64_t mem_bytes = 0;       // per-rank memory, ceil(mem(G, d))
+  int degree() const { return static_cast<int>(ranks.size()); }
+};
+
+struct MicroBatchPlan {
+  std::vector<GroupPlan> groups;
+  double est_ms = 0;  // max over groups
+};
+
+enum class PlanStatus {
+  kOk,
+  kInfeasible,  // some sequence cannot fit even on all N ranks
+};
+
+struct Plan {
+  std::string strategy;
+  int num_ranks = 0;
+  PlanStatus status = PlanStatus::kOk;
+  std::string message;           // human-readable reason when not kOk
+  int infeasible_sequence = -1;  // the offending sequence index when kInfeasible
+  std::vector<MicroBatchPlan> micro_batches;
+  double est_ms = 0;          // sum over micro-batches
+  double lower_bound_ms = 0;  // a valid lower bound on est_ms for this input
+  double solver_ms = 0;       // planner wall time (parsing/printing excluded)
+  // Strategy-specific facts worth printing (chosen static degree, MILP status...).
+  std::map<std::string, std::string> notes;
+
+  // est_ms / lower_bound_ms - 1 (0 when the bound is 0).
+  double gap() const {
+    return lower_bound_ms > 0 ? est_ms / lower_bound_ms - 1.0 : 0.0;
+  }
+};
+
+// Bad input: names the offending field, e.g. "sequences[3]: length must be > 0".
+// Thrown by parsers and by MakePlan's input check; never for infeasibility.
+class InputError : public std::invalid_argument {
+ public:
+  InputError(const std::string& field, const std::string& what)
+      : std::invalid_argument(field + ": " + what), field_(field) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+}  // namespace fcp

@@ -1,0 +1,164 @@
+// Model and cluster presets (DESIGN.md §6) and default cost coefficients.
+//
+// Derivation of DeriveCostModel (all per rank; a rank is one device, TP = PP = 1):
+//
+// Compute. P_layer = attention projections h·(dq + 2·dkv) + dq·h plus a SwiGLU
+// MLP 3·h·f, where dq = q_heads·head_dim and dkv = kv_heads·head_dim. Training
+// costs 2 FLOPs/param/token forward and 4 backward; full activation recompute
+// (below) adds one more forward: 8·L·P_layer per token, plus the LM head
+// 6·h·V (not recomputed). alpha2 = that / (peak · kGemmEfficiency).
+// Causal attention forward is 2·s²·dq per layer (QKᵀ and PV, 2·s²·dq each,
+// halved by the mask); backward ≈ 2.5× forward, recompute 1× forward:
+// 9·L·dq·s² FLOPs, so alpha1 = 9·L·dq / (peak · kAttentionEfficiency).
+// Full (bidirectional) attention doubles it, which is the (1 + eta) factor.
+//
+// Communication. Ring attention moves every K and V block (2·dkv bf16 values
+// per token per layer) d-1 times per pass; the passes are forward, recompute
+// forward, and backward (K/V again plus dK/dV): alpha3 = 4 · L · 2·dkv · 2 bytes.
+// beta1 = L · 3 passes · kKernelsPerLayerPass · kLaunchS (launch + sync),
+// beta2 = L · 4 passes · kRingStepLatencyS (P2P handshakes of a ring step).
+//
+// Memory. Model states: bf16 weights (2 B/param) and bf16 gradients (2 B/param)
+// replicated; fp32 master weights + Adam m, v (12 B/param) sharded over all N
+// ranks (Megatron distributed optimizer / ZeRO-1); plus kFrameworkReserveBytes.
+// Activations with full recompute: one bf16 checkpoint of h per layer per token
+// (2·L·h bytes) plus the working set of the one layer being recomputed:
+// 2 bytes · (4·h + 2·dq + 2·dkv + 4·f) (norm inputs, QKV, attention output,
+// MLP input, gate/up, activation, down input). Logits are computed in chunks by
+// a fused cross-entropy, so the vocabulary adds no per-token term.
+// MLLMs: the backbone's coefficients; the vision encoder's parameters are added
+// to the model states; its compute runs per image before CP and is modelled
+// by the simulator, not by the planner's alpha terms.
+#include "fcp/presets.h"
+
+#include <algorithm>
+
+namespace fcp {
+namespace {
+
+constexpr double kGemmEfficiency = 0.55;
+constexpr double kAttentionEfficiency = 0.50;
+constexpr double kKernelsPerLayerPass = 10;
+constexpr double kLaunchS = 5e-6;
+constexpr double kRingStepLatencyS = 15e-6;
+constexpr double kFrameworkReserveBytes = 3e9;
+
+ModelPreset Llm(const char* name, int layers, int hidden, int q_heads,
+                int kv_heads, int head_dim, int ffn, int64_t vocab) {
+  ModelPreset m;
+  m.shape = ModelShape{name, layers, hidden, q_heads, kv_heads, head_dim, ffn, vocab, 0, 0};
+  return m;
+}
+
+ModelPreset Mllm(ModelPreset backbone, const char* name, int vision_layers,
+                 int vision_hidden, int tokens_per_tile) {
+  backbone.shape.name = name;
+  backbone.shape.vision_layers = vision_layers;
+  backbone.shape.vision_hidden = vision_hidden;
+  backbone.multimodal = true;
+  backbone.vision_tokens_per_tile = tokens_per_tile;
+  return backbone;
+}
+
+double LayerParams(const ModelShape& s) {
+  const double dq = static_cast<double>(s.q_heads) * s.head_dim;
+  const double dkv = static_cast<double>(s.kv_heads) * s.head_dim;
+  return s.hidden * (dq + 2 * dkv) + dq * s.hidden + 3.0 * s.hidden * s.ffn;
+}
+
+}  // namespace
+
+int64_t ModelPreset::params() const {
+  return static_cast<int64_t>(shape.layers * LayerParams(shape) +
+                              2.0 * shape.hidden * static_cast<double>(shape.vocab));
+}
+
+int64_t ModelPreset::vision_params() const {
+  // ViT layer: 4h² attention + 8h² MLP (4h FFN).
+  return static_cast<int64_t>(12.0 * shape.vision_layers * shape.vision_hidden *
+                              static_cast<double>(shape.vision_hidden));
+}
+
+const std::vector<ModelPreset>& ModelPresets() {
+  // Text models: Qwen3 and Llama 3 model cards (layers/hidden/q/kv/head_dim/ffn/vocab).
+  static const std::vector<ModelPreset> presets = [] {
+    const ModelPreset qwen3_1_7b = Llm("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936);
+    const ModelPreset qwen3_4b = Llm("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936);
+    const ModelPreset qwen3_8b = Llm("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936);
+    // InternVL backbones: Qwen2.5-1.5B / 3B / 7B; vision InternViT-300M (24 x 1024),
+    // 256 tokens per 448² tile. Qwen3-VL: Qwen3 backbones, ≈98 tokens per 448²
+    // frame pair (pair-merged in time).
+    const ModelPreset qwen25_1_5b = Llm("", 28, 1536, 12, 2, 128, 8960, 151936);
+    const ModelPreset qwen25_3b = Llm("", 36, 2048, 16, 2, 128, 11008, 151936);
+    const ModelPreset qwen25_7b = Llm("", 28, 3584, 28, 4, 128, 18944, 152064);
+    return std::vector<ModelPreset>{
+        qwen3_1_7b,
+        qwen3_4b,
+        qwen3_8b,
+        Llm("llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256),
+        Llm("llama3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256),
+        Llm("llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
+        Mllm(qwen25_1_5b, "internvl3-2b", 24, 1024, 256),
+        Mllm(qwen25_3b, "internvl2.5-4b", 24, 1024, 256),
+        Mllm(qwen25_7b, "internvl3-8b", 24, 1024, 256),
+        Mllm(qwen3_1_7b, "qwen3-vl-2b", 24, 1024, 98),
+        Mllm(qwen3_4b, "qwen3-vl-4b", 24, 1024, 98),
+        Mllm(qwen3_8b, "qwen3-vl-8b", 27, 1152, 98),
+    };
+  }();
+  return presets;
+}
+
+const std::vector<ClusterPreset>& ClusterPresets() {
+  static const std::vector<ClusterPreset> presets = {
+      // Paper's testbed: 4 nodes x 16 Ascend 910C NPUs, 64 GB, ~376 TFLOPS bf16,
+      // HCCS ~196 GB/s in-node, RoCE ~50 GB/s across nodes.
+      {"ascend910c-4x16", 64, 16, 376e12, 64e9, 196e9, 50e9},
+      // 8 nodes x 8 H100 SXM: 989 TFLOPS dense bf16, 80 GB, NVLink ~450 GB/s per
+      // direction, 400 Gb/s InfiniBand per GPU (50 GB/s).
+      {"h100-8x8", 64, 8, 989e12, 80e9, 450e9, 50e9},
+  };
+  return presets;
+}
+
+const ModelPreset* FindModelPreset(std::string_view name) {
+  for (const auto& m : ModelPresets()) {
+    if (m.shape.name == name) return &m;
+  }
+  return nullptr;
+}
+
+const ClusterPreset* FindClusterPreset(std::string_view name) {
+  for (const auto& c : ClusterPresets()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster) {
+  const ModelShape& s = model.shape;
+  const double dq = static_cast<double>(s.q_heads) * s.head_dim;
+  const double dkv = static_cast<double>(s.kv_heads) * s.head_dim;
+  const double layers = s.layers;
+
+  CostModel cm;
+  cm.alpha1 = 9.0 * layers * dq / (cluster.peak_flops * kAttentionEfficiency);
+  const double linear_flops_per_token =
+      8.0 * layers * LayerParams(s) + 6.0 * s.hidden * static_cast<double>(s.vocab);
+  cm.alpha2 = linear_flops_per_token / (cluster.peak_flops * kGemmEfficiency);
+  cm.beta1 = layers * 3 * kKernelsPerLayerPass * kLaunchS;
+  cm.alpha3 = 4.0 * layers * 2.0 * dkv * 2.0;
+  cm.beta2 = layers * 4 * kRingStepLatencyS;
+  cm.bw_intra_node = cluster.bw_intra_node;
+  cm.bw_inter_node = cluster.bw_inter_node;
+  cm.mem_per_token =
+      2.0 * layers * s.hidden + 2.0 * (4.0 * s.hidden + 2 * dq + 2 * dkv + 4.0 * s.ffn);
+  const double params =
+      static_cast<double>(model.params()) + static_cast<double>(model.vision_params());
+  cm.mem_static = 4.0 * params + 12.0 * params / std::max(1, cluster.num_ranks) +
+                  kFrameworkReserveBytes;
+  cm.mem_capacity = cluster.mem_bytes;
+  return cm;
+}
+
+}  // namespace fcp

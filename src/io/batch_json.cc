@@ -1,0 +1,331 @@
+// Batch / cost-model / plan JSON. Parsing is strict: unknown keys, duplicate
+// keys, wrong types and out-of-range values are InputErrors naming the field.
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fcp/cost_model.h"
+#include "fcp/io.h"
+#include "fcp/presets.h"
+
+namespace fcp {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+constexpr int kMaxDepth = 16;
+constexpr size_t kMaxSequences = 10'000'000;
+constexpr int64_t kMaxLength = int64_t{1} << 40;
+constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
+// Parses with a depth limit and duplicate-key detection (nlohmann silently
+// keeps the last duplicate, which would make two ranks read different batches
+// if their parsers differed).
+json ParseStrict(std::string_view text, const std::string& what) {
+  std::vector<std::set<std::string>> keys_stack;
+  std::string error;
+  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth > kMaxDepth) {
+      throw InputError(what, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys_stack.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys_stack.empty()) keys_stack.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string key = parsed.get<std::string>();
+        if (!keys_stack.empty() && !keys_stack.back().insert(key).second) {
+          throw InputError(what, "duplicate key \"" + key + "\"");
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), callback);
+  } catch (const json::parse_error& e) {
+    std::string msg = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    const auto pos = msg.find("parse error");
+    throw InputError(what, "invalid JSON: " + (pos == std::string::npos ? msg : msg.substr(pos)));
+  }
+}
+
+std::string TypeName(const json& j) { return j.type_name(); }
+
+// A JSON integer in [lo, hi]; floats with an integral value are accepted.
+int64_t GetInt(const json& j, const std::string& field, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  if (j.is_number_integer()) {
+    if (j.is_number_unsigned()) {
+      const uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) {
+        throw InputError(field, "must be <= " + std::to_string(hi));
+      }
+      v = static_cast<int64_t>(u);
+    } else {
+      v = j.get<int64_t>();
+    }
+  } else if (j.is_number_float()) {
+    const double d = j.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d)) {
+      throw InputError(field, "must be an integer");
+    }
+    if (d > static_cast<double>(hi)) throw InputError(field, "must be <= " + std::to_string(hi));
+    if (d < static_cast<double>(lo)) throw InputError(field, "must be >= " + std::to_string(lo));
+    v = static_cast<int64_t>(d);
+  } else {
+    throw InputError(field, "must be an integer, got " + TypeName(j));
+  }
+  if (v < lo) throw InputError(field, "must be >= " + std::to_string(lo));
+  if (v > hi) throw InputError(field, "must be <= " + std::to_string(hi));
+  return v;
+}
+
+double GetNumber(const json& j, const std::string& field) {
+  if (!j.is_number()) throw InputError(field, "must be a number, got " + TypeName(j));
+  const double v = j.get<double>();
+  if (!std::isfinite(v)) throw InputError(field, "must be finite");
+  return v;
+}
+
+struct CostField {
+  const char* name;
+  double CostModel::*member;
+};
+constexpr CostField kCostFields[] = {
+    {"alpha1", &CostModel::alpha1},
+    {"alpha2", &CostModel::alpha2},
+    {"beta1", &CostModel::beta1},
+    {"alpha3", &CostModel::alpha3},
+    {"beta2", &CostModel::beta2},
+    {"bw_intra_node", &CostModel::bw_intra_node},
+    {"bw_inter_node", &CostModel::bw_inter_node},
+    {"mem_per_token", &CostModel::mem_per_token},
+    {"mem_static", &CostModel::mem_static},
+    {"mem_capacity", &CostModel::mem_capacity},
+};
+
+// Applies the keys of `obj` to `cm`; returns how many were given.
+int ApplyCostModel(const json& obj, CostModel& cm) {
+  if (!obj.is_object()) throw InputError("cost_model", "must be an object, got " + TypeName(obj));
+  int given = 0;
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (const CostField& f : kCostFields) {
+      if (it.key() == f.name) {
+        cm.*(f.member) = GetNumber(it.value(), std::string("cost_model.") + f.name);
+        known = true;
+        ++given;
+      }
+    }
+    if (!known) throw InputError("cost_model." + it.key(), "unknown coefficient");
+  }
+  return given;
+}
+
+void CheckCostModel(const CostModel& cm) {
+  if (auto err = ValidateCostModel(cm)) {
+    const auto colon = err->find(':');
+    throw InputError(err->substr(0, colon), err->substr(colon + 2));
+  }
+}
+
+Sequence ParseSequence(const json& j, size_t index) {
+  const std::string field = "sequences[" + std::to_string(index) + "]";
+  Sequence s;
+  if (j.is_object()) {
+    bool has_eta = false, has_attention = false;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      if (key == "length") {
+        s.length_tokens = GetInt(it.value(), field + ".length", 1, kMaxLength);
+      } else if (key == "eta") {
+        s.eta = GetNumber(it.value(), field + ".eta");
+        if (s.eta < 0 || s.eta > 1) throw InputError(field + ".eta", "must be in [0, 1]");
+        has_eta = true;
+      } else if (key == "attention") {
+        if (!it.value().is_string()) {
+          throw InputError(field + ".attention", "must be \"causal\" or \"full\"");
+        }
+        const std::string mask = it.value().get<std::string>();
+        if (mask == "causal") {
+          s.eta = 0;
+        } else if (mask == "full") {
+          s.eta = 1;
+        } else {
+          throw InputError(field + ".attention", "must be \"causal\" or \"full\"");
+        }
+        has_attention = true;
+      } else {
+        throw InputError(field + "." + key, "unknown key (expected length, attention, eta)");
+      }
+    }
+    if (!j.contains("length")) throw InputError(field + ".length", "missing");
+    if (has_eta && has_attention) {
+      throw InputError(field, "give either attention or eta, not both");
+    }
+  } else {
+    s.length_tokens = GetInt(j, field, 1, kMaxLength);
+  }
+  return s;
+}
+
+}  // namespace
+
+BatchInput ParseBatchJson(std::string_view text) {
+  const json root = ParseStrict(text, "input");
+  if (!root.is_object()) throw InputError("input", "must be a JSON object, got " + TypeName(root));
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "cluster" && k != "model" && k != "cost_model" && k != "sequences") {
+      throw InputError(k, "unknown key (expected cluster, model, cost_model, sequences)");
+    }
+  }
+
+  BatchInput in;
+  // Cluster: a preset name or {"ranks": N, "ranks_per_node": R[, "hardware": preset]}.
+  const ClusterPreset* hardware = FindClusterPreset(kDefaultCluster);
+  in.cluster_name = std::string(kDefaultCluster);
+  if (root.contains("cluster")) {
+    const json& c = root["cluster"];
+    if (c.is_string()) {
+      hardware = FindClusterPreset(c.get<std::string>());
+      if (!hardware) {
+        std::string names;
+        for (const auto& p : ClusterPresets()) names += (names.empty() ? "" : ", ") + p.name;
+        throw InputError("cluster", "unknown preset \"" + c.get<std::string>() +
+                                        "\" (known: " + names + ")");
+      }
+      in.cluster_name = hardware->name;
+      in.request.cluster = {hardware->num_ranks, hardware->ranks_per_node};
+    } else if (c.is_object()) {
+      in.cluster_name.clear();
+      for (auto it = c.begin(); it != c.end(); ++it) {
+        if (it.key() != "ranks" && it.key() != "ranks_per_node" && it.key() != "hardware") {
+          throw InputError("cluster." + it.key(),
+                           "unknown key (expected ranks, ranks_per_node, hardware)");
+        }
+      }
+      if (!c.contains("ranks")) throw InputError("cluster.ranks", "missing");
+      in.request.cluster.num_ranks =
+          static_cast<int>(GetInt(c["ranks"], "cluster.ranks", 1, kMaxRanks));
+      in.request.cluster.ranks_per_node =
+          c.contains("ranks_per_node")
+              ? static_cast<int>(GetInt(c["ranks_per_node"], "cluster.ranks_per_node", 1, kMaxRanks))
+              : in.request.cluster.num_ranks;
+      if (c.contains("hardware")) {
+        const json& h = c["hardware"];
+        hardware = h.is_string() ? FindClusterPreset(h.get<std::string>()) : nullptr;
+        if (!hardware) throw InputError("cluster.hardware", "must name a cluster preset");
+      }
+    } else {
+      throw InputError("cluster", "must be a preset name or an object, got " + TypeName(c));
+    }
+  } else {
+    in.request.cluster = {hardware->num_ranks, hardware->ranks_per_node};
+  }
+
+  // Model preset (optional) and cost model overrides.
+  const ModelPreset* model = nullptr;
+  if (root.contains("model")) {
+    const json& m = root["model"];
+    if (!m.is_string()) throw InputError("model", "must be a preset name, got " + TypeName(m));
+    model = FindModelPreset(m.get<std::string>());
+    if (!model) {
+      std::string names;
+      for (const auto& p : ModelPresets()) names += (names.empty() ? "" : ", ") + p.shape.name;
+      throw InputError("model", "unknown preset \"" + m.get<std::string>() + "\" (known: " +
+                                    names + ")");
+    }
+    in.model_name = model->shape.name;
+  }
+  const ModelPreset* base_model = model ? model : FindModelPreset(kDefaultModel);
+  ClusterPreset sized = *hardware;
+  sized.num_ranks = in.request.cluster.num_ranks;
+  in.request.cost = DeriveCostModel(*base_model, sized);
+  int given = 0;
+  if (root.contains("cost_model")) given = ApplyCostModel(root["cost_model"], in.request.cost);
+  const bool complete = given == static_cast<int>(std::size(kCostFields));
+  if (model || !complete) in.request.model = base_model->shape;
+  if (!model && !complete) in.model_name = base_model->shape.name;
+  CheckCostModel(in.request.cost);
+
+  if (!root.contains("sequences")) throw InputError("sequences", "missing");
+  const json& seqs = root["sequences"];
+  if (!seqs.is_array()) throw InputError("sequences", "must be an array, got " + TypeName(seqs));
+  if (seqs.empty()) throw InputError("sequences", "must not be empty");
+  if (seqs.size() > kMaxSequences) {
+    throw InputError("sequences", "at most " + std::to_string(kMaxSequences) + " sequences");
+  }
+  in.request.sequences.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) in.request.sequences.push_back(ParseSequence(seqs[i], i));
+  return in;
+}
+
+CostModel ParseCostModelJson(std::string_view text, const CostModel& base) {
+  json root = ParseStrict(text, "cost_model");
+  if (root.is_object() && root.contains("cost_model")) root = root["cost_model"];
+  CostModel cm = base;
+  ApplyCostModel(root, cm);
+  CheckCostModel(cm);
+  return cm;
+}
+
+std::string CostModelToJson(const CostModel& cm, int indent) {
+  ordered_json j;
+  for (const CostField& f : kCostFields) j[f.name] = cm.*(f.member);
+  return j.dump(indent);
+}
+
+std::string PlanToJson(const Plan& plan, int indent) {
+  ordered_json j;
+  j["strategy"] = plan.strategy;
+  j["ranks"] = plan.num_ranks;
+  j["status"] = plan.status == PlanStatus::kOk ? "ok" : "infeasible";
+  j["est_ms"] = plan.est_ms;
+  j["lower_bound_ms"] = plan.lower_bound_ms;
+  j["gap"] = plan.gap();
+  j["solver_ms"] = plan.solver_ms;
+  if (!plan.notes.empty()) {
+    ordered_json notes = ordered_json::object();
+    for (const auto& [k, v] : plan.notes) notes[k] = v;
+    j["notes"] = notes;
+  }
+  ordered_json mbs = ordered_json::array();
+  for (const MicroBatchPlan& mb : plan.micro_batches) {
+    ordered_json m;
+    m["est_ms"] = mb.est_ms;
+    ordered_json groups = ordered_json::array();
+    for (const GroupPlan& g : mb.groups) {
+      ordered_json gj;
+      gj["ranks"] = g.ranks;
+      gj["sequences"] = g.sequences;
+      gj["est_ms"] = g.est_ms;
+      gj["mem_bytes"] = g.mem_bytes;
+      if (g.comm == CommKind::kAllToAll) gj["comm"] = "all-to-all";
+      groups.push_back(std::move(gj));
+    }
+    m["groups"] = std::move(groups);
+    mbs.push_back(std::move(m));
+  }
+  j["micro_batches"] = std::move(mbs);
+  if (plan.status != PlanStatus::kOk) {
+    j["message"] = plan.message;
+    j["infeasible_sequence"] = plan.infeasible_sequence;
+  }
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace fcp

@@ -1,0 +1,117 @@
+#include "planner/allocation.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+
+#include "fcp/check.h"
+
+namespace fcp::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Canonical degrees for a known optimal makespan: the fewest ranks per group
+// whose time is within the makespan. Exact comparison is safe because the
+// makespan is one of the T values the same function produced.
+std::vector<int> CanonicalDegrees(const std::vector<AllocGroup>& groups,
+                                  int num_ranks, double makespan_s,
+                                  const GroupTimeFn& time) {
+  std::vector<int> degrees(groups.size());
+  for (size_t p = 0; p < groups.size(); ++p) {
+    int d = static_cast<int>(groups[p].min_degree);
+    while (time(groups[p].load, d) > makespan_s) {
+      ++d;
+      FCP_CHECK(d <= num_ranks);
+    }
+    degrees[p] = d;
+  }
+  return degrees;
+}
+
+bool MinDegreesFit(const std::vector<AllocGroup>& groups, int num_ranks) {
+  int64_t sum = 0;
+  for (const auto& g : groups) {
+    sum += g.min_degree;
+    if (sum > num_ranks) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+GroupTimeFn BestCaseTime(const CostModel& cm, const Cluster& cluster) {
+  return [cm, cluster](const GroupLoad& load, int degree) {
+    return GroupTimeBestS(cm, cluster, load, degree);
+  };
+}
+
+Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
+                      const GroupTimeFn& time) {
+  Allocation result;
+  if (!MinDegreesFit(groups, num_ranks)) return result;
+  result.feasible = true;
+  const size_t k = groups.size();
+  if (k == 0) return result;
+  const int n = num_ranks;
+  // dp[i][j]: best makespan of groups [0, i] using exactly j ranks.
+  std::vector<std::vector<double>> dp(k, std::vector<double>(n + 1, kInf));
+  int64_t min_before = 0;  // Σ d_min of groups before i
+  int64_t min_after = 0;   // Σ d_min of groups after i
+  for (const auto& g : groups) min_after += g.min_degree;
+  for (size_t i = 0; i < k; ++i) {
+    min_after -= groups[i].min_degree;
+    const int d_lo = static_cast<int>(groups[i].min_degree);
+    std::vector<double> t(n + 1, kInf);
+    for (int d = d_lo; d <= n - min_before - min_after; ++d) t[d] = time(groups[i].load, d);
+    for (int j = static_cast<int>(min_before) + d_lo; j <= n - min_after; ++j) {
+      double best = kInf;
+      for (int d = d_lo; d <= j - min_before; ++d) {
+        const double prev = i == 0 ? (j == d ? 0.0 : kInf) : dp[i - 1][j - d];
+        best = std::min(best, std::max(prev, t[d]));
+      }
+      dp[i][j] = best;
+    }
+    min_before += groups[i].min_degree;
+  }
+  double best = kInf;
+  for (int j = 0; j <= n; ++j) best = std::min(best, dp[k - 1][j]);
+  FCP_CHECK(best < kInf);
+  result.makespan_s = best;
+  result.degrees = CanonicalDegrees(groups, n, best, time);
+  return result;
+}
+
+Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
+                        const GroupTimeFn& time) {
+  Allocation result;
+  if (!MinDegreesFit(groups, num_ranks)) return result;
+  result.feasible = true;
+  const size_t k = groups.size();
+  if (k == 0) return result;
+  int64_t used = 0;
+  // Per group: granted ranks and the envelope value T̂ at that grant.
+  std::vector<int> granted(k);
+  std::vector<double> envelope(k);
+  using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
+  std::priority_queue<Entry> heap;
+  for (size_t p = 0; p < k; ++p) {
+    granted[p] = static_cast<int>(groups[p].min_degree);
+    envelope[p] = time(groups[p].load, granted[p]);
+    used += granted[p];
+    heap.push({envelope[p], -static_cast<int>(p)});
+  }
+  while (used < num_ranks) {
+    const int p = -heap.top().second;
+    heap.pop();
+    ++granted[p];
+    ++used;
+    envelope[p] = std::min(envelope[p], time(groups[p].load, granted[p]));
+    heap.push({envelope[p], -p});
+  }
+  result.makespan_s = heap.top().first;
+  result.degrees = CanonicalDegrees(groups, num_ranks, result.makespan_s, time);
+  return result;
+}
+
+}  // namespace fcp::planner

@@ -1,0 +1,45 @@
+// Stage 2 of FCP: choose a degree d_p >= d_min(G_p) per atomic group with
+// Σ d_p <= N minimising max_p T(G_p, d_p). Two solvers with the same optimum:
+// the paper's Algorithm 1 (2D-DP, O(K'·N²)) and the exact fast allocator
+// (monotone envelope + bottleneck heap, O(K' + N log K')). Both return
+// canonical degrees: each group gets the fewest ranks that meet the optimal
+// makespan, so the two solvers return identical degree vectors.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "fcp/cost_model.h"
+#include "fcp/types.h"
+
+namespace fcp::planner {
+
+struct AllocGroup {
+  GroupLoad load;
+  int64_t min_degree = 1;  // d_min(G)
+};
+
+// T(G, d) used for allocation (seconds); placement-independent.
+using GroupTimeFn = std::function<double(const GroupLoad&, int degree)>;
+
+// Best-case bandwidth estimate: intra-node when d <= R, else inter-node.
+GroupTimeFn BestCaseTime(const CostModel& cm, const Cluster& cluster);
+
+struct Allocation {
+  bool feasible = false;     // false when Σ d_min > N
+  double makespan_s = 0;     // max_p T(G_p, d_p)
+  std::vector<int> degrees;  // canonical: min d >= d_min with T(G, d) <= makespan
+};
+
+// Algorithm 1 of the paper (2D dynamic programme over groups × ranks used).
+Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
+                      const GroupTimeFn& time);
+
+// Exact fast allocator: every spare rank goes to the current bottleneck of the
+// monotone envelope T̂(G, d) = min_{d_min <= d' <= d} T(G, d').
+Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
+                        const GroupTimeFn& time);
+
+}  // namespace fcp::planner

@@ -1,0 +1,97 @@
+#include "planner/microbatch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+#include "fcp/check.h"
+#include "fcp/cost_model.h"
+#include "planner/bfd.h"
+
+namespace fcp::planner {
+
+double SequenceWorkS(const CostModel& cm, const Sequence& s) {
+  const double len = static_cast<double>(s.length_tokens);
+  return cm.alpha1 * (1.0 + s.eta) * len * len + cm.alpha2 * len;
+}
+
+std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
+                                                    const CostModel& cm,
+                                                    const Cluster& cluster, int count) {
+  const int k = static_cast<int>(seqs.size());
+  std::vector<int> order(k);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> work(k);
+  for (int i = 0; i < k; ++i) work[i] = SequenceWorkS(cm, seqs[i]);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (work[a] != work[b]) return work[a] > work[b];
+    return seqs[a].length_tokens > seqs[b].length_tokens;
+  });
+  const double capacity =
+      static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
+  std::vector<double> mb_mem(count, 0.0);
+  std::vector<std::vector<int>> mbs(count);
+  // Least-loaded micro-batch with memory room: a heap of (work, index).
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (int m = 0; m < count; ++m) heap.push({0.0, m});
+  std::vector<Entry> skipped;
+  for (int idx : order) {
+    const double need = cm.mem_per_token * static_cast<double>(seqs[idx].length_tokens);
+    skipped.clear();
+    int chosen = -1;
+    double chosen_work = 0;
+    while (!heap.empty()) {
+      const Entry top = heap.top();
+      heap.pop();
+      if (mb_mem[top.second] + need <= capacity || mbs[top.second].empty()) {
+        chosen = top.second;
+        chosen_work = top.first;
+        break;
+      }
+      skipped.push_back(top);
+    }
+    for (const Entry& e : skipped) heap.push(e);
+    if (chosen < 0) return {};
+    mbs[chosen].push_back(idx);
+    mb_mem[chosen] += need;
+    heap.push({chosen_work + work[idx], chosen});
+  }
+  // Stage-1 feasibility of every micro-batch.
+  for (auto& mb : mbs) {
+    if (mb.empty()) return {};
+    std::sort(mb.begin(), mb.end());
+    int64_t ranks = 0;
+    for (const auto& bin : BestFitDecreasing(seqs, mb, cm)) {
+      GroupLoad load;
+      for (int i : bin) load.Add(seqs[i]);
+      ranks += MinDegree(cm, load);
+      if (ranks > cluster.num_ranks) return {};
+    }
+  }
+  std::sort(mbs.begin(), mbs.end());
+  return mbs;
+}
+
+std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
+                                                const CostModel& cm,
+                                                const Cluster& cluster) {
+  const int k = static_cast<int>(seqs.size());
+  double total_mem = 0;
+  for (const auto& s : seqs) total_mem += cm.mem_per_token * static_cast<double>(s.length_tokens);
+  const double capacity =
+      static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
+  int count = static_cast<int>(std::clamp(std::ceil(total_mem / capacity), 1.0,
+                                          static_cast<double>(k)));
+  // A few exact steps, then geometric growth; count == K (one sequence per
+  // micro-batch) is always feasible under the precondition.
+  for (int attempt = 0;; ++attempt) {
+    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count);
+    if (!mbs.empty()) return mbs;
+    FCP_CHECK(count < k);
+    count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
+  }
+}
+
+}  // namespace fcp::planner

@@ -1,0 +1,23 @@
+// Placement: contiguous rank ranges for the groups of one micro-batch.
+// Thread-safety: pure function.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "fcp/types.h"
+
+namespace fcp::planner {
+
+// Time of group `p` if placed on [first, first + degree) (seconds).
+using PlacedTimeFn = std::function<double(int p, int first, int degree)>;
+
+// Returns the first rank of each group (Σ degrees <= N). Groups with d <= R are
+// packed best-fit-decreasing into nodes so that they do not straddle a node
+// boundary whenever that is possible; groups with d > R (multi-node anyway) are
+// laid out first from rank 0. Among this and plain sequential layouts the one
+// with the smallest max placed time wins (ties: the node-aligned one).
+std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& cluster,
+                             const PlacedTimeFn& placed_time);
+
+}  // namespace fcp::planner

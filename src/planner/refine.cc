@@ -1,0 +1,234 @@
+#include "planner/refine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include "fcp/cost_model.h"
+#include "planner/allocation.h"
+#include "planner/microbatch.h"
+#include "planner/realize.h"
+
+namespace fcp::planner {
+namespace {
+
+constexpr double kRelTol = 1e-12;
+
+struct DualContext {
+  const PlanRequest& request;
+  std::vector<int> order;       // members by work, descending
+  std::vector<int64_t> d_min;   // per member position in `order`
+  std::vector<double> t_one;    // T({s}, 1)
+  std::vector<double> work;     // alpha1(1+eta)s² + alpha2 s
+};
+
+// Grouping meeting `tau` with at most N ranks, or empty when infeasible.
+std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
+  const CostModel& cm = ctx.request.cost;
+  const Cluster& cluster = ctx.request.cluster;
+  const auto& seqs = ctx.request.sequences;
+  const int n = cluster.num_ranks;
+  const double limit = tau * (1 + kRelTol);
+  const double headroom = cm.mem_capacity - cm.mem_static;
+
+  std::vector<std::vector<int>> groups;
+  struct Long {
+    int group;
+    int degree;
+    GroupLoad load;
+  };
+  std::vector<Long> longs;
+  int64_t ranks = 0;
+  std::vector<size_t> shorts;
+  for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
+    if (ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit) {
+      shorts.push_back(pos);
+      continue;
+    }
+    const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
+    int d = static_cast<int>(ctx.d_min[pos]);
+    while (d <= n - ranks && GroupTimeBestS(cm, cluster, load, d) > limit) ++d;
+    if (d > n - ranks) return {};
+    ranks += d;
+    longs.push_back({static_cast<int>(groups.size()), d, load});
+    groups.push_back({ctx.order[pos]});
+  }
+  // Single-rank bins: (time slack, bin index into `groups`), plus memory used.
+  std::multiset<std::pair<double, int>> bins;
+  std::vector<double> bin_mem(groups.size(), 0.0);
+  for (size_t pos : shorts) {
+    const int idx = ctx.order[pos];
+    const Sequence& s = seqs[idx];
+    const double need_mem = cm.mem_per_token * static_cast<double>(s.length_tokens);
+    // 1) Headroom of a long group at its degree (best fit by remaining slack).
+    int best_long = -1;
+    double best_slack = std::numeric_limits<double>::infinity();
+    for (size_t l = 0; l < longs.size(); ++l) {
+      GroupLoad load = longs[l].load;
+      load.Add(s);
+      if (MinDegree(cm, load) > longs[l].degree) continue;
+      const double t = GroupTimeBestS(cm, cluster, load, longs[l].degree);
+      if (t <= limit && limit - t < best_slack) {
+        best_slack = limit - t;
+        best_long = static_cast<int>(l);
+      }
+    }
+    if (best_long >= 0) {
+      longs[best_long].load.Add(s);
+      groups[longs[best_long].group].push_back(idx);
+      continue;
+    }
+    // 2) An existing single-rank bin: smallest slack that still fits.
+    const double dt = ctx.work[pos];
+    bool placed = false;
+    int tries = 0;
+    for (auto it = bins.lower_bound({dt * (1 - kRelTol), -1}); it != bins.end() && tries < 8;
+         ++it, ++tries) {
+      const int b = it->second;
+      if (bin_mem[b] + need_mem > headroom) continue;
+      const double slack = it->first - dt;
+      bins.erase(it);
+      bins.insert({slack, b});
+      bin_mem[b] += need_mem;
+      groups[b].push_back(idx);
+      placed = true;
+      break;
+    }
+    if (placed) continue;
+    // 3) A new single-rank bin.
+    if (ranks + 1 > n) return {};
+    ++ranks;
+    groups.push_back({idx});
+    bin_mem.push_back(need_mem);
+    bins.insert({limit - ctx.t_one[pos], static_cast<int>(groups.size()) - 1});
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
+    const PlanRequest& request, const std::vector<int>& members, double upper_s) {
+  const CostModel& cm = request.cost;
+  const Cluster& cluster = request.cluster;
+  DualContext ctx{request, members, {}, {}, {}};
+  const auto& seqs = request.sequences;
+  std::vector<double> work_of(seqs.size());
+  double total_work = 0;
+  for (int i : members) {
+    work_of[i] = SequenceWorkS(cm, seqs[i]);
+    total_work += work_of[i];
+  }
+  std::stable_sort(ctx.order.begin(), ctx.order.end(),
+                   [&](int a, int b) { return work_of[a] > work_of[b]; });
+  double lower = total_work / cluster.num_ranks + cm.beta1;
+  for (int i : ctx.order) {
+    const GroupLoad load = GroupLoad::Of(seqs[i]);
+    ctx.d_min.push_back(MinDegree(cm, load));
+    ctx.t_one.push_back(GroupTimeS(cm, load, 1, cm.bw_intra_node));
+    ctx.work.push_back(work_of[i]);
+  }
+  // Lower end: the longest sequence cannot beat its own best degree.
+  if (!ctx.order.empty()) {
+    const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
+    double best = std::numeric_limits<double>::infinity();
+    for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks; ++d) {
+      best = std::min(best, GroupTimeBestS(cm, cluster, load, d));
+    }
+    lower = std::max(lower, best);
+  }
+  std::vector<std::vector<int>> best_groups = TryTau(ctx, upper_s);
+  if (best_groups.empty()) return std::nullopt;
+  double hi = upper_s, lo = std::min(lower, upper_s);
+  for (int iter = 0; iter < 40 && hi - lo > 1e-4 * hi; ++iter) {
+    const double mid = 0.5 * (lo + hi);
+    auto groups = TryTau(ctx, mid);
+    if (groups.empty()) {
+      lo = mid;
+    } else {
+      hi = mid;
+      best_groups = std::move(groups);
+    }
+  }
+  return best_groups;
+}
+
+double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
+                   int max_trials) {
+  const CostModel& cm = request.cost;
+  const Cluster& cluster = request.cluster;
+  const auto& seqs = request.sequences;
+  const GroupTimeFn time = BestCaseTime(cm, cluster);
+  std::vector<AllocGroup> alloc_groups = MakeAllocGroups(seqs, groups, cm);
+  Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
+  if (!current.feasible) return std::numeric_limits<double>::infinity();
+  int trials = 0;
+  while (trials < max_trials) {
+    // Bottleneck: the group at the makespan (first on ties).
+    int b = 0;
+    std::vector<double> group_time(groups.size());
+    for (size_t p = 0; p < groups.size(); ++p) {
+      group_time[p] = time(alloc_groups[p].load, current.degrees[p]);
+      if (group_time[p] > group_time[b]) b = static_cast<int>(p);
+    }
+    if (groups[b].size() < 2) break;
+    // Sequences to move: the longest few and the shortest one of the bottleneck.
+    std::vector<int> movers = groups[b];
+    std::stable_sort(movers.begin(), movers.end(), [&](int x, int y) {
+      return seqs[x].length_tokens > seqs[y].length_tokens;
+    });
+    if (movers.size() > 4) {
+      const int shortest = movers.back();
+      movers.resize(3);
+      movers.push_back(shortest);
+    }
+    // Targets: a new group (-1) and the groups with the most slack.
+    std::vector<int> targets(groups.size());
+    std::iota(targets.begin(), targets.end(), 0);
+    targets.erase(targets.begin() + b);
+    std::stable_sort(targets.begin(), targets.end(),
+                     [&](int x, int y) { return group_time[x] < group_time[y]; });
+    if (targets.size() > 4) targets.resize(4);
+    targets.insert(targets.begin(), -1);
+
+    double best_makespan = current.makespan_s * (1 - 1e-9);
+    int best_mover = -1, best_target = -2;
+    for (int mover : movers) {
+      for (int target : targets) {
+        if (trials >= max_trials) break;
+        ++trials;
+        std::vector<AllocGroup> trial = alloc_groups;
+        trial[b].load.Remove(seqs[mover]);
+        trial[b].min_degree = MinDegree(cm, trial[b].load);
+        if (target < 0) {
+          trial.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
+        } else {
+          trial[target].load.Add(seqs[mover]);
+          trial[target].min_degree = MinDegree(cm, trial[target].load);
+        }
+        const Allocation a = AllocateFast(trial, cluster.num_ranks, time);
+        if (a.feasible && a.makespan_s < best_makespan) {
+          best_makespan = a.makespan_s;
+          best_mover = mover;
+          best_target = target;
+        }
+      }
+    }
+    if (best_mover < 0) break;
+    auto& from = groups[b];
+    from.erase(std::find(from.begin(), from.end(), best_mover));
+    if (best_target < 0) {
+      groups.push_back({best_mover});
+    } else {
+      groups[best_target].push_back(best_mover);
+    }
+    alloc_groups = MakeAllocGroups(seqs, groups, cm);
+    current = AllocateFast(alloc_groups, cluster.num_ranks, time);
+  }
+  for (auto& g : groups) std::sort(g.begin(), g.end());
+  return current.makespan_s;
+}
+
+}  // namespace fcp::planner

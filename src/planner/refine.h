@@ -1,0 +1,28 @@
+// Beyond the paper (strategy `fcp`): a dual-approximation grouping and a
+// move-based local search, both judged by the exact fast allocator.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "fcp/scheduler.h"
+
+namespace fcp::planner {
+
+// Dual approximation (Hochbaum–Shmoys style) for one micro-batch `members`:
+// binary-search the makespan τ; for each τ every sequence that cannot meet τ on
+// one rank gets its own group with the fewest ranks that do; the others go
+// (best fit by time slack, memory-checked) first into those groups' headroom,
+// then onto single-rank groups. Returns the grouping of the smallest feasible
+// τ found, or nullopt when even `upper_s` is not met.
+std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
+    const PlanRequest& request, const std::vector<int>& members, double upper_s);
+
+// Moves sequences out of the bottleneck group (to the groups with the most
+// slack, or to a new group) while the fast allocator's makespan improves;
+// at most `max_trials` allocator evaluations. Returns the makespan (s).
+double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
+                   int max_trials);
+
+}  // namespace fcp::planner

@@ -1,0 +1,183 @@
+// MakePlan: input check, strategy dispatch, estimates, lower bound, validation.
+#include "fcp/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "baselines/register.h"
+#include "fcp/check.h"
+#include "fcp/cost_model.h"
+#include "planner/fcp_strategies.h"
+
+namespace fcp {
+namespace {
+
+constexpr int64_t kMaxLength = int64_t{1} << 40;
+constexpr int kMaxRanks = 1 << 20;
+
+const std::vector<std::unique_ptr<Strategy>>& Registry() {
+  static const std::vector<std::unique_ptr<Strategy>> strategies = [] {
+    std::vector<std::unique_ptr<Strategy>> out;
+    planner::AppendFcpStrategies(out);
+    AppendBaselineStrategies(out);
+    return out;
+  }();
+  return strategies;
+}
+
+GroupLoad LoadOf(const PlanRequest& request, const std::vector<int>& sequences) {
+  GroupLoad load;
+  for (int i : sequences) load.Add(request.sequences[i]);
+  return load;
+}
+
+double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
+                        const GroupLoad& load) {
+  if (g.comm == CommKind::kAllToAll) {
+    const double bw = OnOneNode(request.cluster, g.ranks) ? request.cost.bw_intra_node
+                                                          : request.cost.bw_inter_node;
+    return AllToAllGroupTimeS(request.cost, request.model.value_or(ModelShape{}), load,
+                              g.degree(), bw);
+  }
+  return GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
+}
+
+}  // namespace
+
+std::vector<std::string> StrategyNames() {
+  std::vector<std::string> names;
+  for (const auto& s : Registry()) names.emplace_back(s->name());
+  return names;
+}
+
+const Strategy* FindStrategy(std::string_view name) {
+  for (const auto& s : Registry()) {
+    if (s->name() == name) return s.get();
+  }
+  return nullptr;
+}
+
+void ValidateRequest(const PlanRequest& request) {
+  if (request.cluster.num_ranks < 1 || request.cluster.num_ranks > kMaxRanks) {
+    throw InputError("cluster.ranks", "must be in [1, 2^20]");
+  }
+  if (request.cluster.ranks_per_node < 1) {
+    throw InputError("cluster.ranks_per_node", "must be >= 1");
+  }
+  if (auto err = ValidateCostModel(request.cost)) {
+    const auto colon = err->find(':');
+    throw InputError(err->substr(0, colon), err->substr(colon + 2));
+  }
+  if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
+  if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+    throw InputError("sequences", "too many sequences");
+  }
+  for (size_t i = 0; i < request.sequences.size(); ++i) {
+    const Sequence& s = request.sequences[i];
+    const std::string field = "sequences[" + std::to_string(i) + "]";
+    if (s.length_tokens < 1 || s.length_tokens > kMaxLength) {
+      throw InputError(field + ".length", "must be in [1, 2^40]");
+    }
+    if (!std::isfinite(s.eta) || s.eta < 0 || s.eta > 1) {
+      throw InputError(field + ".eta", "must be in [0, 1]");
+    }
+  }
+}
+
+double LowerBoundMs(const PlanRequest& request) {
+  const CostModel& cm = request.cost;
+  const Cluster& cluster = request.cluster;
+  // Every sequence's compute must run somewhere; the overlap term and the
+  // communication are >= 0, and every micro-batch pays beta1 at least once.
+  double work = 0;
+  double longest = 0;
+  for (const Sequence& s : request.sequences) {
+    const GroupLoad load = GroupLoad::Of(s);
+    work += cm.alpha1 * load.sum_attn + cm.alpha2 * load.sum_tokens;
+    const int64_t d_min = MinDegree(cm, load);
+    if (d_min > cluster.num_ranks) continue;  // infeasible: no bound from it
+    double best = std::numeric_limits<double>::infinity();
+    // T is monotone in the group's contents, so a sequence's group can never be
+    // faster than the sequence alone at its best degree.
+    for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
+      best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
+      if (d - d_min > 4096 && cm.alpha1 == 0) break;
+    }
+    longest = std::max(longest, best);
+  }
+  return 1000.0 * std::max(work / cluster.num_ranks + cm.beta1, longest);
+}
+
+void EvaluatePlan(const PlanRequest& request, Plan& plan) {
+  plan.num_ranks = request.cluster.num_ranks;
+  plan.est_ms = 0;
+  for (MicroBatchPlan& mb : plan.micro_batches) {
+    mb.est_ms = 0;
+    for (GroupPlan& g : mb.groups) {
+      const GroupLoad load = LoadOf(request, g.sequences);
+      g.est_ms = 1000.0 * GroupTimeForPlan(request, g, load);
+      g.mem_bytes = static_cast<int64_t>(
+          std::ceil(GroupMemBytes(request.cost, load, std::max(1, g.degree()))));
+      mb.est_ms = std::max(mb.est_ms, g.est_ms);
+    }
+    plan.est_ms += mb.est_ms;
+  }
+  plan.lower_bound_ms = LowerBoundMs(request);
+}
+
+Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
+  const Strategy* strategy = FindStrategy(options.strategy);
+  if (!strategy) {
+    std::string names;
+    for (const auto& n : StrategyNames()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError("strategy", "unknown strategy \"" + options.strategy +
+                                     "\" (known: " + names + ")");
+  }
+  if (options.cp_degree < 0) throw InputError("cp_degree", "must be >= 0");
+  if (!(options.time_limit_s > 0) || !std::isfinite(options.time_limit_s)) {
+    throw InputError("time_limit_s", "must be a finite number > 0");
+  }
+  ValidateRequest(request);
+
+  const auto start = std::chrono::steady_clock::now();
+  Plan plan;
+  // A sequence that cannot fit even on all N ranks makes the batch infeasible.
+  for (size_t i = 0; i < request.sequences.size(); ++i) {
+    const int64_t d_min = MinDegree(request.cost, GroupLoad::Of(request.sequences[i]));
+    if (d_min > request.cluster.num_ranks) {
+      plan.status = PlanStatus::kInfeasible;
+      plan.infeasible_sequence = static_cast<int>(i);
+      plan.message = "sequences[" + std::to_string(i) + "]: " +
+                     std::to_string(request.sequences[i].length_tokens) +
+                     " tokens need at least " + std::to_string(d_min) +
+                     " ranks for memory, the cluster has " +
+                     std::to_string(request.cluster.num_ranks);
+      break;
+    }
+  }
+  if (plan.status == PlanStatus::kOk) plan = strategy->Solve(request, options);
+  plan.strategy = std::string(strategy->name());
+  if (plan.status == PlanStatus::kOk) {
+    EvaluatePlan(request, plan);
+  } else {
+    plan.micro_batches.clear();
+    plan.num_ranks = request.cluster.num_ranks;
+    plan.lower_bound_ms = LowerBoundMs(request);
+  }
+  plan.solver_ms = std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  if (plan.status == PlanStatus::kOk) {
+    const std::string violation = ValidatePlan(request, plan);
+    if (!violation.empty()) {
+      std::fprintf(stderr, "fcp: strategy %s produced an invalid plan: %s\n",
+                   plan.strategy.c_str(), violation.c_str());
+      FCP_CHECK(violation.empty());
+    }
+  }
+  return plan;
+}
+
+}  // namespace fcp
