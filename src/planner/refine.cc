@@ -40,6 +40,9 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
     GroupLoad load;
   };
   std::vector<Long> longs;
+  // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
+  // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
+  std::set<std::pair<double, int>> long_slack;
   int64_t ranks = 0;
   std::vector<size_t> shorts;
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
@@ -52,57 +55,72 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
     while (d <= n - ranks && GroupTimeBestS(cm, cluster, load, d) > limit) ++d;
     if (d > n - ranks) return {};
     ranks += d;
+    long_slack.insert({(limit - GroupTimeBestS(cm, cluster, load, d)) * d,
+                       static_cast<int>(longs.size())});
     longs.push_back({static_cast<int>(groups.size()), d, load});
     groups.push_back({ctx.order[pos]});
   }
-  // Single-rank bins: (time slack, bin index into `groups`), plus memory used.
-  std::multiset<std::pair<double, int>> bins;
-  std::vector<double> bin_mem(groups.size(), 0.0);
+  // Single-rank bins: (free capacity fraction, index into `groups`), and the
+  // time and memory each bin uses.
+  std::set<std::pair<double, int>> bins;
+  std::vector<double> bin_mem(groups.size(), 0.0), bin_time(groups.size(), 0.0);
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
     const double need_mem = cm.mem_per_token * static_cast<double>(s.length_tokens);
-    // 1) Headroom of a long group at its degree (best fit by remaining slack).
-    int best_long = -1;
-    double best_slack = std::numeric_limits<double>::infinity();
-    for (size_t l = 0; l < longs.size(); ++l) {
-      GroupLoad load = longs[l].load;
-      load.Add(s);
-      if (MinDegree(cm, load) > longs[l].degree) continue;
-      const double t = GroupTimeBestS(cm, cluster, load, longs[l].degree);
-      if (t <= limit && limit - t < best_slack) {
-        best_slack = limit - t;
-        best_long = static_cast<int>(l);
+    // 1) Headroom of a long group at its degree: walk the groups that can
+    // absorb at least the linear part of the sequence, tightest first (best
+    // fit); a few candidates suffice.
+    bool absorbed = false;
+    int tries_long = 0;
+    const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
+    for (auto it = long_slack.lower_bound({linear_s, -1}); it != long_slack.end() && tries_long < 8;
+         ++it) {
+      Long& l = longs[it->second];
+      ++tries_long;
+      if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
+          headroom * l.degree) {
+        continue;
       }
-    }
-    if (best_long >= 0) {
-      longs[best_long].load.Add(s);
-      groups[longs[best_long].group].push_back(idx);
-      continue;
-    }
-    // 2) An existing single-rank bin: smallest slack that still fits.
-    const double dt = ctx.work[pos];
-    bool placed = false;
-    int tries = 0;
-    for (auto it = bins.lower_bound({dt * (1 - kRelTol), -1}); it != bins.end() && tries < 8;
-         ++it, ++tries) {
-      const int b = it->second;
-      if (bin_mem[b] + need_mem > headroom) continue;
-      const double slack = it->first - dt;
-      bins.erase(it);
-      bins.insert({slack, b});
-      bin_mem[b] += need_mem;
-      groups[b].push_back(idx);
-      placed = true;
+      GroupLoad load = l.load;
+      load.Add(s);
+      const double t = GroupTimeBestS(cm, cluster, load, l.degree);
+      if (t > limit) continue;
+      const int id = it->second;
+      long_slack.erase(it);
+      long_slack.insert({(limit - t) * l.degree, id});
+      l.load = load;
+      groups[l.group].push_back(idx);
+      absorbed = true;
       break;
     }
-    if (placed) continue;
+    if (absorbed) continue;
+    // 2) An existing single-rank bin. Time and memory both add up on one rank;
+    // a bin's free capacity is the smaller of its two free fractions and an
+    // item's size the larger of its two, so a lower_bound hit always fits both
+    // (best fit on the binding resource).
+    const double dt = ctx.work[pos];
+    const double size = std::max(dt / limit, need_mem / headroom);
+    auto it = bins.lower_bound({size, -1});
+    if (it != bins.end()) {
+      const int b = it->second;
+      bins.erase(it);
+      bin_time[b] += dt;
+      bin_mem[b] += need_mem;
+      bins.insert({std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom), b});
+      groups[b].push_back(idx);
+      continue;
+    }
     // 3) A new single-rank bin.
     if (ranks + 1 > n) return {};
     ++ranks;
     groups.push_back({idx});
-    bin_mem.push_back(need_mem);
-    bins.insert({limit - ctx.t_one[pos], static_cast<int>(groups.size()) - 1});
+    bin_mem.resize(groups.size(), 0.0);
+    bin_time.resize(groups.size(), 0.0);
+    bin_mem.back() = need_mem;
+    bin_time.back() = ctx.t_one[pos];
+    bins.insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
+                 static_cast<int>(groups.size()) - 1});
   }
   return groups;
 }
@@ -142,7 +160,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   std::vector<std::vector<int>> best_groups = TryTau(ctx, upper_s);
   if (best_groups.empty()) return std::nullopt;
   double hi = upper_s, lo = std::min(lower, upper_s);
-  for (int iter = 0; iter < 40 && hi - lo > 1e-4 * hi; ++iter) {
+  for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
     auto groups = TryTau(ctx, mid);
     if (groups.empty()) {

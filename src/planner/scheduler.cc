@@ -92,18 +92,37 @@ double LowerBoundMs(const PlanRequest& request) {
   // Every sequence's compute must run somewhere; the overlap term and the
   // communication are >= 0, and every micro-batch pays beta1 at least once.
   double work = 0;
-  double longest = 0;
-  for (const Sequence& s : request.sequences) {
-    const GroupLoad load = GroupLoad::Of(s);
+  std::vector<int> order(request.sequences.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const GroupLoad load = GroupLoad::Of(request.sequences[i]);
     work += cm.alpha1 * load.sum_attn + cm.alpha2 * load.sum_tokens;
+    order[i] = static_cast<int>(i);
+  }
+  // T is monotone in a group's contents, so no group holding sequence k beats
+  // min_d T({k}, d). Scan the heaviest sequences first and skip any whose
+  // time at d_min (an upper bound of that minimum) cannot raise the maximum.
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const auto& x = request.sequences[a];
+    const auto& y = request.sequences[b];
+    const double wx = (1 + x.eta) * static_cast<double>(x.length_tokens);
+    const double wy = (1 + y.eta) * static_cast<double>(y.length_tokens);
+    return wx != wy ? wx > wy : a < b;
+  });
+  double longest = 0;
+  const Sequence* previous = nullptr;
+  for (int i : order) {
+    const Sequence& seq = request.sequences[i];
+    if (previous && previous->length_tokens == seq.length_tokens && previous->eta == seq.eta) {
+      continue;  // same bound as the previous one
+    }
+    previous = &seq;
+    const GroupLoad load = GroupLoad::Of(seq);
     const int64_t d_min = MinDegree(cm, load);
     if (d_min > cluster.num_ranks) continue;  // infeasible: no bound from it
+    if (GroupTimeBestS(cm, cluster, load, static_cast<int>(d_min)) <= longest) continue;
     double best = std::numeric_limits<double>::infinity();
-    // T is monotone in the group's contents, so a sequence's group can never be
-    // faster than the sequence alone at its best degree.
     for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
       best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
-      if (d - d_min > 4096 && cm.alpha1 == 0) break;
     }
     longest = std::max(longest, best);
   }

@@ -1,0 +1,132 @@
+// Cost model vs hand computation of the DESIGN.md §2 formulas.
+#include "fcp/cost_model.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "fcp/presets.h"
+
+namespace fcp {
+namespace {
+
+CostModel HandModel() {
+  CostModel cm;
+  cm.alpha1 = 2e-9;
+  cm.alpha2 = 3e-6;
+  cm.beta1 = 0.01;
+  cm.alpha3 = 1000;
+  cm.beta2 = 0.002;
+  cm.bw_intra_node = 100e9;
+  cm.bw_inter_node = 10e9;
+  cm.mem_per_token = 1e5;
+  cm.mem_static = 20e9;
+  cm.mem_capacity = 60e9;
+  return cm;
+}
+
+void ExpectRel(double got, double want) {
+  EXPECT_NEAR(got, want, 1e-9 * std::abs(want)) << "got " << got << " want " << want;
+}
+
+TEST(CostModelTest, SingleRankHasNoCommunication) {
+  const CostModel cm = HandModel();
+  GroupLoad g;
+  g.Add({1000, 0.0});
+  g.Add({3000, 1.0});
+  // A = 2e-9 * (1e6 + 2 * 9e6) = 0.038; Lin = 3e-6 * 4000 = 0.012; + beta1.
+  ExpectRel(GroupTimeS(cm, g, 1, cm.bw_intra_node), 0.038 + 0.012 + 0.01);
+}
+
+TEST(CostModelTest, CommunicationHiddenBehindAttention) {
+  const CostModel cm = HandModel();
+  const GroupLoad g = GroupLoad::Of({100000, 0.0});
+  // d = 4: A = 2e-9 * 1e10 / 4 = 5; Lin = 0.3 / 4 = 0.075; Tcp = 5.085.
+  // Tcm = 1000 * 1e5 * 3/4 / 100e9 + 0.002 = 0.00075 + 0.002 = 0.00275 < A.
+  ExpectRel(GroupTimeS(cm, g, 4, 100e9), 5.085);
+}
+
+TEST(CostModelTest, CommunicationBoundGroupPaysTheExcess) {
+  CostModel cm = HandModel();
+  cm.alpha3 = 1e6;
+  const GroupLoad g = GroupLoad::Of({2000, 0.0});
+  // d = 2, inter 10e9: A = 2e-9 * 4e6 / 2 = 0.004; Lin = 3e-6 * 1000 = 0.003.
+  // Tcm = 1e6 * 2000 * 0.5 / 10e9 + 0.002 = 0.1 + 0.002 = 0.102.
+  // T = Tcp + Tcm - min(A, Tcm) = 0.017 + 0.102 - 0.004 = 0.115.
+  ExpectRel(GroupTimeS(cm, g, 2, 10e9), 0.115);
+}
+
+TEST(CostModelTest, BandwidthFollowsActualRanks) {
+  CostModel cm = HandModel();
+  cm.alpha3 = 1e6;
+  const Cluster cluster{8, 4};
+  const GroupLoad g = GroupLoad::Of({2000, 0.0});
+  const std::vector<int> intra = {0, 1};
+  const std::vector<int> inter = {3, 4};
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, intra), GroupTimeS(cm, g, 2, cm.bw_intra_node));
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, inter), GroupTimeS(cm, g, 2, cm.bw_inter_node));
+  EXPECT_TRUE(RangeOnOneNode(cluster, 4, 4));
+  EXPECT_FALSE(RangeOnOneNode(cluster, 3, 2));
+  // Best case: intra only when the degree fits in a node.
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 4), GroupTimeS(cm, g, 4, cm.bw_intra_node));
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 5), GroupTimeS(cm, g, 5, cm.bw_inter_node));
+}
+
+TEST(CostModelTest, MemoryAndMinDegree) {
+  const CostModel cm = HandModel();
+  const GroupLoad g = GroupLoad::Of({1'000'000, 0.0});
+  // 1e5 * 1e6 = 1e11 bytes of activations over 40e9 headroom: d_min = ceil(2.5) = 3.
+  EXPECT_EQ(MinDegree(cm, g), 3);
+  ExpectRel(GroupMemBytes(cm, g, 3), 20e9 + 1e11 / 3);
+  EXPECT_LE(GroupMemBytes(cm, g, 3), cm.mem_capacity);
+  EXPECT_GT(GroupMemBytes(cm, g, 2), cm.mem_capacity);
+  // Exactly at capacity: 400k tokens * 1e5 = 40e9 = headroom -> d_min 1.
+  EXPECT_EQ(MinDegree(cm, GroupLoad::Of({400'000, 0.0})), 1);
+  EXPECT_EQ(MinDegree(cm, GroupLoad::Of({400'001, 0.0})), 2);
+}
+
+TEST(CostModelTest, ValidationNamesTheField) {
+  CostModel cm = HandModel();
+  EXPECT_FALSE(ValidateCostModel(cm).has_value());
+  cm.alpha2 = -1;
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.alpha2:", 0), 0u);
+  cm = HandModel();
+  cm.bw_inter_node = 0;
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.bw_inter_node:", 0), 0u);
+  cm = HandModel();
+  cm.mem_static = cm.mem_capacity;
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.mem_capacity:", 0), 0u);
+  cm = HandModel();
+  cm.beta1 = std::nan("");
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.beta1:", 0), 0u);
+}
+
+TEST(PresetsTest, EveryPresetDerivesAValidModel) {
+  EXPECT_EQ(ModelPresets().size(), 12u);
+  for (const auto& cluster : ClusterPresets()) {
+    for (const auto& model : ModelPresets()) {
+      const CostModel cm = DeriveCostModel(model, cluster);
+      EXPECT_FALSE(ValidateCostModel(cm).has_value()) << model.shape.name << " on " << cluster.name;
+      // A 32k sequence must fit on at most a handful of ranks for every preset.
+      EXPECT_LE(MinDegree(cm, GroupLoad::Of({32768, 0.0})), 4) << model.shape.name;
+    }
+  }
+}
+
+TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
+  const ModelPreset* m = FindModelPreset("qwen3-8b");
+  const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
+  ASSERT_TRUE(m && c);
+  const CostModel cm = DeriveCostModel(*m, *c);
+  // 9 * L * dq / (peak * 0.5) with L = 36, dq = 32 * 128.
+  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * 0.5));
+  // KV bytes: 4 passes * L * 2 * (8 * 128) * 2 bytes.
+  ExpectRel(cm.alpha3, 4.0 * 36 * 2 * 1024 * 2);
+  EXPECT_EQ(cm.bw_intra_node, 196e9);
+  EXPECT_EQ(cm.bw_inter_node, 50e9);
+  EXPECT_EQ(cm.mem_capacity, 64e9);
+  EXPECT_NEAR(static_cast<double>(m->params()), 8.2e9, 0.3e9);  // Qwen3-8B: 8.2B
+}
+
+}  // namespace
+}  // namespace fcp

@@ -1,0 +1,220 @@
+// End-to-end planner properties: validity, the lower bound, brute force,
+// fcp vs fcp-paper, placement, micro-batches, infeasibility, validator.
+#include <algorithm>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "fcp/cost_model.h"
+#include "fcp/presets.h"
+#include "fcp/scheduler.h"
+#include "planner/bfd.h"
+#include "planner/microbatch.h"
+#include "planner/placement.h"
+#include "testing/brute_force.h"
+#include "testing/random_batch.h"
+
+namespace fcp {
+namespace {
+
+PlanRequest PresetRequest(const std::vector<int64_t>& lengths, int ranks = 64,
+                          int per_node = 16) {
+  PlanRequest r;
+  r.cluster = {ranks, per_node};
+  ClusterPreset c = *FindClusterPreset("ascend910c-4x16");
+  c.num_ranks = ranks;
+  r.cost = DeriveCostModel(*FindModelPreset("qwen3-8b"), c);
+  for (int64_t len : lengths) r.sequences.push_back({len, 0.0});
+  return r;
+}
+
+TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
+  for (uint64_t seed = 1; seed <= 1500; ++seed) {
+    std::mt19937_64 rng(seed);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 40;
+    opt.max_ranks = 64;
+    opt.one_micro_batch_feasible = false;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    for (const char* strategy : {"fcp", "fcp-paper"}) {
+      const Plan plan = MakePlan(req, {.strategy = strategy});
+      if (plan.status == PlanStatus::kInfeasible) {
+        ASSERT_GE(plan.infeasible_sequence, 0);
+        continue;
+      }
+      ASSERT_EQ(ValidatePlan(req, plan), "") << strategy << " seed " << seed;
+      ASSERT_GE(plan.est_ms, plan.lower_bound_ms * (1 - 1e-9)) << strategy << " seed " << seed;
+    }
+  }
+}
+
+TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
+  int strictly_better = 0;
+  for (uint64_t seed = 1; seed <= 1500; ++seed) {
+    std::mt19937_64 rng(seed * 31);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 30;
+    opt.max_ranks = 32;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    const Plan fcp = MakePlan(req, {.strategy = "fcp"});
+    const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
+    ASSERT_EQ(fcp.status, paper.status);
+    if (fcp.status != PlanStatus::kOk) continue;
+    ASSERT_LE(fcp.est_ms, paper.est_ms * (1 + 1e-12)) << "seed " << seed;
+    strictly_better += fcp.est_ms < paper.est_ms * (1 - 1e-6);
+  }
+  EXPECT_GT(strictly_better, 100);  // the improvements must actually matter
+}
+
+TEST(PlannerTest, OneMicroBatchPlansAreNeverBelowBruteForce) {
+  // Both planners can only be at or above the exact optimum of the
+  // one-micro-batch problem when they use one micro-batch.
+  int checked = 0;
+  double fcp_gap_sum = 0, paper_gap_sum = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed * 101);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 6;
+    opt.max_ranks = 8;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    const double exact_ms = 1000 * testing::BruteForceMakespanS(req);
+    const Plan fcp = MakePlan(req, {.strategy = "fcp"});
+    const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
+    if (fcp.micro_batches.size() != 1 || paper.micro_batches.size() != 1) continue;
+    ++checked;
+    ASSERT_GE(fcp.est_ms, exact_ms * (1 - 1e-9)) << "seed " << seed;
+    ASSERT_GE(paper.est_ms, exact_ms * (1 - 1e-9)) << "seed " << seed;
+    ASSERT_GE(exact_ms, fcp.lower_bound_ms * (1 - 1e-9)) << "seed " << seed;
+    fcp_gap_sum += fcp.est_ms / exact_ms - 1;
+    paper_gap_sum += paper.est_ms / exact_ms - 1;
+  }
+  ASSERT_GT(checked, 100);
+  EXPECT_LE(fcp_gap_sum, paper_gap_sum);
+}
+
+TEST(PlannerTest, ShortSequencesWithSpareRanksGetTheirOwnGroups) {
+  // 4 short sequences on 8 single-rank nodes: BFD merges them into one atomic
+  // group (they fit one rank's memory), which then pays inter-node ring traffic;
+  // fcp splits them so that less traffic crosses the slow links.
+  const PlanRequest req = PresetRequest({4096, 4096, 4096, 4096}, 8, 1);
+  const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
+  const Plan fcp = MakePlan(req, {.strategy = "fcp"});
+  ASSERT_EQ(paper.micro_batches.size(), 1u);
+  EXPECT_EQ(paper.micro_batches[0].groups.size(), 1u);
+  EXPECT_GE(fcp.micro_batches[0].groups.size(), 2u);
+  EXPECT_LT(fcp.est_ms, 0.9 * paper.est_ms);
+  // And fcp reaches the exact optimum here (brute force over all groupings).
+  EXPECT_NEAR(fcp.est_ms, 1000 * testing::BruteForceMakespanS(req), 1e-9 * fcp.est_ms);
+}
+
+TEST(PlannerTest, InfeasibleSequenceIsAResultNamingIt) {
+  const PlanRequest req = PresetRequest({1000, int64_t{1} << 30, 2000}, 4, 4);
+  const Plan plan = MakePlan(req);
+  EXPECT_EQ(plan.status, PlanStatus::kInfeasible);
+  EXPECT_EQ(plan.infeasible_sequence, 1);
+  EXPECT_NE(plan.message.find("sequences[1]"), std::string::npos);
+}
+
+TEST(PlannerTest, BadInputThrowsNamingTheField) {
+  PlanRequest req = PresetRequest({1000, 0, 2000});
+  try {
+    MakePlan(req);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "sequences[1].length");
+  }
+  req = PresetRequest({1000, 1000});
+  EXPECT_THROW(MakePlan(req, {.strategy = "nope"}), InputError);
+  req.cluster.ranks_per_node = 0;
+  EXPECT_THROW(MakePlan(req), InputError);
+  req = PresetRequest(std::vector<int64_t>{});
+  EXPECT_THROW(MakePlan(req), InputError);
+}
+
+TEST(PlannerTest, MicroBatchesAreFeasibleAndBalanced) {
+  // 48 sequences of 48k tokens: far more than one micro-batch of 8 ranks holds.
+  const PlanRequest req = PresetRequest(std::vector<int64_t>(48, 48000), 8, 8);
+  const auto mbs = planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
+  ASSERT_GT(mbs.size(), 1u);
+  size_t lo = 1000, hi = 0;
+  for (const auto& mb : mbs) {
+    int64_t ranks = 0;
+    for (const auto& bin : planner::BestFitDecreasing(req.sequences, mb, req.cost)) {
+      GroupLoad load;
+      for (int i : bin) load.Add(req.sequences[i]);
+      ranks += MinDegree(req.cost, load);
+    }
+    EXPECT_LE(ranks, 8);
+    lo = std::min(lo, mb.size());
+    hi = std::max(hi, mb.size());
+  }
+  EXPECT_LE(hi - lo, 1u);  // identical sequences: counts differ by at most one
+  const Plan plan = MakePlan(req);
+  EXPECT_EQ(ValidatePlan(req, plan), "");
+}
+
+TEST(PlacementTest, SmallGroupsStayInsideNodesWhenPossible) {
+  // Degrees 3,3,2,2,2,2,1,1 on 2 nodes of 8: a node-aligned packing exists.
+  const std::vector<int> degrees = {3, 2, 1, 3, 2, 2, 2, 1};
+  const Cluster cluster{16, 8};
+  const auto first = planner::PlaceGroups(degrees, cluster, [&](int p, int f, int d) {
+    return RangeOnOneNode(cluster, f, d) ? 1.0 : 2.0;
+  });
+  std::vector<char> used(16, 0);
+  for (size_t p = 0; p < degrees.size(); ++p) {
+    EXPECT_TRUE(RangeOnOneNode(cluster, first[p], degrees[p])) << "group " << p;
+    for (int r = first[p]; r < first[p] + degrees[p]; ++r) EXPECT_EQ(used[r]++, 0);
+  }
+}
+
+TEST(PlacementTest, RanksPerNodeNeedNotDivideN) {
+  const std::vector<int> degrees = {5, 3, 2};
+  const Cluster cluster{10, 4};
+  const auto first = planner::PlaceGroups(degrees, cluster, [](int, int, int) { return 1.0; });
+  std::vector<char> used(10, 0);
+  for (size_t p = 0; p < degrees.size(); ++p) {
+    for (int r = first[p]; r < first[p] + degrees[p]; ++r) {
+      ASSERT_GE(r, 0);
+      ASSERT_LT(r, 10);
+      EXPECT_EQ(used[r]++, 0);
+    }
+  }
+}
+
+TEST(ValidatorTest, RejectsBrokenPlans) {
+  const PlanRequest req = PresetRequest({8192, 4096, 2048, 1024}, 8, 8);
+  const Plan good = MakePlan(req);
+  ASSERT_EQ(ValidatePlan(req, good), "");
+  auto broken = [&](auto mutate) {
+    Plan p = good;
+    mutate(p);
+    return ValidatePlan(req, p);
+  };
+  // A sequence twice / missing.
+  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].sequences.push_back(
+                                     p.micro_batches[0].groups.back().sequences[0]); }),
+            "");
+  EXPECT_NE(broken([](Plan& p) {
+              auto& g = p.micro_batches[0].groups;
+              if (g.back().sequences.size() > 1) g.back().sequences.pop_back();
+              else g.pop_back();
+            }),
+            "");
+  // Overlapping ranks, a rank out of range, an empty group.
+  EXPECT_NE(broken([](Plan& p) {
+              auto& mb = p.micro_batches[0];
+              mb.groups.push_back({{mb.groups[0].ranks[0]}, {}, CommKind::kRing, 0, 0});
+            }),
+            "");
+  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks[0] = 8; }), "");
+  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks.clear(); }), "");
+  // Memory over capacity: everything on one rank with a tiny capacity.
+  PlanRequest tight = req;
+  tight.cost.mem_capacity = tight.cost.mem_static + 1;
+  EXPECT_NE(ValidatePlan(tight, good), "");
+  // Inconsistent totals.
+  EXPECT_NE(broken([](Plan& p) { p.est_ms *= 2; }), "");
+}
+
+}  // namespace
+}  // namespace fcp
