@@ -38,7 +38,8 @@ std::string CostModelToJson(const CostModel& cm, int indent = 2);
 std::string PlanToJson(const Plan& plan, int indent = 2);
 
 // Lengths from text: one integer per line, or CSV whose header has a `tokens`
-// column. Blank lines and lines starting with '#' are skipped. Throws
+// column. Blank lines, lines starting with '#' and zero lengths (empty
+// documents: nothing to train on) are skipped. Throws
 // InputError("line N", ...) on a bad line.
 std::vector<int64_t> ParseLengths(std::string_view text);
 // Reads and parses a file; InputError(path, ...) when it cannot be read.

@@ -57,7 +57,7 @@ int64_t ParseLength(std::string_view text, const std::string& field) {
     throw InputError(field, "expected a positive integer, got \"" +
                                 std::string(text.substr(0, 40)) + "\"");
   }
-  if (v <= 0) throw InputError(field, "length must be > 0");
+  if (v < 0) throw InputError(field, "length must be >= 0");
   if (v > kMaxLength) throw InputError(field, "length must be <= 2^40");
   return v;
 }
@@ -104,9 +104,11 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
       if (static_cast<int>(cols.size()) <= tokens_column) {
         throw InputError(field, "missing the tokens column");
       }
-      lengths.push_back(ParseLength(cols[tokens_column], field));
+      const int64_t len = ParseLength(cols[tokens_column], field);
+      if (len > 0) lengths.push_back(len);
     } else {
-      lengths.push_back(ParseLength(line, field));
+      const int64_t len = ParseLength(line, field);
+      if (len > 0) lengths.push_back(len);
     }
     if (end == text.size()) break;
   }

@@ -1,0 +1,139 @@
+// Parsers: batch JSON, cost-model JSON, length files, plan JSON.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fcp/io.h"
+#include "fcp/presets.h"
+
+namespace fcp {
+namespace {
+
+std::string FieldOf(const std::string& text) {
+  try {
+    ParseBatchJson(text);
+  } catch (const InputError& e) {
+    return e.field();
+  }
+  return "<accepted>";
+}
+
+TEST(BatchJsonTest, ParsesPresetsAndSequenceForms) {
+  const BatchInput in = ParseBatchJson(
+      R"({"cluster": "h100-8x8", "model": "llama3-8b",
+          "sequences": [131072, {"length": 2048, "attention": "full"}, {"length": 900, "eta": 0.4}]})");
+  EXPECT_EQ(in.request.cluster.num_ranks, 64);
+  EXPECT_EQ(in.request.cluster.ranks_per_node, 8);
+  ASSERT_EQ(in.request.sequences.size(), 3u);
+  EXPECT_EQ(in.request.sequences[0].length_tokens, 131072);
+  EXPECT_EQ(in.request.sequences[1].eta, 1.0);
+  EXPECT_EQ(in.request.sequences[2].eta, 0.4);
+  ASSERT_TRUE(in.request.model.has_value());
+  EXPECT_EQ(in.request.model->q_heads, 32);
+  const CostModel expected =
+      DeriveCostModel(*FindModelPreset("llama3-8b"), *FindClusterPreset("h100-8x8"));
+  EXPECT_EQ(in.request.cost.alpha1, expected.alpha1);
+  EXPECT_EQ(in.request.cost.mem_capacity, 80e9);
+}
+
+TEST(BatchJsonTest, CostModelKeysOverrideThePreset) {
+  const BatchInput in = ParseBatchJson(
+      R"({"cluster": {"ranks": 12, "ranks_per_node": 5}, "model": "qwen3-4b",
+          "cost_model": {"alpha2": 1e-6, "beta1": 0.5}, "sequences": [10]})");
+  EXPECT_EQ(in.request.cluster.num_ranks, 12);
+  EXPECT_EQ(in.request.cluster.ranks_per_node, 5);
+  EXPECT_EQ(in.request.cost.alpha2, 1e-6);
+  EXPECT_EQ(in.request.cost.beta1, 0.5);
+  EXPECT_GT(in.request.cost.alpha1, 0);  // from the preset
+}
+
+TEST(BatchJsonTest, ErrorsNameTheField) {
+  EXPECT_EQ(FieldOf(R"({"sequences": [1, 2, 0]})"), "sequences[2]");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1, {"length": 5, "eta": -0.1}]})"), "sequences[1].eta");
+  EXPECT_EQ(FieldOf(R"({"sequences": [{"eta": 0.1}]})"), "sequences[0].length");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1099511627777]})"), "sequences[0]");  // 2^40 + 1
+  EXPECT_EQ(FieldOf(R"({"sequences": [1e300]})"), "sequences[0]");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"mem_capacity": 0}})"),
+            "cost_model.mem_capacity");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "ranks_per_node": 0}})"),
+            "cluster.ranks_per_node");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "nodes": 2}})"),
+            "cluster.nodes");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "model": 7})"), "model");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "sequences": [2]})"), "input");
+  EXPECT_EQ(FieldOf("{\"sequences\": [1]"), "input");
+  EXPECT_EQ(FieldOf(std::string(100, '[') + std::string(100, ']')), "input");
+  EXPECT_EQ(FieldOf("\xff\xfe"), "input");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1]})"), "<accepted>");
+}
+
+TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
+  CostModel cm;
+  cm.alpha1 = 1.5e-9;
+  cm.alpha2 = 2e-6;
+  cm.beta1 = 0.01;
+  cm.alpha3 = 5e5;
+  cm.beta2 = 0.002;
+  cm.bw_intra_node = 1e11;
+  cm.bw_inter_node = 2e10;
+  cm.mem_per_token = 3e5;
+  cm.mem_static = 1e10;
+  cm.mem_capacity = 6e10;
+  const CostModel back = ParseCostModelJson(CostModelToJson(cm), CostModel{});
+  EXPECT_EQ(back.alpha1, cm.alpha1);
+  EXPECT_EQ(back.mem_capacity, cm.mem_capacity);
+  const CostModel wrapped =
+      ParseCostModelJson("{\"cost_model\": " + CostModelToJson(cm) + "}", CostModel{});
+  EXPECT_EQ(wrapped.bw_inter_node, cm.bw_inter_node);
+  EXPECT_THROW(ParseCostModelJson(R"({"alpha9": 1})", cm), InputError);
+}
+
+TEST(LengthsTest, PlainAndCsv) {
+  EXPECT_EQ(ParseLengths("10\n20\n\n# comment\n30"), (std::vector<int64_t>{10, 20, 30}));
+  EXPECT_EQ(ParseLengths("tokens,bytes,file\n5,10,a.go\n7,3,\"b,c.go\"\n"),
+            (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(ParseLengths("file,tokens\nx,9\r\ny,11\r\n"), (std::vector<int64_t>{9, 11}));
+  EXPECT_THROW(ParseLengths("10\nabc12\n"), InputError);
+  EXPECT_THROW(ParseLengths("10\n-3\n"), InputError);
+  EXPECT_EQ(ParseLengths("10\n0\n"), (std::vector<int64_t>{10}));  // empty documents skipped
+  EXPECT_THROW(ParseLengths("name,bytes\nx,1\n"), InputError);
+  EXPECT_THROW(ParseLengths("99999999999999999999999\n"), InputError);
+  try {
+    ParseLengths("1\n2\nx\n");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "line 3");
+  }
+}
+
+TEST(LengthsTest, ReadsTheSharedGoSourceLengths) {
+  const std::string path = std::string(FCP_SOURCE_DIR) + "/../shared/data/go-src-qwen3-lengths.csv";
+  if (!std::ifstream(path)) GTEST_SKIP() << "shared data not present at " << path;
+  const auto lengths = ReadLengthsFile(path);
+  EXPECT_EQ(lengths.size(), 7852u - 8);  // 8 empty files carry no tokens
+  EXPECT_EQ(lengths[0], 137);  // Make.dist
+  EXPECT_THROW(ReadLengthsFile("/nonexistent/lengths.txt"), InputError);
+}
+
+TEST(PlanJsonTest, HasTheDocumentedFields) {
+  Plan plan;
+  plan.strategy = "fcp";
+  plan.num_ranks = 4;
+  plan.est_ms = 3;
+  plan.lower_bound_ms = 2;
+  plan.micro_batches.push_back({{{{0, 1}, {0, 2}, CommKind::kRing, 3, 100}}, 3});
+  const auto j = nlohmann::json::parse(PlanToJson(plan));
+  EXPECT_EQ(j["strategy"], "fcp");
+  EXPECT_EQ(j["ranks"], 4);
+  EXPECT_EQ(j["est_ms"], 3.0);
+  EXPECT_EQ(j["lower_bound_ms"], 2.0);
+  EXPECT_DOUBLE_EQ(j["gap"].get<double>(), 0.5);
+  EXPECT_TRUE(j.contains("solver_ms"));
+  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["ranks"], nlohmann::json({0, 1}));
+  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["sequences"], nlohmann::json({0, 2}));
+  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["mem_bytes"], 100);
+}
+
+}  // namespace
+}  // namespace fcp

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""CLI tests for `fcp plan`: golden JSON, an independent re-computation of every
+estimate from the DESIGN.md §2 formula, and the error classes (exit 2/3 with an
+`error:` line and nothing on stdout).
+
+Usage: cli_test.py FCP_BINARY [--update]   (--update rewrites the golden files)
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "golden")
+FCP = sys.argv[1]
+UPDATE = "--update" in sys.argv
+results = {"passed": 0, "failed": 0}
+
+
+def check(name, ok, detail=""):
+    if ok:
+        results["passed"] += 1
+    else:
+        results["failed"] += 1
+        print(f"FAIL {name}: {detail}")
+
+
+def run(args, stdin=None):
+    p = subprocess.run([FCP] + args, input=stdin, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def group_time(cm, seqs, ranks, per_node):
+    """T(G, d) of DESIGN.md §2, written independently of the C++ code."""
+    d = len(ranks)
+    sum_s = sum(s for s, _ in seqs)
+    attn = cm["alpha1"] * sum((1 + eta) * s * s for s, eta in seqs) / d
+    lin = cm["alpha2"] * sum_s / d
+    tcp = attn + lin + cm["beta1"]
+    if d == 1:
+        tcm = 0.0
+    else:
+        one_node = len({r // per_node for r in ranks}) == 1
+        bw = cm["bw_intra_node"] if one_node else cm["bw_inter_node"]
+        tcm = cm["alpha3"] * sum_s * (d - 1) / d / bw + cm["beta2"]
+    return tcp + tcm - min(attn, tcm)
+
+
+def sequences_of(inp):
+    out = []
+    for s in inp["sequences"]:
+        if isinstance(s, dict):
+            eta = s.get("eta", 1.0 if s.get("attention") == "full" else 0.0)
+            out.append((s["length"], eta))
+        else:
+            out.append((s, 0.0))
+    return out
+
+
+def strip(plan):
+    plan = dict(plan)
+    plan.pop("solver_ms", None)
+    return plan
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
+
+
+def check_formula(name, inp, plan):
+    cm = inp["cost_model"]
+    seqs = sequences_of(inp)
+    per_node = inp["cluster"]["ranks_per_node"]
+    n = inp["cluster"]["ranks"]
+    seen = []
+    total = 0.0
+    for m, mb in enumerate(plan["micro_batches"]):
+        used = []
+        worst = 0.0
+        for g in mb["groups"]:
+            members = [seqs[i] for i in g["sequences"]]
+            t = 1000 * group_time(cm, members, g["ranks"], per_node)
+            check(f"{name} mb{m} est_ms formula", close(t, g["est_ms"]), f"{t} vs {g['est_ms']}")
+            mem = cm["mem_static"] + cm["mem_per_token"] * sum(s for s, _ in members) / len(g["ranks"])
+            check(f"{name} mb{m} memory", mem <= cm["mem_capacity"] * (1 + 1e-12), f"{mem}")
+            check(f"{name} mb{m} mem_bytes", abs(g["mem_bytes"] - math.ceil(mem)) <= 1, f"{mem}")
+            worst = max(worst, g["est_ms"])
+            used += g["ranks"]
+            seen += g["sequences"]
+        check(f"{name} mb{m} disjoint ranks", len(used) == len(set(used)) and all(0 <= r < n for r in used))
+        check(f"{name} mb{m} max", close(worst, mb["est_ms"]))
+        total += mb["est_ms"]
+    check(f"{name} every sequence once", sorted(seen) == list(range(len(seqs))), str(sorted(seen)))
+    check(f"{name} sum", close(total, plan["est_ms"]))
+    check(f"{name} bound", plan["lower_bound_ms"] <= plan["est_ms"] * (1 + 1e-9))
+
+
+def golden_tests():
+    for file in sorted(os.listdir(GOLDEN)):
+        if not file.endswith(".json") or file.endswith(".expected.json"):
+            continue
+        path = os.path.join(GOLDEN, file)
+        inp = json.load(open(path))
+        for strategy in ("fcp", "fcp-paper"):
+            name = f"{file}:{strategy}"
+            code, out, err = run(["plan", "--input", path, "--strategy", strategy])
+            check(f"{name} exit", code == 0, err)
+            if code != 0:
+                continue
+            plan = json.loads(out)
+            check(f"{name} strategy", plan["strategy"] == strategy)
+            if "cost_model" in inp and len(inp["cost_model"]) == 10:
+                check_formula(name, inp, plan)
+            expected_path = path[:-5] + f".{strategy}.expected.json"
+            if UPDATE:
+                with open(expected_path, "w") as f:
+                    json.dump(strip(plan), f, indent=1, sort_keys=True)
+                    f.write("\n")
+                continue
+            expected = json.load(open(expected_path))
+            check(f"{name} golden", strip(plan) == expected,
+                  "output differs from " + os.path.basename(expected_path))
+        # Reading stdin gives the same plan as --input.
+        code, out, _ = run(["plan"], stdin=open(path).read())
+        code2, out2, _ = run(["plan", "-i", path])
+        check(f"{file} stdin == file", code == 0 and strip(json.loads(out)) == strip(json.loads(out2)))
+        # The table format prints totals and the gap.
+        code, out, _ = run(["plan", "-i", path, "-f", "table"])
+        check(f"{file} table", code == 0 and "lower bound" in out and "gap" in out, out[-200:])
+
+
+def error_tests():
+    base = {"cluster": {"ranks": 8, "ranks_per_node": 4}, "model": "qwen3-8b",
+            "sequences": [1000, 2000]}
+
+    def with_(**kw):
+        d = json.loads(json.dumps(base))
+        d.update(kw)
+        return json.dumps(d)
+
+    cases = [
+        ("malformed JSON", "{\"sequences\": [1, 2", 2, "input"),
+        ("not an object", "[1, 2, 3]", 2, "input"),
+        ("zero length", with_(sequences=[1000, 0]), 2, "sequences[1]"),
+        ("negative length", with_(sequences=[-5]), 2, "sequences[0]"),
+        ("fractional length", with_(sequences=[10.5]), 2, "sequences[0]"),
+        ("string length", with_(sequences=["12"]), 2, "sequences[0]"),
+        ("bad eta", with_(sequences=[{"length": 10, "eta": 2}]), 2, "sequences[0].eta"),
+        ("bad attention", with_(sequences=[{"length": 10, "attention": "sparse"}]), 2,
+         "sequences[0].attention"),
+        ("empty batch", with_(sequences=[]), 2, "sequences"),
+        ("missing sequences", json.dumps({"model": "qwen3-8b"}), 2, "sequences"),
+        ("unknown model", with_(model="gpt-9"), 2, "model"),
+        ("unknown cluster", with_(cluster="tpu-pod"), 2, "cluster"),
+        ("zero ranks", with_(cluster={"ranks": 0}), 2, "cluster.ranks"),
+        ("unknown key", with_(sequence=[1]), 2, "sequence"),
+        ("bad coefficient", with_(cost_model={"alpha1": -1}), 2, "cost_model.alpha1"),
+        ("capacity below static", with_(cost_model={"mem_capacity": 1, "mem_static": 2}), 2,
+         "cost_model.mem_capacity"),
+        ("unknown coefficient", with_(cost_model={"gamma": 1}), 2, "cost_model.gamma"),
+        ("duplicate key", '{"sequences": [1], "sequences": [2]}', 2, "duplicate"),
+        ("too long for the cluster", with_(sequences=[1000, 1 << 36]), 3, "sequences[1]"),
+    ]
+    for name, text, want_code, needle in cases:
+        code, out, err = run(["plan"], stdin=text)
+        check(f"error {name}: exit {want_code}", code == want_code, f"got {code}, stderr {err!r}")
+        check(f"error {name}: no stdout", out == "", out[:200])
+        check(f"error {name}: error line", err.startswith("error:") and needle in err and
+              err.count("\n") == 1, repr(err))
+    code, out, err = run(["plan", "--input", "/nonexistent/batch.json"])
+    check("missing file", code == 2 and out == "" and err.startswith("error:"), err)
+    code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
+    check("unknown strategy", code == 2 and "strategy" in err and out == "", err)
+    code, out, err = run(["plan", "--format", "xml"], stdin=with_())
+    check("bad format flag", code == 2 and err.startswith("error:") and out == "", err)
+    code, out, err = run(["plan", "--help"])
+    check("help", code == 0 and "--strategy" in out and "--cost-model" in out, err)
+    code, out, err = run(["no-such-command"])
+    check("unknown command", code == 2 and err.startswith("error:"), err)
+    # --cost-model overrides: a file written by hand is accepted and applied.
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"cost_model": {"alpha1": 0, "alpha2": 1e-6}}, f)
+    code, out, err = run(["plan", "--cost-model", f.name], stdin=with_())
+    os.unlink(f.name)
+    check("cost-model file", code == 0 and json.loads(out)["est_ms"] > 0, err)
+
+
+golden_tests()
+error_tests()
+print(f"{results['passed']} passed, {results['failed']} failed")
+sys.exit(1 if results["failed"] else 0)
