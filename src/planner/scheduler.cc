@@ -99,27 +99,24 @@ double LowerBoundMs(const PlanRequest& request) {
     order[i] = static_cast<int>(i);
   }
   // T is monotone in a group's contents, so no group holding sequence k beats
-  // min_d T({k}, d). Scan the heaviest sequences first and skip any whose
-  // time at d_min (an upper bound of that minimum) cannot raise the maximum.
+  // f(k) = min_d T({k}, d). f grows with length and with eta, so scanning by
+  // length descending, a sequence whose eta does not exceed that of one
+  // already scanned (which is at least as long) cannot raise the maximum.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const auto& x = request.sequences[a];
     const auto& y = request.sequences[b];
-    const double wx = (1 + x.eta) * static_cast<double>(x.length_tokens);
-    const double wy = (1 + y.eta) * static_cast<double>(y.length_tokens);
-    return wx != wy ? wx > wy : a < b;
+    if (x.length_tokens != y.length_tokens) return x.length_tokens > y.length_tokens;
+    return x.eta != y.eta ? x.eta > y.eta : a < b;
   });
   double longest = 0;
-  const Sequence* previous = nullptr;
+  double max_eta_scanned = -1;
   for (int i : order) {
     const Sequence& seq = request.sequences[i];
-    if (previous && previous->length_tokens == seq.length_tokens && previous->eta == seq.eta) {
-      continue;  // same bound as the previous one
-    }
-    previous = &seq;
+    if (seq.eta <= max_eta_scanned) continue;
     const GroupLoad load = GroupLoad::Of(seq);
     const int64_t d_min = MinDegree(cm, load);
     if (d_min > cluster.num_ranks) continue;  // infeasible: no bound from it
-    if (GroupTimeBestS(cm, cluster, load, static_cast<int>(d_min)) <= longest) continue;
+    max_eta_scanned = seq.eta;
     double best = std::numeric_limits<double>::infinity();
     for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
       best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
