@@ -1,5 +1,6 @@
 // Batch / cost-model / plan JSON. Parsing is strict: unknown keys, duplicate
 // keys, wrong types and out-of-range values are InputErrors naming the field.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -289,6 +290,46 @@ std::string CostModelToJson(const CostModel& cm, int indent) {
   return j.dump(indent);
 }
 
+// Like dump(indent), but arrays of numbers stay on one line, so a plan for
+// 1,024 ranks is still readable.
+static void DumpCompact(const ordered_json& j, int indent, int depth, std::string& out) {
+  const auto pad = [&](int d) { out.append(static_cast<size_t>(d * indent), ' '); };
+  if (j.is_object() && !j.empty()) {
+    out += "{\n";
+    size_t i = 0;
+    for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+      pad(depth + 1);
+      out += ordered_json(it.key()).dump() + ": ";
+      DumpCompact(it.value(), indent, depth + 1, out);
+      out += i + 1 < j.size() ? ",\n" : "\n";
+    }
+    pad(depth);
+    out += "}";
+  } else if (j.is_array() && !j.empty() &&
+             !std::all_of(j.begin(), j.end(), [](const ordered_json& e) { return e.is_number(); })) {
+    out += "[\n";
+    for (size_t i = 0; i < j.size(); ++i) {
+      pad(depth + 1);
+      DumpCompact(j[i], indent, depth + 1, out);
+      out += i + 1 < j.size() ? ",\n" : "\n";
+    }
+    pad(depth);
+    out += "]";
+  } else {
+    std::string flat = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (j.is_array()) {
+      // dump(-1) writes [1,2,3]; add a space after commas for readability.
+      std::string spaced;
+      for (char c : flat) {
+        spaced += c;
+        if (c == ',') spaced += ' ';
+      }
+      flat = std::move(spaced);
+    }
+    out += flat;
+  }
+}
+
 std::string PlanToJson(const Plan& plan, int indent) {
   ordered_json j;
   j["strategy"] = plan.strategy;
@@ -325,7 +366,10 @@ std::string PlanToJson(const Plan& plan, int indent) {
     j["message"] = plan.message;
     j["infeasible_sequence"] = plan.infeasible_sequence;
   }
-  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (indent < 0) return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  DumpCompact(j, indent, 0, out);
+  return out;
 }
 
 }  // namespace fcp
