@@ -68,8 +68,11 @@ Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 void EvaluatePlan(const PlanRequest& request, Plan& plan);
 
 // A valid lower bound on the makespan sum of any plan for `request` (ms):
-// max(total work / N + beta1, max_k min_d T({s_k}, d)). DESIGN.md §3.
-double LowerBoundMs(const PlanRequest& request);
+// max(total work / N + beta1, max_k min_d T({s_k}, d)). DESIGN.md §3. With
+// `all_to_all`, T is the cheaper of ring and Ulysses all-to-all per degree, so
+// the bound also holds for plans with all-to-all groups (EvaluatePlan uses it
+// for such plans).
+double LowerBoundMs(const PlanRequest& request, bool all_to_all = false);
 
 // Checks the plan's structure: every sequence exactly once, groups of one
 // micro-batch on disjoint ranks within [0, N), degree >= 1, per-rank memory

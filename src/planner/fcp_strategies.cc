@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "fcp/cost_model.h"
@@ -20,6 +21,8 @@ namespace {
 constexpr double kMaxDpCells = 2e8;
 
 constexpr int kLocalSearchTrials = 48;
+// How many micro-batches fewer than the BFD split fcp tries.
+constexpr int kMaxFewerMicroBatches = 2;
 
 class FcpPaperStrategy final : public Strategy {
  public:
@@ -54,34 +57,73 @@ class FcpStrategy final : public Strategy {
            "move local search, exact fast allocator, node-aware placement";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
+    // Micro-batch co-planning: the paper's split (so fcp is never worse than
+    // fcp-paper), splits with fewer micro-batches down to what memory allows
+    // (BFD fragments memory; the dual grouping may pack it tighter), and one
+    // with an extra micro-batch, which gives memory-bound batches room to
+    // balance time. The lowest total wins.
+    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster);
+    std::optional<Plan> plan = PlanSplit(request, split);
+    FCP_CHECK(plan.has_value());
+    const int count = static_cast<int>(split.size());
+    const int fewest = MinMicroBatches(request.sequences, request.cost, request.cluster);
+    const int num_seqs = static_cast<int>(request.sequences.size());
+    auto try_count = [&](int c) {
+      const auto alt_split = SplitIntoMicroBatches(request.sequences, request.cost,
+                                                   request.cluster, c, /*check_bfd=*/false);
+      if (alt_split.empty()) return;
+      std::optional<Plan> alt = PlanSplit(request, alt_split);
+      if (alt && alt->est_ms < plan->est_ms * (1 - 1e-12)) plan = std::move(alt);
+    };
+    for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
+    if (count > 1 && count < num_seqs) try_count(count + 1);
+    plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
+                                   " (BFD needs " + std::to_string(count) + ", memory " +
+                                   std::to_string(fewest) + ")";
+    plan->est_ms = 0;  // MakePlan recomputes every estimate
+    return std::move(*plan);
+  }
+
+ private:
+  // Plans each micro-batch of `split`; est_ms holds the sum of placed makespans (ms).
+  // nullopt when some micro-batch has no grouping that fits N ranks.
+  static std::optional<Plan> PlanSplit(const PlanRequest& request,
+                                       const std::vector<std::vector<int>>& split) {
     Plan plan;
-    const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster);
     int wins_bfd = 0, wins_dual = 0;
-    for (const auto& members : mbs) {
+    for (const auto& members : split) {
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
       // never worse than fcp-paper on the same micro-batch split).
       auto bfd_groups = BestFitDecreasing(request.sequences, members, request.cost);
       auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast);
-      FCP_CHECK(best.has_value());
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {
         auto r = RealizeGrouping(request, groups, Allocator::kFast);
-        if (r && r->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+        if (r && (!best || r->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12))) {
           best = std::move(r);
           best_is_dual = dual;
         }
       };
       // Candidate 2: BFD refined by local search.
-      LocalSearch(request, bfd_groups, kLocalSearchTrials);
-      consider(bfd_groups, false);
-      // Candidate 3: dual approximation (+ local search), bounded above by the
+      if (best) {
+        LocalSearch(request, bfd_groups, kLocalSearchTrials);
+        consider(bfd_groups, false);
+      }
+      // Candidate 3: one group of everything (perfect balance when the ring's
+      // traffic hides behind attention).
+      consider({members}, false);
+      // Candidate 4: dual approximation (+ local search), bounded above by the
       // best makespan so far.
-      if (auto dual = DualApproxGrouping(request, members, best->alloc_makespan_s)) {
+      const double upper_s =
+          best ? best->alloc_makespan_s : std::numeric_limits<double>::infinity();
+      if (auto dual = DualApproxGrouping(request, members, upper_s)) {
         consider(*dual, true);
         LocalSearch(request, *dual, kLocalSearchTrials);
         consider(*dual, true);
       }
+      if (!best) return std::nullopt;
       (best_is_dual ? wins_dual : wins_bfd)++;
+      plan.est_ms += 1000.0 * best->placed_makespan_s;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }
     plan.notes["grouping"] = "bfd:" + std::to_string(wins_bfd) +

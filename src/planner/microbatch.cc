@@ -18,7 +18,8 @@ double SequenceWorkS(const CostModel& cm, const Sequence& s) {
 
 std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
                                                     const CostModel& cm,
-                                                    const Cluster& cluster, int count) {
+                                                    const Cluster& cluster, int count,
+                                                    bool check_bfd) {
   const int k = static_cast<int>(seqs.size());
   std::vector<int> order(k);
   std::iota(order.begin(), order.end(), 0);
@@ -62,6 +63,7 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>&
   for (auto& mb : mbs) {
     if (mb.empty()) return {};
     std::sort(mb.begin(), mb.end());
+    if (!check_bfd) continue;
     int64_t ranks = 0;
     for (const auto& bin : BestFitDecreasing(seqs, mb, cm)) {
       GroupLoad load;
@@ -74,16 +76,21 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>&
   return mbs;
 }
 
-std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
-                                                const CostModel& cm,
-                                                const Cluster& cluster) {
-  const int k = static_cast<int>(seqs.size());
+int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
+                    const Cluster& cluster) {
   double total_mem = 0;
   for (const auto& s : seqs) total_mem += cm.mem_per_token * static_cast<double>(s.length_tokens);
   const double capacity =
       static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
-  int count = static_cast<int>(std::clamp(std::ceil(total_mem / capacity), 1.0,
-                                          static_cast<double>(k)));
+  return static_cast<int>(std::clamp(std::ceil(total_mem / capacity), 1.0,
+                                     static_cast<double>(seqs.size())));
+}
+
+std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
+                                                const CostModel& cm,
+                                                const Cluster& cluster) {
+  const int k = static_cast<int>(seqs.size());
+  int count = MinMicroBatches(seqs, cm, cluster);
   // A few exact steps, then geometric growth; count == K (one sequence per
   // micro-batch) is always feasible under the precondition.
   for (int attempt = 0;; ++attempt) {

@@ -21,10 +21,16 @@ std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seq
                                                 const Cluster& cluster);
 
 // Same, with a fixed number of micro-batches (LPT by work, memory-aware);
-// returns an empty vector when that count is not feasible.
+// returns an empty vector when that count is not feasible: some micro-batch
+// exceeds N ranks' memory or, with `check_bfd`, its BFD grouping needs more
+// than N ranks.
 std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
                                                     const CostModel& cm,
                                                     const Cluster& cluster,
-                                                    int count);
+                                                    int count, bool check_bfd = true);
+
+// The fewest micro-batches memory allows: ceil(Σ mem_per_token·s / (N·headroom)).
+int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
+                    const Cluster& cluster);
 
 }  // namespace fcp::planner

@@ -157,6 +157,17 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     }
     lower = std::max(lower, best);
   }
+  if (!std::isfinite(upper_s)) {
+    // No feasible grouping known: start where time cannot bind (every sequence
+    // run one after another), so only memory decides.
+    upper_s = cm.beta1;
+    for (int i : ctx.order) {
+      const GroupLoad load = GroupLoad::Of(seqs[i]);
+      upper_s += GroupTimeBestS(cm, cluster, load, static_cast<int>(std::min<int64_t>(
+                                                        MinDegree(cm, load), cluster.num_ranks)));
+    }
+    upper_s *= 2;
+  }
   std::vector<std::vector<int>> best_groups = TryTau(ctx, upper_s);
   if (best_groups.empty()) return std::nullopt;
   double hi = upper_s, lo = std::min(lower, upper_s);
@@ -191,7 +202,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       group_time[p] = time(alloc_groups[p].load, current.degrees[p]);
       if (group_time[p] > group_time[b]) b = static_cast<int>(p);
     }
-    if (groups[b].size() < 2) break;
+    if (groups.size() < 2 && groups[b].size() < 2) break;
     // Sequences to move: the longest few and the shortest one of the bottleneck.
     std::vector<int> movers = groups[b];
     std::stable_sort(movers.begin(), movers.end(), [&](int x, int y) {
@@ -213,7 +224,25 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
 
     double best_makespan = current.makespan_s * (1 - 1e-9);
     int best_mover = -1, best_target = -2;
-    for (int mover : movers) {
+    bool best_is_merge = false;
+    // Merges: the whole bottleneck group joins a target (one larger group
+    // balances better when communication hides behind attention).
+    for (int target : targets) {
+      if (target < 0 || trials >= max_trials) continue;
+      ++trials;
+      std::vector<AllocGroup> trial = alloc_groups;
+      for (int i : groups[b]) trial[target].load.Add(seqs[i]);
+      trial[target].min_degree = MinDegree(cm, trial[target].load);
+      trial.erase(trial.begin() + b);
+      const Allocation a = AllocateFast(trial, cluster.num_ranks, time);
+      if (a.feasible && a.makespan_s < best_makespan) {
+        best_makespan = a.makespan_s;
+        best_target = target;
+        best_is_merge = true;
+      }
+    }
+    // Moves: one sequence of the bottleneck to a target or to a new group.
+    for (int mover : groups[b].size() < 2 ? std::vector<int>{} : movers) {
       for (int target : targets) {
         if (trials >= max_trials) break;
         ++trials;
@@ -231,16 +260,24 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
           best_makespan = a.makespan_s;
           best_mover = mover;
           best_target = target;
+          best_is_merge = false;
         }
       }
     }
-    if (best_mover < 0) break;
-    auto& from = groups[b];
-    from.erase(std::find(from.begin(), from.end(), best_mover));
-    if (best_target < 0) {
-      groups.push_back({best_mover});
+    if (best_is_merge) {
+      auto& into = groups[best_target];
+      into.insert(into.end(), groups[b].begin(), groups[b].end());
+      groups.erase(groups.begin() + b);
+    } else if (best_mover >= 0) {
+      auto& from = groups[b];
+      from.erase(std::find(from.begin(), from.end(), best_mover));
+      if (best_target < 0) {
+        groups.push_back({best_mover});
+      } else {
+        groups[best_target].push_back(best_mover);
+      }
     } else {
-      groups[best_target].push_back(best_mover);
+      break;
     }
     alloc_groups = MakeAllocGroups(seqs, groups, cm);
     current = AllocateFast(alloc_groups, cluster.num_ranks, time);

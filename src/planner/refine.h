@@ -15,12 +15,14 @@ namespace fcp::planner {
 // one rank gets its own group with the fewest ranks that do; the others go
 // (best fit by time slack, memory-checked) first into those groups' headroom,
 // then onto single-rank groups. Returns the grouping of the smallest feasible
-// τ found, or nullopt when even `upper_s` is not met.
+// τ found, or nullopt when even `upper_s` is not met. An infinite `upper_s`
+// starts from a τ where only memory can bind.
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s);
 
-// Moves sequences out of the bottleneck group (to the groups with the most
-// slack, or to a new group) while the fast allocator's makespan improves;
+// Merges the bottleneck group into another, or moves one of its sequences to
+// the groups with the most slack or to a new group, while the fast
+// allocator's makespan improves;
 // at most `max_trials` allocator evaluations. Returns the makespan (s).
 double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
                    int max_trials);

@@ -84,9 +84,31 @@ void ValidateRequest(const PlanRequest& request) {
       throw InputError(field + ".eta", "must be in [0, 1]");
     }
   }
+  // Numeric range (issue 8): per-rank memory is reported as int64 bytes, and
+  // every time the planner computes must stay finite. A bound on any plan's
+  // estimate: K micro-batches, each at most the whole batch on one rank plus
+  // its communication at the slowest bandwidth. Keep it (times 1000 for ms)
+  // far below DBL_MAX so products with degrees <= 2^20 cannot overflow either.
+  if (request.cost.mem_capacity > 0x1p62) {
+    throw InputError("cost_model.mem_capacity", "must be <= 2^62 bytes");
+  }
+  const CostModel& cm = request.cost;
+  double sum_tokens = 0, sum_attn = 0;
+  for (const Sequence& s : request.sequences) {
+    const double len = static_cast<double>(s.length_tokens);
+    sum_tokens += len;
+    sum_attn += (1.0 + s.eta) * len * len;
+  }
+  const double worst_s =
+      cm.alpha1 * sum_attn + cm.alpha2 * sum_tokens + cm.beta1 +
+      cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2;
+  if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300)) {
+    throw InputError("cost_model",
+                     "coefficients too large for these sequence lengths (times overflow)");
+  }
 }
 
-double LowerBoundMs(const PlanRequest& request) {
+double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   // Every sequence's compute must run somewhere; the overlap term and the
@@ -118,8 +140,15 @@ double LowerBoundMs(const PlanRequest& request) {
     if (d_min > cluster.num_ranks) continue;  // infeasible: no bound from it
     max_eta_scanned = seq.eta;
     double best = std::numeric_limits<double>::infinity();
+    const ModelShape shape = request.model.value_or(ModelShape{});
     for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
       best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
+      if (all_to_all) {
+        const double bw = d <= cluster.ranks_per_node
+                              ? std::max(cm.bw_intra_node, cm.bw_inter_node)
+                              : cm.bw_inter_node;
+        best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d), bw));
+      }
     }
     longest = std::max(longest, best);
   }
@@ -140,7 +169,11 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan) {
     }
     plan.est_ms += mb.est_ms;
   }
-  plan.lower_bound_ms = LowerBoundMs(request);
+  bool all_to_all = false;
+  for (const MicroBatchPlan& mb : plan.micro_batches) {
+    for (const GroupPlan& g : mb.groups) all_to_all |= g.comm == CommKind::kAllToAll;
+  }
+  plan.lower_bound_ms = LowerBoundMs(request, all_to_all);
 }
 
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {

@@ -207,6 +207,10 @@ def coefficient_cases():
     for word in ("NaN", "Infinity", "-Infinity"):
         text = batch([4096]).replace('"alpha1": 1.2e-11', f'"alpha1": {word}')
         expect(f"alpha1 = {word}", text, {"error"})
+    # Out of double range: nlohmann throws out_of_range (was exit 1 "internal").
+    expect("length 1e400", '{"sequences": [1e400]}', {"error"}, contains="input")
+    expect("alpha1 = -1e309", batch([4096]).replace('"alpha1": 1.2e-11', '"alpha1": -1e309'),
+           {"error"}, contains="input")
     expect("alpha1 as string", batch([4096], cm=dict(CM, alpha1="1e-11")), {"error"},
            contains="cost_model.alpha1")
     expect("mem_capacity == mem_static", batch([4096], cm=dict(CM, mem_capacity=CM["mem_static"])),
@@ -217,7 +221,7 @@ def coefficient_cases():
            batch([2**40], cm=dict(CM, alpha1=1e300, mem_per_token=1e-9)), {"error"},
            contains="cost_model")
     expect("huge memory capacity (mem_bytes beyond int64)",
-           batch([4096, 2**40], cm=dict(CM, mem_per_token=1e290, mem_static=0.0, mem_capacity=1e300)),
+           batch([4096, 8192], cm=dict(CM, mem_per_token=1e290, mem_static=0.0, mem_capacity=1e300)),
            {"error"}, contains="cost_model.mem_capacity")
     expect("memory capacity 2^62 is fine",
            batch([4096, 2**40], cm=dict(CM, mem_per_token=1e3, mem_static=0.0, mem_capacity=2.0**62)),

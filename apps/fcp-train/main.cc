@@ -1,0 +1,174 @@
+// fcp-train: trains the executor's byte-level transformer on text files with
+// per-global-batch FCP plans. Run under MPI:
+//   mpirun -np N build/fcp-train [--strategy fcp|fcp-paper|megatron]
+//       [--data-dir DIR] [--max-len L] [--gbs B] [--steps S] [--seed S]
+// Rank 0 prints one line per step and a summary. Exit codes: 0 ok, 2 bad
+// input (one `error:` line on stderr), 1 runtime failure.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "exec/communicator_mpi.h"
+#include "exec/trainer.h"
+#include "fcp/io.h"
+#include "fcp/scheduler.h"
+#include "kernels/gemm.h"
+
+namespace {
+
+struct Flags {
+  fcp::exec::TrainOptions train;
+  std::string data_dir = "/usr/include";
+  std::string cost_model_path;
+  std::string die_at;  // "RANK:STEP"
+  double mem_mb = 256;
+  bool sync_planning = false;
+  bool no_calibrate = false;
+};
+
+int Run(fcp::exec::Communicator& world, Flags& flags) {
+  using namespace fcp::exec;
+  TrainOptions& o = flags.train;
+  o.async_planning = !flags.sync_planning;
+  o.calibrate = !flags.no_calibrate;
+  o.mem_capacity_bytes = flags.mem_mb * (1 << 20);
+  if (!flags.cost_model_path.empty()) {
+    const fcp::CostModel base = CpuCostModel(o.model, o.mem_capacity_bytes);
+    o.cost = fcp::ParseCostModelJson(fcp::ReadFileOrStdin(flags.cost_model_path),
+                                     base);
+  }
+  if (!flags.die_at.empty()) {
+    int die_rank = -1, die_step = -1;
+    if (std::sscanf(flags.die_at.c_str(), "%d:%d", &die_rank, &die_step) != 2)
+      throw fcp::InputError("die-at", "expected RANK:STEP");
+    o.on_step_start = [die_rank, die_step](int rank, int step) {
+      if (rank == die_rank && step == die_step) {
+        std::fprintf(stderr, "rank %d: simulated crash at step %d\n", rank,
+                     step);
+        std::fflush(stderr);
+        std::_Exit(17);  // no MPI_Finalize: a crashed process
+      }
+    };
+  }
+  const TextCorpus corpus = ListCorpus(flags.data_dir);
+  Trainer trainer(world, o, corpus);
+  const bool print = world.rank() == 0;
+  if (print)
+    std::printf(
+        "fcp-train: %d ranks (%s), strategy %s, %zu files in %s, gbs %d, "
+        "max-len %lld, model D=%d L=%d H=%d F=%d (%zu params)\n",
+        world.size(), world.kind().c_str(), o.strategy.c_str(),
+        corpus.paths.size(), flags.data_dir.c_str(), o.gbs,
+        static_cast<long long>(o.max_len), o.model.dim, o.model.layers,
+        o.model.heads, o.model.ffn, trainer.params().size());
+  if (print)
+    std::printf("cost model (%s): alpha1 %.3e s/token^2, alpha2 %.3e s/token, "
+                "beta1 %.1e s, beta2 %.1e s, mem %.0f B/token, capacity %.0f MiB\n",
+                o.cost ? "from --cost-model" : o.calibrate ? "fitted on rank 0" : "derived",
+                trainer.cost().alpha1, trainer.cost().alpha2, trainer.cost().beta1,
+                trainer.cost().beta2, trainer.cost().mem_per_token,
+                trainer.cost().mem_capacity / (1 << 20));
+  double total_s = 0, steady_s = 0, plan_s = 0, hidden_s = 0;
+  int64_t tokens = 0, steady_tokens = 0;
+  StepReport last;
+  for (int s = 0; s < o.steps; ++s) {
+    StepReport r = trainer.Step(s);
+    // Slowest rank's wall time is the step time.
+    std::vector<double> all(world.size(), 0.0);
+    all[world.rank()] = r.wall_s;
+    world.AllReduceSum(all.data(), all.size());
+    double max_wall = 0;
+    for (double w : all) max_wall = std::max(max_wall, w);
+    total_s += max_wall;
+    tokens += r.global_tokens;
+    if (s > 0) {
+      steady_s += max_wall;
+      steady_tokens += r.global_tokens;
+    }
+    plan_s += r.plan_s;
+    hidden_s += r.plan_hidden_s;
+    if (print)
+      std::printf(
+          "step %3d  loss %.4f  wall %.3f s  plan %.1f ms (hidden %.1f / "
+          "visible %.1f)  est %.0f ms  groups %s  tokens %lld  cache "
+          "hit/miss %lld/%lld\n",
+          s, r.loss, max_wall, 1e3 * r.plan_s, 1e3 * r.plan_hidden_s,
+          1e3 * r.plan_visible_s, r.est_ms, r.layout.c_str(),
+          static_cast<long long>(r.global_tokens),
+          static_cast<long long>(r.cache.hits),
+          static_cast<long long>(r.cache.misses));
+    std::fflush(stdout);
+    last = r;
+  }
+  if (print) {
+    std::printf(
+        "summary: strategy %s, %d ranks, %d steps, %lld tokens in %.2f s: "
+        "%.0f tokens/s (steady state, steps 1..%d: %.0f tokens/s, %.3f s/step)"
+        "; final loss %.4f; planning %.1f ms total, %.0f%% hidden; comm "
+        "cache %lld hits / %lld misses, split %.3f ms mean, hit %.4f ms mean "
+        "(rank 0). Measured on this machine (%s).\n",
+        o.strategy.c_str(), world.size(), o.steps,
+        static_cast<long long>(tokens), total_s, tokens / total_s,
+        o.steps - 1, steady_s > 0 ? steady_tokens / steady_s : 0.0,
+        o.steps > 1 ? steady_s / (o.steps - 1) : total_s, last.loss,
+        1e3 * plan_s, plan_s > 0 ? 100.0 * hidden_s / plan_s : 0.0,
+        static_cast<long long>(last.cache.hits),
+        static_cast<long long>(last.cache.misses),
+        last.cache.splits ? 1e3 * last.cache.create_s / last.cache.splits : 0.0,
+        last.cache.hits ? 1e3 * last.cache.hit_s / last.cache.hits : 0.0,
+        "see docs/executor.md for the hardware caveat");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  fcp::exec::TrainOptions& o = flags.train;
+  CLI::App app{"fcp-train: FCP executor on MPI (byte-level transformer)"};
+  app.add_option("--strategy", o.strategy, "planner strategy (fcp, fcp-paper, megatron, ...)");
+  app.add_option("--data-dir", flags.data_dir, "directory of text files (recursive)");
+  app.add_option("--max-len", o.max_len, "max tokens (bytes) per sequence");
+  app.add_option("--gbs", o.gbs, "sequences per global batch");
+  app.add_option("--steps", o.steps, "global batches to train");
+  app.add_option("--seed", o.seed, "seed for data order and init");
+  app.add_option("--dim", o.model.dim, "model width D");
+  app.add_option("--layers", o.model.layers, "transformer layers");
+  app.add_option("--heads", o.model.heads, "attention heads");
+  app.add_option("--ffn", o.model.ffn, "MLP width F");
+  app.add_option("--lr", o.adam.lr, "AdamW learning rate");
+  app.add_option("--cp-degree", o.cp_degree, "fixed CP degree for megatron (0 = tune)");
+  app.add_option("--mem-mb", flags.mem_mb, "per-rank memory capacity the planner assumes (MiB)");
+  app.add_option("--cost-model", flags.cost_model_path, "cost_model JSON (e.g. from `fcp profile`)");
+  app.add_flag("--no-calibrate", flags.no_calibrate, "derive alpha1/alpha2 from FLOPs instead of timing this CPU");
+  app.add_flag("--sync-planning", flags.sync_planning, "plan each step in line (no look-ahead)");
+  app.add_option("--die-at", flags.die_at, "testing: RANK:STEP crashes that rank at that step");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  fcp::kernels::SetBlasThreads(1);  // one core per rank
+  auto world = fcp::exec::MpiInit(&argc, &argv);
+  int rc = 0;
+  try {
+    rc = Run(*world, flags);
+  } catch (const fcp::InputError& e) {
+    // Input errors are raised identically on every rank before any
+    // communication, so every rank exits cleanly with 2.
+    if (world->rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    rc = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", world->rank(), e.what());
+    std::fflush(stderr);
+    fcp::exec::MpiAbort(1);
+  }
+  world.reset();
+  fcp::exec::MpiFinalize();
+  return rc;
+}

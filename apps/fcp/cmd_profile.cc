@@ -1,0 +1,114 @@
+// `fcp profile`: sample a target (this CPU's kernels, or a simulated cluster),
+// fit the cost coefficients, print the fit report, write the cost_model JSON.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "fcp/profiler.h"
+
+namespace fcp::cli {
+namespace {
+
+template <typename T>
+std::vector<T> ParseList(const std::string& text, const std::string& field) {
+  std::vector<T> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != item.size())
+      throw InputError(field, "'" + item + "' is not an integer");
+    out.push_back(static_cast<T>(v));
+  }
+  return out;
+}
+
+std::vector<std::string> SplitComma(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int RunProfileCmd(int argc, char** argv) {
+  CLI::App app{
+      "Measure one CP rank's step time over lengths x degrees, fit alpha1, alpha2, beta1 "
+      "(Eq. 8) and alpha3, beta2 (Eq. 9) by least squares, report standard errors and "
+      "held-out relative error, and write the cost_model JSON (fcp plan --cost-model).\n"
+      "Targets: cpu (real fp32 kernels on this machine, measured) or sim:CLUSTER "
+      "(the simulator's hardware with noise, simulated).",
+      "fcp profile"};
+  ProfileOptions o;
+  std::string lengths, degrees, models, out_file, format = "table";
+  app.add_option("-t,--target", o.target, "cpu or sim:<cluster preset>")->capture_default_str();
+  app.add_option("-m,--model", models,
+                 "model preset (sim; comma list for one report per model, table only) or "
+                 "cpu-tiny (cpu); default qwen3-8b / cpu-tiny");
+  app.add_option("--lengths", lengths, "comma list of sequence lengths (tokens)");
+  app.add_option("--degrees", degrees, "comma list of CP degrees (any positive integers)");
+  app.add_option("-r,--repeats", o.repeats, "measurements per grid point")->capture_default_str();
+  app.add_option("--noise", o.noise_rel, "sim: log-normal noise sigma per measurement")
+      ->capture_default_str();
+  app.add_option("--heldout", o.heldout_fraction, "fraction of samples held out")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the noise and the held-out split")
+      ->capture_default_str();
+  app.add_option("--min-chunk", o.min_tokens_per_rank,
+                 "skip grid points with fewer than this many tokens per rank (s/d)")
+      ->capture_default_str();
+  app.add_flag("!--no-packed", o.packed_groups,
+               "do not sample packed groups (4 sequences, mixed masks)");
+  app.add_option("-o,--out", out_file, "write the report (with its cost_model) to this file");
+  app.add_option("-f,--format", format, "table or json")
+      ->check(CLI::IsMember({"json", "table"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return InputErrorExit(e.what());
+  }
+  try {
+    o.lengths = ParseList<int64_t>(lengths, "lengths");
+    o.degrees = ParseList<int>(degrees, "degrees");
+    std::vector<std::string> model_list = SplitComma(models);
+    if (model_list.empty()) model_list.push_back("");
+    if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
+      throw InputError("model", "several models need --format table and no --out");
+    for (const std::string& m : model_list) {
+      o.model = m;
+      const ProfileReport rep = RunProfile(o);
+      const std::string json = ProfileReportToJson(rep, 2) + "\n";
+      if (!out_file.empty()) {
+        std::ofstream f(out_file);
+        if (!(f << json)) throw InputError("out", "cannot write '" + out_file + "'");
+      }
+      const std::string text = format == "json" ? json : ProfileReportToTable(rep) + "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    return 0;
+  } catch (const InputError& e) {
+    return InputErrorExit(e.what());
+  }
+}
+
+FCP_COMMAND("profile", "fit the cost model from measured (cpu) or simulated samples",
+            RunProfileCmd);
+
+}  // namespace
+}  // namespace fcp::cli

@@ -1,0 +1,110 @@
+// `fcp simulate`: run strategies over simulated global batches.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+#include "fcp/datasets.h"
+#include "fcp/io.h"
+#include "fcp/presets.h"
+#include "fcp/scheduler.h"
+#include "fcp/simulator.h"
+
+namespace fcp::cli {
+namespace {
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+int RunSimulate(int argc, char** argv) {
+  CLI::App app{
+      "Plan and run global batches on the SIMULATED cluster (DESIGN.md §5) with several "
+      "strategies; static baselines (megatron, deepspeed) get their best degree tuned on the "
+      "warmup batches. Times are simulated; solver_ms is measured on this machine.",
+      "fcp simulate"};
+  sim::ExperimentConfig cfg;
+  std::string dataset, lengths_file, strategies = "fcp,fcp-paper,megatron,deepspeed";
+  std::string format = "table", cost_model_file;
+  std::string names;
+  for (const auto& n : DatasetNames()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--dataset", dataset, "synthetic dataset: " + names);
+  app.add_option("--lengths", lengths_file,
+                 "real lengths: one integer per line, or CSV with a `tokens` column");
+  app.add_option("--model", cfg.model, "model preset")->capture_default_str();
+  app.add_option("--cluster", cfg.cluster, "cluster preset")->capture_default_str();
+  app.add_option("--ranks", cfg.ranks, "ranks N (0 = the cluster preset's)");
+  app.add_option("--gbs", cfg.global_batch, "sequences per global batch")->capture_default_str();
+  app.add_option("--steps", cfg.steps, "measured global batches")->capture_default_str();
+  app.add_option("--warmup", cfg.warmup, "warmup batches (tune static degrees, warm caches)")
+      ->capture_default_str();
+  app.add_option("--seed", cfg.seed, "batch i uses seed + i")->capture_default_str();
+  std::string all;
+  for (const auto& n : StrategyNames()) all += (all.empty() ? "" : ",") + n;
+  app.add_option("--strategies", strategies, "comma list of: " + all)->capture_default_str();
+  app.add_option("--format", format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  app.add_flag("--frozen-vision", cfg.vision_frozen, "MLLMs: freeze the vision encoder");
+  app.add_option("--noise", cfg.noise_rel, "simulator noise sigma (0 = none)")
+      ->capture_default_str();
+  app.add_option("--time-limit", cfg.time_limit_s, "MILP strategies' time limit, seconds")
+      ->capture_default_str();
+  app.add_option("--cost-model", cost_model_file,
+                 "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return InputErrorExit(e.what());
+  }
+  try {
+    if (!dataset.empty() && !lengths_file.empty())
+      return InputErrorExit("--dataset/--lengths: give one, not both");
+    if (dataset.empty() && lengths_file.empty()) dataset = "github";
+    cfg.dataset = dataset;
+    if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
+    cfg.strategies = SplitComma(strategies);
+    if (!cost_model_file.empty()) {
+      const ModelPreset* m = FindModelPreset(cfg.model);
+      const ClusterPreset* c = FindClusterPreset(cfg.cluster);
+      if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
+      if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
+      cfg.cost_model = ParseCostModelJson(ReadFileOrStdin(cost_model_file), DeriveCostModel(*m, *c));
+    }
+    if (!quiet) {
+      cfg.progress = [](const std::string& line) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+      };
+    }
+    const sim::ExperimentResult res = sim::RunExperiment(cfg);
+    const std::string text = format == "json" ? sim::ExperimentToJson(res, 2) + "\n"
+                                              : sim::ExperimentToTable(res);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  } catch (const InputError& e) {
+    return InputErrorExit(e.what());
+  }
+}
+
+FCP_COMMAND("simulate", "run strategies over global batches on the simulated cluster",
+            RunSimulate);
+
+}  // namespace
+}  // namespace fcp::cli

@@ -1,0 +1,129 @@
+// The profiler (DESIGN.md §7): measures the step time of one rank of a CP
+// group over a grid of sequence lengths × degrees, fits the planner's cost
+// coefficients (alpha1, alpha2, beta1 of Eq. 8; alpha3, beta2 of Eq. 9) by
+// least squares, and reports standard errors and held-out relative error.
+//
+// Targets:
+//   "cpu"          real kernels on this CPU (src/kernels): one rank's share
+//                  (zigzag chunk of s/d tokens) of a small transformer layer,
+//                  d ring steps of attention forward + backward, the layer's
+//                  GEMMs (OpenBLAS), and the ring's KV/dKV traffic as measured
+//                  in-process copies overlapped on a second thread. Measured.
+//   "sim:CLUSTER"  samples of the simulator's hardware (fcp::sim) for a
+//                  model preset on a cluster preset, with seeded multiplicative
+//                  log-normal measurement noise. Simulated.
+//
+// Thread-safety: RunProfile is reentrant (the cpu target uses a helper thread
+// and OpenBLAS internally; run one cpu profile at a time for sane timings).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cost/fit.h"
+#include "fcp/types.h"
+
+namespace fcp {
+
+struct ProfileOptions {
+  std::string target = "sim:ascend910c-4x16";  // "cpu" or "sim:<cluster preset>"
+  // sim: a model preset (qwen3-8b, ...); cpu: "cpu-tiny" (the default there):
+  // 1 layer, hidden 256, 4 heads of 64 (GQA 2 kv heads), SwiGLU ffn 768.
+  std::string model;          // "" = qwen3-8b (sim) / cpu-tiny (cpu)
+  std::vector<int64_t> lengths;  // tokens; empty = the target's default grid
+  std::vector<int> degrees;      // CP degrees >= 1; empty = default grid
+  int repeats = 3;               // measurements per grid point (mean is used)
+  double noise_rel = 0.02;       // sim: sigma of the log-normal noise per measurement
+  double heldout_fraction = 0.25;  // grid points held out of the error fit
+  uint64_t seed = 1;             // noise and held-out split
+  bool packed_groups = true;     // also sample groups of 4 equal sequences (eta 0/1 mix)
+  // Skip grid points whose per-rank chunk s/d is below this (tokens): a
+  // planner never shards a sequence that thin, and there the fixed per-step
+  // costs that Eq. 8-9 do not model dominate. 0 keeps every point.
+  int64_t min_tokens_per_rank = 512;
+};
+
+struct ProfileReport {
+  std::string target;
+  std::string model;
+  std::string hardware;   // "simulated: ..." or "measured: <cpu>, ..."
+  CostModel cost_model;   // fitted on all samples; bandwidths/memory from the preset
+  FitResult fit;          // the fit behind cost_model
+  HeldoutReport heldout;  // fit on the training split, error on held-out points
+  std::vector<FitSample> samples;
+  std::vector<bool> is_heldout;  // per sample
+  double wall_s = 0;      // profiling wall time
+  std::string residual_note;  // what dominates the residual (largest-error points)
+};
+
+// Runs the profile. Throws InputError naming the field: "target", "model",
+// "lengths", "degrees", "repeats", "noise", "heldout_fraction".
+ProfileReport RunProfile(const ProfileOptions& options);
+
+// {"target","model","hardware","coefficients":{name:{"value","std_error"}},
+//  "heldout_error":{"mean","max","by_label":{...}},"samples":N,
+//  "cost_model":{...}} — fcp::ParseCostModelJson accepts it (it reads the
+// "cost_model" member). `indent` < 0: one line.
+std::string ProfileReportToJson(const ProfileReport& report, int indent = 2);
+
+// Human-readable table: coefficients ± standard error, held-out error per
+// label (the paper's Table 3 layout), residual note.
+std::string ProfileReportToTable(const ProfileReport& report);
+
+// ---------------------------------------------------------------------------
+// Robustness of plans to coefficient error (paper Tables 4-5, `fcp eval noise`).
+// For each rank count and noise level p, every coefficient (alpha1, alpha2,
+// beta1, alpha3, beta2) is multiplied by (1 + u), u ~ Uniform[-p, p]
+// independently (seeded); the same batches are re-planned with MakePlan; a
+// plan "matches" when its multiset of CP degrees (all groups, all
+// micro-batches) equals the plan under the unperturbed coefficients; the step
+// time of both plans is SIMULATED (fcp::sim::SimulatePlan, no noise).
+struct NoiseEvalOptions {
+  std::string cluster = "ascend910c-4x16";
+  std::string model = "qwen3-8b";
+  std::string dataset = "github";      // fcp::SampleBatch dataset name
+  int64_t batch_sequences = 512;       // sequences per global batch (paper GBS)
+  int batches = 16;                    // global batches per rank count
+  int trials = 8;                      // perturbation draws per batch and level
+  std::vector<int> rank_counts = {32, 64};
+  std::vector<double> noise_levels = {0.05, 0.10, 0.20, 0.30, 0.50};
+  std::string strategy = "fcp";
+  uint64_t seed = 1;
+  // Base ("fitted") coefficients; when unset they are fitted with RunProfile
+  // on sim:<cluster> for the model (the default profile grid).
+  std::optional<CostModel> base;
+  // The planner plans against mem_capacity·(1 - mem_headroom): its memory
+  // model (DESIGN.md §2) and the simulator's differ slightly, and a plan that
+  // fills memory exactly can be an OOM in the simulator. Batches whose base
+  // plan still OOMs are skipped (NoiseEvalRow::batches counts the used ones).
+  double mem_headroom = 0.02;
+};
+
+struct NoiseEvalRow {
+  int ranks = 0;
+  double noise = 0;          // p (fraction)
+  int batches = 0;           // batches whose base plan ran (not OOM, feasible)
+  int plans = 0;             // batches × trials
+  double cp_match = 0;       // fraction of plans with an unchanged degree multiset
+  double time_change_mean = 0;  // mean of (t_perturbed - t_base) / t_base (simulated)
+  double time_change_max = 0;
+  double paper_time_change = -1;  // paper Table 4/5 (fraction), -1 when not reported
+  double paper_cp_match = -1;
+};
+
+struct NoiseEvalReport {
+  NoiseEvalOptions options;
+  CostModel base;
+  std::vector<NoiseEvalRow> rows;
+  double wall_s = 0;
+};
+
+// Throws InputError naming the field for bad options (unknown preset/dataset,
+// counts < 1, noise outside [0, 0.95], ranks above the cluster's).
+NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& options);
+std::string NoiseEvalToJson(const NoiseEvalReport& report, int indent = 2);
+std::string NoiseEvalToTable(const NoiseEvalReport& report);
+
+}  // namespace fcp

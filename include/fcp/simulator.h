@@ -1,0 +1,299 @@
+// The hardware simulator (DESIGN.md §5): the "cluster" on which plans run when
+// no cluster is at hand. It is deliberately NOT the planner's cost formula: it
+// models per-layer GEMM and attention FLOPs at length-dependent efficiencies,
+// ring attention step by step (compute/transfer overlap per step, per-step
+// latency, intra- vs inter-node links by actual placement), Ulysses all-to-all,
+// zigzag chunking with padding, kernel-launch costs, full activation recompute,
+// memory-bound elementwise traffic, the MLLM vision encoder (frozen/unfrozen),
+// communicator creation, gradient reduction once per global batch, per-rank
+// memory (a group that does not fit is reported as OOM and never "run") and
+// optional seeded multiplicative noise. Every figure it produces is simulated.
+//
+// Units: seconds, bytes, FLOPs, tokens. Thread-safety: all functions are pure
+// functions of their arguments (safe to call concurrently).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fcp/presets.h"
+#include "fcp/types.h"
+
+namespace fcp::sim {
+
+// Everything the simulator knows about the hardware and the model. Build it
+// with MakeHardwareModel and adjust fields as needed (tests do).
+struct HardwareModel {
+  // --- cluster ---
+  int num_ranks = 64;
+  int ranks_per_node = 16;
+  double peak_flops = 376e12;        // dense bf16 FLOP/s per rank
+  double hbm_bytes_per_s = 3.2e12;   // device memory bandwidth
+  double mem_capacity_bytes = 64e9;  // per rank
+  double bw_intra_node = 196e9;      // bytes/s per direction, P2P within a node
+  double bw_inter_node = 50e9;       // bytes/s per rank across nodes
+  double latency_intra_s = 8e-6;     // per P2P message / collective step
+  double latency_inter_s = 20e-6;
+  double launch_s = 6e-6;            // per kernel launch (host + device gap)
+  int kernels_per_layer_pass = 14;   // kernels of one transformer layer, one pass
+  double group_create_s = 1e-3;      // new communicator (paper: ≈ 1 ms), cached
+  double framework_reserve_bytes = 1.5e9;  // runtime context, collectives buffers
+  // --- efficiency curves: eff(n) = max · n / (n + half_tokens) ---
+  // Attention (FlashAttention-3-like, causal): ≈30% of peak at 512 tokens,
+  // ≈62% at 16k. Blocks without a mask (off-diagonal ring steps) run
+  // attn_dense_bonus times faster (capped at 0.95 of peak).
+  double attn_eff_max = 0.642;
+  double attn_eff_half_tokens = 584;
+  double attn_dense_bonus = 1.08;
+  // GEMMs by rows (tokens on the rank): ≈40% at 256 rows, ≈77% at 16k.
+  double gemm_eff_max = 0.80;
+  double gemm_eff_half_tokens = 256;
+  // --- model ---
+  ModelShape shape;
+  bool multimodal = false;
+  int vision_tokens_per_tile = 0;  // LLM tokens per 448² tile / frame
+  int vision_patches_per_token = 4;  // encoder patches per LLM vision token (2×2 merge)
+  int vision_patches_per_tile = 1024;  // full attention inside a tile in the ViT
+  bool vision_frozen = false;  // frozen: encoder forward only, no encoder grads
+};
+
+// The simulator's hardware for `model` on `cluster`; `num_ranks` > 0 overrides
+// the preset's rank count (ranks_per_node becomes min(R, N)). HBM bandwidth:
+// 3.2 TB/s (Ascend 910C), 3.35 TB/s (H100). Throws InputError("ranks") when
+// num_ranks < 0.
+HardwareModel MakeHardwareModel(const ModelPreset& model,
+                                const ClusterPreset& cluster, int num_ranks = 0);
+
+// --- FLOP counts (exposed for tests and docs; forward pass only) ---
+// Backbone parameters of one transformer layer: h·(dq + 2·dkv) + dq·h + 3·h·f.
+double LayerParams(const ModelShape& shape);
+// All trainable backbone parameters: L·LayerParams + 2·h·V (embedding, LM head).
+double BackboneParams(const ModelShape& shape);
+// Vision encoder parameters: 12·vh²·vl.
+double VisionParams(const ModelShape& shape);
+// Forward GEMM FLOPs of ONE layer for `tokens` tokens: 2·tokens·LayerParams.
+double LayerGemmFlopsForward(const ModelShape& shape, double tokens);
+// Forward attention FLOPs of ONE layer for a sequence of `len` tokens with mask
+// factor eta: QKᵀ and PV over the visible pairs, 4·dq per pair, visible pairs
+// (1 + eta)·len²/2 (0 = causal, 1 = full).
+double LayerAttentionFlopsForward(const ModelShape& shape, double len, double eta);
+
+// Efficiency (fraction of peak) of an attention block with `tokens` query
+// tokens, causal curve, and of a GEMM with `rows` rows.
+double AttentionEfficiency(const HardwareModel& hw, double tokens);
+double GemmEfficiency(const HardwareModel& hw, double rows);
+
+// One CP group's forward + recompute + backward on its ranks, per rank.
+struct GroupSimResult {
+  double time_s = 0;            // wall time of the group (all ranks symmetric)
+  double gemm_s = 0;            // linear layers incl. LM head
+  double attention_s = 0;       // attention kernels (compute only)
+  double elementwise_s = 0;     // norms, activations, residuals (HBM-bound)
+  double comm_s = 0;            // total transfer time (ring P2P or all-to-all)
+  double exposed_comm_s = 0;    // part of comm_s not hidden behind compute
+  double launch_s = 0;          // kernel launches
+  double vision_s = 0;          // vision encoder (+ projector)
+  double comm_bytes_per_rank = 0;  // bytes sent by one rank
+  double padded_tokens_per_rank = 0;  // tokens after zigzag padding
+  double mem_bytes_per_rank = 0;
+  bool oom = false;             // mem_bytes_per_rank > mem_capacity_bytes
+};
+
+// Simulates one group of `sequences` on `ranks` (global rank ids in ring
+// order; placement decides intra/inter-node links) communicating by `comm`.
+// `vision_tokens` (optional, one per sequence) are the LLM vision tokens of
+// each sequence; when empty and hw.multimodal they are estimated from eta as
+// eta·len²/vision_tokens_per_tile. No noise. Throws InputError for empty
+// ranks, a rank outside [0, hw.num_ranks), or an empty sequence list.
+GroupSimResult SimulateGroup(const HardwareModel& hw,
+                             std::span<const Sequence> sequences,
+                             std::span<const int> ranks, CommKind comm,
+                             std::span<const int64_t> vision_tokens = {});
+
+// SimulateGroup(...).time_s: the simulated time (s) of ONE group. This is the
+// sampling API the profiler fits the cost model to; kept stable. It returns
+// the time even when the group would not fit in memory (check
+// SimulateGroup(...).oom for that).
+double SimulateGroupTimeS(const HardwareModel& hw,
+                          std::span<const Sequence> sequences,
+                          std::span<const int> ranks,
+                          CommKind comm = CommKind::kRing,
+                          std::span<const int64_t> vision_tokens = {});
+
+// The simulator's memory accounting expressed in the planner's two memory
+// coefficients, as a profiler measuring memory on this hardware would report
+// it: mem_static = model states + runtime reserve + the vision encoder's
+// fixed chunk working set; mem_per_token = activations + the larger of the
+// ring / all-to-all buffers + (MLLMs) pixel bytes, plus 0.5% for zigzag
+// padding; mem_capacity = the device's. Other coefficients are kept. Planning
+// with it means no plan the planner accepts is an OOM in the simulator.
+CostModel CalibrateMemory(const HardwareModel& hw, CostModel planner_model);
+
+struct SimOptions {
+  // Multiplicative log-normal noise on every group time: sigma = noise_rel
+  // (0 = deterministic). Drawn in (micro-batch, group) order from noise_seed.
+  double noise_rel = 0;
+  uint64_t noise_seed = 0;
+  // Per-sequence LLM vision tokens (see SimulateGroup); empty = from eta.
+  std::vector<int64_t> vision_tokens;
+  // Add the gradient reduce-scatter/all-gather and optimizer step (once per
+  // global batch).
+  bool include_grad_sync = true;
+  // Communicators already created (sorted rank sets); when set, it is read and
+  // extended, so creation is charged once across several global batches.
+  // Not owned; not thread-safe.
+  std::set<std::vector<int>>* communicator_cache = nullptr;
+};
+
+// One global batch (all micro-batches of `plan`) on the simulated cluster.
+struct SimResult {
+  bool oom = false;
+  std::string oom_message;   // "micro_batches[i].groups[j]: needs X GB > Y GB"
+  double iter_s = 0;         // wall time of the global batch (0 when oom)
+  double compute_s = 0;      // until the last rank finishes its last group
+  double grad_sync_s = 0;    // gradient reduction + optimizer step
+  double group_create_s = 0; // communicator creation on the critical path (sum)
+  int new_groups = 0;        // distinct rank sets created (first use)
+  double tokens = 0;         // unpadded tokens of the batch
+  double tokens_per_s = 0;   // tokens / iter_s
+  double busy_fraction = 0;  // Σ rank busy time / (N · compute_s)
+  double exposed_comm_s = 0; // Σ over groups of exposed communication
+  std::vector<double> micro_batch_end_s;  // when each micro-batch's last group ends
+};
+
+// Runs `plan` (ranks, sequences and comm of every group; its estimates are
+// ignored) for `sequences`. Ranks proceed independently: a group starts when
+// all its ranks are free (no global barrier between micro-batches), so static
+// data-parallel replicas never wait for each other until the gradient sync.
+// A group that exceeds memory makes the whole result OOM (nothing is run).
+// Throws InputError("plan...") when the plan refers to ranks outside
+// [0, hw.num_ranks) or to sequences that do not exist, and when the plan's
+// status is not kOk.
+SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
+                       std::span<const Sequence> sequences,
+                       const SimOptions& options = {});
+
+// Asynchronous CPU scheduling (paper §4, "decoupling scheduling and
+// training"): the plan of step i is computed while step i-1 runs. Step 0's
+// solver time is exposed (nothing to hide behind).
+struct OverlapReport {
+  double solver_s = 0;   // Σ solver time
+  double hidden_s = 0;   // Σ min(solver_i, iter_{i-1})
+  double exposed_s = 0;  // solver_s - hidden_s
+  double hidden_fraction() const { return solver_s > 0 ? hidden_s / solver_s : 1.0; }
+};
+// `solver_s[i]` and `iter_s[i]` per step (same length). Throws InputError on a
+// length mismatch.
+OverlapReport OverlapScheduling(std::span<const double> solver_s,
+                                std::span<const double> iter_s);
+
+// --- Gantt chart of a plan (gnuplot) ---
+struct GanttOptions {
+  std::string title;  // default: "<strategy>: N ranks, M micro-batches"
+  // Per-group durations in ms in plan order (micro-batch, group); empty = the
+  // plan's est_ms. Micro-batches are laid out back to back (barrier).
+  std::vector<double> group_ms;
+  int width_px = 1200;
+  int height_px = 700;
+};
+// Draws ranks (y) × time (x) with one bar per group, labelled with its degree
+// and sequence count, to `png_path` by running `gnuplot` (pngcairo, falling
+// back to png). Throws InputError("plot", ...) when the plan is empty or not
+// kOk, and std::runtime_error when gnuplot is missing or fails.
+void WritePlanGantt(const Plan& plan, const std::string& png_path,
+                    const GanttOptions& options = {});
+
+// --- Experiments: many global batches × strategies on the simulator ---
+// (the engine of `fcp simulate` and `fcp eval paper`).
+
+struct ExperimentConfig {
+  std::string dataset = "github";  // a DatasetNames() entry; ignored if lengths set
+  std::vector<int64_t> lengths;    // real lengths to draw from (--lengths FILE)
+  std::string model = "qwen3-8b";  // ModelPresets() name
+  std::string cluster = "ascend910c-4x16";  // ClusterPresets() name
+  int ranks = 0;                   // 0 = the cluster preset's rank count
+  int64_t global_batch = 512;      // sequences per global batch (>= 1)
+  int steps = 10;                  // measured global batches (>= 1)
+  int warmup = 5;                  // extra batches first: not measured, used to
+                                   // tune static baselines' degree (>= 0)
+  uint64_t seed = 1;               // batch i is drawn with seed + i
+  std::vector<std::string> strategies = {"fcp", "fcp-paper", "megatron", "deepspeed"};
+  bool vision_frozen = false;      // MLLMs: frozen vision encoder
+  double noise_rel = 0;            // simulator noise (SimOptions::noise_rel)
+  double time_limit_s = 10;        // PlanOptions::time_limit_s (MILP strategies)
+  std::optional<CostModel> cost_model;  // planner coefficients; default derived
+  // Replace the planner's memory coefficients by the simulator's own
+  // (CalibrateMemory), as a profiled deployment would. Timing coefficients
+  // are never taken from the simulator.
+  bool calibrate_memory = true;
+  // Progress lines (e.g. to stderr); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+struct StrategyResult {
+  std::string strategy;
+  bool oom = false;         // some step's plan does not fit the simulated memory
+  bool infeasible = false;  // the planner found no feasible plan
+  std::string message;      // why, when oom or infeasible
+  double iter_s = 0;        // mean simulated time per global batch
+  double tokens_per_s = 0;  // Σ tokens / Σ iter_s
+  double compute_s = 0;     // mean time until the last group ends
+  double grad_sync_s = 0;   // mean gradient sync + optimizer
+  double solver_ms = 0;     // mean planner wall time per global batch (measured)
+  double solver_max_ms = 0;
+  double schedule_ms = 0;   // solver + simulated communicator creation, mean
+  double micro_batches = 0; // mean micro-batches per global batch
+  double busy_fraction = 0; // mean
+  int cp_degree = 0;        // tuned static degree (megatron/deepspeed), else 0
+  std::string degree_candidates;  // "1:12.3s,2:10.1s,..." tried while tuning
+  std::string first_micro_batch_mix;  // e.g. "<8>x1, <6>x2, <1>x4"
+  std::map<int, int> degree_histogram;  // degree -> groups, all measured steps
+  OverlapReport overlap;    // asynchronous scheduling over the measured steps
+  std::vector<double> step_iter_s;
+  std::map<std::string, double> speedup_vs;  // other strategy -> its iter / ours
+};
+
+struct ExperimentResult {
+  ExperimentConfig config;  // with ranks resolved
+  double mean_tokens_per_batch = 0;
+  std::vector<StrategyResult> results;
+};
+
+// Runs the experiment: for each step, draws the global batch, plans it with
+// every strategy (static baselines: every allowed degree tried on the warmup
+// batches, or the first batch when warmup = 0; the best by simulated time is
+// kept), simulates each plan and aggregates over the measured steps. Throws
+// InputError naming the field for unknown dataset/model/cluster/strategy or
+// bad counts. Not thread-safe only in that `progress` is called from the
+// calling thread.
+ExperimentResult RunExperiment(const ExperimentConfig& config);
+
+// {"simulated": true, "config": {...}, "results": [...]} (README format).
+std::string ExperimentToJson(const ExperimentResult& result, int indent = 2);
+// A fixed-width text table, labelled simulated.
+std::string ExperimentToTable(const ExperimentResult& result);
+
+// "<8>x1, <6>x2" from degree -> count, largest degree first.
+std::string DegreeMix(const std::map<int, int>& degree_counts);
+
+// --- `fcp eval paper`: the paper's evaluation on the simulator ---
+struct PaperEvalOptions {
+  std::string out_dir;  // created if missing; report.md, *.csv, *.png go here
+  bool quick = false;   // fewer steps, scaling only to 64 ranks (smoke test)
+  uint64_t seed = 1;
+  bool plots = true;    // PNGs via gnuplot (skipped with a note if missing)
+  std::function<void(const std::string&)> progress;  // may be empty
+};
+// Runs Figures 3, 4, 5, 6, Tables 1, 2, 6 and the extreme case, writing
+// markdown (report.md) with the paper's numbers beside ours, one CSV per
+// figure/table and PNG charts. Returns the markdown. Throws InputError("out")
+// when the directory cannot be created or written.
+std::string RunPaperEval(const PaperEvalOptions& options);
+
+}  // namespace fcp::sim

@@ -1,0 +1,219 @@
+// pybind11 bindings of the fcp planner (module `fcp._fcp`). Bindings only:
+// plain structs bound field by field, free functions bound 1:1, blocking calls
+// release the GIL, and one exception translator maps C++ errors to Python
+// (InputError / std::invalid_argument -> ValueError with the field name first,
+// any other std::exception -> RuntimeError). The user-facing API
+// (fcp.Scheduler, fcp.presets) is Python in python/fcp/__init__.py.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fcp/io.h"
+#include "fcp/presets.h"
+#include "fcp/scheduler.h"
+#include "fcp/types.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Builds request.sequences from int64/float64 arrays (already converted and
+// range-checked by pybind11's array_t casters). Validation of the values is
+// MakePlan's (InputError "sequences[i]: ...").
+std::vector<fcp::Sequence> SequencesFromArrays(
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+    std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
+  if (lengths.ndim() != 1) throw fcp::InputError("sequences", "lengths must be one-dimensional");
+  const auto n = static_cast<size_t>(lengths.shape(0));
+  if (etas && (etas->ndim() != 1 || static_cast<size_t>(etas->shape(0)) != n)) {
+    throw fcp::InputError("eta", "must have one value per sequence (" + std::to_string(n) + ")");
+  }
+  std::vector<fcp::Sequence> out(n);
+  const int64_t* len = lengths.data();
+  const double* eta = etas ? etas->data() : nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    out[i].length_tokens = len[i];
+    out[i].eta = eta ? eta[i] : 0.0;
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_fcp, m) {
+  m.doc() = "fcp planner bindings (see the fcp package for the Python API)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const fcp::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::out_of_range& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  py::enum_<fcp::CommKind>(m, "CommKind")
+      .value("RING", fcp::CommKind::kRing)
+      .value("ALL_TO_ALL", fcp::CommKind::kAllToAll);
+  py::enum_<fcp::PlanStatus>(m, "PlanStatus")
+      .value("OK", fcp::PlanStatus::kOk)
+      .value("INFEASIBLE", fcp::PlanStatus::kInfeasible);
+
+  py::class_<fcp::Sequence>(m, "Sequence")
+      .def(py::init<>())
+      .def(py::init([](int64_t length_tokens, double eta) {
+             return fcp::Sequence{length_tokens, eta};
+           }),
+           py::arg("length_tokens"), py::arg("eta") = 0.0)
+      .def_readwrite("length_tokens", &fcp::Sequence::length_tokens)
+      .def_readwrite("eta", &fcp::Sequence::eta)
+      .def("__repr__", [](const fcp::Sequence& s) {
+        return "Sequence(length_tokens=" + std::to_string(s.length_tokens) +
+               ", eta=" + py::repr(py::float_(s.eta)).cast<std::string>() + ")";
+      });
+
+  py::class_<fcp::Cluster>(m, "Cluster")
+      .def(py::init<>())
+      .def(py::init([](int num_ranks, int ranks_per_node) {
+             return fcp::Cluster{num_ranks, ranks_per_node};
+           }),
+           py::arg("num_ranks"), py::arg("ranks_per_node"))
+      .def_readwrite("num_ranks", &fcp::Cluster::num_ranks)
+      .def_readwrite("ranks_per_node", &fcp::Cluster::ranks_per_node)
+      .def("__repr__", [](const fcp::Cluster& c) {
+        return "Cluster(num_ranks=" + std::to_string(c.num_ranks) +
+               ", ranks_per_node=" + std::to_string(c.ranks_per_node) + ")";
+      });
+
+  py::class_<fcp::CostModel>(m, "CostModel")
+      .def(py::init<>())
+      .def_readwrite("alpha1", &fcp::CostModel::alpha1)
+      .def_readwrite("alpha2", &fcp::CostModel::alpha2)
+      .def_readwrite("beta1", &fcp::CostModel::beta1)
+      .def_readwrite("alpha3", &fcp::CostModel::alpha3)
+      .def_readwrite("beta2", &fcp::CostModel::beta2)
+      .def_readwrite("bw_intra_node", &fcp::CostModel::bw_intra_node)
+      .def_readwrite("bw_inter_node", &fcp::CostModel::bw_inter_node)
+      .def_readwrite("mem_per_token", &fcp::CostModel::mem_per_token)
+      .def_readwrite("mem_static", &fcp::CostModel::mem_static)
+      .def_readwrite("mem_capacity", &fcp::CostModel::mem_capacity)
+      .def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
+
+  py::class_<fcp::ModelShape>(m, "ModelShape")
+      .def(py::init<>())
+      .def_readwrite("name", &fcp::ModelShape::name)
+      .def_readwrite("layers", &fcp::ModelShape::layers)
+      .def_readwrite("hidden", &fcp::ModelShape::hidden)
+      .def_readwrite("q_heads", &fcp::ModelShape::q_heads)
+      .def_readwrite("kv_heads", &fcp::ModelShape::kv_heads)
+      .def_readwrite("head_dim", &fcp::ModelShape::head_dim)
+      .def_readwrite("ffn", &fcp::ModelShape::ffn)
+      .def_readwrite("vocab", &fcp::ModelShape::vocab)
+      .def_readwrite("vision_layers", &fcp::ModelShape::vision_layers)
+      .def_readwrite("vision_hidden", &fcp::ModelShape::vision_hidden);
+
+  py::class_<fcp::GroupPlan>(m, "GroupPlan")
+      .def(py::init<>())
+      .def_readwrite("ranks", &fcp::GroupPlan::ranks)
+      .def_readwrite("sequences", &fcp::GroupPlan::sequences)
+      .def_readwrite("comm", &fcp::GroupPlan::comm)
+      .def_readwrite("est_ms", &fcp::GroupPlan::est_ms)
+      .def_readwrite("mem_bytes", &fcp::GroupPlan::mem_bytes)
+      .def_property_readonly("degree", &fcp::GroupPlan::degree);
+
+  py::class_<fcp::MicroBatchPlan>(m, "MicroBatchPlan")
+      .def(py::init<>())
+      .def_readwrite("groups", &fcp::MicroBatchPlan::groups)
+      .def_readwrite("est_ms", &fcp::MicroBatchPlan::est_ms);
+
+  py::class_<fcp::Plan>(m, "Plan")
+      .def(py::init<>())
+      .def_readwrite("strategy", &fcp::Plan::strategy)
+      .def_readwrite("num_ranks", &fcp::Plan::num_ranks)
+      .def_readwrite("status", &fcp::Plan::status)
+      .def_readwrite("message", &fcp::Plan::message)
+      .def_readwrite("infeasible_sequence", &fcp::Plan::infeasible_sequence)
+      .def_readwrite("micro_batches", &fcp::Plan::micro_batches)
+      .def_readwrite("est_ms", &fcp::Plan::est_ms)
+      .def_readwrite("lower_bound_ms", &fcp::Plan::lower_bound_ms)
+      .def_readwrite("solver_ms", &fcp::Plan::solver_ms)
+      .def_readwrite("notes", &fcp::Plan::notes)
+      .def_property_readonly("gap", &fcp::Plan::gap)
+      .def("to_json", &fcp::PlanToJson, py::arg("indent") = 2,
+           "The plan as `fcp plan --format json` prints it (indent < 0: one line).");
+
+  py::class_<fcp::PlanRequest>(m, "PlanRequest")
+      .def(py::init<>())
+      .def_readwrite("cluster", &fcp::PlanRequest::cluster)
+      .def_readwrite("cost", &fcp::PlanRequest::cost)
+      .def_readwrite("sequences", &fcp::PlanRequest::sequences)
+      .def_readwrite("model", &fcp::PlanRequest::model);
+
+  py::class_<fcp::PlanOptions>(m, "PlanOptions")
+      .def(py::init<>())
+      .def_readwrite("strategy", &fcp::PlanOptions::strategy)
+      .def_readwrite("cp_degree", &fcp::PlanOptions::cp_degree)
+      .def_readwrite("time_limit_s", &fcp::PlanOptions::time_limit_s)
+      .def_readwrite("seed", &fcp::PlanOptions::seed);
+
+  py::class_<fcp::BatchInput>(m, "BatchInput")
+      .def_readwrite("request", &fcp::BatchInput::request)
+      .def_readwrite("cluster_name", &fcp::BatchInput::cluster_name)
+      .def_readwrite("model_name", &fcp::BatchInput::model_name);
+
+  py::class_<fcp::ClusterPreset>(m, "ClusterPreset")
+      .def_readonly("name", &fcp::ClusterPreset::name)
+      .def_readonly("num_ranks", &fcp::ClusterPreset::num_ranks)
+      .def_readonly("ranks_per_node", &fcp::ClusterPreset::ranks_per_node)
+      .def_readonly("peak_flops", &fcp::ClusterPreset::peak_flops)
+      .def_readonly("mem_bytes", &fcp::ClusterPreset::mem_bytes)
+      .def_readonly("bw_intra_node", &fcp::ClusterPreset::bw_intra_node)
+      .def_readonly("bw_inter_node", &fcp::ClusterPreset::bw_inter_node);
+
+  py::class_<fcp::ModelPreset>(m, "ModelPreset")
+      .def_readonly("shape", &fcp::ModelPreset::shape)
+      .def_readonly("multimodal", &fcp::ModelPreset::multimodal)
+      .def_readonly("vision_tokens_per_tile", &fcp::ModelPreset::vision_tokens_per_tile)
+      .def("params", &fcp::ModelPreset::params)
+      .def("vision_params", &fcp::ModelPreset::vision_params);
+
+  m.def("strategy_names", &fcp::StrategyNames, "Registered strategies, default first.");
+  m.def("model_presets", &fcp::ModelPresets, py::return_value_policy::copy);
+  m.def("cluster_presets", &fcp::ClusterPresets, py::return_value_policy::copy);
+  m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"), py::arg("cluster"));
+  m.def("parse_batch_json", &fcp::ParseBatchJson, py::arg("text"),
+        "Parses `fcp plan`'s input JSON; ValueError naming the field.");
+  m.def("parse_cost_model_json", &fcp::ParseCostModelJson, py::arg("text"), py::arg("base"));
+  m.def("plan_to_json", &fcp::PlanToJson, py::arg("plan"), py::arg("indent") = 2);
+  m.def("validate_request", &fcp::ValidateRequest, py::arg("request"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("validate_plan", &fcp::ValidatePlan, py::arg("request"), py::arg("plan"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("lower_bound_ms", &fcp::LowerBoundMs, py::arg("request"), py::arg("all_to_all") = false,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("make_plan", &fcp::MakePlan, py::arg("request"), py::arg("options") = fcp::PlanOptions{},
+        py::call_guard<py::gil_scoped_release>(),
+        "MakePlan; releases the GIL while planning.");
+  m.def("sequences_from_arrays", &SequencesFromArrays, py::arg("lengths"),
+        py::arg("eta") = py::none());
+  // MakePlan on `request` with its sequences replaced by the arrays; the
+  // conversion holds the GIL, planning releases it.
+  m.def(
+      "make_plan_lengths",
+      [](fcp::PlanRequest request, const fcp::PlanOptions& options,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
+        request.sequences = SequencesFromArrays(lengths, etas);
+        py::gil_scoped_release release;
+        return fcp::MakePlan(request, options);
+      },
+      py::arg("request"), py::arg("options"), py::arg("lengths"), py::arg("eta") = py::none());
+}

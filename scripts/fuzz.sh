@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan +
+# coverage) and runs each for a bounded time on its seed corpus.
+#
+#   scripts/fuzz.sh            # `make fuzz`: 300 s per target
+#   scripts/fuzz.sh --short    # `make test`: ~60 s in total (20 s per target)
+#   FUZZ_SECONDS=3600 scripts/fuzz.sh     # longer runs
+#   FCP_FUZZ_BUILD_DIR=build-x scripts/fuzz.sh
+#
+# The repo's seed corpus (fuzz/corpus/<target>/) is read-only input; new
+# interesting inputs go to <build>/fuzz/corpus/<target>/ (merge them into the
+# repo corpus with `<target> -merge=1 fuzz/corpus/<target> <build>/fuzz/corpus/<target>`).
+# A crash leaves <build>/fuzz/artifacts/<target>/crash-*; rerun it with
+# `<build>/fuzz/<target>_fuzz <file>`. Exit status: non-zero on any finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-fuzz}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
+if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
+TARGETS=(batch_json lengths planner)
+
+if [[ "$BUILD_DIR" == build-fuzz ]]; then
+  cmake --preset fuzz >/dev/null
+else
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DFCP_BUILD_FUZZ=ON -DFCP_BUILD_MPI=OFF \
+    -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build "$BUILD_DIR" --target fuzz_all -j "$JOBS"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+status=0
+for t in "${TARGETS[@]}"; do
+  bin="$BUILD_DIR/fuzz/${t}_fuzz"
+  work="$BUILD_DIR/fuzz/corpus/$t"
+  artifacts="$BUILD_DIR/fuzz/artifacts/$t"
+  mkdir -p "$work" "$artifacts"
+  log="$BUILD_DIR/fuzz/$t.log"
+  # -timeout: one input taking > 10 s is a hang; -rss_limit_mb bounds memory.
+  # Inputs stay small (-max_len) so that one execution is milliseconds.
+  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
+      -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" \
+      "$work" "fuzz/corpus/$t" >"$log" 2>&1; then
+    execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
+    cov=$(grep -E '^#[0-9]+' "$log" | tail -1 | grep -o 'cov: [0-9]*' || true)
+    echo "fuzz $t: ok, ${execs:-?} executions in ${SECONDS_PER_TARGET} s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$t" | wc -l) seeds"
+  else
+    status=1
+    echo "fuzz $t: FAILED (log: $log; artifacts: $artifacts)"
+    grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY' "$log" | head -20 || true
+  fi
+done
+exit $status

@@ -1,0 +1,42 @@
+// Static-degree baselines: `megatron` (ring CP, one degree, DP replicas) and
+// `deepspeed` (Ulysses all-to-all, power-of-two degree dividing q_heads).
+// Without --cp the degree is tuned: every allowed degree that holds the
+// longest sequence is planned and the one with the smallest estimated
+// makespan is kept (notes: cp_degree, cp_degree_source, cp_degree_candidates).
+// --cp C outside the allowed set throws InputError("cp_degree"); a sequence
+// that does not fit on C ranks yields a kInfeasible plan naming it.
+// Thread-safety: stateless.
+#pragma once
+
+#include <vector>
+
+#include "fcp/scheduler.h"
+
+namespace fcp::baselines {
+
+// Allowed degrees: divisors of N (megatron); powers of two dividing both N
+// and q_heads (deepspeed). Ascending.
+std::vector<int> MegatronDegrees(int num_ranks);
+std::vector<int> UlyssesDegrees(int num_ranks, int q_heads);
+
+class MegatronStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "megatron"; }
+  std::string_view description() const override {
+    return "Megatron-LM static ring CP: one degree (divisor of N), DP replicas, "
+           "data-loader order";
+  }
+  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+};
+
+class DeepSpeedStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "deepspeed"; }
+  std::string_view description() const override {
+    return "DeepSpeed-Ulysses static SP: power-of-two degree dividing the head "
+           "count, all-to-all";
+  }
+  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+};
+
+}  // namespace fcp::baselines

@@ -1,0 +1,174 @@
+// MPI tests (run by CTest under `mpirun -np 4`, label mpi). No gtest: every
+// rank runs the same checks; failures are all-reduced and rank 0 prints them.
+//   exec_mpitest gradients   gradient equivalence vs the single-process oracle
+//   exec_mpitest comm        communicator cache creation vs hit cost, ring p2p
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "exec/comm_cache.h"
+#include "exec/communicator_mpi.h"
+#include "exec/executor.h"
+#include "fcp/scheduler.h"
+
+namespace fcp::exec {
+namespace {
+
+GlobalBatch RandomBatch(int num_sequences, int max_len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  GlobalBatch b;
+  for (int i = 0; i < num_sequences; ++i) {
+    const int len = 2 + static_cast<int>(rng() % (max_len - 1));
+    std::vector<uint8_t> s(len);
+    for (auto& x : s) x = static_cast<uint8_t>(rng() % 256);
+    b.sequences.push_back(s);
+    b.causal.push_back(i % 5 != 4);  // some full-mask sequences
+  }
+  return b;
+}
+
+// Max |a-b| / max|b| (relative to the largest reference gradient).
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+    den = std::max(den, static_cast<double>(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+int Gradients(Communicator& world) {
+  ModelConfig cfg;
+  cfg.dim = 32;
+  cfg.heads = 4;
+  cfg.layers = 2;
+  cfg.ffn = 48;
+  const ParamLayout layout = MakeParamLayout(cfg);
+  const std::vector<float> params = InitParams(cfg, 5);
+  const GlobalBatch batch = RandomBatch(9, 70, 11);
+  std::vector<float> want;
+  const double want_loss =
+      ReferenceGradients(cfg, layout, params.data(), batch, want);
+  CommCache cache(world);
+  int failures = 0;
+  std::vector<std::pair<std::string, Plan>> plans;
+  for (int i = 0; i < 6; ++i)
+    plans.push_back({"random" + std::to_string(i),
+                     RandomValidPlan(9, world.size(), 1000 + i)});
+  PlanRequest req;
+  req.cluster = {world.size(), world.size()};
+  req.cost.alpha1 = 1e-9;
+  req.cost.alpha2 = 1e-6;
+  req.cost.beta1 = 1e-5;
+  req.cost.mem_per_token = 1000;
+  req.cost.mem_capacity = 40'000;  // sequences > 40 tokens need d >= 2
+  for (const auto& len : batch.lengths()) req.sequences.push_back({len, 0.0});
+  for (size_t i = 0; i < batch.causal.size(); ++i)
+    req.sequences[i].eta = batch.causal[i] ? 0.0 : 1.0;
+  for (const char* strategy : {"fcp", "fcp-paper", "megatron"}) {
+    PlanOptions opt;
+    opt.strategy = strategy;
+    try {
+      plans.push_back({strategy, MakePlan(req, opt)});
+    } catch (const InputError& e) {
+      if (world.rank() == 0)
+        std::printf("skip %s: %s (strategy not available in this build)\n",
+                    strategy, e.what());
+    }
+  }
+  for (const auto& [name, plan] : plans) {
+    const std::string bad = CheckExecutablePlan(plan, world.size(), 9);
+    if (!bad.empty()) {
+      if (world.rank() == 0) std::printf("FAIL %s: invalid plan: %s\n", name.c_str(), bad.c_str());
+      ++failures;
+      continue;
+    }
+    std::vector<float> got;
+    const double loss = GlobalGradients(world, cache, cfg, layout, params.data(),
+                                        batch, plan, AttentionKernels::kFast, got);
+    const double err = RelErr(got, want);
+    const bool ok = err < 1e-4 && std::fabs(loss - want_loss) < 1e-4;
+    std::string degrees;
+    for (const auto& mb : plan.micro_batches) {
+      degrees += "[";
+      for (size_t g = 0; g < mb.groups.size(); ++g)
+        {
+          if (g) degrees += ',';
+          degrees += std::to_string(mb.groups[g].degree());
+        }
+      degrees += "]";
+    }
+    if (world.rank() == 0)
+      std::printf("%s %-10s groups=%-16s loss=%.6f ref=%.6f grad rel err=%.2e (tol 1e-4)\n",
+                  ok ? "ok  " : "FAIL", name.c_str(), degrees.c_str(), loss,
+                  want_loss, err);
+    failures += !ok;
+  }
+  return failures;
+}
+
+int Comm(Communicator& world) {
+  // Ring p2p among all ranks, then cache creation vs hit cost.
+  const int next = (world.rank() + 1) % world.size();
+  const int prev = (world.rank() + world.size() - 1) % world.size();
+  int got = -1, mine = world.rank();
+  RequestId r = world.Irecv(&got, sizeof got, prev, 3);
+  RequestId s = world.Isend(&mine, sizeof mine, next, 3);
+  world.Wait(r);
+  world.Wait(s);
+  int failures = got != prev;
+  CommCache cache(world);
+  const std::vector<std::vector<std::vector<int>>> layouts = {
+      {{0, 1, 2, 3}}, {{0, 1}, {2, 3}}, {{3, 2, 1}}, {{0}, {1}, {2, 3}}};
+  for (int round = 0; round < 20; ++round) {
+    for (const auto& groups : layouts) {
+      Communicator* c = cache.Acquire(groups);
+      float one = 1;
+      if (c) c->AllReduceSum(&one, 1);
+      size_t want = 0;
+      for (const auto& g : groups)
+        for (int x : g)
+          if (x == world.rank()) want = g.size();
+      if (static_cast<size_t>(one) != (c ? want : 1)) ++failures;
+    }
+  }
+  const CommCacheStats& st = cache.stats();
+  double v[3] = {static_cast<double>(failures), 0, 0};
+  world.AllReduceSum(v, 1);
+  failures = static_cast<int>(v[0]);
+  if (st.splits != 4) ++failures;
+  if (world.rank() == 0)
+    std::printf(
+        "comm cache (mpi, %d ranks, this machine): %lld splits (mean %.3f ms), "
+        "%lld misses, %lld hits (mean %.4f ms)\n",
+        world.size(), static_cast<long long>(st.splits),
+        st.splits ? 1e3 * st.create_s / st.splits : 0.0,
+        static_cast<long long>(st.misses),
+        static_cast<long long>(st.hits), st.hits ? 1e3 * st.hit_s / st.hits : 0.0);
+  return failures;
+}
+
+}  // namespace
+}  // namespace fcp::exec
+
+int main(int argc, char** argv) {
+  auto world = fcp::exec::MpiInit(&argc, &argv);
+  const std::string what = argc > 1 ? argv[1] : "gradients";
+  int failures = 0;
+  if (what == "gradients") {
+    failures = fcp::exec::Gradients(*world);
+  } else if (what == "comm") {
+    failures = fcp::exec::Comm(*world);
+  } else {
+    failures = 1;
+  }
+  double f = failures;
+  world->AllReduceSum(&f, 1);
+  if (world->rank() == 0) std::printf("%s: %s\n", what.c_str(), f == 0 ? "PASS" : "FAIL");
+  world.reset();
+  fcp::exec::MpiFinalize();
+  return f == 0 ? 0 : 1;
+}

@@ -1,0 +1,304 @@
+#include "exec/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <cstdio>
+
+#include "fcp/check.h"
+#include "fcp/cost_model.h"
+#include "fcp/scheduler.h"
+
+namespace fcp::exec {
+namespace {
+double NowS() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw InputError("data_dir", "'" + dir + "' is not a directory");
+  std::vector<std::pair<std::string, int64_t>> files;
+  for (auto it = fs::recursive_directory_iterator(
+           dir, fs::directory_options::skip_permission_denied, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    std::error_code e2;
+    if (!it->is_regular_file(e2) || it->is_symlink(e2)) continue;
+    const auto size = static_cast<int64_t>(it->file_size(e2));
+    if (!e2 && size >= min_bytes) files.push_back({it->path().string(), size});
+  }
+  if (files.empty())
+    throw InputError("data_dir", "no file of at least " +
+                                     std::to_string(min_bytes) + " bytes in '" +
+                                     dir + "'");
+  std::sort(files.begin(), files.end());
+  TextCorpus c;
+  for (auto& [p, s] : files) {
+    c.paths.push_back(p);
+    c.sizes_bytes.push_back(s);
+  }
+  return c;
+}
+
+std::vector<int> BatchFiles(const TextCorpus& corpus, int step, int gbs,
+                            uint64_t seed) {
+  const int n = static_cast<int>(corpus.paths.size());
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
+  std::vector<int> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  const int take = std::min(gbs, n);
+  std::vector<int> out;
+  for (int i = 0; i < take; ++i) {  // partial Fisher-Yates
+    const int j = i + static_cast<int>(rng() % static_cast<uint64_t>(n - i));
+    std::swap(idx[i], idx[j]);
+    out.push_back(idx[i]);
+  }
+  return out;
+}
+
+GlobalBatch LoadBatch(const TextCorpus& corpus, const std::vector<int>& files,
+                      int64_t max_len) {
+  GlobalBatch b;
+  for (int f : files) {
+    const int64_t len = std::min(corpus.sizes_bytes[f], max_len);
+    std::vector<uint8_t> bytes(len);
+    std::ifstream in(corpus.paths[f], std::ios::binary);
+    in.read(reinterpret_cast<char*>(bytes.data()), len);
+    if (in.gcount() != len)
+      throw InputError("data_dir", "cannot read " + corpus.paths[f]);
+    b.sequences.push_back(std::move(bytes));
+    b.causal.push_back(true);
+  }
+  return b;
+}
+
+// Per layer and token, fwd+bwd = 3x fwd FLOPs:
+//   linear: 2·(4D² + 2DF) per layer, plus 2·D·V for the unembedding;
+//   attention (causal): QKᵀ and PV are 4·D FLOPs per (query, key) pair, half
+//   the pairs visible -> 2·D per token² per layer, times 3.5 for fwd+bwd
+//   (recomputation-free backward ≈ 2.5x forward).
+// Ring traffic per token of the group over one step (alpha3): K and V
+// forward (2·D floats) plus K, V, dK, dV backward (4·D) per layer.
+// Memory: activations kept for the backward ≈ (9·D + 2·F + 2·H) floats per
+// token per layer + logits (V) + final norm (2·D); model states = weights,
+// gradients and two AdamW moments.
+CostModel CpuCostModel(const ModelConfig& cfg, double mem_capacity_bytes,
+                       double gemm_flops_per_s, double attn_flops_per_s,
+                       double p2p_bytes_per_s) {
+  const double D = cfg.dim, F = cfg.ffn, V = cfg.vocab, L = cfg.layers,
+               H = cfg.heads;
+  CostModel cm;
+  cm.alpha1 = L * 2.0 * D * 3.5 / attn_flops_per_s;
+  cm.alpha2 = 3.0 * (L * 2.0 * (4 * D * D + 2 * D * F) + 2.0 * D * V) /
+              gemm_flops_per_s;
+  cm.beta1 = 2e-4;
+  cm.alpha3 = L * 6.0 * D * 4.0;
+  // Fixed cost of a ring on this CPU: 3 ring passes per layer (KV forward,
+  // KV and dKV backward), ~d steps each of ~50 µs MPI latency on a shared
+  // core; charged as a constant 3·L·4·50 µs (d ≈ 4).
+  cm.beta2 = 3.0 * L * 4 * 50e-6;
+  cm.bw_intra_node = p2p_bytes_per_s;
+  cm.bw_inter_node = p2p_bytes_per_s;
+  cm.mem_per_token = 4.0 * (L * (9 * D + 2 * F + 2 * H) + V + 2 * D);
+  cm.mem_static =
+      4.0 * 4.0 * static_cast<double>(MakeParamLayout(cfg).total);
+  cm.mem_capacity = mem_capacity_bytes;
+  return cm;
+}
+
+CostModel CalibrateCpuCostModel(const ModelConfig& cfg,
+                                double mem_capacity_bytes) {
+  CostModel cm = CpuCostModel(cfg, mem_capacity_bytes);
+  const ParamLayout layout = MakeParamLayout(cfg);
+  const std::vector<float> w = InitParams(cfg, 1);
+  std::vector<float> g(layout.total);
+  auto time_len = [&](int64_t len) {
+    GlobalBatch b;
+    b.sequences.push_back(std::vector<uint8_t>(len));
+    for (int64_t i = 0; i < len; ++i) b.sequences[0][i] = static_cast<uint8_t>(i * 31);
+    b.causal.push_back(true);
+    const auto layouts = ZigzagLayouts(b.lengths(), b.causal, {0}, 1);
+    const ShardBatch shard = MakeShardBatch(layouts[0], b.sequences);
+    RingAttentionArgs attn;
+    attn.layouts = &layouts;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const double t0 = NowS();
+      ForwardBackward(cfg, layout, w.data(), shard, attn, 1.0f, g.data());
+      best = std::min(best, NowS() - t0);
+    }
+    return best;
+  };
+  const double s1 = 384, s2 = 1536;
+  const double t1 = time_len(384) - cm.beta1, t2 = time_len(1536) - cm.beta1;
+  // [s1² s1; s2² s2] [a1; a2] = [t1; t2]
+  const double det = s1 * s1 * s2 - s2 * s2 * s1;
+  const double a1 = (t1 * s2 - t2 * s1) / det;
+  const double a2 = (s1 * s1 * t2 - s2 * s2 * t1) / det;
+  if (a1 > 0 && a2 > 0) {  // else keep the derived values (noisy timing)
+    cm.alpha1 = a1;
+    cm.alpha2 = a2;
+  }
+  return cm;
+}
+
+std::optional<std::string> ValidateTrainOptions(const TrainOptions& o) {
+  if (auto e = ValidateModelConfig(o.model)) return e;
+  if (!FindStrategy(o.strategy))
+    return "strategy: unknown strategy '" + o.strategy + "'";
+  if (o.cp_degree < 0) return "cp_degree: must be >= 0";
+  if (o.max_len < 2) return "max_len: must be >= 2";
+  if (o.gbs < 1) return "gbs: must be >= 1";
+  if (o.steps < 1) return "steps: must be >= 1";
+  if (!(o.adam.lr > 0)) return "lr: must be > 0";
+  if (!(o.mem_capacity_bytes > 0)) return "mem_capacity: must be > 0";
+  if (o.cost) {
+    if (auto e = ValidateCostModel(*o.cost)) return e;
+  }
+  return std::nullopt;
+}
+
+Trainer::Trainer(Communicator& world, TrainOptions options, TextCorpus corpus)
+    : world_(world),
+      opt_(std::move(options)),
+      corpus_(std::move(corpus)),
+      layout_(MakeParamLayout(opt_.model)),
+      adam_(layout_, opt_.adam),
+      cache_(world) {
+  if (auto e = ValidateTrainOptions(opt_)) {
+    const auto colon = e->find(':');
+    throw InputError(e->substr(0, colon), e->substr(colon + 2));
+  }
+  if (opt_.cost) {
+    cost_ = *opt_.cost;
+  } else if (opt_.calibrate) {
+    if (world_.rank() == 0)
+      cost_ = CalibrateCpuCostModel(opt_.model, opt_.mem_capacity_bytes);
+    world_.Broadcast(&cost_, sizeof cost_, 0);  // plain doubles
+  } else {
+    cost_ = CpuCostModel(opt_.model, opt_.mem_capacity_bytes);
+  }
+  params_ = InitParams(opt_.model, opt_.seed);
+  // Same seed gives the same weights everywhere; broadcast anyway so that a
+  // rank can never start from different weights.
+  world_.Broadcast(params_.data(), params_.size() * sizeof(float), 0);
+}
+
+Trainer::~Trainer() {
+  if (pending_.valid()) pending_.wait();
+}
+
+Trainer::Planned Trainer::PlanFor(int step) const {
+  const double t0 = NowS();
+  PlanRequest req;
+  req.cluster = {world_.size(), world_.size()};  // one node
+  req.cost = cost_;
+  for (int f : BatchFiles(corpus_, step, opt_.gbs, opt_.seed))
+    req.sequences.push_back(
+        {std::min(corpus_.sizes_bytes[f], opt_.max_len), 0.0});
+  PlanOptions po;
+  po.strategy = opt_.strategy;
+  po.cp_degree = opt_.cp_degree;
+  po.seed = opt_.seed + static_cast<uint64_t>(step);
+  Planned out;
+  out.plan = MakePlan(req, po);
+  out.plan_s = NowS() - t0;
+  return out;
+}
+
+StepReport Trainer::Step(int step) {
+  const double t0 = NowS();
+  StepReport rep;
+  rep.step = step;
+  // ---- plan: rank 0 plans (one step ahead when async), then broadcast ----
+  std::vector<int64_t> code;
+  if (world_.rank() == 0) {
+    Planned planned;
+    try {
+      if (pending_step_ == step) {
+        const double w0 = NowS();
+        planned = pending_.get();  // planned during the previous step
+        rep.plan_visible_s = NowS() - w0;
+      } else {
+        if (pending_.valid()) pending_.wait();
+        planned = PlanFor(step);  // nothing ahead (first step or sync mode)
+        rep.plan_visible_s = planned.plan_s;
+      }
+    } catch (const std::exception& e) {
+      // Never leave the other ranks waiting in the broadcast: send a failed
+      // plan, every rank throws below.
+      planned.plan = Plan{};
+      planned.plan.status = PlanStatus::kInfeasible;
+      std::fprintf(stderr, "rank 0: planner failed at step %d: %s\n", step,
+                   e.what());
+    }
+    pending_step_ = -1;
+    rep.plan_s = planned.plan_s;
+    rep.plan_hidden_s = std::max(0.0, rep.plan_s - rep.plan_visible_s);
+    rep.est_ms = planned.plan.est_ms;
+    if (opt_.async_planning && step + 1 < opt_.steps) {
+      pending_step_ = step + 1;
+      pending_ = std::async(std::launch::async,
+                            [this, s = step + 1] { return PlanFor(s); });
+    }
+    code = EncodePlan(planned.plan);
+  }
+  int64_t n = static_cast<int64_t>(code.size());
+  world_.Broadcast(&n, sizeof n, 0);
+  code.resize(n);
+  world_.Broadcast(code.data(), n * sizeof(int64_t), 0);
+  double plan_info[4] = {rep.plan_s, rep.plan_visible_s, rep.plan_hidden_s,
+                         rep.est_ms};
+  world_.Broadcast(plan_info, sizeof plan_info, 0);
+  rep.plan_s = plan_info[0];
+  rep.plan_visible_s = plan_info[1];
+  rep.plan_hidden_s = plan_info[2];
+  rep.est_ms = plan_info[3];
+  const Plan plan = DecodePlan(code);
+
+  const std::vector<int> files = BatchFiles(corpus_, step, opt_.gbs, opt_.seed);
+  const GlobalBatch batch = LoadBatch(corpus_, files, opt_.max_len);
+  if (plan.status != PlanStatus::kOk)
+    throw std::runtime_error("step " + std::to_string(step) +
+                             ": planner found no feasible plan (" +
+                             plan.message + ")");
+  const std::string bad =
+      CheckExecutablePlan(plan, world_.size(), static_cast<int>(files.size()));
+  if (!bad.empty())
+    throw std::runtime_error("step " + std::to_string(step) +
+                             ": plan not executable: " + bad);
+  for (const auto& mb : plan.micro_batches) {
+    rep.layout += rep.layout.empty() ? "[" : " [";
+    for (size_t g = 0; g < mb.groups.size(); ++g)
+      {
+        if (g) rep.layout += ',';
+        rep.layout += std::to_string(mb.groups[g].degree());
+      }
+    rep.layout += "]";
+  }
+  if (opt_.on_step_start) opt_.on_step_start(world_.rank(), step);
+
+  // ---- compute, one all-reduce, optimizer ----
+  ExecStats stats;
+  rep.loss = GlobalGradients(world_, cache_, opt_.model, layout_,
+                             params_.data(), batch, plan, opt_.kernels, grads_,
+                             &stats);
+  adam_.Step(params_.data(), grads_.data());
+  rep.group_setup_s = stats.group_setup_s;
+  for (const auto& s : batch.sequences)
+    rep.global_tokens += static_cast<int64_t>(s.size());
+  rep.cache = cache_.stats();
+  rep.wall_s = NowS() - t0;
+  return rep;
+}
+
+}  // namespace fcp::exec

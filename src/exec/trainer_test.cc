@@ -1,0 +1,130 @@
+#include "exec/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+namespace fcp::exec {
+namespace {
+
+// A small corpus of repetitive C-like files of varied lengths.
+std::string MakeCorpusDir() {
+  namespace fs = std::filesystem;
+  std::string leaf = "fcp_exec_corpus_";
+  leaf += std::to_string(::getpid());
+  const fs::path dir = fs::temp_directory_path() / leaf;
+  fs::create_directories(dir);
+  std::mt19937 rng(3);
+  for (int f = 0; f < 24; ++f) {
+    std::string name = "f";
+    name += std::to_string(f);
+    name += ".h";
+    std::ofstream out(dir / name);
+    const int lines = 1 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < lines; ++i)
+      out << "int f" << (i % 3) << "(int x) { return x + " << (i % 2) << "; }\n";
+  }
+  return dir.string();
+}
+
+TrainOptions SmallOptions() {
+  TrainOptions o;
+  o.model.dim = 16;
+  o.model.heads = 2;
+  o.model.layers = 1;
+  o.model.ffn = 32;
+  o.adam.lr = 1e-2f;
+  o.max_len = 160;
+  o.gbs = 6;
+  o.steps = 14;
+  o.seed = 5;
+  // Small memory so that long sequences need CP groups of degree > 1.
+  o.mem_capacity_bytes = 0;
+  return o;
+}
+
+std::vector<std::vector<float>> Train(const TrainOptions& base, int N,
+                                      std::vector<StepReport>* reports) {
+  const std::string dir = MakeCorpusDir();
+  const TextCorpus corpus = ListCorpus(dir);
+  std::vector<std::vector<float>> params(N);
+  RunFakeWorld(N, [&](Communicator& world) {
+    TrainOptions o = base;
+    Trainer trainer(world, o, corpus);
+    for (int s = 0; s < o.steps; ++s) {
+      StepReport r = trainer.Step(s);
+      if (world.rank() == 0 && reports) reports->push_back(r);
+    }
+    params[world.rank()] = trainer.params();
+  });
+  std::filesystem::remove_all(dir);
+  return params;
+}
+
+TrainOptions WithMem(TrainOptions o) {
+  const CostModel cm = CpuCostModel(o.model, 1.0);
+  // Room for ~100 tokens of activations per rank: 160-byte files need d >= 2.
+  o.mem_capacity_bytes = cm.mem_static + 100 * cm.mem_per_token;
+  return o;
+}
+
+TEST(Trainer, LossDecreasesAndRanksStayInSync) {
+  std::vector<StepReport> reports;
+  const TrainOptions o = WithMem(SmallOptions());
+  auto params = Train(o, 4, &reports);
+  ASSERT_EQ(reports.size(), static_cast<size_t>(o.steps));
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(params[r], params[0]);
+  const double first = reports[0].loss;
+  double last = 0;
+  for (int i = o.steps - 3; i < o.steps; ++i) last += reports[i].loss / 3;
+  EXPECT_NEAR(first, std::log(256.0), 0.2);
+  EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+  bool saw_ring = false;
+  for (const auto& r : reports) {
+    saw_ring |= r.layout.find_first_of("23456789") != std::string::npos;
+    EXPECT_GE(r.plan_hidden_s, 0.0);
+  }
+  EXPECT_TRUE(saw_ring);
+  EXPECT_GT(reports.back().cache.hits, 0);  // recurring groups reused
+}
+
+TEST(Trainer, AsyncPlanningDoesNotChangeTheNumbers) {
+  TrainOptions o = WithMem(SmallOptions());
+  o.steps = 3;
+  auto a = Train(o, 3, nullptr);
+  o.async_planning = false;
+  auto b = Train(o, 3, nullptr);
+  EXPECT_EQ(a[0], b[0]);
+}
+
+TEST(Trainer, UnknownStrategyIsAnInputError) {
+  TrainOptions o = SmallOptions();
+  o.strategy = "no-such-strategy";
+  const std::string dir = MakeCorpusDir();
+  const TextCorpus corpus = ListCorpus(dir);
+  std::filesystem::remove_all(dir);
+  RunFakeWorld(2, [&](Communicator& world) {
+    try {
+      Trainer t(world, o, corpus);
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "strategy");
+    }
+  });
+}
+
+TEST(Trainer, CorpusErrorsNameTheField) {
+  try {
+    ListCorpus("/nonexistent/dir");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "data_dir");
+  }
+}
+
+}  // namespace
+}  // namespace fcp::exec

@@ -1,0 +1,96 @@
+// Numeric limits of MakePlan (issue 8): regression tests for inputs that used
+// to abort the process (FCP_CHECK on a non-finite estimate) or cast an
+// out-of-range double to int64 (UB), and the extremes that must plan.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "fcp/scheduler.h"
+
+namespace fcp {
+namespace {
+
+PlanRequest Request(std::vector<int64_t> lengths, int ranks = 64, int per_node = 16) {
+  PlanRequest r;
+  r.cluster = {ranks, per_node};
+  r.cost = {.alpha1 = 1.2e-11, .alpha2 = 2.5e-6, .beta1 = 1e-3, .alpha3 = 1.3e5,
+            .beta2 = 1e-4, .bw_intra_node = 1.96e11, .bw_inter_node = 5e10,
+            .mem_per_token = 4.5e5, .mem_static = 2.2e10, .mem_capacity = 6.4e10};
+  for (int64_t len : lengths) r.sequences.push_back({len, 0.0});
+  return r;
+}
+
+// The field named by the InputError MakePlan throws ("" when it does not).
+std::string RejectedField(const PlanRequest& req, const char* strategy) {
+  try {
+    MakePlan(req, {.strategy = strategy});
+  } catch (const InputError& e) {
+    return e.field();
+  }
+  return "";
+}
+
+TEST(LimitsTest, TimesThatOverflowAreRejectedNotAborted) {
+  for (const char* strategy : {"fcp", "fcp-paper"}) {
+    PlanRequest huge_alpha1 = Request({int64_t{1} << 40});
+    huge_alpha1.cost.alpha1 = 1e300;
+    huge_alpha1.cost.mem_per_token = 1e-9;
+    EXPECT_EQ(RejectedField(huge_alpha1, strategy), "cost_model") << strategy;
+
+    for (double CostModel::*field : {&CostModel::alpha1, &CostModel::alpha2, &CostModel::beta1,
+                                     &CostModel::alpha3, &CostModel::beta2}) {
+      PlanRequest req = Request({4096, 131072});
+      req.cost.*field = 1e308;
+      EXPECT_EQ(RejectedField(req, strategy), "cost_model") << strategy;
+    }
+    PlanRequest slow_link = Request({4096, 131072});
+    slow_link.cost.bw_intra_node = 1e-320;  // denormal: alpha3 * s / bw = inf
+    EXPECT_EQ(RejectedField(slow_link, strategy), "cost_model") << strategy;
+  }
+}
+
+TEST(LimitsTest, MemoryBeyondInt64IsRejected) {
+  PlanRequest req = Request({4096, int64_t{1} << 40});
+  req.cost.mem_per_token = 1e290;
+  req.cost.mem_static = 0;
+  req.cost.mem_capacity = 1e300;  // mem_bytes would not fit an int64
+  EXPECT_EQ(RejectedField(req, "fcp"), "cost_model.mem_capacity");
+  req.cost.mem_capacity = 0x1p62;
+  req.cost.mem_per_token = 1e3;
+  const Plan plan = MakePlan(req, {.strategy = "fcp"});
+  ASSERT_EQ(plan.status, PlanStatus::kOk);
+  EXPECT_EQ(ValidatePlan(req, plan), "");
+}
+
+TEST(LimitsTest, ExtremesWithinRangePlan) {
+  // 2^40-token sequences with little memory per token; R not dividing N; N
+  // up to 65,536; zero time coefficients.
+  for (const char* strategy : {"fcp", "fcp-paper"}) {
+    PlanRequest req = Request({int64_t{1} << 40, int64_t{1} << 40, 1, 7}, 65536, 7);
+    req.cost.mem_per_token = 1e-3;
+    Plan plan = MakePlan(req, {.strategy = strategy});
+    ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
+    EXPECT_EQ(ValidatePlan(req, plan), "") << strategy;
+    EXPECT_TRUE(std::isfinite(plan.est_ms)) << strategy;
+
+    PlanRequest zero = Request({4096, 131072, 7}, 12, 5);
+    zero.cost.alpha1 = zero.cost.alpha2 = zero.cost.beta1 = zero.cost.alpha3 = zero.cost.beta2 = 0;
+    plan = MakePlan(zero, {.strategy = strategy});
+    ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
+    EXPECT_EQ(ValidatePlan(zero, plan), "") << strategy;
+    EXPECT_EQ(plan.est_ms, 0.0) << strategy;
+  }
+}
+
+TEST(LimitsTest, InfeasibleIsAStatusNotAnError) {
+  PlanRequest req = Request({131072, 5}, 1, 1);  // 131072 tokens need 2 ranks
+  const Plan plan = MakePlan(req, {.strategy = "fcp"});
+  EXPECT_EQ(plan.status, PlanStatus::kInfeasible);
+  EXPECT_EQ(plan.infeasible_sequence, 0);
+  EXPECT_TRUE(plan.micro_batches.empty());
+}
+
+}  // namespace
+}  // namespace fcp

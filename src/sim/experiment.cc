@@ -1,0 +1,350 @@
+// Experiments on the simulator: global batches × strategies (fcp simulate,
+// fcp eval paper). See include/fcp/simulator.h.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fcp/datasets.h"
+#include "fcp/presets.h"
+#include "fcp/scheduler.h"
+#include "fcp/simulator.h"
+
+namespace fcp::sim {
+namespace {
+
+struct Batch {
+  std::vector<Sequence> seqs;
+  std::vector<int64_t> vision;
+  double tokens = 0;
+};
+
+struct Setup {
+  HardwareModel hw;
+  PlanRequest base;
+  std::vector<Batch> batches;
+};
+
+bool IsStatic(const Plan& plan) { return plan.notes.count("cp_degree") > 0; }
+
+std::map<int, int> Histogram(const MicroBatchPlan& mb) {
+  std::map<int, int> h;
+  for (const auto& g : mb.groups)
+    if (!g.sequences.empty()) ++h[g.degree()];
+  return h;
+}
+
+struct StepRun {
+  bool ok = false;
+  bool oom = false;
+  bool infeasible = false;
+  std::string message;
+  Plan plan;
+  SimResult sim;
+};
+
+StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::string& strategy,
+                int cp_degree, size_t step, std::set<std::vector<int>>* cache) {
+  StepRun run;
+  PlanRequest req = setup.base;
+  req.sequences = setup.batches[step].seqs;
+  PlanOptions opt;
+  opt.strategy = strategy;
+  opt.cp_degree = cp_degree;
+  opt.time_limit_s = cfg.time_limit_s;
+  opt.seed = cfg.seed + step;
+  run.plan = MakePlan(req, opt);
+  if (run.plan.status != PlanStatus::kOk) {
+    run.infeasible = true;
+    run.message = run.plan.message;
+    return run;
+  }
+  SimOptions so;
+  so.noise_rel = cfg.noise_rel;
+  so.noise_seed = cfg.seed * 1000003ULL + step;
+  so.vision_tokens = setup.batches[step].vision;
+  so.communicator_cache = cache;
+  run.sim = SimulatePlan(setup.hw, run.plan, req.sequences, so);
+  if (run.sim.oom) {
+    run.oom = true;
+    run.message = run.sim.oom_message;
+    return run;
+  }
+  run.ok = true;
+  return run;
+}
+
+Setup MakeSetup(ExperimentConfig& cfg) {
+  const ModelPreset* model = FindModelPreset(cfg.model);
+  if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
+  const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
+  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  if (cfg.ranks < 0 || cfg.ranks > (1 << 20)) throw InputError("ranks", "must be in [1, 2^20]");
+  if (cfg.global_batch < 1 || cfg.global_batch > 10000000)
+    throw InputError("gbs", "must be in [1, 10^7]");
+  if (cfg.steps < 1) throw InputError("steps", "must be >= 1");
+  if (cfg.warmup < 0) throw InputError("warmup", "must be >= 0");
+  if (cfg.noise_rel < 0 || !std::isfinite(cfg.noise_rel)) throw InputError("noise", "must be >= 0");
+  if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
+  for (const auto& s : cfg.strategies) {
+    if (!FindStrategy(s)) {
+      std::string known;
+      for (const auto& n : StrategyNames()) known += (known.empty() ? "" : ", ") + n;
+      throw InputError("strategies", "unknown strategy '" + s + "' (known: " + known + ")");
+    }
+  }
+  if (cfg.lengths.empty() && !FindDataset(cfg.dataset))
+    SampleBatch(cfg.dataset, 0, 0);  // throws InputError("dataset", ...)
+
+  ClusterPreset cp = *cluster;
+  if (cfg.ranks > 0) cp.num_ranks = cfg.ranks;
+  cp.ranks_per_node = std::max(1, std::min(cp.ranks_per_node, cp.num_ranks));
+  cfg.ranks = cp.num_ranks;
+
+  Setup setup;
+  setup.hw = MakeHardwareModel(*model, cp);
+  setup.hw.vision_frozen = cfg.vision_frozen;
+  setup.base.cluster = Cluster{cp.num_ranks, cp.ranks_per_node};
+  setup.base.cost = cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
+  if (cfg.calibrate_memory) setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
+  setup.base.model = model->shape;
+
+  DatasetOptions dopt;
+  if (model->multimodal && model->vision_tokens_per_tile > 0)
+    dopt.vision_tokens_per_tile = model->vision_tokens_per_tile;
+  const int total = cfg.warmup + cfg.steps;
+  for (int i = 0; i < total; ++i) {
+    Batch b;
+    const uint64_t seed = cfg.seed + static_cast<uint64_t>(i);
+    if (!cfg.lengths.empty()) {
+      b.seqs = SampleFromLengths(cfg.lengths, cfg.global_batch, seed);
+    } else {
+      for (const auto& d : SampleBatchDetailed(cfg.dataset, cfg.global_batch, seed, dopt)) {
+        b.seqs.push_back(d.sequence);
+        b.vision.push_back(d.vision_tokens);
+      }
+    }
+    for (const auto& s : b.seqs) b.tokens += static_cast<double>(s.length_tokens);
+    setup.batches.push_back(std::move(b));
+  }
+  return setup;
+}
+
+std::string Progress(const ExperimentConfig& cfg, const std::string& what) {
+  return fmt::format("[simulate] {} {} N={}: {}",
+                     cfg.lengths.empty() ? cfg.dataset : std::string("lengths"), cfg.model,
+                     cfg.ranks, what);
+}
+
+}  // namespace
+
+std::string DegreeMix(const std::map<int, int>& degree_counts) {
+  std::string out;
+  for (auto it = degree_counts.rbegin(); it != degree_counts.rend(); ++it) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("<{}>x{}", it->first, it->second);
+  }
+  return out;
+}
+
+ExperimentResult RunExperiment(const ExperimentConfig& config) {
+  ExperimentResult result;
+  result.config = config;
+  ExperimentConfig& cfg = result.config;
+  const Setup setup = MakeSetup(cfg);
+  const size_t total = setup.batches.size();
+  const size_t first_measured = static_cast<size_t>(cfg.warmup);
+  double tokens_sum = 0;
+  for (size_t i = first_measured; i < total; ++i) tokens_sum += setup.batches[i].tokens;
+  result.mean_tokens_per_batch = tokens_sum / cfg.steps;
+
+  for (const auto& strategy : cfg.strategies) {
+    StrategyResult r;
+    r.strategy = strategy;
+    int degree = 0;
+    // Static baselines: tune the degree by simulated time on the warmup batches.
+    {
+      const StepRun probe = RunStep(setup, cfg, strategy, 0, 0, nullptr);
+      if (IsStatic(probe.plan)) {
+        const size_t tune_end = cfg.warmup > 0 ? first_measured : 1;
+        double best = std::numeric_limits<double>::infinity();
+        for (int c = 1; c <= cfg.ranks; ++c) {
+          if (cfg.ranks % c != 0) continue;
+          double sum = 0;
+          bool ok = true;
+          for (size_t i = 0; i < tune_end && ok; ++i) {
+            try {
+              const StepRun run = RunStep(setup, cfg, strategy, c, i, nullptr);
+              if (!run.ok) ok = false;
+              else sum += run.sim.iter_s;
+            } catch (const InputError&) {
+              ok = false;  // degree not allowed for this strategy
+            }
+          }
+          if (!ok) continue;
+          if (!r.degree_candidates.empty()) r.degree_candidates += ",";
+          r.degree_candidates += fmt::format("{}:{:.3f}s", c, sum / tune_end);
+          if (sum < best) best = sum, degree = c;
+        }
+        if (degree == 0) {
+          r.infeasible = true;
+          r.message = "no static degree runs without OOM/infeasibility: " + probe.message;
+        }
+        r.cp_degree = degree;
+        if (cfg.progress)
+          cfg.progress(Progress(cfg, fmt::format("{} tuned degree {} (candidates {})", strategy,
+                                                 degree, r.degree_candidates)));
+      }
+    }
+    std::set<std::vector<int>> cache;
+    std::vector<double> solver_s, iter_s;
+    double prev_iter_s = 0;  // the step before (warmup included): hides the solver
+    double sum_compute = 0, sum_sync = 0, sum_sched = 0, sum_mb = 0, sum_busy = 0;
+    double measured_tokens = 0;
+    for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
+      const int before = static_cast<int>(cache.size());
+      const StepRun run = RunStep(setup, cfg, strategy, degree, i, &cache);
+      if (!run.ok) {
+        r.oom = run.oom;
+        r.infeasible = run.infeasible;
+        r.message = fmt::format("step {}: {}", i, run.message);
+        break;
+      }
+      const double hide_behind = prev_iter_s;
+      prev_iter_s = run.sim.iter_s;
+      if (i < first_measured) continue;
+      r.overlap.solver_s += run.plan.solver_ms / 1e3;
+      r.overlap.hidden_s += std::min(run.plan.solver_ms / 1e3, hide_behind);
+      const double created = static_cast<double>(cache.size()) - before;
+      solver_s.push_back(run.plan.solver_ms / 1e3);
+      iter_s.push_back(run.sim.iter_s);
+      r.solver_max_ms = std::max(r.solver_max_ms, run.plan.solver_ms);
+      sum_compute += run.sim.compute_s;
+      sum_sync += run.sim.grad_sync_s;
+      sum_sched += run.plan.solver_ms + 1e3 * created * setup.hw.group_create_s;
+      sum_mb += static_cast<double>(run.plan.micro_batches.size());
+      sum_busy += run.sim.busy_fraction;
+      measured_tokens += setup.batches[i].tokens;
+      for (const auto& mb : run.plan.micro_batches)
+        for (const auto& [d, n] : Histogram(mb)) r.degree_histogram[d] += n;
+      if (i == first_measured && !run.plan.micro_batches.empty())
+        r.first_micro_batch_mix = DegreeMix(Histogram(run.plan.micro_batches.front()));
+    }
+    if (!r.oom && !r.infeasible) {
+      const double n = static_cast<double>(iter_s.size());
+      double total_iter = 0, total_solver = 0;
+      for (double t : iter_s) total_iter += t;
+      for (double t : solver_s) total_solver += t;
+      r.iter_s = total_iter / n;
+      r.tokens_per_s = measured_tokens / total_iter;
+      r.compute_s = sum_compute / n;
+      r.grad_sync_s = sum_sync / n;
+      r.solver_ms = 1e3 * total_solver / n;
+      r.schedule_ms = sum_sched / n;
+      r.micro_batches = sum_mb / n;
+      r.busy_fraction = sum_busy / n;
+      r.step_iter_s = iter_s;
+      r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
+    }
+    if (cfg.progress) {
+      cfg.progress(Progress(
+          cfg, r.oom || r.infeasible
+                   ? fmt::format("{} {}: {}", strategy, r.oom ? "OOM" : "infeasible", r.message)
+                   : fmt::format("{} iter {:.3f} s (simulated), solver {:.2f} ms", strategy,
+                                 r.iter_s, r.solver_ms)));
+    }
+    result.results.push_back(std::move(r));
+  }
+  for (auto& r : result.results) {
+    if (r.iter_s <= 0) continue;
+    for (const auto& o : result.results) {
+      if (&o == &r || o.iter_s <= 0) continue;
+      if (o.strategy == "megatron" || o.strategy == "deepspeed")
+        r.speedup_vs[o.strategy] = o.iter_s / r.iter_s;
+    }
+  }
+  return result;
+}
+
+std::string ExperimentToJson(const ExperimentResult& res, int indent) {
+  using json = nlohmann::ordered_json;  // keys in the documented order
+  const ExperimentConfig& c = res.config;
+  json config = {{"dataset", c.lengths.empty() ? c.dataset : "lengths"},
+                 {"model", c.model},
+                 {"cluster", c.cluster},
+                 {"ranks", c.ranks},
+                 {"gbs", c.global_batch},
+                 {"steps", c.steps},
+                 {"warmup", c.warmup},
+                 {"seed", c.seed},
+                 {"vision_frozen", c.vision_frozen},
+                 {"noise", c.noise_rel},
+                 {"planner_memory", c.calibrate_memory ? "calibrated to the simulator" : "as given"},
+                 {"mean_tokens_per_batch", res.mean_tokens_per_batch}};
+  json results = json::array();
+  for (const auto& r : res.results) {
+    const bool ok = !r.oom && !r.infeasible;
+    json j = {{"strategy", r.strategy},
+              {"iter_s", ok ? json(r.iter_s) : json(nullptr)},
+              {"tokens_per_s", ok ? json(r.tokens_per_s) : json(nullptr)},
+              {"speedup_vs", r.speedup_vs},
+              {"oom", r.oom},
+              {"infeasible", r.infeasible},
+              {"solver_ms", r.solver_ms},
+              {"solver_max_ms", r.solver_max_ms},
+              {"schedule_ms", r.schedule_ms},
+              {"compute_s", r.compute_s},
+              {"grad_sync_s", r.grad_sync_s},
+              {"micro_batches", r.micro_batches},
+              {"busy_fraction", r.busy_fraction},
+              {"scheduling_hidden_s", r.overlap.hidden_s},
+              {"scheduling_exposed_s", r.overlap.exposed_s},
+              {"first_micro_batch_degrees", r.first_micro_batch_mix}};
+    json hist = json::object();
+    for (const auto& [d, n] : r.degree_histogram) hist[std::to_string(d)] = n;
+    j["degree_histogram"] = hist;
+    if (r.cp_degree > 0) {
+      j["cp_degree"] = r.cp_degree;
+      j["cp_degree_candidates"] = r.degree_candidates;
+    }
+    if (!r.message.empty()) j["message"] = r.message;
+    results.push_back(j);
+  }
+  json out = {{"simulated", true}, {"config", config}, {"results", results}};
+  return out.dump(indent);
+}
+
+std::string ExperimentToTable(const ExperimentResult& res) {
+  const ExperimentConfig& c = res.config;
+  std::string out = fmt::format(
+      "SIMULATED: {} on {} x {} ({} ranks), gbs {}, {} steps after {} warmup, seed {}{}\n",
+      c.lengths.empty() ? c.dataset : "lengths file", c.model, c.cluster, c.ranks,
+      c.global_batch, c.steps, c.warmup, c.seed, c.vision_frozen ? ", vision frozen" : "");
+  out += fmt::format("mean tokens per global batch: {:.0f}\n", res.mean_tokens_per_batch);
+  out += fmt::format("{:<13} {:>9} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7}  {}\n",
+                     "strategy", "iter_s", "ktok/s", "vs_meg", "vs_ds", "solver_ms",
+                     "hidden_%", "mbs", "degree", "first micro-batch degrees");
+  for (const auto& r : res.results) {
+    if (r.oom || r.infeasible) {
+      out += fmt::format("{:<13} {}: {}\n", r.strategy, r.oom ? "OOM" : "infeasible",
+                         r.message);
+      continue;
+    }
+    auto sp = [&](const char* k) {
+      auto it = r.speedup_vs.find(k);
+      return it == r.speedup_vs.end() ? std::string("-") : fmt::format("{:.2f}x", it->second);
+    };
+    out += fmt::format("{:<13} {:>9.3f} {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7}  {}\n",
+                       r.strategy, r.iter_s, r.tokens_per_s / 1e3, sp("megatron"),
+                       sp("deepspeed"), r.solver_ms, 100.0 * r.overlap.hidden_fraction(),
+                       r.micro_batches, r.cp_degree > 0 ? std::to_string(r.cp_degree) : "-",
+                       r.first_micro_batch_mix);
+  }
+  out += "iter_s/ktok/s: simulated hardware; solver_ms: measured planner wall time on this "
+         "machine; hidden_%: solver time hidden behind the previous step (async scheduling).\n";
+  return out;
+}
+
+}  // namespace fcp::sim

@@ -1,0 +1,612 @@
+// The hardware simulator (DESIGN.md §5). See include/fcp/simulator.h for the
+// contract and docs/simulator.md for the model in prose.
+//
+// Per group of d ranks holding sequences s_k (all ranks symmetric):
+//  * Zigzag: each sequence is cut into 2d chunks (ring) or d chunks (Ulysses),
+//    padded up to a multiple; a rank holds c_k tokens of sequence k, m = Σ c_k.
+//  * Linear layers: 2·m·LayerParams FLOPs per layer forward, at
+//    GemmEfficiency(m); passes forward + recompute forward + backward (2×): 4×.
+//    LM head 2·m·h·V forward, not recomputed: 3×.
+//  * Elementwise (norms, RoPE, SwiGLU, residuals): 2·(8h + 3f + 2dq + 2dkv)
+//    bytes per token per layer per forward-equivalent pass, HBM-bound, 4×.
+//  * Attention forward FLOPs 4·dq per visible pair, (1 + eta)·s²/2 pairs;
+//    backward 2.5× forward; forward runs twice (recompute): 4.5× in all.
+//    d = 1: one kernel per sequence at AttentionEfficiency(s).
+//    Ring: d steps per layer and pass; each step computes 1/d² of every
+//    sequence's pairs (zigzag balances the causal mask exactly) at
+//    AttentionEfficiency(c_k) (×attn_dense_bonus off the diagonal) while the
+//    next KV block (Σ c_k · 2·dkv bf16) travels one hop; a step takes
+//    max(compute, transfer + latency); the last step has nothing to wait for.
+//    Backward sends KV (bf16) + dKV (fp32) per hop (3× bytes) and one final
+//    dKV hop home. The link is intra-node only if all ranks share a node.
+//    Ulysses: all-to-all of Q, K, V in and O out (backward: dO in, dQ dK dV
+//    out); a rank computes the full sequence for ceil(q_heads/d) heads at
+//    AttentionEfficiency(s) (head padding when d does not divide the heads);
+//    KV heads are replicated when d > kv_heads. Not overlapped with compute.
+//    Traffic to same-node peers uses the intra-node link, to other nodes the
+//    inter-node link (both concurrently).
+//  * Launches: kernels_per_layer_pass × 3 passes per layer, + 2 (forward) /
+//    3 (backward) per ring step, + 2 per all-to-all.
+//  * Vision encoder (MLLMs): patches = vision tokens × patches_per_token,
+//    split over the d ranks; 2·12·vh² FLOPs per patch per layer plus full
+//    attention inside each tile; frozen: forward only; unfrozen: forward +
+//    recompute + backward (4×); the projector always trains (3×).
+//  * Memory per rank: bf16 weights + bf16 grads (4 B/param; frozen vision
+//    encoder weights only 2 B/param), fp32 master + Adam moments (12 B/param)
+//    sharded over all N ranks, framework_reserve_bytes, plus activations:
+//    checkpoints 2·L·h bytes per token, one layer's recompute working set
+//    2·(4h + 2dq + 2dkv + 4f) bytes per token, ring receive buffer
+//    2·dkv·2 bytes per token (Ulysses: all-to-all output buffer
+//    (dq + 2dkv)·2 bytes per token), and for the vision encoder, run over
+//    chunks of 16 tiles and recomputed from pixels in the backward: the pixel
+//    patches (3·14² uint8 each) plus one chunk's layer working set (16·vh B
+//    per patch) and, unfrozen, its checkpoints (2·vl·vh B per patch).
+//  * Per global batch: reduce-scatter of bf16 gradients + all-gather of bf16
+//    weights over all N ranks (2 · 2 B · P · (N-1)/N bytes per rank, ring
+//    latency 2(N-1) messages) and the Adam step over P/N parameters (HBM-bound).
+#include "fcp/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+#include "fcp/datasets.h"
+
+namespace fcp::sim {
+namespace {
+
+constexpr double kBf16 = 2.0;
+constexpr double kFp32 = 4.0;
+constexpr double kAttnBackwardFactor = 2.5;
+constexpr double kMaxEfficiency = 0.95;
+constexpr double kVisionChunkTiles = 16;
+
+double Dq(const ModelShape& s) { return static_cast<double>(s.q_heads) * s.head_dim; }
+double Dkv(const ModelShape& s) { return static_cast<double>(s.kv_heads) * s.head_dim; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Placement facts of a rank list.
+struct Placement {
+  bool one_node = true;
+  int same_node_peers = 0;   // of rank ranks[0]'s node, excluding itself
+  int other_node_peers = 0;  // peers on other nodes (max over ranks)
+};
+
+Placement Place(const HardwareModel& hw, std::span<const int> ranks) {
+  Placement p;
+  const int r_per_node = std::max(1, hw.ranks_per_node);
+  const int d = static_cast<int>(ranks.size());
+  int worst_other = 0, same_for_worst = d - 1;
+  for (int r : ranks) {
+    int same = 0;
+    for (int q : ranks) same += (q / r_per_node == r / r_per_node);
+    const int other = d - same;
+    if (other > worst_other) {
+      worst_other = other;
+      same_for_worst = same - 1;
+    }
+  }
+  p.one_node = worst_other == 0;
+  p.other_node_peers = worst_other;
+  p.same_node_peers = same_for_worst;
+  return p;
+}
+
+// All-to-all time for `bytes` sent by each rank, spread evenly over d-1 peers.
+double AllToAllS(const HardwareModel& hw, const Placement& p, int d, double bytes) {
+  if (d <= 1) return 0.0;
+  const double per_peer = bytes / (d - 1);
+  const double t_in = p.same_node_peers * per_peer / hw.bw_intra_node;
+  const double t_out = p.other_node_peers * per_peer / hw.bw_inter_node;
+  const double lat = p.one_node ? hw.latency_intra_s : hw.latency_inter_s;
+  return std::max(t_in, t_out) + lat * (1.0 + std::ceil(std::log2(static_cast<double>(d))));
+}
+
+double TotalParamsForMemory(const HardwareModel& hw, double* vision_out) {
+  const double v = hw.multimodal ? VisionParams(hw.shape) : 0.0;
+  if (vision_out) *vision_out = v;
+  return BackboneParams(hw.shape);
+}
+
+double StaticMemBytes(const HardwareModel& hw) {
+  double vision = 0;
+  const double backbone = TotalParamsForMemory(hw, &vision);
+  const double n = std::max(1, hw.num_ranks);
+  double bytes = 4.0 * backbone + 12.0 * backbone / n + hw.framework_reserve_bytes;
+  if (vision > 0) {
+    bytes += hw.vision_frozen ? 2.0 * vision : 4.0 * vision + 12.0 * vision / n;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+double LayerParams(const ModelShape& s) {
+  const double h = s.hidden;
+  return h * (Dq(s) + 2.0 * Dkv(s)) + Dq(s) * h + 3.0 * h * s.ffn;
+}
+
+double BackboneParams(const ModelShape& s) {
+  return s.layers * LayerParams(s) + 2.0 * s.hidden * static_cast<double>(s.vocab);
+}
+
+double VisionParams(const ModelShape& s) {
+  return 12.0 * s.vision_layers * static_cast<double>(s.vision_hidden) * s.vision_hidden;
+}
+
+double LayerGemmFlopsForward(const ModelShape& s, double tokens) {
+  return 2.0 * tokens * LayerParams(s);
+}
+
+double LayerAttentionFlopsForward(const ModelShape& s, double len, double eta) {
+  return 4.0 * Dq(s) * (1.0 + eta) * len * len / 2.0;
+}
+
+double AttentionEfficiency(const HardwareModel& hw, double tokens) {
+  if (tokens <= 0) return hw.attn_eff_max * 1e-3;
+  return std::min(kMaxEfficiency,
+                  hw.attn_eff_max * tokens / (tokens + hw.attn_eff_half_tokens));
+}
+
+double GemmEfficiency(const HardwareModel& hw, double rows) {
+  if (rows <= 0) return hw.gemm_eff_max * 1e-3;
+  return std::min(kMaxEfficiency,
+                  hw.gemm_eff_max * rows / (rows + hw.gemm_eff_half_tokens));
+}
+
+HardwareModel MakeHardwareModel(const ModelPreset& model, const ClusterPreset& cluster,
+                                int num_ranks) {
+  if (num_ranks < 0) throw InputError("ranks", "must be >= 1");
+  HardwareModel hw;
+  hw.num_ranks = num_ranks > 0 ? num_ranks : cluster.num_ranks;
+  hw.ranks_per_node = std::max(1, std::min(cluster.ranks_per_node, hw.num_ranks));
+  hw.peak_flops = cluster.peak_flops;
+  hw.mem_capacity_bytes = cluster.mem_bytes;
+  hw.bw_intra_node = cluster.bw_intra_node;
+  hw.bw_inter_node = cluster.bw_inter_node;
+  const bool h100 = cluster.name.find("h100") != std::string::npos;
+  hw.hbm_bytes_per_s = h100 ? 3.35e12 : 3.2e12;
+  hw.latency_intra_s = h100 ? 5e-6 : 8e-6;
+  hw.latency_inter_s = h100 ? 15e-6 : 20e-6;
+  hw.launch_s = h100 ? 5e-6 : 8e-6;
+  hw.shape = model.shape;
+  hw.multimodal = model.multimodal;
+  hw.vision_tokens_per_tile = model.vision_tokens_per_tile;
+  return hw;
+}
+
+GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> sequences,
+                             std::span<const int> ranks, CommKind comm,
+                             std::span<const int64_t> vision_tokens) {
+  if (ranks.empty()) throw InputError("ranks", "group has no ranks");
+  if (sequences.empty()) throw InputError("sequences", "group has no sequences");
+  if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
+    throw InputError("vision_tokens", "must have one entry per sequence");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= hw.num_ranks)
+      throw InputError("ranks[" + std::to_string(i) + "]",
+                       "rank " + std::to_string(ranks[i]) + " outside [0, " +
+                           std::to_string(hw.num_ranks) + ")");
+  }
+  const ModelShape& s = hw.shape;
+  const int d = static_cast<int>(ranks.size());
+  const double L = s.layers;
+  const double h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
+  const bool ring = comm == CommKind::kRing || d == 1;
+  const Placement place = Place(hw, ranks);
+  const double bw = place.one_node ? hw.bw_intra_node : hw.bw_inter_node;
+  const double lat = place.one_node ? hw.latency_intra_s : hw.latency_inter_s;
+
+  GroupSimResult r;
+
+  // Tokens per rank after zigzag / Ulysses padding.
+  std::vector<double> chunk(sequences.size()), padded_len(sequences.size());
+  double m = 0;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    const int64_t len = sequences[k].length_tokens;
+    int64_t c;
+    if (d == 1) {
+      c = len;
+    } else if (ring) {
+      c = 2 * CeilDiv(len, 2 * static_cast<int64_t>(d));
+    } else {
+      c = CeilDiv(len, d);
+    }
+    chunk[k] = static_cast<double>(c);
+    padded_len[k] = static_cast<double>(c) * d;
+    m += chunk[k];
+  }
+  r.padded_tokens_per_rank = m;
+
+  // Linear layers and LM head.
+  const double gemm_eff = GemmEfficiency(hw, m);
+  r.gemm_s = (L * 4.0 * LayerGemmFlopsForward(s, m) +
+              3.0 * 2.0 * m * h * static_cast<double>(s.vocab)) /
+             (hw.peak_flops * gemm_eff);
+  // Elementwise, HBM-bound.
+  r.elementwise_s =
+      L * 4.0 * m * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) / hw.hbm_bytes_per_s;
+  double launches = L * 3.0 * hw.kernels_per_layer_pass;
+
+  // Attention (per layer, then × L).
+  double attn_compute_layer = 0, attn_wall_layer = 0, comm_layer = 0, bytes_layer = 0;
+  if (d == 1) {
+    for (size_t k = 0; k < sequences.size(); ++k) {
+      const double fwd = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) /
+                         (hw.peak_flops * AttentionEfficiency(hw, padded_len[k]));
+      attn_compute_layer += (2.0 + kAttnBackwardFactor) * fwd;
+    }
+    attn_wall_layer = attn_compute_layer;
+  } else if (ring) {
+    // Per-step forward compute: diagonal (masked) step and off-diagonal steps.
+    double step_diag = 0, step_off = 0, kv_bytes = 0;
+    for (size_t k = 0; k < sequences.size(); ++k) {
+      const double flops =
+          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) / (double(d) * d);
+      const double eff = AttentionEfficiency(hw, chunk[k]);
+      step_diag += flops / (hw.peak_flops * eff);
+      step_off += flops / (hw.peak_flops * std::min(kMaxEfficiency, eff * hw.attn_dense_bonus));
+      kv_bytes += chunk[k] * 2.0 * dkv * kBf16;
+    }
+    const double x_fwd = kv_bytes / bw + lat;
+    const double x_bwd = kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;  // KV + dKV fp32
+    const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;          // dKV back home
+    // Forward: steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
+    auto pass = [&](double factor, double x) {
+      double t = std::max(step_diag * factor, x);  // step 0 (diagonal)
+      t += (d - 2) * std::max(step_off * factor, x);
+      t += step_off * factor;  // last step: nothing left to receive
+      return t;
+    };
+    const double fwd_wall = pass(1.0, x_fwd);
+    const double bwd_wall = pass(kAttnBackwardFactor, x_bwd) + x_home;
+    attn_wall_layer = 2.0 * fwd_wall + bwd_wall;
+    attn_compute_layer =
+        (2.0 + kAttnBackwardFactor) * (step_diag + (d - 1) * step_off);
+    comm_layer = 2.0 * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
+    bytes_layer = kv_bytes * (2.0 * (d - 1) + 3.0 * (d - 1) + 2.0);
+    launches += L * (2.0 * 2.0 * d + 3.0 * d + 1.0);
+  } else {
+    // Ulysses all-to-all.
+    const double hq = static_cast<double>(CeilDiv(s.q_heads, d));
+    const double hkv = static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
+    for (size_t k = 0; k < sequences.size(); ++k) {
+      const double fwd = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) *
+                         hq / s.q_heads /
+                         (hw.peak_flops * AttentionEfficiency(hw, padded_len[k]));
+      attn_compute_layer += (2.0 + kAttnBackwardFactor) * fwd;
+    }
+    const double hd = s.head_dim;
+    const double bytes_qkv = (d - 1) * m * (hq + 2.0 * hkv) * hd * kBf16;
+    const double bytes_o = (d - 1) * m * hq * hd * kBf16;
+    const double t_pass = AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
+    comm_layer = 3.0 * t_pass;
+    bytes_layer = 3.0 * (bytes_qkv + bytes_o);
+    attn_wall_layer = attn_compute_layer + comm_layer;
+    launches += L * 3.0 * 2.0;
+  }
+  r.attention_s = L * attn_compute_layer;
+  r.comm_s = L * comm_layer;
+  r.comm_bytes_per_rank = L * bytes_layer;
+  r.exposed_comm_s = L * std::max(0.0, attn_wall_layer - attn_compute_layer);
+
+  // Vision encoder and projector.
+  double patches_per_rank = 0;
+  if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
+    double vt = 0;
+    for (size_t k = 0; k < sequences.size(); ++k) {
+      if (!vision_tokens.empty()) {
+        vt += static_cast<double>(std::min(vision_tokens[k], sequences[k].length_tokens));
+      } else if (hw.vision_tokens_per_tile > 0) {
+        const double len = static_cast<double>(sequences[k].length_tokens);
+        vt += std::min(len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
+      }
+    }
+    if (vt > 0) {
+      const double vh = s.vision_hidden, vl = s.vision_layers;
+      const double tokens_per_rank = vt / d;
+      patches_per_rank = tokens_per_rank * hw.vision_patches_per_token;
+      const double vit_gemm_fwd = 2.0 * 12.0 * vh * vh * vl * patches_per_rank;
+      const double vit_attn_fwd = 4.0 * vh * hw.vision_patches_per_tile * vl * patches_per_rank;
+      const double proj_fwd =
+          2.0 * tokens_per_rank * (vh * hw.vision_patches_per_token * h + h * h);
+      const double passes = hw.vision_frozen ? 1.0 : 4.0;
+      r.vision_s =
+          passes * (vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, patches_per_rank)) +
+                    vit_attn_fwd / (hw.peak_flops *
+                                    AttentionEfficiency(hw, hw.vision_patches_per_tile))) +
+          3.0 * proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
+      launches += vl * passes * hw.kernels_per_layer_pass;
+    }
+  }
+  r.launch_s = launches * hw.launch_s;
+
+  r.time_s = r.gemm_s + r.elementwise_s + L * attn_wall_layer + r.launch_s + r.vision_s;
+
+  // Memory per rank.
+  double act = m * (2.0 * L * h + kBf16 * (4.0 * h + 2.0 * dq + 2.0 * dkv + 4.0 * f));
+  if (d > 1) {
+    act += ring ? m * 2.0 * dkv * kBf16 : m * (dq + 2.0 * dkv) * kBf16;
+  }
+  if (patches_per_rank > 0) {
+    // The encoder runs over tiles in chunks of kVisionChunkTiles, recomputed
+    // from its pixel inputs in the backward: memory is the pixel patches
+    // (3·14² bf16 each) plus one chunk's working set of one ViT layer.
+    const double vh = s.vision_hidden;
+    const double chunk_patches =
+        std::min(patches_per_rank, kVisionChunkTiles * hw.vision_patches_per_tile);
+    act += patches_per_rank * 3.0 * 14.0 * 14.0;  // uint8 pixels
+    act += chunk_patches * kBf16 * 16.0 * vh;
+    if (!hw.vision_frozen) act += chunk_patches * kBf16 * s.vision_layers * vh;
+  }
+  r.mem_bytes_per_rank = StaticMemBytes(hw) + act;
+  r.oom = r.mem_bytes_per_rank > hw.mem_capacity_bytes;
+  return r;
+}
+
+CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
+  const ModelShape& s = hw.shape;
+  const double h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
+  double per_token = 2.0 * s.layers * h + kBf16 * (4.0 * h + 2.0 * dq + 2.0 * dkv + 4.0 * f) +
+                     std::max(2.0 * dkv * kBf16, (dq + 2.0 * dkv) * kBf16);
+  double fixed = StaticMemBytes(hw);
+  if (hw.multimodal && s.vision_layers > 0) {
+    per_token += hw.vision_patches_per_token * 3.0 * 14.0 * 14.0;
+    const double chunk = kVisionChunkTiles * hw.vision_patches_per_tile;
+    fixed += chunk * kBf16 * 16.0 * s.vision_hidden;
+    if (!hw.vision_frozen) fixed += chunk * kBf16 * s.vision_layers * s.vision_hidden;
+  }
+  cm.mem_per_token = per_token * 1.005;
+  cm.mem_static = fixed;
+  cm.mem_capacity = hw.mem_capacity_bytes;
+  return cm;
+}
+
+double SimulateGroupTimeS(const HardwareModel& hw, std::span<const Sequence> sequences,
+                          std::span<const int> ranks, CommKind comm,
+                          std::span<const int64_t> vision_tokens) {
+  return SimulateGroup(hw, sequences, ranks, comm, vision_tokens).time_s;
+}
+
+SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
+                       std::span<const Sequence> sequences, const SimOptions& options) {
+  if (plan.status != PlanStatus::kOk)
+    throw InputError("plan.status", "cannot simulate an infeasible plan: " + plan.message);
+  if (!options.vision_tokens.empty() && options.vision_tokens.size() != sequences.size())
+    throw InputError("vision_tokens", "must have one entry per sequence");
+  if (options.noise_rel < 0) throw InputError("noise", "must be >= 0");
+  const int n = hw.num_ranks;
+  SimResult res;
+  std::vector<double> ready(static_cast<size_t>(n), 0.0), busy(static_cast<size_t>(n), 0.0);
+  std::set<std::vector<int>> local_communicators;
+  std::set<std::vector<int>>& communicators =
+      options.communicator_cache ? *options.communicator_cache : local_communicators;
+  DeterministicRng rng(options.noise_seed ^ 0x73696D6E6F697365ULL);
+  std::vector<Sequence> group_seqs;
+  std::vector<int64_t> group_vision;
+
+  for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb) {
+    double mb_end = 0;
+    const auto& groups = plan.micro_batches[mb].groups;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const GroupPlan& gp = groups[g];
+      const std::string where =
+          "plan.micro_batches[" + std::to_string(mb) + "].groups[" + std::to_string(g) + "]";
+      group_seqs.clear();
+      group_vision.clear();
+      for (int idx : gp.sequences) {
+        if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
+          throw InputError(where + ".sequences", "index " + std::to_string(idx) +
+                                                     " outside the batch");
+        group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
+        if (!options.vision_tokens.empty())
+          group_vision.push_back(options.vision_tokens[static_cast<size_t>(idx)]);
+        res.tokens += static_cast<double>(sequences[static_cast<size_t>(idx)].length_tokens);
+      }
+      for (int rank : gp.ranks) {
+        if (rank < 0 || rank >= n)
+          throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
+                                                 " outside [0, " + std::to_string(n) + ")");
+      }
+      if (group_seqs.empty()) continue;  // an idle group does nothing
+      const GroupSimResult gr = SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
+      if (gr.oom) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "needs %.2f GB per rank > %.2f GB (simulated)",
+                      gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
+        res = SimResult{};
+        res.oom = true;
+        res.oom_message = where.substr(5) + ": " + buf;
+        return res;
+      }
+      double dur = gr.time_s;
+      if (options.noise_rel > 0) {
+        const double sigma = options.noise_rel;
+        dur *= std::exp(sigma * rng.Normal() - 0.5 * sigma * sigma);
+      }
+      double start = 0;
+      for (int rank : gp.ranks) start = std::max(start, ready[static_cast<size_t>(rank)]);
+      if (gp.ranks.size() > 1) {
+        std::vector<int> key = gp.ranks;
+        std::sort(key.begin(), key.end());
+        if (communicators.insert(key).second) {
+          start += hw.group_create_s;
+          res.group_create_s += hw.group_create_s;
+          ++res.new_groups;
+        }
+      }
+      const double end = start + dur;
+      for (int rank : gp.ranks) {
+        ready[static_cast<size_t>(rank)] = end;
+        busy[static_cast<size_t>(rank)] += dur;
+      }
+      res.exposed_comm_s += gr.exposed_comm_s;
+      mb_end = std::max(mb_end, end);
+    }
+    res.micro_batch_end_s.push_back(mb_end);
+  }
+  res.compute_s = ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
+
+  if (options.include_grad_sync) {
+    double vision = 0;
+    double params = TotalParamsForMemory(hw, &vision);
+    if (!hw.vision_frozen) params += vision;
+    const bool one_node = n <= hw.ranks_per_node;
+    const double bw = one_node ? hw.bw_intra_node : hw.bw_inter_node;
+    const double lat = one_node ? hw.latency_intra_s : hw.latency_inter_s;
+    double sync = 0;
+    if (n > 1) sync = 2.0 * kBf16 * params * (n - 1.0) / n / bw + 2.0 * (n - 1.0) * lat;
+    const double optimizer = (12.0 + 12.0 + kBf16) * params / n / hw.hbm_bytes_per_s;
+    res.grad_sync_s = sync + optimizer;
+  }
+  res.iter_s = res.compute_s + res.grad_sync_s;
+  res.tokens_per_s = res.iter_s > 0 ? res.tokens / res.iter_s : 0.0;
+  const double total_busy = std::accumulate(busy.begin(), busy.end(), 0.0);
+  res.busy_fraction = res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
+  return res;
+}
+
+OverlapReport OverlapScheduling(std::span<const double> solver_s,
+                                std::span<const double> iter_s) {
+  if (solver_s.size() != iter_s.size())
+    throw InputError("solver_s", "needs one entry per step, like iter_s");
+  OverlapReport r;
+  for (size_t i = 0; i < solver_s.size(); ++i) {
+    r.solver_s += solver_s[i];
+    if (i > 0) r.hidden_s += std::min(solver_s[i], iter_s[i - 1]);
+  }
+  r.exposed_s = r.solver_s - r.hidden_s;
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Gantt chart.
+
+namespace {
+
+std::string GnuplotQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+bool GnuplotHasTerminal(const std::string& term) {
+  const std::string cmd = "gnuplot -e \"set terminal " + term + "\" >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+}  // namespace
+
+void WritePlanGantt(const Plan& plan, const std::string& png_path,
+                    const GanttOptions& options) {
+  if (plan.status != PlanStatus::kOk) throw InputError("plot", "plan is not feasible");
+  if (plan.micro_batches.empty()) throw InputError("plot", "plan has no micro-batches");
+  size_t num_groups = 0;
+  for (const auto& mb : plan.micro_batches) num_groups += mb.groups.size();
+  if (!options.group_ms.empty() && options.group_ms.size() != num_groups)
+    throw InputError("plot.group_ms", "needs one duration per group");
+  if (png_path.empty()) throw InputError("plot", "empty output path");
+
+  namespace fs = std::filesystem;
+  static int counter = 0;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("fcp-gantt-" + std::to_string(::getpid()) + "-" +
+                        std::to_string(counter++));
+  fs::create_directories(dir);
+  const fs::path data = dir / "boxes.dat";
+  const fs::path script = dir / "gantt.gp";
+  const fs::path err = dir / "gnuplot.err";
+
+  int max_rank = std::max(0, plan.num_ranks - 1);
+  std::ofstream dat(data);
+  std::ostringstream labels;
+  double t0 = 0;
+  size_t gi = 0;
+  const std::string palette[] = {"#4C72B0", "#DD8452", "#55A868", "#C44E52",
+                                 "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"};
+  int colour = 0;
+  for (size_t mbi = 0; mbi < plan.micro_batches.size(); ++mbi) {
+    const auto& mb = plan.micro_batches[mbi];
+    double mb_len = 0;
+    for (const auto& g : mb.groups) {
+      const double dur = options.group_ms.empty() ? g.est_ms : options.group_ms[gi];
+      ++gi;
+      mb_len = std::max(mb_len, dur);
+      if (g.ranks.empty()) continue;
+      std::vector<int> rs = g.ranks;
+      std::sort(rs.begin(), rs.end());
+      max_rank = std::max(max_rank, rs.back());
+      // One box per maximal run of consecutive ranks.
+      size_t a = 0;
+      while (a < rs.size()) {
+        size_t b = a;
+        while (b + 1 < rs.size() && rs[b + 1] == rs[b] + 1) ++b;
+        dat << t0 << ' ' << t0 + dur << ' ' << rs[a] - 0.45 << ' ' << rs[b] + 0.45 << ' '
+            << colour << '\n';
+        a = b + 1;
+      }
+      if (num_groups <= 400) {
+        labels << "set label " << gi << " \"d=" << g.degree() << " k=" << g.sequences.size()
+               << "\" at " << t0 + dur / 2 << "," << (rs.front() + rs.back()) / 2.0
+               << " center font \",8\" front\n";
+      }
+      colour = (colour + 1) % 8;
+    }
+    t0 += mb_len;
+  }
+  dat.close();
+
+  const std::string term = GnuplotHasTerminal("pngcairo") ? "pngcairo" : "png";
+  std::string title = options.title;
+  if (title.empty()) {
+    title = plan.strategy + ": " + std::to_string(plan.num_ranks) + " ranks, " +
+            std::to_string(plan.micro_batches.size()) + " micro-batches (" +
+            (options.group_ms.empty() ? "planner estimate" : "simulated") + ")";
+  }
+  std::ofstream gp(script);
+  gp << "set terminal " << term << " size " << options.width_px << "," << options.height_px
+     << "\n";
+  gp << "set output " << GnuplotQuote(png_path) << "\n";
+  gp << "set title " << GnuplotQuote(title) << " noenhanced\n";
+  gp << "set xlabel 'time (ms)'\nset ylabel 'rank'\n";
+  gp << "set yrange [-0.5:" << max_rank + 0.5 << "]\nset xrange [0:" << std::max(t0, 1e-9)
+     << "]\n";
+  gp << "set grid xtics\nunset key\n";
+  for (int i = 0; i < 8; ++i)
+    gp << "set linetype " << i + 1 << " lc rgb '" << palette[i] << "'\n";
+  gp << labels.str();
+  gp << "plot " << GnuplotQuote(data.string())
+     << " using (($1+$2)/2):(($3+$4)/2):1:2:3:4:($5+1) with boxxyerror fs solid 0.6 "
+        "border lc rgb 'black' lc variable\n";
+  gp.close();
+
+  const std::string cmd =
+      "gnuplot " + GnuplotQuote(script.string()) + " 2>" + GnuplotQuote(err.string());
+  const int rc = std::system(cmd.c_str());
+  std::string err_text;
+  {
+    std::ifstream in(err);
+    std::getline(in, err_text, '\0');
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (rc != 0) {
+    throw std::runtime_error("gnuplot failed (exit " + std::to_string(rc) + "): " + err_text);
+  }
+  if (!fs::exists(png_path)) throw std::runtime_error("gnuplot wrote no file " + png_path);
+}
+
+}  // namespace fcp::sim

@@ -1,0 +1,369 @@
+#include "fcp/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+
+#include "fcp/cost_model.h"
+#include "fcp/presets.h"
+
+namespace fcp::sim {
+namespace {
+
+HardwareModel Hw(const char* model = "qwen3-8b", int ranks = 64) {
+  const ModelPreset* m = FindModelPreset(model);
+  const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
+  EXPECT_NE(m, nullptr);
+  EXPECT_NE(c, nullptr);
+  return MakeHardwareModel(*m, *c, ranks);
+}
+
+std::vector<int> Range(int first, int d) {
+  std::vector<int> r(static_cast<size_t>(d));
+  std::iota(r.begin(), r.end(), first);
+  return r;
+}
+
+GroupPlan Group(std::vector<int> ranks, std::vector<int> seqs,
+                CommKind comm = CommKind::kRing) {
+  GroupPlan g;
+  g.ranks = std::move(ranks);
+  g.sequences = std::move(seqs);
+  g.comm = comm;
+  return g;
+}
+
+TEST(Flops, LayerParamsByHand) {
+  // qwen3-8b: h 4096, dq 32·128 = 4096, dkv 8·128 = 1024, f 12288.
+  const HardwareModel hw = Hw();
+  const double want = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 12288;
+  EXPECT_DOUBLE_EQ(LayerParams(hw.shape), want);
+  EXPECT_DOUBLE_EQ(want, 192937984.0);
+  EXPECT_DOUBLE_EQ(BackboneParams(hw.shape), 36 * want + 2.0 * 4096 * 151936);
+  EXPECT_DOUBLE_EQ(LayerGemmFlopsForward(hw.shape, 1000), 2.0 * 1000 * want);
+}
+
+TEST(Flops, AttentionByHand) {
+  ModelShape s;
+  s.q_heads = 2;
+  s.head_dim = 3;  // dq = 6
+  // Causal, 10 tokens: 55 visible pairs incl. diagonal; the model uses s²/2 = 50
+  // pairs, 4·dq = 24 FLOPs each (QKᵀ 2·dq + PV 2·dq).
+  EXPECT_DOUBLE_EQ(LayerAttentionFlopsForward(s, 10, 0.0), 24.0 * 50);
+  // Full attention: 100 pairs.
+  EXPECT_DOUBLE_EQ(LayerAttentionFlopsForward(s, 10, 1.0), 24.0 * 100);
+  EXPECT_DOUBLE_EQ(LayerAttentionFlopsForward(s, 10, 0.5), 24.0 * 75);
+}
+
+TEST(Flops, VisionParamsByHand) {
+  const HardwareModel hw = Hw("qwen3-vl-8b");
+  EXPECT_DOUBLE_EQ(VisionParams(hw.shape), 12.0 * 27 * 1152 * 1152);
+}
+
+TEST(Efficiency, CurvesMatchDocumentedPoints) {
+  const HardwareModel hw = Hw();
+  EXPECT_NEAR(AttentionEfficiency(hw, 512), 0.30, 0.01);
+  EXPECT_NEAR(AttentionEfficiency(hw, 16384), 0.62, 0.01);
+  EXPECT_NEAR(GemmEfficiency(hw, 256), 0.40, 0.01);
+  EXPECT_LT(GemmEfficiency(hw, 100), GemmEfficiency(hw, 1000));
+}
+
+TEST(SimulateGroup, SingleRankGemmTimeIsHandFormula) {
+  const HardwareModel hw = Hw();
+  const std::vector<Sequence> seqs = {{3000, 0.0}, {1000, 0.0}};
+  const auto r = SimulateGroup(hw, seqs, Range(0, 1), CommKind::kRing);
+  const double m = 4000;
+  const double flops = 36 * 4 * 2 * m * LayerParams(hw.shape) + 3 * 2 * m * 4096.0 * 151936;
+  EXPECT_NEAR(r.gemm_s, flops / (hw.peak_flops * GemmEfficiency(hw, m)), 1e-12);
+  double attn = 0;
+  for (const auto& s : seqs) {
+    attn += 36 * 4.5 * LayerAttentionFlopsForward(hw.shape, s.length_tokens, 0) /
+            (hw.peak_flops * AttentionEfficiency(hw, s.length_tokens));
+  }
+  EXPECT_NEAR(r.attention_s, attn, 1e-12);
+  EXPECT_EQ(r.comm_s, 0.0);
+  EXPECT_EQ(r.comm_bytes_per_rank, 0.0);
+  EXPECT_NEAR(r.time_s, r.gemm_s + r.attention_s + r.elementwise_s + r.launch_s, 1e-12);
+}
+
+TEST(SimulateGroup, ZigzagPadding) {
+  const HardwareModel hw = Hw();
+  const std::vector<Sequence> seqs = {{1001, 0.0}};
+  // 2d = 8 chunks of ceil(1001/8) = 126 tokens: 252 per rank.
+  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kRing).padded_tokens_per_rank, 252);
+  // Ulysses: d chunks of ceil(1001/4) = 251.
+  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kAllToAll).padded_tokens_per_rank,
+            251);
+}
+
+TEST(SimulateGroup, RingCommBytesAndCommBoundTimeByHand) {
+  HardwareModel hw = Hw();
+  // Make compute, launches and latency negligible so the ring is transfer-bound.
+  hw.peak_flops = 1e30;
+  hw.hbm_bytes_per_s = 1e30;
+  hw.launch_s = 0;
+  hw.latency_intra_s = 0;
+  hw.latency_inter_s = 0;
+  const int d = 4;
+  const std::vector<Sequence> seqs = {{8000, 0.0}};
+  const auto r = SimulateGroup(hw, seqs, Range(0, d), CommKind::kRing);
+  const double c = 2 * 1000;                        // 8000 / 8 chunks, 2 per rank
+  const double kv_step = c * 2 * 1024 * 2.0;        // K and V, bf16
+  // forward + recompute: (d-1) KV hops each; backward: (d-1) hops of KV + fp32 dKV
+  // (3× bytes) and one dKV hop home (2×).
+  const double bytes = 36 * kv_step * (2 * (d - 1) + 3 * (d - 1) + 2);
+  EXPECT_NEAR(r.comm_bytes_per_rank, bytes, 1e-6 * bytes);
+  EXPECT_NEAR(r.time_s, bytes / hw.bw_intra_node, 1e-6 * r.time_s);
+  EXPECT_NEAR(r.exposed_comm_s, r.comm_s, 1e-9);
+}
+
+TEST(SimulateGroup, UlyssesBytesAndHeadPaddingByHand) {
+  const HardwareModel hw = Hw();  // 32 q heads, 8 kv heads, head_dim 128
+  const std::vector<Sequence> seqs = {{12288, 0.0}};
+  const auto one = SimulateGroup(hw, seqs, Range(0, 1), CommKind::kAllToAll);
+  for (int d : {2, 3, 4}) {
+    const auto r = SimulateGroup(hw, seqs, Range(0, d), CommKind::kAllToAll);
+    const double hq = std::ceil(32.0 / d), hkv = std::ceil(8.0 / d);
+    const double m = 12288.0 / d;
+    // Per pass: Q,K,V in and O out; 3 passes (fwd, recompute, bwd).
+    const double bytes = 36 * 3 * (d - 1) * m * (2 * hq + 2 * hkv) * 128 * 2.0;
+    EXPECT_NEAR(r.comm_bytes_per_rank, bytes, 1e-6 * bytes) << d;
+    // Each rank computes the whole sequence for ceil(32/d) heads.
+    EXPECT_NEAR(r.attention_s, one.attention_s * hq / 32.0, 1e-9 * one.attention_s) << d;
+    // Nothing overlaps in Ulysses.
+    EXPECT_NEAR(r.exposed_comm_s, r.comm_s, 1e-9 * r.comm_s);
+  }
+}
+
+TEST(SimulateGroup, RingWithinNodeFasterThanAcrossNodes) {
+  const HardwareModel hw = Hw();
+  for (int64_t len : {2048, 16384, 65536}) {
+    const std::vector<Sequence> seqs = {{len, 0.0}};
+    const auto intra = SimulateGroup(hw, seqs, Range(0, 8), CommKind::kRing);
+    const auto inter = SimulateGroup(hw, seqs, std::vector<int>{0, 1, 2, 3, 16, 17, 18, 19},
+                                     CommKind::kRing);
+    EXPECT_LT(intra.time_s, inter.time_s) << len;
+    EXPECT_LT(intra.comm_s, inter.comm_s) << len;
+    EXPECT_DOUBLE_EQ(intra.comm_bytes_per_rank, inter.comm_bytes_per_rank);
+  }
+}
+
+TEST(SimulateGroup, RingHidesTransferBehindLongSequenceCompute) {
+  // Attention per step grows with chunk², KV transfer with chunk: long
+  // sequences hide the ring, short ones do not.
+  const HardwareModel hw = Hw();
+  const auto long_seq =
+      SimulateGroup(hw, std::vector<Sequence>{{131072, 0.0}}, Range(0, 16), CommKind::kRing);
+  const auto short_seq =
+      SimulateGroup(hw, std::vector<Sequence>{{1024, 0.0}}, Range(0, 16), CommKind::kRing);
+  EXPECT_LT(long_seq.exposed_comm_s / long_seq.comm_s, short_seq.exposed_comm_s / short_seq.comm_s);
+  EXPECT_LT(long_seq.exposed_comm_s, 0.05 * long_seq.comm_s + 36 * 4 * 2 * 16 * hw.latency_intra_s);
+}
+
+TEST(SimulateGroup, MoreRanksHelpLongSequencesNotShortOnes) {
+  const HardwareModel hw = Hw();
+  const std::vector<Sequence> long_seq = {{65536, 0.0}};
+  EXPECT_LT(SimulateGroupTimeS(hw, long_seq, Range(0, 8)),
+            SimulateGroupTimeS(hw, long_seq, Range(0, 4)));
+  // A 256-token sequence gains nothing from 16 ranks (launches, latency, tiny GEMMs).
+  const std::vector<Sequence> short_seq = {{256, 0.0}};
+  EXPECT_GT(SimulateGroupTimeS(hw, short_seq, Range(0, 16)),
+            SimulateGroupTimeS(hw, short_seq, Range(0, 2)));
+}
+
+TEST(SimulateGroup, FullAttentionCostsMoreThanCausal) {
+  const HardwareModel hw = Hw();
+  const auto causal = SimulateGroup(hw, std::vector<Sequence>{{8192, 0.0}}, Range(0, 2),
+                                    CommKind::kRing);
+  const auto full = SimulateGroup(hw, std::vector<Sequence>{{8192, 1.0}}, Range(0, 2),
+                                  CommKind::kRing);
+  EXPECT_NEAR(full.attention_s, 2.0 * causal.attention_s, 1e-9 * full.attention_s);
+}
+
+TEST(SimulateGroup, VisionEncoderFrozenIsCheaperAndTextModelsHaveNone) {
+  HardwareModel hw = Hw("internvl3-8b");
+  const std::vector<Sequence> seqs = {{8000, 0.0}};
+  const std::vector<int64_t> vision = {7680};
+  const auto unfrozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  hw.vision_frozen = true;
+  const auto frozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  EXPECT_GT(unfrozen.vision_s, 0);
+  EXPECT_LT(frozen.vision_s, unfrozen.vision_s);
+  EXPECT_LT(frozen.mem_bytes_per_rank, unfrozen.mem_bytes_per_rank);
+  // Vision tokens estimated from eta (one block of 256 tokens per frame).
+  const double eta = 30 * 256.0 * 256.0 / (8000.0 * 8000.0);
+  const auto from_eta = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
+                                      CommKind::kRing);
+  const auto explicit_vt = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
+                                         CommKind::kRing, std::vector<int64_t>{30 * 256});
+  EXPECT_NEAR(from_eta.vision_s, explicit_vt.vision_s, 1e-9 * explicit_vt.vision_s);
+  EXPECT_EQ(SimulateGroup(Hw(), seqs, Range(0, 2), CommKind::kRing).vision_s, 0.0);
+}
+
+TEST(SimulateGroup, BadInput) {
+  const HardwareModel hw = Hw("qwen3-8b", 8);
+  const std::vector<Sequence> seqs = {{100, 0.0}};
+  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{}, CommKind::kRing), InputError);
+  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{8}, CommKind::kRing), InputError);
+  EXPECT_THROW(SimulateGroup(hw, std::vector<Sequence>{}, Range(0, 1), CommKind::kRing),
+               InputError);
+}
+
+TEST(SimulatePlan, OomIsReportedNotRun) {
+  const HardwareModel hw = Hw("qwen3-8b", 8);
+  const std::vector<Sequence> seqs = {{131072, 0.0}, {100, 0.0}};
+  Plan plan;
+  plan.num_ranks = 8;
+  plan.micro_batches.push_back({{Group({0}, {0}), Group({1}, {1})}, 0});
+  const SimResult r = SimulatePlan(hw, plan, seqs);
+  EXPECT_TRUE(r.oom);
+  EXPECT_NE(r.oom_message.find("micro_batches[0].groups[0]"), std::string::npos);
+  EXPECT_EQ(r.iter_s, 0.0);
+  // The same sequence on 8 ranks fits.
+  Plan ok;
+  ok.num_ranks = 8;
+  ok.micro_batches.push_back({{Group(Range(0, 8), {0, 1})}, 0});
+  const SimResult r2 = SimulatePlan(hw, ok, seqs);
+  EXPECT_FALSE(r2.oom);
+  EXPECT_GT(r2.iter_s, 0);
+}
+
+TEST(SimulatePlan, RanksProceedIndependentlyAndGroupsAreCached) {
+  HardwareModel hw = Hw("qwen3-1.7b", 4);
+  const std::vector<Sequence> seqs = {{4000, 0.0}, {1000, 0.0}, {2000, 0.0}};
+  const double a = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[0]}, Range(0, 2));
+  const double b = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[1]}, Range(2, 1));
+  const double c = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[2]}, Range(1, 2));
+  Plan plan;
+  plan.num_ranks = 4;
+  plan.micro_batches.push_back({{Group({0, 1}, {0}), Group({2}, {1})}, 0});
+  plan.micro_batches.push_back({{Group({1, 2}, {2})}, 0});
+  SimOptions o;
+  o.include_grad_sync = false;
+  const SimResult r = SimulatePlan(hw, plan, seqs, o);
+  // Group c needs ranks 1 (free at create + a) and 2 (free at b < a).
+  EXPECT_NEAR(r.compute_s, hw.group_create_s + a + hw.group_create_s + c, 1e-12);
+  EXPECT_EQ(r.new_groups, 2);
+  EXPECT_DOUBLE_EQ(r.iter_s, r.compute_s);
+  EXPECT_DOUBLE_EQ(r.tokens, 7000);
+  // Re-using the same rank set creates no new communicator.
+  Plan again = plan;
+  again.micro_batches.push_back({{Group({0, 1}, {0})}, 0});
+  EXPECT_EQ(SimulatePlan(hw, again, seqs, o).new_groups, 2);
+  (void)b;
+}
+
+TEST(SimulatePlan, GradSyncAddedOncePerGlobalBatch) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 4);
+  const std::vector<Sequence> seqs = {{1000, 0.0}};
+  Plan one;
+  one.num_ranks = 4;
+  one.micro_batches.push_back({{Group({0}, {0})}, 0});
+  Plan two = one;
+  two.micro_batches.push_back({{Group({0}, {0})}, 0});
+  const std::vector<Sequence> seqs2 = {{1000, 0.0}};
+  const SimResult r1 = SimulatePlan(hw, one, seqs);
+  const SimResult r2 = SimulatePlan(hw, two, seqs2);
+  EXPECT_GT(r1.grad_sync_s, 0);
+  EXPECT_DOUBLE_EQ(r1.grad_sync_s, r2.grad_sync_s);
+  EXPECT_NEAR(r2.compute_s, 2 * r1.compute_s, 1e-12);
+}
+
+TEST(SimulatePlan, SameSeedSameResultOtherSeedOtherResult) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 8);
+  std::vector<Sequence> seqs;
+  Plan plan;
+  plan.num_ranks = 8;
+  for (int mb = 0; mb < 4; ++mb) {
+    MicroBatchPlan m;
+    for (int g = 0; g < 4; ++g) {
+      seqs.push_back({1000 + 500 * g + 100 * mb, 0.0});
+      m.groups.push_back(Group(Range(2 * g, 2), {static_cast<int>(seqs.size()) - 1}));
+    }
+    plan.micro_batches.push_back(m);
+  }
+  SimOptions o;
+  o.noise_rel = 0.1;
+  o.noise_seed = 5;
+  const SimResult a = SimulatePlan(hw, plan, seqs, o);
+  const SimResult b = SimulatePlan(hw, plan, seqs, o);
+  EXPECT_EQ(a.iter_s, b.iter_s);
+  EXPECT_EQ(a.micro_batch_end_s, b.micro_batch_end_s);
+  o.noise_seed = 6;
+  EXPECT_NE(SimulatePlan(hw, plan, seqs, o).iter_s, a.iter_s);
+  // Without noise the seed is irrelevant.
+  SimOptions quiet;
+  quiet.noise_seed = 1;
+  const double t1 = SimulatePlan(hw, plan, seqs, quiet).iter_s;
+  quiet.noise_seed = 2;
+  EXPECT_EQ(SimulatePlan(hw, plan, seqs, quiet).iter_s, t1);
+}
+
+TEST(SimulatePlan, BadPlans) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 4);
+  const std::vector<Sequence> seqs = {{1000, 0.0}};
+  Plan plan;
+  plan.num_ranks = 4;
+  plan.micro_batches.push_back({{Group({4}, {0})}, 0});
+  EXPECT_THROW(SimulatePlan(hw, plan, seqs), InputError);
+  plan.micro_batches[0].groups[0] = Group({0}, {1});
+  EXPECT_THROW(SimulatePlan(hw, plan, seqs), InputError);
+  plan.micro_batches[0].groups[0] = Group({0}, {0});
+  plan.status = PlanStatus::kInfeasible;
+  EXPECT_THROW(SimulatePlan(hw, plan, seqs), InputError);
+}
+
+TEST(CalibrateMemory, PlannerFeasibleGroupsNeverOomInSimulator) {
+  for (const char* model : {"qwen3-8b", "internvl3-8b"}) {
+    const HardwareModel hw = Hw(model);
+    const CostModel cm = CalibrateMemory(hw, CostModel{});
+    for (int64_t len = 1000; len <= 400000; len = len * 3 / 2) {
+      for (int d : {1, 2, 3, 4, 8, 16}) {
+        const std::vector<Sequence> seqs = {{len, 0.05}};
+        const bool fits = GroupMemBytes(cm, GroupLoad::Of(seqs[0]), d) <= cm.mem_capacity;
+        for (CommKind k : {CommKind::kRing, CommKind::kAllToAll}) {
+          if (fits) EXPECT_FALSE(SimulateGroup(hw, seqs, Range(0, d), k).oom) << model << len << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(OverlapScheduling, HidesSolverBehindPreviousStep) {
+  const std::vector<double> solver = {0.5, 0.2, 3.0};
+  const std::vector<double> iter = {1.0, 2.0, 1.0};
+  const OverlapReport r = OverlapScheduling(solver, iter);
+  EXPECT_DOUBLE_EQ(r.solver_s, 3.7);
+  EXPECT_DOUBLE_EQ(r.hidden_s, 0.2 + 2.0);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 0.5 + 1.0);
+  EXPECT_THROW(OverlapScheduling(solver, std::vector<double>{1.0}), InputError);
+}
+
+TEST(Gantt, WritesPng) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "no gnuplot";
+  Plan plan;
+  plan.strategy = "test";
+  plan.num_ranks = 8;
+  GroupPlan g1 = Group(Range(0, 6), {0, 1});
+  g1.est_ms = 30;
+  GroupPlan g2 = Group({6, 7}, {2});
+  g2.est_ms = 12;
+  plan.micro_batches.push_back({{g1, g2}, 30});
+  GroupPlan g3 = Group({0, 2, 3}, {3});  // non-contiguous ranks: two boxes
+  g3.est_ms = 10;
+  plan.micro_batches.push_back({{g3}, 10});
+  const auto path = std::filesystem::temp_directory_path() / "fcp_sim_gantt_test.png";
+  std::filesystem::remove(path);
+  WritePlanGantt(plan, path.string());
+  ASSERT_TRUE(std::filesystem::exists(path));
+  EXPECT_GT(std::filesystem::file_size(path), 1000u);
+  std::filesystem::remove(path);
+  Plan empty;
+  EXPECT_THROW(WritePlanGantt(empty, path.string()), InputError);
+}
+
+}  // namespace
+}  // namespace fcp::sim

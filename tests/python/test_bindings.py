@@ -1,0 +1,204 @@
+"""The pybind11 module: round trip against the `fcp plan` CLI, errors, numpy
+input, GIL release."""
+
+import json
+import os
+import pathlib
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import fcp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _cli():
+    path = os.environ.get("FCP_CLI")
+    if not path:  # PYTHONPATH=<build>/python -> <build>/fcp
+        for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            candidate = pathlib.Path(entry).parent / "fcp"
+            if entry and candidate.is_file():
+                path = str(candidate)
+                break
+    if not path or not os.path.isfile(path):
+        pytest.skip("fcp CLI not found (set FCP_CLI)")
+    return path
+
+
+def _cli_plan(batch, tmp_path, *args):
+    f = tmp_path / "batch.json"
+    f.write_text(json.dumps(batch) if not isinstance(batch, str) else batch)
+    res = subprocess.run([_cli(), "plan", "--input", str(f), "--format", "json", *args],
+                         capture_output=True, text=True, check=True)
+    return json.loads(res.stdout)
+
+
+def _without_solver_ms(d):
+    d = dict(d)
+    d.pop("solver_ms")
+    return d
+
+
+def _lengths_and_eta(sequences):
+    lengths, eta = [], []
+    for s in sequences:
+        if isinstance(s, dict):
+            lengths.append(s["length"])
+            eta.append(1.0 if s.get("attention") == "full" else float(s.get("eta", 0.0)))
+        else:
+            lengths.append(s)
+            eta.append(0.0)
+    return lengths, eta
+
+
+def test_imports_the_built_module():
+    assert fcp._fcp is not None, fcp._IMPORT_ERROR
+
+
+def test_presets_list_the_builtins():
+    p = fcp.presets()
+    assert "qwen3-8b" in p["models"] and "ascend910c-4x16" in p["clusters"]
+    assert p["strategies"][0] == "fcp" and "fcp-paper" in p["strategies"]
+
+
+CASES = [
+    dict(cluster="ascend910c-4x16", model="qwen3-8b", strategy="fcp"),
+    dict(cluster="h100-8x8", model="llama3-8b", strategy="fcp-paper"),
+    dict(cluster={"ranks": 12, "ranks_per_node": 5}, model="qwen3-1.7b", strategy="megatron"),
+    dict(cluster={"ranks": 8, "ranks_per_node": 4, "hardware": "h100-8x8"}, model=None,
+         cost_model={"beta1": 0.002}, strategy="fcp"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["strategy"] + "-" + str(c["cluster"])[:12])
+def test_round_trip_equals_cli_json(case, tmp_path):
+    rng = np.random.default_rng(11)
+    lengths = np.minimum(np.exp(rng.normal(7.5, 1.6, 40)).astype(np.int64) + 1, 131072)
+    eta = np.where(np.arange(40) % 7 == 0, 1.0, 0.0)
+    batch = {k: case[k] for k in ("cluster", "model", "cost_model") if case.get(k) is not None}
+    batch["sequences"] = [{"length": int(n), "eta": float(e)} for n, e in zip(lengths, eta)]
+    expected = _cli_plan(batch, tmp_path, "--strategy", case["strategy"])
+    sched = fcp.Scheduler(cluster=case["cluster"], model=case["model"],
+                          cost_model=case.get("cost_model"), strategy=case["strategy"])
+    plan = sched.plan(lengths, eta=eta)
+    got = plan.to_dict()
+    assert _without_solver_ms(got) == _without_solver_ms(expected)
+    # The object view agrees with the dict view.
+    assert plan.est_ms == got["est_ms"] and plan.lower_bound_ms == got["lower_bound_ms"]
+    for mb, mbd in zip(plan.micro_batches, got["micro_batches"]):
+        for g, gd in zip(mb.groups, mbd["groups"]):
+            assert list(g.ranks) == gd["ranks"] and list(g.sequences) == gd["sequences"]
+            assert g.est_ms == gd["est_ms"] and g.degree == len(gd["ranks"])
+
+
+def test_example_batch_round_trip(tmp_path):
+    text = (ROOT / "examples" / "batch.json").read_text()
+    expected = _cli_plan(text, tmp_path)
+    assert _without_solver_ms(fcp.plan_json(text).to_dict()) == _without_solver_ms(expected)
+    batch = json.loads(text)
+    lengths, eta = _lengths_and_eta(batch["sequences"])
+    plan = fcp.Scheduler(cluster=batch.get("cluster"), model=batch.get("model")).plan(lengths, eta=eta)
+    assert _without_solver_ms(plan.to_dict()) == _without_solver_ms(expected)
+
+
+def test_lists_tuples_and_numpy_dtypes_agree():
+    sched = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 4}, model="qwen3-4b")
+    lengths = [30000, 9000, 4000, 4000, 1200, 800, 300, 64]
+    ref = _without_solver_ms(sched.plan(lengths).to_dict())
+    for variant in (tuple(lengths), np.array(lengths, dtype=np.int32), np.array(lengths, dtype=np.uint32),
+                    np.array(lengths, dtype=np.int64), np.array(lengths, dtype=np.float64)):
+        assert _without_solver_ms(sched.plan(variant).to_dict()) == ref
+    every = sorted(s for mb in sched.plan(lengths).micro_batches for g in mb.groups for s in g.sequences)
+    assert every == list(range(len(lengths)))
+
+
+@pytest.mark.parametrize("bad, field", [
+    ([100, 0, 5], r"sequences\[1\]"),
+    ([100, -7], r"sequences\[1\]"),
+    ([100, 2.5], r"sequences\[1\]"),
+    ([5, "a"], r"sequences\[1\]"),
+    ([5, None], r"sequences\[1\]"),
+    ([], r"sequences"),
+    ([[1, 2], [3, 4]], r"sequences"),
+    (17, r"sequences"),
+])
+def test_bad_lengths_raise_value_error_naming_the_field(bad, field):
+    sched = fcp.Scheduler()
+    with pytest.raises(ValueError, match="^" + field):
+        sched.plan(bad)
+
+
+def test_bad_eta_names_the_field():
+    sched = fcp.Scheduler()
+    with pytest.raises(ValueError, match=r"^sequences\[1\]\.?eta|^sequences\[1\]"):
+        sched.plan([100, 200], eta=[0.0, 1.5])
+    with pytest.raises(ValueError, match="^eta"):
+        sched.plan([100, 200], eta=[0.0])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(cluster="no-such-cluster"), "cluster"),
+    (dict(model="no-such-model"), "model"),
+    (dict(strategy="no-such-strategy"), "strategy"),
+    (dict(cluster={"ranks": 0}), r"cluster\.ranks"),
+    (dict(cost_model={"alpha9": 1.0}), r"cost_model\.alpha9"),
+    (dict(cost_model={"alpha1": -1.0}), r"cost_model\.alpha1"),
+    (dict(cp_degree=-1), "cp_degree"),
+])
+def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match="^" + field):
+        fcp.Scheduler(**kwargs)
+
+
+def test_infeasible_is_a_status_not_an_error():
+    sched = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b")
+    plan = sched.plan([1 << 30])
+    assert plan.status == fcp.PlanStatus.INFEASIBLE
+    assert plan.infeasible_sequence == 0 and plan.message
+    assert plan.to_dict()["status"] == "infeasible"
+
+
+def test_plan_releases_the_gil():
+    # While one thread plans, this thread must keep running Python code. With
+    # the GIL held for the whole call it could not run at all between the
+    # planner thread's start and end marks (first half checked, to leave the
+    # return path out).
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b")
+    rng = np.random.default_rng(5)
+    lengths = np.minimum(np.exp(rng.normal(6.6, 1.75, 20000)).astype(np.int64) + 1, 131072)
+    marks = {}
+
+    def worker():
+        marks["start"] = time.perf_counter()
+        sched.plan(lengths)
+        marks["end"] = time.perf_counter()
+
+    ticks = []
+    t = threading.Thread(target=worker)
+    t.start()
+    while t.is_alive():
+        ticks.append(time.perf_counter())
+    t.join()
+    mid = (marks["start"] + marks["end"]) / 2
+    during = [x for x in ticks if marks["start"] < x < mid]
+    assert during, f"no Python progress during a {1e3 * (marks['end'] - marks['start']):.1f} ms plan"
+
+
+def test_group_cache_takes_a_planner_plan():
+    import fcp.torch as ft
+    plan = fcp.Scheduler(cluster={"ranks": 16, "ranks_per_node": 8}, model="qwen3-4b").plan(
+        [65536, 30000, 9000, 4000, 4000, 1200, 800, 300, 64, 64])
+    calls = []
+    cache = ft.GroupCache(new_group=lambda r: calls.append(tuple(r)) or tuple(r))
+    sets = {tuple(sorted(g.ranks)) for mb in plan.micro_batches for g in mb.groups}
+    assert cache.prepare(plan) == len(sets) == len(calls)
+    assert ft.plan_groups(plan) == ft.plan_groups(plan.to_dict())
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            got = cache.for_micro_batch(mb, rank=g.ranks[-1])
+            assert got.ranks == tuple(g.ranks) and got.process_group == tuple(sorted(g.ranks))
+    assert len(calls) == len(sets)

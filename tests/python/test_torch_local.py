@@ -1,0 +1,143 @@
+"""fcp.torch pieces that need no process group: layout, degree-1 ring
+attention, the group cache's creation order, loss normalisation."""
+
+import itertools
+
+import pytest
+import torch
+
+import fcp.torch as ft
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 4, 5, 8])
+def test_chunk_bounds_rule_and_partition(degree):
+    n = 2 * degree
+    for s in range(0, 70):
+        bounds = ft.zigzag_chunk_bounds(s, degree)
+        assert len(bounds) == n
+        assert bounds[0][0] == 0 and bounds[-1][1] == s
+        for c, (a, b) in enumerate(bounds):
+            assert (a, b) == (c * s // n, (c + 1) * s // n)  # the documented rule
+            assert b - a in (s // n, s // n + 1)              # sizes differ by <= 1
+            if c:
+                assert a == bounds[c - 1][1]                  # contiguous
+        # The shards of all ring indices partition [0, s).
+        held = torch.cat([ft.zigzag_positions(s, degree, i) for i in range(degree)])
+        assert sorted(held.tolist()) == list(range(s))
+        for i in range(degree):
+            assert ft.local_num_tokens(s, degree, i) == len(ft.zigzag_positions(s, degree, i))
+
+
+def test_zigzag_pairs_early_and_late_chunks():
+    # 16 tokens on 4 ranks: rank i holds chunks i and 7-i (2 tokens each).
+    assert ft.zigzag_positions(16, 4, 0).tolist() == [0, 1, 14, 15]
+    assert ft.zigzag_positions(16, 4, 3).tolist() == [6, 7, 8, 9]
+    # Uneven: 10 tokens on 3 ranks -> bounds floor(c*10/6).
+    assert ft.zigzag_chunk_bounds(10, 3) == [(0, 1), (1, 3), (3, 5), (5, 6), (6, 8), (8, 10)]
+    assert ft.zigzag_positions(10, 3, 1).tolist() == [1, 2, 6, 7]
+
+
+def test_shard_unshard_round_trip_in_ring_order():
+    x = torch.arange(23 * 3).view(23, 3)
+    ranks = [5, 2, 7]  # ring order, not sorted
+    shards = [ft.shard(x, ranks, r, dim=0) for r in ranks]
+    for i, r in enumerate(ranks):
+        assert torch.equal(shards[i], x[ft.zigzag_positions(23, 3, i)])
+    assert torch.equal(ft.unshard(shards, dim=0), x)
+    with pytest.raises(ValueError, match="rank"):
+        ft.shard(x, ranks, 3)
+    with pytest.raises(ValueError, match=r"shards\[0\]"):
+        ft.unshard([shards[1], shards[0], shards[2][:-1]], dim=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_degree_one_ring_attention_is_reference_attention(causal):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, g = (torch.randn(2, 17, 5, generator=gen, dtype=torch.float64) for _ in range(4))
+    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
+    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
+    out = ft.ring_attention(qa, ka, va, [0], causal=causal, rank=0)
+    ref = ft.attention_reference(qb, kb, vb, causal=causal)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    for a, b in ((qa, qb), (ka, kb), (va, vb)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
+    # The oracle itself: causal output of position 0 is v[0].
+    if causal:
+        torch.testing.assert_close(ref[:, 0], v[:, 0])
+
+
+def test_ring_attention_checks_its_inputs():
+    q = torch.zeros(1, 4, 2)
+    with pytest.raises(ValueError, match="q"):
+        ft.ring_attention(q, torch.zeros(1, 5, 2), torch.zeros(1, 5, 2), [0], rank=0)
+    with pytest.raises(ValueError, match="q: holds 4 tokens"):
+        ft.ring_attention(q, q, q, [0, 1], seq_len=10, rank=1)
+    with pytest.raises(ValueError, match="group"):
+        ft.ring_attention(q, q, q, [0, 1], seq_len=8, rank=1)
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, ranks):
+        self.calls.append(tuple(ranks))
+        return ("pg", tuple(ranks))
+
+
+def test_group_cache_canonical_order_and_reuse():
+    rec = _Recorder()
+    cache = ft.GroupCache(new_group=rec)
+    plan = {"micro_batches": [
+        {"groups": [{"ranks": [3, 2]}, {"ranks": [0]}, {"ranks": [1]}]},
+        {"groups": [{"ranks": [0, 1, 2, 3]}]},
+        {"groups": [{"ranks": [2, 3]}, {"ranks": [1, 0]}]},
+    ]}
+    assert cache.prepare(plan) == 5
+    # Ascending degree, then ascending sorted ranks: independent of plan order.
+    assert rec.calls == [(0,), (1,), (0, 1), (2, 3), (0, 1, 2, 3)]
+    assert cache.created == rec.calls
+    assert cache.prepare(plan) == 0
+    g = cache.for_micro_batch(plan["micro_batches"][0], rank=2)
+    assert g.ranks == (3, 2) and g.index(2) == 1 and g.degree == 2
+    assert g.process_group == ("pg", (2, 3))
+    assert cache.num_created == 5
+    # A permutation of a known set reuses its process group.
+    assert cache.get([3, 1, 0, 2]).process_group == ("pg", (0, 1, 2, 3))
+    assert cache.num_created == 5
+    # Another rank order of preparing yields the same creation order.
+    rec2 = _Recorder()
+    other = ft.GroupCache(new_group=rec2)
+    other.prepare(list(reversed([[g["ranks"] for g in mb["groups"]] for mb in plan["micro_batches"]])))
+    assert rec2.calls == rec.calls
+    with pytest.raises(ValueError, match="rank"):
+        cache.for_micro_batch([[0, 1]], rank=3)
+    with pytest.raises(ValueError, match="ranks"):
+        cache.get([1, 1])
+
+
+def test_per_token_loss_weighs_every_token_equally():
+    # Two groups of one step holding 3 and 1 tokens: the global mean is the
+    # sum of the shares, not the mean of the group means.
+    a = torch.tensor([1.0, 2.0, 3.0])
+    b = torch.tensor([10.0])
+    total = ft.per_token_loss(a, 4) + ft.per_token_loss(b, 4)
+    assert total.item() == pytest.approx(16.0 / 4)
+    assert ((a.mean() + b.mean()) / 2).item() != pytest.approx(total.item())
+    # With gradients averaged over W ranks the share is scaled by W.
+    assert ft.per_token_loss(a, 4, "mean", world_size=2).item() == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="global_num_tokens"):
+        ft.per_token_loss(a, 0)
+    with pytest.raises(ValueError, match="grad_reduction"):
+        ft.per_token_loss(a, 4, "avg")
+    assert ft.global_token_count(7) == 7  # no process group: local count
+
+
+def test_plan_groups_accepts_all_plan_forms():
+    flat = [[[0, 1], [2]], [[2, 1, 0]]]
+    as_dict = {"micro_batches": [{"groups": [{"ranks": r} for r in mb]} for mb in flat]}
+    assert ft.plan_groups(flat) == flat
+    assert ft.plan_groups(as_dict) == flat
+    assert list(itertools.chain(*ft.plan_groups(as_dict))) == [[0, 1], [2], [2, 1, 0]]
