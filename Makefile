@@ -26,6 +26,8 @@ test: build
 
 bench: build
 	./$(BUILD_DIR)/bench/planner_bench --benchmark_min_time=0.5
+	./$(BUILD_DIR)/bench/kernels_bench --benchmark_min_time=0.2
+	./$(BUILD_DIR)/bench/limits_bench
 
 clean:
 	rm -rf build build-debug build-asan build-fuzz

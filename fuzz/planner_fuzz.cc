@@ -55,6 +55,18 @@ int64_t Length(FuzzedDataProvider& fdp) {
   return fdp.ConsumeIntegralInRange<int64_t>(lo, hi);
 }
 
+// Outcome counts, printed at exit when FCP_FUZZ_STATS is set (to see that the
+// corpus reaches real plans, not only rejections).
+struct Stats {
+  long ok = 0, infeasible = 0, rejected = 0, micro_batches = 0;
+  ~Stats() {
+    if (std::getenv("FCP_FUZZ_STATS")) {
+      std::fprintf(stderr, "planner_fuzz: ok %ld (micro-batches %ld), infeasible %ld, rejected %ld\n",
+                   ok, micro_batches, infeasible, rejected);
+    }
+  }
+} stats;
+
 std::string WithoutSolverMs(const fcp::Plan& plan) {
   fcp::Plan copy = plan;
   copy.solver_ms = 0;
@@ -120,6 +132,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (request_valid && e.field() != "cost_model" && e.field() != "cost_model.mem_capacity") {
       Fail("InputError for a valid request", e.what());
     }
+    ++stats.rejected;
     return 0;
   }
   if (!request_valid) Fail("MakePlan accepted an invalid request", "");
@@ -139,6 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Fail("infeasible_sequence is not the first infeasible sequence", plan.message);
     }
     if (!plan.micro_batches.empty()) Fail("infeasible plan has micro-batches", "");
+    ++stats.infeasible;
   } else {
     if (first_infeasible >= 0) {
       Fail("ok plan although a sequence cannot fit", std::to_string(first_infeasible));
@@ -148,6 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!std::isfinite(plan.est_ms) || !std::isfinite(plan.lower_bound_ms)) {
       Fail("non-finite estimate", fcp::PlanToJson(plan, -1));
     }
+    ++stats.ok;
+    stats.micro_batches += static_cast<long>(plan.micro_batches.size());
   }
   if (check_determinism) {
     const fcp::Plan again = fcp::MakePlan(req, options);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "command.h"
 #include "fcp/profiler.h"
@@ -90,15 +91,26 @@ int RunProfileCmd(int argc, char** argv) {
     if (model_list.empty()) model_list.push_back("");
     if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
       throw InputError("model", "several models need --format table and no --out");
+    std::string summary;
     for (const std::string& m : model_list) {
       o.model = m;
       const ProfileReport rep = RunProfile(o);
+      summary += fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", rep.model,
+                             100 * rep.heldout.overall.mean, 100 * rep.heldout.overall.max,
+                             rep.heldout.overall.count);
       const std::string json = ProfileReportToJson(rep, 2) + "\n";
       if (!out_file.empty()) {
         std::ofstream f(out_file);
         if (!(f << json)) throw InputError("out", "cannot write '" + out_file + "'");
       }
       const std::string text = format == "json" ? json : ProfileReportToTable(rep) + "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+    if (model_list.size() > 1) {
+      const std::string text = fmt::format(
+          "summary (paper Table 3 layout): held-out relative error of T(G, d), target {}\n"
+          "{:<20} {:>8} {:>8} {:>7}\n{}",
+          o.target, "model", "mean", "max", "points", summary);
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     return 0;

@@ -168,7 +168,7 @@ std::string SpeedupFigure(const Writer& w, const std::string& fig, const std::st
                "set title '" + title + " (simulated)' noenhanced\nset datafile missing '?'\n"
                "set style data histograms\nset style histogram clustered gap 1\n"
                "set style fill solid 0.8 border -1\nset ylabel 'speedup over best static baseline'\n"
-               "set xtics rotate by -45 noenhanced font ',8'\nset yrange [0:*]\nset key top left\n"
+               "set xtics rotate by -45 noenhanced font ',8'\nset yrange [0:*]\nset key outside top center horizontal\n"
                "set grid ytics\nplot '" + fig + ".dat' using 2:xtic(1) title 'fcp (ours)', '' "
                "using 3 title 'fcp-paper (ours)', '' using 4 title 'paper FCP', 1 with lines "
                "lc rgb 'black' dt 2 notitle\n");
