@@ -38,13 +38,7 @@ int RunEvalGap(int argc, char** argv) {
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return InputErrorExit(e.what());
-  }
+  if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   std::stringstream ss(strategies);
   for (std::string item; std::getline(ss, item, ',');) {
     if (!item.empty()) options.strategies.push_back(item);

@@ -43,13 +43,7 @@ int RunEvalNoise(int argc, char** argv) {
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return InputErrorExit(e.what());
-  }
+  if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
     auto split = [](const std::string& text, const std::string& field) {
       std::vector<double> v;

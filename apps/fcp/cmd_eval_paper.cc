@@ -21,13 +21,7 @@ int RunEvalPaper(int argc, char** argv) {
   app.add_flag("--quick", opt.quick, "reduced sweep (about a minute)");
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
   app.add_flag("--no-plots", no_plots, "skip PNG figures");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return InputErrorExit(e.what());
-  }
+  if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   opt.plots = !no_plots;
   opt.progress = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());

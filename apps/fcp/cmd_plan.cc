@@ -80,13 +80,7 @@ int RunPlan(int argc, char** argv) {
   app.add_option("--seed", options.seed, "seed for strategies with randomness")
       ->capture_default_str();
   app.add_option("--plot", plot_file, "also write a Gantt chart of the plan to this PNG");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return InputErrorExit(e.what());
-  }
+  if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   options.strategy = strategy;
   try {
     BatchInput batch = ParseBatchJson(ReadFileOrStdin(input));

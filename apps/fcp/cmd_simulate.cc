@@ -66,13 +66,7 @@ int RunSimulate(int argc, char** argv) {
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return InputErrorExit(e.what());
-  }
+  if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
     if (!dataset.empty() && !lengths_file.empty())
       return InputErrorExit("--dataset/--lengths: give one, not both");

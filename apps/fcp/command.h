@@ -5,6 +5,8 @@
 #pragma once
 
 #include <functional>
+
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,10 @@ struct CommandRegistrar {
 
 // Prints "error: <message>" to stderr and returns 2.
 int InputErrorExit(const std::string& message);
+
+// Parses the flags into `app`. Returns -1 to go on, otherwise the exit code:
+// 0 after --help (printed), 2 for a bad flag (one `error:` line).
+int ParseFlags(CLI::App& app, int argc, char** argv);
 
 }  // namespace fcp::cli
 

@@ -19,6 +19,17 @@ int InputErrorExit(const std::string& message) {
   return 2;
 }
 
+int ParseFlags(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return InputErrorExit(e.what());
+  }
+  return -1;
+}
+
 }  // namespace fcp::cli
 
 namespace {
