@@ -107,6 +107,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.strategy = fdp.ConsumeBool() ? "fcp" : "fcp-paper";
   const bool check_determinism = fdp.ConsumeIntegralInRange<int>(0, 3) == 0;
 
+  if (std::getenv("FCP_FUZZ_DUMP")) {  // reproduce a finding with `fcp plan`
+    std::string seqs;
+    char buf[96];
+    for (const fcp::Sequence& s : req.sequences) {
+      std::snprintf(buf, sizeof buf, "%s{\"length\": %lld, \"eta\": %.17g}", seqs.empty() ? "" : ", ",
+                    static_cast<long long>(s.length_tokens), s.eta);
+      seqs += buf;
+    }
+    std::fprintf(stderr,
+                 "{\"cluster\": {\"ranks\": %d, \"ranks_per_node\": %d},\n \"cost_model\": %s,\n"
+                 " \"sequences\": [%s]}\nstrategy: %s\n",
+                 req.cluster.num_ranks, req.cluster.ranks_per_node,
+                 fcp::CostModelToJson(cm, -1).c_str(), seqs.c_str(), options.strategy.c_str());
+  }
   // Independent statement of the documented input rules (scheduler.h,
   // types.h), without the numeric-range rule.
   auto finite_ge0 = [](double x) { return std::isfinite(x) && x >= 0; };

@@ -45,6 +45,20 @@ TEST(LimitsTest, TimesThatOverflowAreRejectedNotAborted) {
       req.cost.*field = 1e308;
       EXPECT_EQ(RejectedField(req, strategy), "cost_model") << strategy;
     }
+    // Found by fuzz/planner_fuzz: alpha3 · Σs · (d - 1) overflowed inside
+    // GroupTimeS although the final time (divided by d and bw) would not;
+    // fcp-paper's DP then found no finite makespan (FCP_CHECK best < kInf).
+    std::vector<int64_t> lengths(19, 50);
+    lengths.push_back(9967640);
+    PlanRequest huge_alpha3 = Request(lengths, 247, 30);
+    huge_alpha3.cost.alpha3 = 1e300;
+    huge_alpha3.cost.bw_intra_node = 8.5e11;
+    huge_alpha3.cost.bw_inter_node = 2.125e11;
+    huge_alpha3.cost.mem_per_token = 2.125e6;
+    huge_alpha3.cost.mem_static = 8.5e10;
+    huge_alpha3.cost.mem_capacity = 2.71e11;
+    EXPECT_EQ(RejectedField(huge_alpha3, strategy), "cost_model") << strategy;
+
     PlanRequest slow_link = Request({4096, 131072});
     slow_link.cost.bw_intra_node = 1e-320;  // denormal: alpha3 * s / bw = inf
     EXPECT_EQ(RejectedField(slow_link, strategy), "cost_model") << strategy;
@@ -81,6 +95,27 @@ TEST(LimitsTest, ExtremesWithinRangePlan) {
     ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
     EXPECT_EQ(ValidatePlan(zero, plan), "") << strategy;
     EXPECT_EQ(plan.est_ms, 0.0) << strategy;
+  }
+}
+
+TEST(LimitsTest, ZeroWorkSequencesStillSplitIntoMicroBatches) {
+  // Found by fuzz/planner_fuzz: with every time coefficient 0 the work-balancing
+  // micro-batch split left micro-batches empty at every count and aborted
+  // (FCP_CHECK count < k). 18 long sequences need 125 of 247 ranks each.
+  std::vector<int64_t> lengths(18, 8372157);
+  for (int i = 0; i < 24; ++i) lengths.push_back(4);
+  lengths.push_back(8176);
+  lengths.push_back(8372157);
+  for (const char* strategy : {"fcp", "fcp-paper"}) {
+    PlanRequest req = Request(lengths, 247, 24);
+    req.cost = {.alpha1 = 0, .alpha2 = 0, .beta1 = 0, .alpha3 = 0, .beta2 = 3.1425556161221793e-4,
+                .bw_intra_node = 841024588991.495, .bw_inter_node = 2.125e11,
+                .mem_per_token = 2124999.999999998, .mem_static = 64921568627.45098,
+                .mem_capacity = 207749019607.84314};
+    const Plan plan = MakePlan(req, {.strategy = strategy});
+    ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
+    EXPECT_EQ(ValidatePlan(req, plan), "") << strategy;
+    EXPECT_GE(plan.micro_batches.size(), 19u) << strategy;  // one long sequence each
   }
 }
 

@@ -94,9 +94,17 @@ std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seq
   // A few exact steps, then geometric growth; count == K (one sequence per
   // micro-batch) is always feasible under the precondition.
   for (int attempt = 0;; ++attempt) {
+    if (count >= k) {
+      // One sequence per micro-batch, built directly: the LPT split leaves
+      // micro-batches empty (and so fails) when sequences have zero work,
+      // e.g. all time coefficients 0 (found by fuzz/planner_fuzz). With
+      // positive work this is exactly what the LPT split returns for count K.
+      std::vector<std::vector<int>> single(k);
+      for (int i = 0; i < k; ++i) single[i] = {i};
+      return single;
+    }
     auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count);
     if (!mbs.empty()) return mbs;
-    FCP_CHECK(count < k);
     count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
   }
 }

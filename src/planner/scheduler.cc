@@ -88,7 +88,7 @@ void ValidateRequest(const PlanRequest& request) {
   // every time the planner computes must stay finite. A bound on any plan's
   // estimate: K micro-batches, each at most the whole batch on one rank plus
   // its communication at the slowest bandwidth. Keep it (times 1000 for ms)
-  // far below DBL_MAX so products with degrees <= 2^20 cannot overflow either.
+  // far below DBL_MAX, leaving room for the planner's products with degrees.
   if (request.cost.mem_capacity > 0x1p62) {
     throw InputError("cost_model.mem_capacity", "must be <= 2^62 bytes");
   }
@@ -102,7 +102,12 @@ void ValidateRequest(const PlanRequest& request) {
   const double worst_s =
       cm.alpha1 * sum_attn + cm.alpha2 * sum_tokens + cm.beta1 +
       cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2;
-  if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300)) {
+  // GroupTimeS multiplies alpha3 · Σs by (d - 1) before dividing by d and the
+  // bandwidth: that intermediate must stay finite too (found by planner_fuzz).
+  const double worst_product =
+      cm.alpha3 * sum_tokens * static_cast<double>(request.cluster.num_ranks);
+  if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300) ||
+      !(worst_product <= 1e300)) {
     throw InputError("cost_model",
                      "coefficients too large for these sequence lengths (times overflow)");
   }

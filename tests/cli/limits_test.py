@@ -220,12 +220,29 @@ def coefficient_cases():
     expect("huge alpha1 and 2^40 tokens (times overflow)",
            batch([2**40], cm=dict(CM, alpha1=1e300, mem_per_token=1e-9)), {"error"},
            contains="cost_model")
+    # Found by fuzz/planner_fuzz: alpha3 * sum * (d - 1) overflowed before the
+    # division by d and bw (fcp-paper aborted: FCP_CHECK best < kInf).
+    for strategy in ("fcp", "fcp-paper"):
+        expect(f"alpha3 = 1e300 with a 10^7-token sequence, {strategy}",
+               batch([50] * 19 + [9967640], 247, 30, cm=dict(
+                   CM, alpha3=1e300, bw_intra_node=8.5e11, bw_inter_node=2.125e11,
+                   mem_per_token=2.125e6, mem_static=8.5e10, mem_capacity=2.71e11)),
+               {"error"}, contains="cost_model", args=["--strategy", strategy])
     expect("huge memory capacity (mem_bytes beyond int64)",
            batch([4096, 8192], cm=dict(CM, mem_per_token=1e290, mem_static=0.0, mem_capacity=1e300)),
            {"error"}, contains="cost_model.mem_capacity")
     expect("memory capacity 2^62 is fine",
            batch([4096, 2**40], cm=dict(CM, mem_per_token=1e3, mem_static=0.0, mem_capacity=2.0**62)),
            {"ok"})
+    # Found by fuzz/planner_fuzz: zero work everywhere made the micro-batch
+    # split fail at every count (FCP_CHECK abort) when long sequences need
+    # separate micro-batches.
+    zero_work = dict(CM, alpha1=0.0, alpha2=0.0, beta1=0.0, alpha3=0.0, beta2=3e-4,
+                     mem_per_token=2.125e6, mem_static=6.49e10, mem_capacity=2.077e11)
+    for strategy in ("fcp", "fcp-paper"):
+        expect(f"zero work, 19 long sequences, {strategy}",
+               batch([8372157] * 18 + [4] * 24 + [8176, 8372157], 247, 24, cm=zero_work), {"ok"},
+               args=["--strategy", strategy])
     expect("unknown coefficient", batch([4096], cm=dict(CM, alpha9=1.0)), {"error"},
            contains="cost_model.alpha9")
 
