@@ -7,7 +7,9 @@
 //   "cpu"          real kernels on this CPU (src/kernels): one rank's share
 //                  (zigzag chunk of s/d tokens) of a small transformer layer,
 //                  d ring steps of attention forward + backward, the layer's
-//                  GEMMs (OpenBLAS), and the ring's KV/dKV traffic as measured
+//                  GEMMs (OpenBLAS), and the ring's KV/dKV traffic measured
+//                  through ProfileOptions::ring_transport (MPI under mpirun,
+//                  see src/exec/profile_transport.h) or, by default, as
 //                  in-process copies overlapped on a second thread. Measured.
 //   "sim:CLUSTER"  samples of the simulator's hardware (fcp::sim) for a
 //                  model preset on a cluster preset, with seeded multiplicative
@@ -27,6 +29,10 @@
 
 namespace fcp {
 
+namespace profile {
+class RingTransport;  // src/profile/cpu_target.h
+}  // namespace profile
+
 struct ProfileOptions {
   std::string target = "sim:ascend910c-4x16";  // "cpu" or "sim:<cluster preset>"
   // sim: a model preset (qwen3-8b, ...); cpu: "cpu-tiny" (the default there):
@@ -43,12 +49,18 @@ struct ProfileOptions {
   // planner never shards a sequence that thin, and there the fixed per-step
   // costs that Eq. 8-9 do not model dominate. 0 keeps every point.
   int64_t min_tokens_per_rank = 512;
+  // cpu: carries the ring's KV/dKV traffic (not owned); nullptr = in-process
+  // copies. A multi-process transport (MPI) needs every rank to call
+  // RunProfile with the same options (lockstep; see exec::RunProfileOnRing).
+  profile::RingTransport* ring_transport = nullptr;
 };
 
 struct ProfileReport {
   std::string target;
   std::string model;
   std::string hardware;   // "simulated: ..." or "measured: <cpu>, ..."
+  std::string transport;  // cpu: what measured the ring traffic ("in-process
+                          // copy", "mpi, 2 ranks"); "" for sim targets
   CostModel cost_model;   // fitted on all samples; bandwidths/memory from the preset
   FitResult fit;          // the fit behind cost_model
   HeldoutReport heldout;  // fit on the training split, error on held-out points
@@ -62,7 +74,7 @@ struct ProfileReport {
 // "lengths", "degrees", "repeats", "noise", "heldout_fraction".
 ProfileReport RunProfile(const ProfileOptions& options);
 
-// {"target","model","hardware","coefficients":{name:{"value","std_error"}},
+// {"target","model","hardware",["transport",]"coefficients":{name:{"value","std_error"}},
 //  "heldout_error":{"mean","max","by_label":{...}},"samples":N,
 //  "cost_model":{...}} — fcp::ParseCostModelJson accepts it (it reads the
 // "cost_model" member). `indent` < 0: one line.

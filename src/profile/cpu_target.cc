@@ -31,12 +31,13 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// A persistent helper thread that performs one memcpy at a time: the "peer"
-// side of a ring step, overlapped with the compute thread.
-class CopyWorker {
+// The default RingTransport: a persistent helper thread performs one memcpy
+// at a time (the "peer" side of a ring step), overlapped with the compute
+// thread. busy_s() is the helper's CPU time spent copying.
+class InProcessCopyTransport : public RingTransport {
  public:
-  CopyWorker() : thread_([this] { Loop(); }) {}
-  ~CopyWorker() {
+  InProcessCopyTransport() : thread_([this] { Loop(); }) {}
+  ~InProcessCopyTransport() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -44,34 +45,30 @@ class CopyWorker {
     cv_.notify_all();
     thread_.join();
   }
-  void Start(float* dst, const float* src, size_t bytes) {
+  void Start(const void* send, void* recv, size_t bytes) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      dst_ = dst;
-      src_ = src;
+      FCP_CHECK(!pending_);
+      dst_ = recv;
+      src_ = send;
       bytes_ = bytes;
       pending_ = true;
     }
     cv_.notify_all();
   }
-  // Blocks until the copy is done; adds the blocked wall time to waited_s().
-  void Wait() {
-    const auto t0 = Clock::now();
+  void Wait() override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return !pending_; });
-    waited_s_ += Seconds(t0, Clock::now());
   }
-  // CPU seconds the helper spent copying, and wall seconds Wait() blocked.
-  double copy_cpu_s() {
+  double busy_s() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return copy_cpu_s_;
   }
-  double waited_s() const { return waited_s_; }
-  void ResetCounters() {
+  void ResetBusy() override {
     std::lock_guard<std::mutex> lock(mu_);
     copy_cpu_s_ = 0;
-    waited_s_ = 0;
   }
+  std::string Describe() const override { return "in-process copy"; }
 
  private:
   void Loop() {
@@ -79,8 +76,8 @@ class CopyWorker {
     while (true) {
       cv_.wait(lock, [this] { return pending_ || stop_; });
       if (stop_) return;
-      float* dst = dst_;
-      const float* src = src_;
+      void* dst = dst_;
+      const void* src = src_;
       const size_t bytes = bytes_;
       lock.unlock();
       const double c0 = ThreadCpuSeconds();
@@ -92,16 +89,43 @@ class CopyWorker {
       cv_.notify_all();
     }
   }
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  float* dst_ = nullptr;
-  const float* src_ = nullptr;
+  void* dst_ = nullptr;
+  const void* src_ = nullptr;
   size_t bytes_ = 0;
   bool pending_ = false;
   bool stop_ = false;
   double copy_cpu_s_ = 0;
-  double waited_s_ = 0;  // only touched by the waiting thread
   std::thread thread_;
+};
+
+// A transport as seen by the compute thread: counts the CPU and wall time the
+// compute thread spends inside Start/Wait, so the overlapped total can count
+// the blocked (exposed) part as wall time and nothing twice.
+struct Ring {
+  RingTransport* t = nullptr;
+  double call_cpu_s = 0;
+  double call_wall_s = 0;
+  void Start(const void* send, void* recv, size_t bytes) {
+    const double c0 = ThreadCpuSeconds();
+    const auto w0 = Clock::now();
+    t->Start(send, recv, bytes);
+    call_wall_s += Seconds(w0, Clock::now());
+    call_cpu_s += ThreadCpuSeconds() - c0;
+  }
+  void Wait() {
+    const double c0 = ThreadCpuSeconds();
+    const auto w0 = Clock::now();
+    t->Wait();
+    call_wall_s += Seconds(w0, Clock::now());
+    call_cpu_s += ThreadCpuSeconds() - c0;
+  }
+  void Reset() {
+    t->ResetBusy();
+    call_cpu_s = 0;
+    call_wall_s = 0;
+  }
 };
 
 std::vector<float> RandomVec(size_t n, std::mt19937& rng) {
@@ -176,13 +200,13 @@ void GemmsBackward(Workload& w) {
   }
 }
 
-// One ring pass over all sequences. `copy` (may be null) receives the message
-// of the next step while this step computes; `copy_only` does only copies.
+// One ring pass over all sequences. `ring` (may be null) moves the message of
+// the next step while this step computes; `copy_only` does only the traffic.
 struct PassTimes {
   double attention_s = 0;
 };
 
-void AttentionPasses(Workload& w, CopyWorker* copier, bool copy_only, PassTimes* times) {
+void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times) {
   const auto& s = w.shape;
   const int dh = s.head_dim, group = s.q_heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
@@ -194,7 +218,7 @@ void AttentionPasses(Workload& w, CopyWorker* copier, bool copy_only, PassTimes*
     // Forward: d steps; step i (< d-1) overlaps receiving the next block.
     for (int step = 0; step < st.d; ++step) {
       const bool has_next = step + 1 < st.d;
-      if (has_next && copier) copier->Start(st.recv.data(), st.send.data(), fwd_bytes);
+      if (has_next && copier) copier->Start(st.send.data(), st.recv.data(), fwd_bytes);
       if (!copy_only) {
         const int src = (st.d - step) % st.d;
         const double a0 = ThreadCpuSeconds();
@@ -217,7 +241,7 @@ void AttentionPasses(Workload& w, CopyWorker* copier, bool copy_only, PassTimes*
     // Backward: d steps, KV travels with its dKV; then dKV returns home.
     for (int step = 0; step < st.d; ++step) {
       const bool has_next = step + 1 < st.d;
-      if (has_next && copier) copier->Start(st.recv.data(), st.send.data(), bwd_bytes);
+      if (has_next && copier) copier->Start(st.send.data(), st.recv.data(), bwd_bytes);
       if (!copy_only) {
         const int src = (st.d - step) % st.d;
         const double a0 = ThreadCpuSeconds();
@@ -235,7 +259,7 @@ void AttentionPasses(Workload& w, CopyWorker* copier, bool copy_only, PassTimes*
       if (has_next && copier) copier->Wait();
     }
     if (st.d > 1 && copier) {
-      copier->Start(st.recv.data(), st.send.data(), fwd_bytes);  // dKV home
+      copier->Start(st.send.data(), st.recv.data(), fwd_bytes);  // dKV home
       copier->Wait();
     }
   }
@@ -308,18 +332,29 @@ void ResetGrads(Workload& w) {
 
 }  // namespace
 
+std::unique_ptr<RingTransport> MakeInProcessCopyTransport() {
+  return std::make_unique<InProcessCopyTransport>();
+}
+
 CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape, const std::vector<Sequence>& sequences,
-                             int degree, int repeats) {
+                             int degree, int repeats, RingTransport* transport) {
   FCP_CHECK(degree >= 1 && repeats >= 1 && !sequences.empty());
   kernels::SetBlasThreads(1);
   Workload w = Build(shape, sequences, degree);
-  CopyWorker copier;
+  std::unique_ptr<RingTransport> own;
+  if (!transport && degree > 1) {
+    own = MakeInProcessCopyTransport();
+    transport = own.get();
+  }
+  Ring copier{transport};
   std::vector<double> comp, comm, total, attn;
   // Timing: compute is the main thread's CPU time; communication is the
-  // helper's CPU time spent copying; the overlapped total is the main
-  // thread's CPU time plus the wall time it blocked waiting for a copy (the
-  // exposed communication). CPU clocks keep other jobs on a shared machine
-  // out of the figures; the minimum over repeats is reported.
+  // transport's busy time (the helper's CPU time spent copying in-process;
+  // the wall time of the exchange over MPI); the overlapped total is the main
+  // thread's CPU time outside the transport calls plus the wall time inside
+  // them (the exposed communication: blocked on a copy, or MPI moving or
+  // waiting for bytes). CPU clocks keep other jobs on a shared machine out of
+  // the figures; the minimum over repeats is reported.
   for (int r = 0; r < repeats + 1; ++r) {  // first round warms caches and pages
     ResetGrads(w);
     PassTimes pt;
@@ -331,18 +366,20 @@ CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape, const std::vector<Seque
 
     double m = 0;
     if (degree > 1) {
-      copier.ResetCounters();
+      transport->Sync();
+      copier.Reset();
       AttentionPasses(w, &copier, /*copy_only=*/true, nullptr);
-      m = copier.copy_cpu_s();
+      m = transport->busy_s();
+      transport->Sync();
     }
 
     ResetGrads(w);
-    copier.ResetCounters();
+    if (degree > 1) copier.Reset();
     t0 = ThreadCpuSeconds();
     GemmsForward(w);
     AttentionPasses(w, degree > 1 ? &copier : nullptr, false, nullptr);
     GemmsBackward(w);
-    const double t = ThreadCpuSeconds() - t0 + copier.waited_s();
+    const double t = ThreadCpuSeconds() - t0 - copier.call_cpu_s + copier.call_wall_s;
     if (r == 0) continue;
     comp.push_back(c);
     comm.push_back(m);
@@ -372,6 +409,21 @@ double MeasureCopyBandwidth(size_t bytes, int repeats) {
     if (r > 0) t.push_back(s);
   }
   return static_cast<double>(bytes) / std::max(1e-9, *std::min_element(t.begin(), t.end()));
+}
+
+double MeasureTransportBandwidth(RingTransport& transport, size_t bytes, int repeats) {
+  FCP_CHECK(bytes > 0 && repeats >= 1);
+  std::vector<char> send(bytes, 1), recv(bytes);
+  double best = 0;
+  for (int r = 0; r < repeats + 1; ++r) {
+    transport.Sync();
+    transport.ResetBusy();
+    transport.Start(send.data(), recv.data(), bytes);
+    transport.Wait();
+    const double s = transport.busy_s();
+    if (r > 0 && (best == 0 || s < best)) best = s;
+  }
+  return static_cast<double>(bytes) / std::max(1e-9, best);
 }
 
 double CpuLayerMemPerToken(const CpuLayerShape& s) {

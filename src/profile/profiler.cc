@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -78,6 +79,7 @@ struct Collected {
   CostModel base;
   std::string hardware;
   std::string model;
+  std::string transport;
 };
 
 Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
@@ -139,11 +141,23 @@ Collected CollectCpu(const ProfileOptions& o) {
   const profile::CpuInfo cpu = profile::ReadCpuInfo();
   Collected c;
   c.model = model_name;
-  const double bw = profile::MeasureCopyBandwidth(size_t{16} << 20, 5);
+  // The ring traffic: through the given transport (e.g. MPI; every rank runs
+  // this same loop in lockstep), else in-process copies on a helper thread.
+  profile::RingTransport* transport = o.ring_transport;
+  std::unique_ptr<profile::RingTransport> own;
+  if (!transport) {
+    own = profile::MakeInProcessCopyTransport();
+    transport = own.get();
+  }
+  c.transport = transport->Describe();
+  const double bw = o.ring_transport
+                        ? profile::MeasureTransportBandwidth(*transport, size_t{16} << 20, 5)
+                        : profile::MeasureCopyBandwidth(size_t{16} << 20, 5);
   c.hardware = fmt::format(
       "measured: {} ({} cores, {:.2f} GHz nominal), fp32 kernels on 1 core, ring "
-      "traffic as in-process copies on a helper thread ({:.1f} GB/s)",
-      cpu.model_name, cpu.physical_cores, cpu.ghz, bw / 1e9);
+      "traffic through {} ({:.2f} GB/s)",
+      cpu.model_name, cpu.physical_cores, cpu.ghz,
+      o.ring_transport ? c.transport : "in-process copies on a helper thread", bw / 1e9);
   c.base.bw_intra_node = bw;
   c.base.bw_inter_node = bw;
   c.base.mem_per_token = profile::CpuLayerMemPerToken(shape);
@@ -167,7 +181,8 @@ Collected CollectCpu(const ProfileOptions& o) {
     for (int d : degrees) {
       if (2 * d > len || len < o.min_tokens_per_rank * d) continue;
       for (const auto& seqs : GroupsAt(len, o.packed_groups, 0)) {
-        const profile::CpuRankTiming t = profile::MeasureCpuRank(shape, seqs, d, o.repeats);
+        const profile::CpuRankTiming t =
+            profile::MeasureCpuRank(shape, seqs, d, o.repeats, transport);
         FitSample s;
         s.load = LoadOf(seqs);
         s.degree = d;
@@ -206,6 +221,7 @@ ProfileReport RunProfile(const ProfileOptions& options) {
   rep.target = options.target;
   rep.model = c.model;
   rep.hardware = c.hardware;
+  rep.transport = c.transport;
   rep.samples = c.samples;
   // Held-out split over sample indices (seeded); keep >= 3 d = 1 samples in training.
   const size_t n = c.samples.size();
@@ -258,6 +274,7 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
   j["target"] = r.target;
   j["model"] = r.model;
   j["hardware"] = r.hardware;
+  if (!r.transport.empty()) j["transport"] = r.transport;
   auto coef = [](const FittedCoefficient& c) {
     nlohmann::ordered_json o;
     o["value"] = c.value;
@@ -288,6 +305,7 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
 std::string ProfileReportToTable(const ProfileReport& r) {
   std::ostringstream out;
   out << fmt::format("fcp profile: target {}  model {}\n{}\n", r.target, r.model, r.hardware);
+  if (!r.transport.empty()) out << fmt::format("ring traffic measured by: {}\n", r.transport);
   out << fmt::format("{} samples ({} held out), {:.1f} s\n\n", r.samples.size(),
                      std::count(r.is_heldout.begin(), r.is_heldout.end(), true), r.wall_s);
   out << fmt::format("{:<8} {:>14} {:>12} {:>8}  {}\n", "coef", "value", "std error", "rel",
