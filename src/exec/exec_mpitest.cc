@@ -11,33 +11,18 @@
 
 #include "exec/comm_cache.h"
 #include "exec/communicator_mpi.h"
+#include "exec/exec_testing.h"
 #include "exec/executor.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
 namespace {
 
-GlobalBatch RandomBatch(int num_sequences, int max_len, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  GlobalBatch b;
-  for (int i = 0; i < num_sequences; ++i) {
-    const int len = 2 + static_cast<int>(rng() % (max_len - 1));
-    std::vector<uint8_t> s(len);
-    for (auto& x : s) x = static_cast<uint8_t>(rng() % 256);
-    b.sequences.push_back(s);
-    b.causal.push_back(i % 5 != 4);  // some full-mask sequences
-  }
-  return b;
-}
+using testing::RelErr;
 
-// Max |a-b| / max|b| (relative to the largest reference gradient).
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
-    den = std::max(den, static_cast<double>(std::fabs(b[i])));
-  }
-  return num / den;
+GlobalBatch RandomBatch(int num_sequences, int max_len, uint64_t seed) {
+  return testing::RandomByteBatch(seed, num_sequences, max_len,
+                                  [](int i) { return i % 5 != 4; });  // some full-mask
 }
 
 int Gradients(Communicator& world) {

@@ -1,3 +1,4 @@
+#include "exec/exec_testing.h"
 #include "exec/executor.h"
 
 #include <gtest/gtest.h>
@@ -10,27 +11,10 @@
 namespace fcp::exec {
 namespace {
 
-GlobalBatch RandomBatch(uint64_t seed, int num, int max_len) {
-  std::mt19937_64 rng(seed);
-  GlobalBatch b;
-  for (int i = 0; i < num; ++i) {
-    const int len = 2 + static_cast<int>(rng() % (max_len - 1));
-    std::vector<uint8_t> s(len);
-    for (auto& x : s) x = static_cast<uint8_t>(rng() % 256);
-    b.sequences.push_back(s);
-    b.causal.push_back(i % 4 != 3);
-  }
-  return b;
-}
+using testing::RelErr;
 
-// max |a - b| / max |b|.
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
-    den = std::max(den, static_cast<double>(std::fabs(b[i])));
-  }
-  return num / den;
+GlobalBatch RandomBatch(uint64_t seed, int num, int max_len) {
+  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i % 4 != 3; });
 }
 
 ModelConfig TinyModel() {

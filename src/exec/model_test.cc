@@ -5,22 +5,15 @@
 #include <cmath>
 #include <random>
 
+#include "exec/exec_testing.h"
 #include "exec/executor.h"
 
 namespace fcp::exec {
 namespace {
 
+// One full-mask sequence (index 1), the rest causal.
 GlobalBatch SmallBatch(uint64_t seed, int num, int max_len) {
-  std::mt19937_64 rng(seed);
-  GlobalBatch b;
-  for (int i = 0; i < num; ++i) {
-    const int len = 2 + static_cast<int>(rng() % (max_len - 1));
-    std::vector<uint8_t> s(len);
-    for (auto& x : s) x = static_cast<uint8_t>(rng() % 256);
-    b.sequences.push_back(s);
-    b.causal.push_back(i != 1);  // one full-mask sequence
-  }
-  return b;
+  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i != 1; });
 }
 
 double Loss(const ModelConfig& cfg, const ParamLayout& layout,
