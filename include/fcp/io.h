@@ -45,7 +45,8 @@ std::vector<int64_t> ParseLengths(std::string_view text);
 // Reads and parses a file; InputError(path, ...) when it cannot be read.
 std::vector<int64_t> ReadLengthsFile(const std::string& path);
 
-// Reads a whole file or "-" (stdin). InputError(path, ...) on failure.
+// Reads a whole file or "-" (stdin), at most 2 GiB. InputError(path, ...) on
+// failure or when larger.
 std::string ReadFileOrStdin(const std::string& path);
 
 }  // namespace fcp

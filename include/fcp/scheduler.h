@@ -7,8 +7,9 @@
 // milliseconds and memory in bytes, with est_ms, lower_bound_ms and solver_ms
 // filled in and every group's estimate computed from its actual ranks.
 // Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
-// coefficients, N < 1, R < 1, unknown strategy or bad option) throws InputError
-// naming the field. A batch in which some sequence cannot fit even on all N
+// coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
+// would overflow, N < 1, R < 1, unknown strategy or bad option) throws
+// InputError naming the field. A batch in which some sequence cannot fit even on all N
 // ranks is not an error: the Plan has status kInfeasible and names it.
 // Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
 #pragma once

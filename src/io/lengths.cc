@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -118,7 +117,12 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
 std::string ReadFileOrStdin(const std::string& path) {
   std::string data;
   if (path == "-") {
-    data.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    // Same cap as for files, so a runaway pipe cannot exhaust memory.
+    char buffer[1 << 16];
+    while (std::cin.read(buffer, sizeof(buffer)) || std::cin.gcount() > 0) {
+      data.append(buffer, static_cast<size_t>(std::cin.gcount()));
+      if (data.size() > kMaxFileBytes) throw InputError("stdin", "input larger than 2 GiB");
+    }
     if (std::cin.bad()) throw InputError("stdin", "read failed");
     return data;
   }
