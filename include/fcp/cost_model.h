@@ -34,6 +34,8 @@ struct GroupLoad {
 
 // Returns an error naming the field ("cost_model.alpha1: ...") or nullopt.
 std::optional<std::string> ValidateCostModel(const CostModel& cm);
+// Same check; throws InputError naming the field.
+void CheckCostModel(const CostModel& cm);
 
 // T(G, d) with bandwidth `bw_bytes_per_s` (s). degree >= 1.
 double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,

@@ -109,6 +109,13 @@ class InputError : public std::invalid_argument {
       : std::invalid_argument(field + ": " + what), field_(field) {}
   const std::string& field() const { return field_; }
 
+  // From a "field: what" message, as the Validate* functions return them.
+  static InputError FromMessage(const std::string& message) {
+    const auto colon = message.find(": ");
+    if (colon == std::string::npos) return InputError("input", message);
+    return InputError(message.substr(0, colon), message.substr(colon + 2));
+  }
+
  private:
   std::string field_;
 };

@@ -41,6 +41,10 @@ std::optional<std::string> ValidateCostModel(const CostModel& cm) {
   return std::nullopt;
 }
 
+void CheckCostModel(const CostModel& cm) {
+  if (auto err = ValidateCostModel(cm)) throw InputError::FromMessage(*err);
+}
+
 double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
                   double bw_bytes_per_s) {
   const double d = degree;

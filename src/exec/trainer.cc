@@ -174,10 +174,7 @@ Trainer::Trainer(Communicator& world, TrainOptions options, TextCorpus corpus)
       layout_(MakeParamLayout(opt_.model)),
       adam_(layout_, opt_.adam),
       cache_(world) {
-  if (auto e = ValidateTrainOptions(opt_)) {
-    const auto colon = e->find(':');
-    throw InputError(e->substr(0, colon), e->substr(colon + 2));
-  }
+  if (auto e = ValidateTrainOptions(opt_)) throw InputError::FromMessage(*e);
   if (opt_.cost) {
     cost_ = *opt_.cost;
   } else if (opt_.calibrate) {

@@ -142,13 +142,6 @@ int ApplyCostModel(const json& obj, CostModel& cm) {
   return given;
 }
 
-void CheckCostModel(const CostModel& cm) {
-  if (auto err = ValidateCostModel(cm)) {
-    const auto colon = err->find(':');
-    throw InputError(err->substr(0, colon), err->substr(colon + 2));
-  }
-}
-
 Sequence ParseSequence(const json& j, size_t index) {
   const std::string field = "sequences[" + std::to_string(index) + "]";
   Sequence s;

@@ -66,10 +66,7 @@ void ValidateRequest(const PlanRequest& request) {
   if (request.cluster.ranks_per_node < 1) {
     throw InputError("cluster.ranks_per_node", "must be >= 1");
   }
-  if (auto err = ValidateCostModel(request.cost)) {
-    const auto colon = err->find(':');
-    throw InputError(err->substr(0, colon), err->substr(colon + 2));
-  }
+  CheckCostModel(request.cost);
   if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
   if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
     throw InputError("sequences", "too many sequences");
