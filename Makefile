@@ -1,29 +1,44 @@
-# The README's two commands: `make run` and `make test`. Both install missing
-# Debian packages first (scripts/bootstrap.sh), then configure and build.
+# The README's two commands: `make run` and `make test`.
+#   make run   installs what planning needs (scripts/bootstrap.sh plan), builds the
+#              fcp CLI, plans the example batch
+#   make test  installs the rest (bootstrap all: MPI, GoogleTest, .venv with torch,
+#              megatron-core, ...), builds everything, runs every test
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_ARGS ?=
+# Debian's CMake 3.25 (bootstrap installs it); a pip cmake 4.x first on PATH is
+# not used.
+CMAKE ?= /usr/bin/cmake
+CTEST ?= /usr/bin/ctest
 
-.PHONY: all bootstrap configure build run test bench asan-test fuzz fuzz-short clean
+.PHONY: all bootstrap bootstrap-plan configure build run test bench asan-test fuzz fuzz-short clean
 
 all: build
 
-bootstrap:
-	bash scripts/bootstrap.sh
+bootstrap-plan:
+	bash scripts/bootstrap.sh plan
 
+bootstrap:
+	bash scripts/bootstrap.sh all
+
+# Full configuration (tests, MPI, Python module in .venv, benchmarks).
 configure: bootstrap
-	cmake --preset release >/dev/null
+	$(CMAKE) --preset release -DFCP_PLAN_ONLY=OFF >/dev/null
 
 build: configure
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
 
 # The main job on built-in defaults: plan the example batch and print the table.
-run: build
+# Keeps an existing full configuration; a fresh checkout gets the planner only.
+run: bootstrap-plan
+	@if [ ! -f $(BUILD_DIR)/CMakeCache.txt ]; then \
+	  $(CMAKE) --preset release -DFCP_PLAN_ONLY=ON >/dev/null; fi
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target fcp
 	./$(BUILD_DIR)/fcp plan --input examples/batch.json --format table
 
 # Every test (unit, cli, mpi, python), then a short libFuzzer run (~60 s).
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD_DIR) && $(CTEST) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	bash scripts/fuzz.sh --short
 
 # The unit and cli tests again under AddressSanitizer + UBSan (build-asan/).

@@ -19,16 +19,16 @@ LABELS=${FCP_ASAN_LABELS:-unit|cli}
 
 start=$(date +%s)
 if [[ "$BUILD_DIR" == build-asan ]]; then
-  cmake --preset asan >/dev/null
+  /usr/bin/cmake --preset asan >/dev/null
 else
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCP_SANITIZE=ON \
+  /usr/bin/cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCP_SANITIZE=ON \
     -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
 fi
 if [[ -n "${FCP_ASAN_TARGETS:-}" ]]; then
   # shellcheck disable=SC2086
-  cmake --build "$BUILD_DIR" -j "$JOBS" --target ${FCP_ASAN_TARGETS}
+  /usr/bin/cmake --build "$BUILD_DIR" -j "$JOBS" --target ${FCP_ASAN_TARGETS}
 else
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  /usr/bin/cmake --build "$BUILD_DIR" -j "$JOBS"
 fi
 built=$(date +%s)
 
@@ -54,7 +54,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 rc=0
 # shellcheck disable=SC2086
-ctest --test-dir "$BUILD_DIR" -L "$LABELS" --output-on-failure -j "$JOBS" ${FCP_ASAN_CTEST_ARGS:-} || rc=$?
+/usr/bin/ctest --test-dir "$BUILD_DIR" -L "$LABELS" --output-on-failure -j "$JOBS" ${FCP_ASAN_CTEST_ARGS:-} || rc=$?
 end=$(date +%s)
 echo "asan_test: build $((built - start)) s, tests $((end - built)) s (labels: $LABELS, $JOBS jobs)"
 exit $rc

@@ -1,36 +1,82 @@
 #!/usr/bin/env bash
-# Installs every Debian package fcp needs. Idempotent: packages already present
-# are skipped, so a second run does no network work at all.
+# Installs what fcp needs on Debian 12. Idempotent: what is already there is
+# skipped, so a second run does no network work.
+#
+#   scripts/bootstrap.sh plan   # `make run`: the Debian packages that building
+#                               # the planner CLI (build/fcp) needs, nothing else
+#   scripts/bootstrap.sh all    # `make test` (default): also MPI, GoogleTest,
+#                               # Google Benchmark, clang (fuzzing), gnuplot, and
+#                               # the project virtual environment .venv with the
+#                               # Python packages of requirements-test.txt
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-14-dev
+LEVEL=${1:-all}
+case "$LEVEL" in
+  plan|all) ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  *) echo "error: bootstrap level must be 'plan' or 'all', got '$LEVEL'" >&2; exit 2 ;;
+esac
+
+# Building the CLI: compiler, Debian's CMake 3.25 (/usr/bin/cmake; a pip cmake
+# earlier on PATH is not used), JSON, flags, formatting, least squares (Eigen),
+# the FlexSP baseline's MILP (CBC) and the profiler's GEMMs (OpenBLAS).
+PLAN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev
   coinor-libcbc-dev coinor-libclp-dev coinor-libcoinutils-dev coinor-libosi-dev coinor-libcgl-dev
+  libopenblas-dev
+)
+# Everything else `make test` and `make asan-test` build or run.
+TEST_PACKAGES=(
+  git clang libclang-rt-14-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libopenblas-dev
-  pybind11-dev python3-dev python3-pybind11
-  python3-torch python3-numpy python3-pytest
+  python3-dev python3-venv
   gnuplot-nox
 )
 
+packages=("${PLAN_PACKAGES[@]}")
+if [ "$LEVEL" = all ]; then packages+=("${TEST_PACKAGES[@]}"); fi
+
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
-
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "bootstrap: all ${#PACKAGES[@]} packages present"
-  exit 0
+  echo "bootstrap: all ${#packages[@]} Debian packages present ($LEVEL)"
+else
+  echo "bootstrap: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-echo "bootstrap: installing ${missing[*]}"
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+[ "$LEVEL" = all ] || exit 0
+
+# The project virtual environment. Its interpreter is the python3 first on
+# PATH (3.11 on this project's machines); FCP_PYTHON overrides it. A stamp of
+# the requirements file skips the pip step when nothing changed.
+VENV=.venv
+REQS=requirements-test.txt
+stamp="$VENV/.fcp-requirements.sha256"
+want=$(sha256sum "$REQS" | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "bootstrap: $VENV up to date ($("$VENV/bin/python" --version))"
+  exit 0
+fi
+PY=${FCP_PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "bootstrap: creating $VENV with $($PY --version)"
+  "$PY" -m venv "$VENV"
+fi
+pip_args=(--disable-pip-version-check -q)
+# This project's machines keep the PyTorch CPU wheel in /opt/wheels.
+if [ -d /opt/wheels ]; then pip_args+=(--find-links /opt/wheels); fi
+"$VENV/bin/python" -m pip install "${pip_args[@]}" -r "$REQS"
+echo "$want" >"$stamp"
+echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch, megatron.core as m; print("torch", torch.__version__, "megatron-core", m.__version__)'))"

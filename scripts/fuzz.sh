@@ -22,13 +22,13 @@ if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
 TARGETS=(batch_json lengths planner)
 
 if [[ "$BUILD_DIR" == build-fuzz ]]; then
-  cmake --preset fuzz >/dev/null
+  /usr/bin/cmake --preset fuzz >/dev/null
 else
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  /usr/bin/cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
     -DCMAKE_CXX_COMPILER=clang++ -DFCP_BUILD_FUZZ=ON -DFCP_BUILD_MPI=OFF \
     -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
 fi
-cmake --build "$BUILD_DIR" --target fuzz_all -j "$JOBS"
+/usr/bin/cmake --build "$BUILD_DIR" --target fuzz_all -j "$JOBS"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

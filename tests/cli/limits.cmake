@@ -2,5 +2,5 @@
 # planned correctly or rejected with exit 2 and one `error:` line; no crash.
 # Included by tests/cli/CMakeLists.txt.
 add_test(NAME cli_limits
-         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/limits_test.py $<TARGET_FILE:fcp>)
+         COMMAND ${FCP_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/limits_test.py $<TARGET_FILE:fcp>)
 set_tests_properties(cli_limits PROPERTIES LABELS cli TIMEOUT 300)
