@@ -96,6 +96,13 @@ def _worker(rank, port, out_dir):
                             use_cpu_initialization=True, calculate_per_token_loss=True,
                             variable_seq_lengths=True, moe_token_dispatcher_type="alltoall",
                             params_dtype=torch.float64)
+    # Megatron's own scheduler and fcp's on the same input, same interface.
+    from megatron.core.pipeline_parallel.hybrid_cp_schedule import BalancedCPScheduler
+    balanced = BalancedCPScheduler(max_seq_len_per_rank=64,
+                                   dp_cp_group=ps.get_data_parallel_group(with_context_parallel=True))
+    out["interface"] = {
+        "megatron": balanced.get_groups_and_subsamples(list(enumerate(BATCHES[0])), cfg)[1],
+        "fcp": sched.get_groups_and_subsamples(list(enumerate(BATCHES[0])), cfg)[1]}
     rope = RotaryEmbedding(kv_channels=HEAD_DIM, rotary_percent=1.0, use_cpu_initialization=True)
 
     # A real SelfAttention from Megatron's local spec; its core attention (TE on
@@ -173,8 +180,8 @@ def _worker(rank, port, out_dir):
             steps.append(rec)
     out["steps"] = steps
     out["hooked"] = hooked
-    out["exposed_s"] = sched.exposed_planning_s
-    out["planning_s"] = sched.planning_s
+    out["exposed_s"] = list(sched.exposed_planning_s)
+    out["planning_s"] = list(sched.planning_s)
     totals = torch.tensor([float(loss_sum), float(token_sum)], dtype=torch.float64)
     dist.all_reduce(totals)
     out["global_loss"] = float(totals[0] / totals[1])
@@ -314,6 +321,24 @@ def test_per_token_loss_over_the_global_batch(results):
     for r in results:
         assert r["global_tokens"] == sum(map(sum, BATCHES))
         assert abs(r["global_loss"] - expected) < 1e-12
+
+
+def test_same_interface_output_as_megatrons_scheduler(results):
+    """Both answers: per micro-batch, one list per DP x CP rank; every sample
+    in exactly one micro-batch, held by a contiguous run of ranks."""
+    for name in ("megatron", "fcp"):
+        groups = results[0]["interface"][name]
+        where = {}
+        for j, per_rank in enumerate(groups):
+            assert len(per_rank) == WORLD
+            for p, ids in enumerate(per_rank):
+                for i in ids:
+                    where.setdefault(i, []).append((j, p))
+        assert sorted(where) == list(range(len(BATCHES[0]))), name
+        for i, spots in where.items():
+            assert len({j for j, _ in spots}) == 1, (name, i)
+            ranks = [p for _, p in spots]
+            assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), (name, i)
 
 
 def test_planning_overlaps_and_is_logged(results):

@@ -1,0 +1,222 @@
+"""fcp.megatron in one process, against the real megatron-core classes.
+
+Multi-process checks (process groups, RoPE, loss) are in test_megatron_dist.py.
+"""
+
+import inspect
+import threading
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core")
+import fcp  # noqa: E402
+import fcp.megatron as fm  # noqa: E402
+from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
+
+if fcp._fcp is None:
+    pytest.skip("fcp._fcp is not built", allow_module_level=True)
+
+TOY_COST = {"mem_per_token": 1.0, "mem_static": 1.0, "mem_capacity": 65.0}
+LENGTHS = [150, 20, 33, 7, 90, 12, 40, 64, 5, 100]
+
+
+def toy_scheduler(ranks=4):
+    return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
+                         cost_model=TOY_COST)
+
+
+def test_supported_version_is_installed():
+    assert fm.SUPPORTED_MEGATRON_CORE == "0.16.1"
+    assert fm.check_megatron_version(strict=True) == "0.16.1"
+
+
+@pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 2), (5, 2, 1, 8), (8, 2, 1, 8), (9, 3, 1, 12),
+                                        (9, 3, 2, 12), (13, 3, 2, 24)])
+def test_padded_length(n, d, m, want):
+    assert fm.padded_length(n, d, m) == want
+
+
+def test_padded_length_rejects_bad_input():
+    with pytest.raises(ValueError, match="seq_len/degree/multiple"):
+        fm.padded_length(0, 2)
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 5])
+def test_partition_is_te_rule_and_covers_everything(degree):
+    padded = [fm.padded_length(n, degree) for n in (3, 17, 40)]
+    seen = []
+    for r in range(degree):
+        idx = fm.thd_partition_indices(padded, degree, r)
+        # Oracle: each sequence viewed as [2d, n/(2d)]; rows r and 2d-1-r.
+        want, off = [], 0
+        for n in padded:
+            rows = torch.arange(off, off + n).view(2 * degree, -1)
+            want += rows[r].tolist() + rows[2 * degree - 1 - r].tolist()
+            off += n
+        assert idx.tolist() == want
+        seen += want
+    assert sorted(seen) == list(range(sum(padded)))
+
+
+def test_partition_rejects_undivisible_lengths():
+    with pytest.raises(ValueError, match="padded_lengths"):
+        fm.thd_partition_indices([10], 3, 0)
+
+
+def _samples(lengths):
+    return [{"tokens": torch.arange(n) + 1000 * i, "labels": torch.arange(n) + 1,
+             "loss_mask": torch.ones(n)} for i, n in enumerate(lengths)]
+
+
+def test_packer_fills_megatron_packed_seq_params():
+    batch, p = fm.MicroBatchPacker(pad_token=7).pack(_samples([5, 9]), degree=2, cp_rank=1,
+                                                     cp_group="group-object")
+    assert isinstance(p, PackedSeqParams)
+    assert p.qkv_format == "thd" and p.local_cp_size == 2 and p.cp_group == "group-object"
+    assert p.cu_seqlens_q.tolist() == [0, 5, 14] and p.cu_seqlens_kv.tolist() == [0, 5, 14]
+    assert p.cu_seqlens_q_padded.tolist() == [0, 8, 20] == p.cu_seqlens_kv_padded.tolist()
+    assert p.cu_seqlens_q.dtype == torch.int32
+    assert p.max_seqlen_q == p.max_seqlen_kv == 12
+    # rank 1 of 2: chunks 1 and 2 of 4 of each padded sequence
+    assert batch["position_ids"].tolist() == [[2, 3, 4, 5, 3, 4, 5, 6, 7, 8]]
+    assert batch["tokens"].tolist() == [[2, 3, 4, 7, 1003, 1004, 1005, 1006, 1007, 1008]]
+    assert batch["loss_mask"].tolist() == [[1, 1, 1, 0, 1, 1, 1, 1, 1, 1]]
+    assert all(v.shape == (1, 10) for v in batch.values())
+
+
+def test_packer_degree_one_has_no_group_and_idle_is_masked():
+    pk = fm.MicroBatchPacker(multiple=2)
+    batch, p = pk.pack(_samples([3]), 1, 0, cp_group="ignored")
+    assert p.cp_group is None and p.local_cp_size == 1          # TE turns CP off
+    assert batch["tokens"].shape == (1, 4)
+    idle, q = pk.idle(_samples([3])[0])
+    assert q.local_cp_size == 1 and idle["loss_mask"].sum() == 0 and idle["tokens"].shape == (1, 4)
+
+
+def test_packer_rejects_mismatched_sample():
+    s = _samples([4])
+    s[0]["labels"] = torch.arange(3)
+    with pytest.raises(ValueError, match="samples\\[labels\\]"):
+        fm.MicroBatchPacker().pack(s)
+
+
+def test_rank_grid_validation():
+    with pytest.raises(ValueError, match="rank"):
+        fm.RankGrid([[0, 2], [1, 3]], 5)
+    with pytest.raises(ValueError, match="coordinates"):
+        fm.RankGrid([[0, 2], [1]], 0)
+    with pytest.raises(ValueError, match="coordinates"):
+        fm.RankGrid([[0, 1], [1, 3]], 0)
+    g = fm.RankGrid([[1, 3, 5, 7], [0, 2, 4, 6]], 5)
+    assert g.coordinates == [(0, 2, 4, 6), (1, 3, 5, 7)] and g.plan_rank == 2 and g.size == 4
+    assert g.global_ranks([0, 3]) == [1, 7] and g.global_ranks([0, 3], 0) == [0, 6]
+
+
+def _scheduler_on(grid, created, **kw):
+    cache = fm.CPGroupCache(grid, new_group=lambda r: created.append(tuple(r)) or ("pg", tuple(r)))
+    return fm.FcpCPScheduler(toy_scheduler(grid.size), grid=grid, cache=cache, verify=False, **kw)
+
+
+def test_cluster_must_match_dp_cp_size():
+    with pytest.raises(ValueError, match="cluster.ranks"):
+        fm.FcpCPScheduler(toy_scheduler(4), grid=fm.RankGrid([[0, 1]], 0), verify=False)
+
+
+def test_megatron_scheduler_interface_follows_the_plan():
+    sched = _scheduler_on(fm.RankGrid([[0, 1, 2, 3]], 0), [], background=False)
+    ids = [10 + i for i in range(len(LENGTHS))]
+    groups, sample_id_groups = sched.get_groups_and_subsamples(list(zip(ids, LENGTHS)), None)
+    plan = toy_scheduler().plan(LENGTHS)
+    assert len(sample_id_groups) == len(plan.micro_batches) == len(groups)
+    for j, mb in enumerate(plan.micro_batches):
+        assert len(sample_id_groups[j]) == 4
+        for g in mb.groups:
+            for s in g.sequences:
+                # Megatron's hybrid schedule derives local_cp_size as the number
+                # of ranks listing a sample in the micro-batch.
+                holders = [p for p in range(4) if ids[s] in sample_id_groups[j][p]]
+                assert holders == sorted(g.ranks)
+        for p in range(4):
+            assert groups[j][p] == [LENGTHS[ids.index(i)] for i in sample_id_groups[j][p]]
+    assert sorted(i for mb in sample_id_groups for i in set().union(*map(set, mb))) == ids
+
+
+def test_groups_created_once_per_set_and_coordinate_in_plan_order():
+    created = []
+    grid = fm.RankGrid([[0, 2, 4, 6], [1, 3, 5, 7]], 3)   # TP = 2: two coordinates
+    sched = _scheduler_on(grid, created, background=False)
+    plan = sched.take(LENGTHS)
+    steps = sched.assignments(plan)
+    sets = []
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            key = tuple(sorted(g.ranks))
+            if len(key) > 1 and key not in sets:
+                sets.append(key)
+    assert created == [tuple(c[p] for p in key) for key in sets for c in grid.coordinates]
+    sched.assignments(plan)
+    assert len(created) == 2 * len(sets)                       # cached on the second pass
+    for a, mb in zip(steps, plan.micro_batches):
+        g = [g for g in mb.groups if 1 in g.ranks]
+        if not g:
+            assert a.sequences == [] and a.degree == 1
+            continue
+        assert a.sequences == list(g[0].sequences) and a.plan_ranks == sorted(g[0].ranks)
+        assert a.cp_rank == a.plan_ranks.index(1)
+        want = None if a.degree == 1 else ("pg", tuple(grid.global_ranks(a.plan_ranks)))
+        assert a.cp_group == want                              # this rank's TP coordinate
+
+
+class _BlockingScheduler:
+    """fcp.Scheduler that holds each plan until released, and notes the thread."""
+
+    def __init__(self):
+        self.inner = toy_scheduler()
+        self.cluster = self.inner.cluster
+        self.release = threading.Event()
+        self.threads = []
+
+    def plan(self, lengths):
+        self.threads.append(threading.current_thread().name)
+        self.release.wait(60)
+        return self.inner.plan(lengths)
+
+
+def test_planning_runs_off_the_training_thread():
+    blocking = _BlockingScheduler()
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    sched = fm.FcpCPScheduler(blocking, grid=grid, verify=False,
+                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    loader = fm.FcpMegatronLoader(sched, [fm.GlobalBatch.from_samples(_samples(LENGTHS))] * 2)
+    # The constructor returned while batch 0 was still being planned.
+    assert not blocking.release.is_set()
+    blocking.release.set()
+    it, n = loader.next_global_batch()
+    assert n == len(list(it))
+    loader.next_global_batch()
+    with pytest.raises(StopIteration):
+        loader.next_global_batch()
+    sched.close()
+    assert blocking.threads and all(t.startswith("fcp-plan") for t in blocking.threads)
+    assert len(sched.exposed_planning_s) == 2 and len(sched.planning_s) == 2
+
+
+def test_take_checks_submission_order():
+    sched = _scheduler_on(fm.RankGrid([[0, 1, 2, 3]], 0), [])
+    sched.submit(LENGTHS)
+    with pytest.raises(ValueError, match="lengths"):
+        sched.take(LENGTHS[:-1])
+    sched.close()
+
+
+def test_loss_func_is_megatron_per_token_triple():
+    loss, n, report = fm.loss_func(torch.tensor([[1.0, 0.0, 1.0]]),
+                                   torch.tensor([[2.0, 100.0, 3.0]], dtype=torch.float64))
+    assert float(loss) == 5.0 and int(n) == 2 and report["lm loss"].tolist() == [5.0, 2.0]
+
+
+def test_no_megatron_globals_are_assigned():
+    src = inspect.getsource(fm)
+    assert not hasattr(fm, "MegatronCPAdapter")
+    assert "parallel_state._" not in src and "setattr(" not in src
