@@ -170,6 +170,7 @@ def main(argv=None):
     config = TransformerConfig(
         num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
         ffn_hidden_size=4 * args.hidden, tensor_model_parallel_size=args.tp,
+        hidden_dropout=0.0, attention_dropout=0.0,   # deterministic, so --check-thd can compare
         pipeline_model_parallel_size=args.pp, context_parallel_size=1,
         bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
         calculate_per_token_loss=True,      # one normalisation over the global batch
