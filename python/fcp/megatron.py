@@ -17,8 +17,8 @@ How the pieces meet Megatron-Core 0.16.1 (file and function cited):
   the same group to its rotary embedding. :class:`MicroBatchPacker` fills
   ``PackedSeqParams`` (THD: ``cu_seqlens``, ``cu_seqlens_padded`` with every
   sequence padded to a multiple of ``2*degree``, ``max_seqlen``,
-  ``local_cp_size``, ``cp_group``) and cuts each sequence the way TE's THD
-  context parallelism expects it (``tex.thd_get_partitioned_indices``: 2*d
+  ``local_cp_size``, ``cp_group``; degree-1 groups are not padded) and cuts
+  each sequence the way TE's THD context parallelism expects it (``tex.thd_get_partitioned_indices``: 2*d
   equal chunks of the padded sequence, CP rank ``r`` holds chunks ``r`` and
   ``2d-1-r``).
 * RoPE. ``Attention.forward`` (``transformer/attention.py``) applies THD RoPE
@@ -84,12 +84,15 @@ def check_megatron_version(strict: bool = False) -> str:
 # --------------------------------------------------------------------------- THD layout
 
 def padded_length(seq_len: int, degree: int, multiple: int = 1) -> int:
-    """Smallest length >= seq_len divisible by 2*degree*multiple (tokens).
-    TE's THD context parallelism needs every padded sequence divisible by
-    2*degree; ``multiple`` = TP size under sequence parallelism."""
+    """Length of a sequence once padded for TE's THD path (tokens): for a
+    group of degree > 1, the smallest length >= seq_len divisible by
+    2*degree*multiple (TE's THD context parallelism cuts it into 2*degree equal
+    chunks); for degree 1 only a multiple of ``multiple`` (no padding between
+    sequences, which TE's non-CP THD kernels need not handle). ``multiple`` =
+    the TP size under sequence parallelism, else 1."""
     if seq_len < 1 or degree < 1 or multiple < 1:
         raise ValueError(f"seq_len/degree/multiple: must be >= 1, got {seq_len}, {degree}, {multiple}")
-    m = 2 * degree * multiple
+    m = multiple if degree == 1 else 2 * degree * multiple
     return -(-seq_len // m) * m
 
 
@@ -97,10 +100,13 @@ def thd_partition_indices(padded_lengths: Sequence[int], degree: int, cp_rank: i
     """Indices into the packed, padded sequences that CP rank ``cp_rank`` of a
     group of ``degree`` holds: each padded sequence is cut into 2*degree equal
     chunks and the rank takes chunks ``cp_rank`` and ``2*degree-1-cp_rank``
-    (the rule of TE's ``thd_get_partitioned_indices``). int64 tensor."""
+    (the rule of TE's ``thd_get_partitioned_indices``); degree 1: all
+    tokens. int64 tensor."""
     import torch
     if not 0 <= cp_rank < degree:
         raise ValueError(f"cp_rank: must be in [0, {degree}), got {cp_rank}")
+    if degree == 1:  # no CP: everything, in order
+        return torch.arange(sum(int(n) for n in padded_lengths))
     parts = []
     offset = 0
     for n in padded_lengths:
@@ -546,7 +552,8 @@ def loss_func(loss_mask, output_tensor):
     if losses.dtype != torch.float64:
         losses = losses.float()
     mask = loss_mask.reshape(-1).to(losses.dtype)
-    total = torch.sum(losses * mask)
+    # where, not a product: whatever a kernel leaves at padding (even NaN) stays out
+    total = torch.sum(torch.where(mask > 0, losses, torch.zeros_like(losses)))
     num_tokens = mask.sum().to(torch.int)
     report = torch.cat([total.detach().view(1), num_tokens.detach().float().view(1)])
     return total, num_tokens, {"lm loss": report}

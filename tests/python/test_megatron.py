@@ -31,8 +31,8 @@ def test_supported_version_is_installed():
     assert fm.check_megatron_version(strict=True) == "0.16.1"
 
 
-@pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 2), (5, 2, 1, 8), (8, 2, 1, 8), (9, 3, 1, 12),
-                                        (9, 3, 2, 12), (13, 3, 2, 24)])
+@pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 1), (7, 1, 1, 7), (7, 1, 4, 8), (5, 2, 1, 8),
+                                        (8, 2, 1, 8), (9, 3, 1, 12), (9, 3, 2, 12), (13, 3, 2, 24)])
 def test_padded_length(n, d, m, want):
     assert fm.padded_length(n, d, m) == want
 
@@ -51,6 +51,10 @@ def test_partition_is_te_rule_and_covers_everything(degree):
         # Oracle: each sequence viewed as [2d, n/(2d)]; rows r and 2d-1-r.
         want, off = [], 0
         for n in padded:
+            if degree == 1:
+                want += list(range(off, off + n))
+                off += n
+                continue
             rows = torch.arange(off, off + n).view(2 * degree, -1)
             want += rows[r].tolist() + rows[2 * degree - 1 - r].tolist()
             off += n
@@ -87,9 +91,12 @@ def test_packer_fills_megatron_packed_seq_params():
 
 def test_packer_degree_one_has_no_group_and_idle_is_masked():
     pk = fm.MicroBatchPacker(multiple=2)
-    batch, p = pk.pack(_samples([3]), 1, 0, cp_group="ignored")
+    batch, p = pk.pack(_samples([3, 5]), 1, 0, cp_group="ignored")
     assert p.cp_group is None and p.local_cp_size == 1          # TE turns CP off
-    assert batch["tokens"].shape == (1, 4)
+    assert batch["tokens"].shape == (1, 10)                     # padded to multiple=2 only
+    assert p.cu_seqlens_q.tolist() == [0, 3, 8] and p.cu_seqlens_q_padded.tolist() == [0, 4, 10]
+    _, q1 = fm.MicroBatchPacker().pack(_samples([3, 5]))
+    assert q1.cu_seqlens_q_padded.tolist() == q1.cu_seqlens_q.tolist() == [0, 3, 8]
     idle, q = pk.idle(_samples([3])[0])
     assert q.local_cp_size == 1 and idle["loss_mask"].sum() == 0 and idle["tokens"].shape == (1, 4)
 
@@ -212,7 +219,7 @@ def test_take_checks_submission_order():
 
 def test_loss_func_is_megatron_per_token_triple():
     loss, n, report = fm.loss_func(torch.tensor([[1.0, 0.0, 1.0]]),
-                                   torch.tensor([[2.0, 100.0, 3.0]], dtype=torch.float64))
+                                   torch.tensor([[2.0, float("nan"), 3.0]], dtype=torch.float64))
     assert float(loss) == 5.0 and int(n) == 2 and report["lm loss"].tolist() == [5.0, 2.0]
 
 
