@@ -148,7 +148,8 @@ def main(argv=None):
                 lines.append(f"  mb {j}: degree {p.local_cp_size} cp_group {members} "
                              f"sequences {len(p.cu_seqlens_q) - 1} local tokens "
                              f"{mb['tokens'].shape[1]} (real {int(mb['loss_mask'].sum())})")
-            text = f"rank {rank} step {step}: {n} micro-batches, exposed planning " \
+            text = f"rank {rank} step {step}: {n} micro-batches, planning " \
+                   f"{sched.planning_s[-1] * 1e3:.3f} ms, exposed " \
                    f"{sched.exposed_planning_s[-1] * 1e3:.3f} ms\n" + "\n".join(lines)
             for r in range(world):  # print in rank order
                 if r == rank:
