@@ -191,6 +191,15 @@ def _worker(rank, port, out_dir):
     out["global_loss"] = float(totals[0] / totals[1])
     out["global_tokens"] = int(totals[1])
 
+    # Ranks that plan different batches are stopped, all of them.
+    odd = fm.FcpCPScheduler(toy_scheduler(WORLD), grid=sched.grid, cache=sched.cache,
+                            background=False)
+    try:
+        odd.take(BATCHES[0] if rank else BATCHES[0][::-1])
+        out["disagreement_raised"] = False
+    except RuntimeError as e:
+        out["disagreement_raised"] = "planned different" in str(e)
+
     # Without fcp's hook the layer applies RoPE with the group it was built
     # with (size 1): Megatron's THD RoPE cannot even split the shard.
     bare = build_module(get_gpt_layer_local_spec().submodules.self_attention, config=cfg,
@@ -354,6 +363,10 @@ def test_same_interface_output_as_megatrons_scheduler(results):
             assert len({j for j, _ in spots}) == 1, (name, i)
             ranks = [p for _, p in spots]
             assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), (name, i)
+
+
+def test_ranks_that_disagree_on_the_plan_all_stop(results):
+    assert all(r["disagreement_raised"] for r in results)
 
 
 def test_planning_overlaps_and_is_logged(results):
