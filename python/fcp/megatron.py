@@ -9,7 +9,10 @@ How the pieces meet Megatron-Core 0.16.1 (file and function cited):
   (``datasets/data_schedule.py``, ``HybridCPDataLoaderWrapper``) asks its
   scheduler ``BalancedCPScheduler.get_groups_and_subsamples(sample_id_seqlens,
   config)`` for ``sample_id_groups[micro_batch][dp_cp_rank] -> [sample ids]``.
-  :class:`FcpCPScheduler` answers the same call from an fcp plan.
+  :class:`FcpCPScheduler` answers the same call from an fcp plan. (That
+  path's schedule, ``hybrid_context_parallel_forward_backward``, looks groups
+  up by size in power-of-two blocks and has no PP; fcp's groups go through
+  the standard schedule instead, below.)
 * Per-micro-batch CP group. ``TEDotProductAttention.forward``
   (``extensions/transformer_engine.py``) re-points TE's attention at
   ``PackedSeqParams.cp_group`` on every call, and turns CP off when
@@ -240,9 +243,11 @@ class FcpCPScheduler:
     the next batch on a worker thread while this one trains.
 
     Two ways in:
-    * :meth:`get_groups_and_subsamples` -- the interface of Megatron's
-      ``BalancedCPScheduler`` (so the class drops into
-      ``HybridCPDataLoaderWrapper.cp_balancing_scheduler``);
+    * :meth:`get_groups_and_subsamples` -- the call and answer format of
+      Megatron's ``BalancedCPScheduler`` (what ``HybridCPDataLoaderWrapper``
+      asks its ``cp_balancing_scheduler``). Megatron 0.16.1's hybrid schedule
+      then finds each sample's group by size alone (power-of-two aligned
+      blocks), which cannot carry fcp's groups: train through the loader;
     * :meth:`submit` / :meth:`take` / :meth:`assignments` -- used by
       :class:`FcpMegatronLoader`, which feeds Megatron's standard schedule.
     """
