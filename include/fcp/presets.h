@@ -1,6 +1,6 @@
 // Built-in model and cluster presets (DESIGN.md §6) and the derivation of
 // default cost coefficients from FLOP counts and hardware figures. The
-// derivation is documented in src/cost/presets.cc. Thread-safe (immutable data).
+// derivation is documented in src/presets/presets.cc. Thread-safe (immutable data).
 #pragma once
 
 #include <string>
