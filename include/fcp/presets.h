@@ -31,7 +31,7 @@ struct ClusterPreset {
   // tokens of one attention block. Attention: FlashAttention-3 style kernels;
   // forward and backward on their own curves, both without a causal mask; a
   // causal block of n tokens is slower by 1 + causal_gain · (n/512)^-causal_exponent.
-  double gemm_eff_max = 0.66;
+  double gemm_eff_max = 0.63;
   double gemm_eff_half_rows = 256;
   double attn_fwd_eff_max = 0.676;
   double attn_fwd_half_tokens = 209;

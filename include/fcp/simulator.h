@@ -72,10 +72,15 @@ struct HardwareModel {
   double attn_causal_gain = 0.594;
   double attn_causal_exponent = 0.794;
   // GEMMs by rows (tokens on the rank).
-  double gemm_eff_max = 0.66;
+  double gemm_eff_max = 0.63;
   double gemm_eff_half_tokens = 256;
   // --- training recipe ---
   Recompute recompute = Recompute::kFull;
+  // Fraction of the linear layers' forward FLOPs recomputed in the backward;
+  // < 0 = from the policy (full 1, selective and none 0). For recipes between
+  // the policies, e.g. TorchTitan's op-level selective checkpointing, which
+  // recomputes every second matmul (3 of a Llama layer's 7).
+  double linear_recompute_fraction = -1;
   // --- model ---
   ModelShape shape;
   bool multimodal = false;
@@ -107,8 +112,8 @@ double LayerGemmFlopsForward(const ModelShape& shape, double tokens);
 double LayerAttentionFlopsForward(const ModelShape& shape, double len, double eta);
 
 // Efficiency (fraction of peak) of attention over a block of `tokens` query
-// tokens with mask factor eta (0 = causal, 1 = full; in between, the causal
-// part at the causal rate and the extra eta part unmasked), forward or
+// tokens with mask factor eta (0 = causal: the unmasked rate / CausalSlowdown;
+// 1 = full: the unmasked rate; in between, linear in eta), forward or
 // backward; and of a GEMM with `rows` rows.
 double AttentionForwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);
 double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);

@@ -99,13 +99,15 @@ struct Passes {
   double kernel = 3;      // passes of a layer's kernel launches
 };
 
-Passes PassesOf(Recompute policy) {
-  switch (policy) {
-    case Recompute::kFull: return {4, 2, 3};
-    case Recompute::kSelective: return {3, 2, 2};
-    case Recompute::kNone: return {3, 1, 2};
+Passes PassesOf(const HardwareModel& hw) {
+  Passes p;
+  switch (hw.recompute) {
+    case Recompute::kFull: p = {4, 2, 3}; break;
+    case Recompute::kSelective: p = {3, 2, 2}; break;
+    case Recompute::kNone: p = {3, 1, 2}; break;
   }
-  return {};
+  if (hw.linear_recompute_fraction >= 0) p.linear = 3.0 + std::min(1.0, hw.linear_recompute_fraction);
+  return p;
 }
 
 double Hyperbolic(double max, double half, double n) {
@@ -113,12 +115,12 @@ double Hyperbolic(double max, double half, double n) {
   return std::min(kMaxEfficiency, max * n / (n + half));
 }
 
-// Efficiency of a block mixing the causal part (weight 1) and eta unmasked
-// part: the time of each part at its own rate.
+// Efficiency of a block with mask factor eta: causal (eta 0) runs slower than
+// unmasked by `slowdown`; full (eta 1) not at all; block masks in between
+// (e.g. full attention inside video frames) interpolate linearly.
 double MixedEfficiency(double unmasked_eff, double slowdown, double eta) {
   eta = std::clamp(eta, 0.0, 1.0);
-  const double time_per_flop = (1.0 * slowdown + eta) / (1.0 + eta) / unmasked_eff;
-  return 1.0 / time_per_flop;
+  return unmasked_eff / (1.0 + (slowdown - 1.0) * (1.0 - eta));
 }
 
 // Bytes of one layer's activations per token that a backward needs.
@@ -328,7 +330,7 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   const Placement place = Place(hw, ranks);
   const double bw = place.one_node ? hw.bw_intra_node : hw.bw_inter_node;
   const double lat = place.one_node ? hw.latency_intra_s : hw.latency_inter_s;
-  const Passes passes = PassesOf(hw.recompute);
+  const Passes passes = PassesOf(hw);
 
   GroupSimResult r;
 
@@ -651,7 +653,7 @@ double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> se
   if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   const ModelShape& s = hw.shape;
-  const Passes passes = PassesOf(hw.recompute);
+  const Passes passes = PassesOf(hw);
   const double L = s.layers, h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
   const double gemm_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.gemm_eff_max);
   const double fwd_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.attn_fwd_eff_max);
