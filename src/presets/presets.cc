@@ -36,8 +36,12 @@
 namespace fcp {
 namespace {
 
-constexpr double kGemmEfficiency = 0.55;
-constexpr double kAttentionEfficiency = 0.50;
+// Effective efficiencies of the calibrated simulator (docs/calibration.md):
+// the fraction of peak at which `fcp profile --target sim:h100-8x8 --model
+// llama3-8b` fits alpha2 (GEMMs incl. elementwise and launch overhead, 8k-row
+// groups) and alpha1 (FlashAttention-3 forward + backward curves, causal).
+constexpr double kGemmEfficiency = 0.58;
+constexpr double kAttentionEfficiency = 0.60;
 constexpr double kKernelsPerLayerPass = 10;
 constexpr double kLaunchS = 5e-6;
 constexpr double kRingStepLatencyS = 15e-6;
