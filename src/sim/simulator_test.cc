@@ -354,6 +354,84 @@ TEST(SimulatePlan, GradSyncAddedOncePerGlobalBatch) {
   EXPECT_NEAR(r2.compute_s, 2 * r1.compute_s, 1e-12);
 }
 
+TEST(SimulatePlan, GradSyncOverlapByHand) {
+  // qwen3-8b on 64 Ascend ranks (4 nodes): reduce-scatter and all-gather of
+  // bf16 over the inter-node link, ring latency, buckets of max(40M, 1M·64)
+  // params; Adam over P/64 params at HBM speed.
+  HardwareModel hw = Hw("qwen3-8b", 64);
+  const double P = BackboneParams(hw.shape);
+  const double collective = 2.0 * P * 63 / 64 / hw.bw_inter_node + 63 * hw.latency_inter_s;
+  const double buckets = std::ceil(P / 64e6);
+  const double optimizer = 26.0 * P / 64 / hw.hbm_bytes_per_s;
+  // One long sequence on all 64 ranks: its backward hides everything but one
+  // bucket of each collective.
+  Plan plan;
+  plan.num_ranks = 64;
+  plan.micro_batches.push_back({{Group(Range(0, 64), {0})}, 0});
+  const std::vector<Sequence> seqs = {{131072, 0.0}};
+  SimOptions overlap;
+  const SimResult r = SimulatePlan(hw, plan, seqs, overlap);
+  EXPECT_NEAR(r.grad_sync_total_s, 2 * collective + optimizer, 1e-9);
+  EXPECT_NEAR(r.grad_sync_s, 2 * collective / buckets + optimizer, 1e-9);
+  SimOptions serial;
+  serial.overlap_grad_reduce = false;
+  const SimResult s = SimulatePlan(hw, plan, seqs, serial);
+  EXPECT_NEAR(s.grad_sync_s, 2 * collective + optimizer, 1e-9);
+  EXPECT_DOUBLE_EQ(s.compute_s, r.compute_s);
+  // A short sequence: the backward window w is smaller than the
+  // reduce-scatter, which is exposed by all but w.
+  const std::vector<Sequence> short_seq = {{1024, 0.0}};
+  const SimResult t = SimulatePlan(hw, plan, short_seq, overlap);
+  const GroupSimResult g = SimulateGroup(hw, short_seq, Range(0, 64), CommKind::kRing);
+  ASSERT_LT(g.backward_s, collective);
+  const double exposed_rs = collective / buckets + std::max(0.0, collective - collective / buckets - g.backward_s);
+  const double exposed_ag = collective / buckets + std::max(0.0, collective - collective / buckets - g.forward_s);
+  EXPECT_NEAR(t.grad_sync_s, exposed_rs + exposed_ag + optimizer, 1e-9);
+}
+
+TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 1);
+  const ModelShape& sh = hw.shape;
+  const double len = 4096, L = sh.layers, h = sh.hidden, f = sh.ffn;
+  const double dq = 16.0 * 128, dkv = 8.0 * 128;
+  const std::vector<Sequence> seqs = {{4096, 0.0}};
+  const double gemm = (4 * L * 2 * len * LayerParams(sh) + 3 * 2 * len * h * sh.vocab) /
+                      (hw.peak_flops * hw.gemm_eff_max);
+  const double elementwise = 4 * L * len * 2 * (8 * h + 3 * f + 2 * dq + 2 * dkv) / hw.hbm_bytes_per_s;
+  const double attn_flops = L * LayerAttentionFlopsForward(sh, len, 0);
+  const double attn = 2 * attn_flops / (hw.peak_flops * hw.attn_fwd_eff_max) +
+                      2.5 * attn_flops / (hw.peak_flops * hw.attn_bwd_eff_max);
+  const double optimizer = 26.0 * BackboneParams(sh) / hw.hbm_bytes_per_s;
+  EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs), gemm + elementwise + attn + optimizer, 1e-12);
+  Plan plan;
+  plan.num_ranks = 1;
+  plan.micro_batches.push_back({{Group({0}, {0})}, 0});
+  EXPECT_LT(PhysicalLowerBoundS(hw, seqs), SimulatePlan(hw, plan, seqs).iter_s);
+}
+
+TEST(PhysicalLowerBound, BelowStaticPlansOfEveryDegree) {
+  const HardwareModel hw = Hw("qwen3-4b", 16);
+  std::vector<Sequence> seqs;
+  for (int i = 0; i < 16; ++i) seqs.push_back({1024 + 3000 * i, i % 3 == 0 ? 0.5 : 0.0});
+  for (int cp : {1, 2, 4, 8, 16}) {
+    for (bool overlap : {true, false}) {
+      Plan plan;
+      plan.num_ranks = 16;
+      MicroBatchPlan mb;
+      for (int j = 0; j < 16 / cp; ++j) {
+        GroupPlan g = Group(Range(j * cp, cp), {});
+        for (int k = j; k < 16; k += 16 / cp) g.sequences.push_back(k);
+        mb.groups.push_back(g);
+      }
+      plan.micro_batches.push_back(mb);
+      SimOptions so;
+      so.overlap_grad_reduce = overlap;
+      EXPECT_LT(PhysicalLowerBoundS(hw, seqs, overlap), SimulatePlan(hw, plan, seqs, so).iter_s)
+          << cp << " " << overlap;
+    }
+  }
+}
+
 TEST(SimulatePlan, SameSeedSameResultOtherSeedOtherResult) {
   const HardwareModel hw = Hw("qwen3-1.7b", 8);
   std::vector<Sequence> seqs;
