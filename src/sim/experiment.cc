@@ -150,6 +150,13 @@ Setup MakeSetup(ExperimentConfig& cfg) {
     throw InputError("cp", "degree " + std::to_string(cfg.cp_degree) + " does not divide " +
                                std::to_string(cp.num_ranks) + " ranks");
 
+  // DP x CP replicates bf16 weights and gradients on every rank (4 B/param).
+  const double states = 4.0 * static_cast<double>(model->params() + model->vision_params());
+  if (states >= cp.mem_bytes)
+    throw InputError("model", fmt::format("{}: replicated bf16 weights and gradients need {:.0f} "
+                                          "GB per rank > {:.0f} GB on {}; this model needs "
+                                          "tensor/pipeline parallelism or FSDP (out of scope)",
+                                          cfg.model, states / 1e9, cp.mem_bytes / 1e9, cp.name));
   Setup setup;
   setup.hw = MakeHardwareModel(*model, cp);
   setup.hw.vision_frozen = cfg.vision_frozen;
