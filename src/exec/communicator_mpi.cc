@@ -49,6 +49,14 @@ class MpiCommunicator : public Communicator {
     requests_.erase(it);
   }
 
+  void Progress() override {
+    for (auto& [id, req] : requests_) {
+      if (req == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // sets req to NULL if done
+    }
+  }
+
   void AllReduceSum(float* data, size_t count) override {
     MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT,
                   MPI_SUM, comm_);

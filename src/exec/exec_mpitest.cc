@@ -22,7 +22,7 @@ using testing::RelErr;
 
 GlobalBatch RandomBatch(int num_sequences, int max_len, uint64_t seed) {
   return testing::RandomByteBatch(seed, num_sequences, max_len,
-                                  [](int i) { return i % 5 != 4; });  // some full-mask
+                                  [](int i) { return i % 5 == 4 ? 1.0 : i % 5 == 3 ? 0.3 : 0.0; });
 }
 
 int Gradients(Communicator& world) {
@@ -51,8 +51,8 @@ int Gradients(Communicator& world) {
   req.cost.mem_per_token = 1000;
   req.cost.mem_capacity = 40'000;  // sequences > 40 tokens need d >= 2
   for (const auto& len : batch.lengths()) req.sequences.push_back({len, 0.0});
-  for (size_t i = 0; i < batch.causal.size(); ++i)
-    req.sequences[i].eta = batch.causal[i] ? 0.0 : 1.0;
+  for (size_t i = 0; i < batch.eta.size(); ++i)
+    req.sequences[i].eta = batch.eta[i];
   for (const char* strategy : {"fcp", "fcp-paper", "megatron"}) {
     PlanOptions opt;
     opt.strategy = strategy;

@@ -14,7 +14,7 @@ namespace {
 using testing::RelErr;
 
 GlobalBatch RandomBatch(uint64_t seed, int num, int max_len) {
-  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i % 4 != 3; });
+  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i % 4 == 3 ? 1.0 : i % 4 == 2 ? 0.4 : 0.0; });
 }
 
 ModelConfig TinyModel() {
@@ -82,7 +82,7 @@ PlanRequest RequestFor(const GlobalBatch& batch, int N) {
   req.cost.mem_capacity = 60'000;  // forces some groups of degree > 1
   for (size_t i = 0; i < batch.sequences.size(); ++i)
     req.sequences.push_back({static_cast<int64_t>(batch.sequences[i].size()),
-                             batch.causal[i] ? 0.0 : 1.0});
+                             batch.eta[i]});
   return req;
 }
 

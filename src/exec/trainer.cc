@@ -76,7 +76,7 @@ GlobalBatch LoadBatch(const TextCorpus& corpus, const std::vector<int>& files,
     if (in.gcount() != len)
       throw InputError("data_dir", "cannot read " + corpus.paths[f]);
     b.sequences.push_back(std::move(bytes));
-    b.causal.push_back(true);
+    b.eta.push_back(0.0);
   }
   return b;
 }
@@ -125,8 +125,8 @@ CostModel CalibrateCpuCostModel(const ModelConfig& cfg,
     GlobalBatch b;
     b.sequences.push_back(std::vector<uint8_t>(len));
     for (int64_t i = 0; i < len; ++i) b.sequences[0][i] = static_cast<uint8_t>(i * 31);
-    b.causal.push_back(true);
-    const auto layouts = ZigzagLayouts(b.lengths(), b.causal, {0}, 1);
+    b.eta.push_back(0.0);
+    const auto layouts = ZigzagLayouts(b.lengths(), b.eta, {0}, 1);
     const ShardBatch shard = MakeShardBatch(layouts[0], b.sequences);
     RingAttentionArgs attn;
     attn.layouts = &layouts;
