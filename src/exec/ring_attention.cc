@@ -141,9 +141,11 @@ void RingAttentionForward(const RingAttentionArgs& args, const float* q,
         }
       }
     }
-    if (args.timing)
-      args.timing->compute_s +=
-          NowS() - c0 - (args.timing->progress_s - polled_s);
+    if (args.timing) {
+      const double c = NowS() - c0 - (args.timing->progress_s - polled_s);
+      args.timing->compute_s += c;
+      args.timing->forward_step_compute_s.push_back(c);
+    }
     if (t < d - 1) {
       TimedWait(args, send, recv);
       std::swap(cur, nxt);

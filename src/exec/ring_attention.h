@@ -43,6 +43,7 @@ struct RingAttentionArgs {
     double compute_s = 0;   // attention kernels
     double progress_s = 0;  // inside Communicator::Progress()
     double wait_s = 0;      // inside Wait() after the compute of a step
+    std::vector<double> forward_step_compute_s;  // per ring step, forward
   }* timing = nullptr;
 };
 
