@@ -14,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -78,10 +79,30 @@ struct TrainOptions {
   // Called on every rank at the start of each step's compute (fault
   // injection in tests; fcp-train's --die-at). May not return.
   std::function<void(int rank, int step)> on_step_start;
+  // Called on every rank whenever the step makes progress (start, plan
+  // received, gradients reduced, optimizer done): the watchdog's marks.
+  std::function<void(int step)> on_progress;
 };
 
 // Error naming the field, or nullopt.
 std::optional<std::string> ValidateTrainOptions(const TrainOptions& o);
+
+// Everything about a configuration that can be known before training, on any
+// rank without communication (every rank gets the same answer): the options,
+// the memory of the model states and of the longest sequence the corpus can
+// give on `world_size` ranks, and the strategy's plan of global batch 0 with
+// the cost model the run will use (a fitted model only changes compute
+// coefficients, not feasibility). Returns "field: what" or nullopt.
+std::optional<std::string> PreflightCheck(const TrainOptions& o,
+                                          const TextCorpus& corpus,
+                                          int world_size);
+
+// A failure every rank raises together at the same step (the planner's
+// reason is broadcast), so the job can end cleanly without MPI_Abort.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct StepReport {
   int step = 0;
