@@ -26,6 +26,7 @@ struct Flags {
   fcp::exec::TrainOptions train;
   std::string data_dir = "/usr/include";
   std::string cost_model_path;
+  std::string lengths_path;
   std::string die_at;   // "RANK:STEP"
   std::string stop_at;  // "RANK:STEP"
   double watchdog_s = 300;
@@ -81,7 +82,11 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
       std::raise(SIGSTOP);  // every thread stops, as with kill -STOP
     }
   };
-  const TextCorpus corpus = ListCorpus(flags.data_dir);
+  const TextCorpus corpus =
+      flags.lengths_path.empty()
+          ? ListCorpus(flags.data_dir)
+          : LengthsCorpus(fcp::ReadLengthsFile(flags.lengths_path),
+                          ListCorpus(flags.data_dir));
   // Every configuration error is found here, identically on every rank and
   // without communication, before any training work.
   if (auto e = PreflightCheck(o, corpus, world.size()))
@@ -174,6 +179,9 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   app.add_option("--strategy", o.strategy, "planner strategy (fcp, fcp-paper, megatron, ...)");
   app.add_option("--data-dir", flags.data_dir, "directory of text files (recursive)");
+  app.add_option("--lengths", flags.lengths_path,
+                 "sequence lengths (one a line, or CSV with a `tokens` column), cut "
+                 "from the files of --data-dir; default: the files' sizes");
   app.add_option("--max-len", o.max_len, "max tokens (bytes) per sequence");
   app.add_option("--gbs", o.gbs, "sequences per global batch");
   app.add_option("--steps", o.steps, "global batches to train");

@@ -50,6 +50,30 @@ TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes) {
   return c;
 }
 
+TextCorpus LengthsCorpus(const std::vector<int64_t>& lengths,
+                         const TextCorpus& text) {
+  if (lengths.empty()) throw InputError("lengths", "no sequence length");
+  FCP_CHECK(!text.paths.empty());
+  std::vector<int> by_size(text.paths.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
+    return text.sizes_bytes[a] < text.sizes_bytes[b];
+  });
+  TextCorpus c;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t want = std::min(lengths[i], text.sizes_bytes[by_size.back()]);
+    // First file (by size) that is long enough; then one of those in turn.
+    const auto first = std::lower_bound(
+        by_size.begin(), by_size.end(), want,
+        [&](int f, int64_t len) { return text.sizes_bytes[f] < len; });
+    const auto long_enough = static_cast<size_t>(by_size.end() - first);
+    const int f = *(first + static_cast<std::ptrdiff_t>(i % long_enough));
+    c.paths.push_back(text.paths[f]);
+    c.sizes_bytes.push_back(want);
+  }
+  return c;
+}
+
 std::vector<int> BatchFiles(const TextCorpus& corpus, int step, int gbs,
                             uint64_t seed) {
   const int n = static_cast<int>(corpus.paths.size());

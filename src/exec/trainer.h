@@ -36,6 +36,14 @@ struct TextCorpus {
 // least `min_bytes` bytes.
 TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes = 16);
 
+// A corpus with the given sequence lengths (e.g. real token counts, so that
+// the length mix is a real one) whose bytes are real text: sequence i is the
+// first `lengths[i]` bytes of a file of `text` at least that long (files
+// taken in turn among those long enough); a length above the longest file is
+// cut to it. Throws InputError("lengths", ...) when `lengths` is empty.
+TextCorpus LengthsCorpus(const std::vector<int64_t>& lengths,
+                         const TextCorpus& text);
+
 // Indices of the files of global batch `step` (a seeded sample without
 // replacement, the same on every rank).
 std::vector<int> BatchFiles(const TextCorpus& corpus, int step, int gbs,
