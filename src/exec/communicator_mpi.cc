@@ -93,6 +93,7 @@ class ProgressEngine {
 };
 
 ProgressEngine* g_engine = nullptr;  // set by MpiInit in thread mode
+bool g_no_progress = false;          // FCP_MPI_PROGRESS=none (a control)
 
 class MpiCommunicator : public Communicator {
  public:
@@ -136,6 +137,7 @@ class MpiCommunicator : public Communicator {
   }
 
   void Progress() override {
+    if (g_no_progress) return;
     for (auto& [id, req] : requests_) {
       if (req == MPI_REQUEST_NULL) continue;
       int done = 0;
@@ -182,7 +184,9 @@ class MpiCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> MpiInit(int* argc, char*** argv) {
   const char* mode = std::getenv("FCP_MPI_PROGRESS");
-  const bool want_thread = !(mode && std::strcmp(mode, "poll") == 0);
+  const bool want_thread = !(mode && (std::strcmp(mode, "poll") == 0 ||
+                                      std::strcmp(mode, "none") == 0));
+  g_no_progress = mode && std::strcmp(mode, "none") == 0;
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
@@ -191,7 +195,9 @@ std::unique_ptr<Communicator> MpiInit(int* argc, char*** argv) {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }
 
-std::string MpiProgressMode() { return g_engine ? "thread" : "poll"; }
+std::string MpiProgressMode() {
+  return g_engine ? "thread" : g_no_progress ? "none" : "poll";
+}
 
 void MpiFinalize() {
   delete g_engine;  // joins the thread; every request was waited for
