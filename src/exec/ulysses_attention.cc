@@ -134,6 +134,27 @@ HeadShards EmptyShards(const Group& g, int width) {
   return s;
 }
 
+// q, k, v of this group in head shards (the first all-to-all of both passes).
+struct QkvShards {
+  HeadShards q, k, v;
+};
+QkvShards QkvToHeads(const Group& g, const float* q, const float* k,
+                     const float* v) {
+  return {ToHeadShards(g, q, g.dh, kTagQ), ToHeadShards(g, k, g.dh, kTagK),
+          ToHeadShards(g, v, g.dh, kTagV)};
+}
+
+// Calls fn(sequence, local head) for every sequence of the group and every
+// head of this rank.
+template <typename Fn>
+void ForEachSequenceHead(const Group& g, Fn&& fn) {
+  const size_t num_seqs = (*g.layouts)[g.me].seqs.size();
+  for (size_t i = 0; i < num_seqs; ++i) {
+    const Gathered s = GatherSequence(g, i);
+    for (int h = 0; h < g.num_heads(g.me); ++h) fn(s, h);
+  }
+}
+
 }  // namespace
 
 void UlyssesAttentionForward(const RingAttentionArgs& args, const float* q,
@@ -142,29 +163,24 @@ void UlyssesAttentionForward(const RingAttentionArgs& args, const float* q,
   const Group g = MakeGroup(args);
   const int dh = g.dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  const HeadShards qs = ToHeadShards(g, q, dh, kTagQ);
-  const HeadShards ks = ToHeadShards(g, k, dh, kTagK);
-  const HeadShards vs = ToHeadShards(g, v, dh, kTagV);
+  const QkvShards in = QkvToHeads(g, q, k, v);
   HeadShards os = EmptyShards(g, dh), ls = EmptyShards(g, 1);
   auto fn = args.kernels == AttentionKernels::kFast
                 ? &kernels::AttentionForward
                 : &kernels::ReferenceAttentionForward;
-  const size_t num_seqs = (*g.layouts)[g.me].seqs.size();
-  for (size_t i = 0; i < num_seqs; ++i) {
-    const Gathered s = GatherSequence(g, i);
+  std::vector<float> Q, K, V, O, L;
+  ForEachSequenceHead(g, [&](const Gathered& s, int h) {
     const int n = static_cast<int>(s.rows.size());
-    std::vector<float> Q(static_cast<size_t>(n) * dh), K(Q.size()), V(Q.size()),
-        O(Q.size()), L(n);
-    for (int h = 0; h < g.num_heads(g.me); ++h) {
-      Gather(g, s, qs, h, dh, Q.data());
-      Gather(g, s, ks, h, dh, K.data());
-      Gather(g, s, vs, h, dh, V.data());
-      fn(Q.data(), K.data(), V.data(), n, n, dh, s.mask_pos.data(),
-         s.pos.data(), s.causal, scale, O.data(), L.data());
-      Scatter(g, s, O.data(), h, dh, os);
-      Scatter(g, s, L.data(), h, 1, ls);
-    }
-  }
+    for (auto* t : {&Q, &K, &V, &O}) t->resize(static_cast<size_t>(n) * dh);
+    L.resize(n);
+    Gather(g, s, in.q, h, dh, Q.data());
+    Gather(g, s, in.k, h, dh, K.data());
+    Gather(g, s, in.v, h, dh, V.data());
+    fn(Q.data(), K.data(), V.data(), n, n, dh, s.mask_pos.data(),
+       s.pos.data(), s.causal, scale, O.data(), L.data());
+    Scatter(g, s, O.data(), h, dh, os);
+    Scatter(g, s, L.data(), h, 1, ls);
+  });
   FromHeadShards(g, os, dh, kTagBackOut, out);
   FromHeadShards(g, ls, 1, kTagBackLse, lse);
 }
@@ -176,9 +192,7 @@ void UlyssesAttentionBackward(const RingAttentionArgs& args, const float* q,
   const Group g = MakeGroup(args);
   const int dh = g.dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  const HeadShards qs = ToHeadShards(g, q, dh, kTagQ);
-  const HeadShards ks = ToHeadShards(g, k, dh, kTagK);
-  const HeadShards vs = ToHeadShards(g, v, dh, kTagV);
+  const QkvShards in = QkvToHeads(g, q, k, v);
   const HeadShards os = ToHeadShards(g, out, dh, kTagOut);
   const HeadShards dos = ToHeadShards(g, dout, dh, kTagDout);
   const HeadShards ls = ToHeadShards(g, lse, 1, kTagLse);
@@ -187,28 +201,26 @@ void UlyssesAttentionBackward(const RingAttentionArgs& args, const float* q,
   auto fn = args.kernels == AttentionKernels::kFast
                 ? &kernels::AttentionBackward
                 : &kernels::ReferenceAttentionBackward;
-  const size_t num_seqs = (*g.layouts)[g.me].seqs.size();
-  for (size_t i = 0; i < num_seqs; ++i) {
-    const Gathered s = GatherSequence(g, i);
+  std::vector<float> Q, K, V, O, dO, L, dQ, dK, dV;
+  ForEachSequenceHead(g, [&](const Gathered& s, int h) {
     const int n = static_cast<int>(s.rows.size());
     const size_t nd = static_cast<size_t>(n) * dh;
-    std::vector<float> Q(nd), K(nd), V(nd), O(nd), dO(nd), L(n);
-    for (int h = 0; h < g.num_heads(g.me); ++h) {
-      Gather(g, s, qs, h, dh, Q.data());
-      Gather(g, s, ks, h, dh, K.data());
-      Gather(g, s, vs, h, dh, V.data());
-      Gather(g, s, os, h, dh, O.data());
-      Gather(g, s, dos, h, dh, dO.data());
-      Gather(g, s, ls, h, 1, L.data());
-      std::vector<float> dQ(nd, 0.0f), dK(nd, 0.0f), dV(nd, 0.0f);
-      fn(Q.data(), K.data(), V.data(), O.data(), dO.data(), L.data(), n, n, dh,
-         s.mask_pos.data(), s.pos.data(), s.causal, scale, dQ.data(),
-         dK.data(), dV.data());
-      Scatter(g, s, dQ.data(), h, dh, dqs);
-      Scatter(g, s, dK.data(), h, dh, dks);
-      Scatter(g, s, dV.data(), h, dh, dvs);
-    }
-  }
+    for (auto* t : {&Q, &K, &V, &O, &dO}) t->resize(nd);
+    for (auto* t : {&dQ, &dK, &dV}) t->assign(nd, 0.0f);
+    L.resize(n);
+    Gather(g, s, in.q, h, dh, Q.data());
+    Gather(g, s, in.k, h, dh, K.data());
+    Gather(g, s, in.v, h, dh, V.data());
+    Gather(g, s, os, h, dh, O.data());
+    Gather(g, s, dos, h, dh, dO.data());
+    Gather(g, s, ls, h, 1, L.data());
+    fn(Q.data(), K.data(), V.data(), O.data(), dO.data(), L.data(), n, n, dh,
+       s.mask_pos.data(), s.pos.data(), s.causal, scale, dQ.data(), dK.data(),
+       dV.data());
+    Scatter(g, s, dQ.data(), h, dh, dqs);
+    Scatter(g, s, dK.data(), h, dh, dks);
+    Scatter(g, s, dV.data(), h, dh, dvs);
+  });
   FromHeadShards(g, dqs, dh, kTagDq, dq);
   FromHeadShards(g, dks, dh, kTagDk, dk);
   FromHeadShards(g, dvs, dh, kTagDv, dv);
