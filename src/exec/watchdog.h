@@ -12,7 +12,8 @@
 // kWatchdogExitCode, which ends every process of the job.
 // Needs MPI_THREAD_MULTIPLE (MpiInit asks for it). Thread-safety: Mark() may
 // be called from any thread; construction and destruction are collective
-// over MPI_COMM_WORLD.
+// over MPI_COMM_WORLD, except destruction while an exception unwinds (then
+// local, leaving the private communicator to MPI_Finalize or MPI_Abort).
 #pragma once
 
 #include <memory>

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,6 +49,9 @@ class MpiWatchdog : public Watchdog {
     thread_.join();
     // Our heartbeats are small (eager) sends: they complete locally.
     MPI_Waitall(size_, sends_.data(), MPI_STATUSES_IGNORE);
+    // Unwinding from an error that other ranks may not share (the caller
+    // then aborts the job): no collective, which could wait forever.
+    if (std::uncaught_exceptions() > 0) return;
     MPI_Barrier(comm_);
     Drain();
     MPI_Comm_free(&comm_);
