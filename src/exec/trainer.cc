@@ -369,6 +369,8 @@ StepReport Trainer::Step(int step) {
       {
         if (g) rep.layout += ',';
         rep.layout += std::to_string(mb.groups[g].degree());
+        // Ulysses (all-to-all) groups are marked: "[2u,2u]".
+        if (mb.groups[g].comm == CommKind::kAllToAll) rep.layout += 'u';
       }
     rep.layout += "]";
   }

@@ -122,7 +122,8 @@ struct StepReport {
   double est_ms = 0;           // planner's estimate for the step
   double group_setup_s = 0;    // CommCache::Acquire time this step
   int64_t global_tokens = 0;
-  std::string layout;          // "[3,1] [2,2]": degrees per micro-batch
+  std::string layout;          // "[3,1] [2u,2u]": degrees per micro-batch
+                               // (u: all-to-all group)
   CommCacheStats cache;        // cumulative, this rank
 };
 
