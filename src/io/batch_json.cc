@@ -122,6 +122,9 @@ constexpr CostField kCostFields[] = {
     {"mem_per_token", &CostModel::mem_per_token},
     {"mem_static", &CostModel::mem_static},
     {"mem_capacity", &CostModel::mem_capacity},
+    {"attn_overhead_tokens", &CostModel::attn_overhead_tokens},
+    {"gamma_intra", &CostModel::gamma_intra},
+    {"gamma_inter", &CostModel::gamma_inter},
 };
 
 // Applies the keys of `obj` to `cm`; returns how many were given.

@@ -111,6 +111,7 @@ class Writer {
   }
   ExperimentResult Run(ExperimentConfig c) const {
     c.seed = o_.seed;
+    c.dealing = o_.dealing;
     c.steps = o_.quick ? 1 : 10;
     c.warmup = o_.quick ? 1 : 5;
     c.progress = o_.progress;

@@ -55,6 +55,7 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
   opt.cp_degree = cp_degree;
   opt.time_limit_s = cfg.time_limit_s;
   opt.seed = cfg.seed + step;
+  opt.dealing = cfg.dealing;
   run.plan = MakePlan(req, opt);
   if (run.plan.status != PlanStatus::kOk) {
     run.infeasible = true;
@@ -281,6 +282,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"seed", c.seed},
                  {"vision_frozen", c.vision_frozen},
                  {"noise", c.noise_rel},
+                 {"dealing", c.dealing == Dealing::kLoader ? "loader" : "balanced"},
                  {"planner_memory", c.calibrate_memory ? "calibrated to the simulator" : "as given"},
                  {"mean_tokens_per_batch", res.mean_tokens_per_batch}};
   json results = json::array();
