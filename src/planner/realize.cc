@@ -3,6 +3,7 @@
 #include "fcp/cost_model.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace fcp::planner {
 
@@ -52,6 +53,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
   std::vector<int> degrees = alloc.degrees;
   std::vector<int> first;
   double makespan = PlaceAndCost(alloc_groups, degrees, cm, cluster, first);
+  bool topology_bound = false;  // some group straddled a node boundary
   if (topology_aware) {
     // Allocate-then-place above is the first candidate. The allocator costed
     // every group with d <= R at intra-node figures; a group that placement
@@ -70,6 +72,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         }
       }
       if (!changed) break;
+      topology_bound = true;
       std::vector<AllocGroup> costed = alloc_groups;
       for (size_t p = 0; p < groups.size(); ++p) costed[p].inter_node = inter_only[p];
       const Allocation a = allocator == Allocator::kDp
@@ -85,6 +88,77 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         degrees = a.degrees;
         first = std::move(f);
       }
+    }
+  }
+  if (topology_aware && topology_bound) {
+    // Rank moves around the placed bottleneck: give it a rank (from the
+    // spare pool or from a group with slack), or take one away (a straddling
+    // group one rank smaller may fit inside a node). Each candidate is placed
+    // and costed as placed; the best strict improvement is kept. Bounded:
+    // kTopologyRounds · (kMoveDonors + 2) placements.
+    const int n = cluster.num_ranks;
+    for (int round = 0; round < 2 * kTopologyRounds; ++round) {
+      std::vector<double> placed_t(groups.size());
+      int b = 0;
+      bool straddles = false;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
+        straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
+        placed_t[p] = GroupTimeS(cm, alloc_groups[p].load, degrees[p],
+                                 one_node ? Link::kIntraNode : Link::kInterNode);
+        if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
+      }
+      if (!straddles && round > 0) break;
+      const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
+      std::vector<std::vector<int>> trials;
+      if (used < n) {
+        trials.push_back(degrees);
+        ++trials.back()[b];
+      }
+      // Tied bottlenecks: one spare rank for each (a single move cannot
+      // lower a max that several groups share).
+      std::vector<int> tied;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        if (placed_t[p] >= placed_t[b] * (1 - 1e-9)) tied.push_back(static_cast<int>(p));
+      }
+      if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
+        trials.push_back(degrees);
+        for (int p : tied) ++trials.back()[p];
+      }
+      if (degrees[b] > alloc_groups[b].min_degree) {
+        trials.push_back(degrees);
+        --trials.back()[b];
+      }
+      std::vector<int> donors;
+      for (size_t q = 0; q < groups.size(); ++q) {
+        if (static_cast<int>(q) != b && degrees[q] > alloc_groups[q].min_degree) {
+          donors.push_back(static_cast<int>(q));
+        }
+      }
+      std::stable_sort(donors.begin(), donors.end(),
+                       [&](int x, int y) { return placed_t[x] < placed_t[y]; });
+      if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
+      for (int q : donors) {
+        trials.push_back(degrees);
+        --trials.back()[q];
+        ++trials.back()[b];
+      }
+      double best_m = makespan * (1 - 1e-12);
+      int best_t = -1;
+      std::vector<int> best_first;
+      for (size_t t = 0; t < trials.size(); ++t) {
+        std::vector<int> f;
+        const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, f);
+        if (m < best_m) {
+          best_m = m;
+          best_t = static_cast<int>(t);
+          best_first = std::move(f);
+        }
+      }
+      if (best_t < 0) break;
+      makespan = best_m;
+      degrees = trials[best_t];
+      first = std::move(best_first);
     }
   }
   Realized r;
