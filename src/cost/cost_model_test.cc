@@ -185,8 +185,16 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
   ASSERT_TRUE(m && c);
   const CostModel cm = DeriveCostModel(*m, *c);
-  // 9 * L * dq / (peak * 0.5) with L = 36, dq = 32 * 128.
-  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * 0.5));
+  // v2 efficiency curve e_max·n/(n + h) through (512, 0.30) and (16384, 0.62):
+  // solved by hand, h = 583.8 tokens, e_max = 0.30 · (512 + h) / 512 = 0.6421.
+  EXPECT_NEAR(cm.attn_overhead_tokens, 583.8, 0.1);
+  const double e_max = 0.30 * (512 + cm.attn_overhead_tokens) / 512;
+  EXPECT_NEAR(0.62, e_max * 16384 / (16384 + cm.attn_overhead_tokens), 1e-12);
+  // 9 * L * dq / (peak * e_max) with L = 36, dq = 32 * 128.
+  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * e_max));
+  // One P2P latency per pass (4) per layer per ring step.
+  ExpectRel(cm.gamma_intra, 36 * 4 * 5e-6);
+  ExpectRel(cm.gamma_inter, 36 * 4 * 15e-6);
   // KV bytes: 4 passes * L * 2 * (8 * 128) * 2 bytes.
   ExpectRel(cm.alpha3, 4.0 * 36 * 2 * 1024 * 2);
   EXPECT_EQ(cm.bw_intra_node, 196e9);
