@@ -90,9 +90,17 @@ double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
 
 double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
                       const GroupLoad& load, int degree) {
-  const double inter = GroupTimeS(cm, load, degree, Link::kInterNode);
-  if (degree > cluster.ranks_per_node) return inter;
-  return std::min(inter, GroupTimeS(cm, load, degree, Link::kIntraNode));
+  if (degree > cluster.ranks_per_node) return GroupTimeS(cm, load, degree, Link::kInterNode);
+  // T is monotone in the bandwidth's inverse and in gamma: a link that is no
+  // slower on both counts is the best case without computing the other.
+  if (cm.bw_intra_node >= cm.bw_inter_node && cm.gamma_intra <= cm.gamma_inter) {
+    return GroupTimeS(cm, load, degree, Link::kIntraNode);
+  }
+  if (cm.bw_inter_node >= cm.bw_intra_node && cm.gamma_inter <= cm.gamma_intra) {
+    return GroupTimeS(cm, load, degree, Link::kInterNode);
+  }
+  return std::min(GroupTimeS(cm, load, degree, Link::kInterNode),
+                  GroupTimeS(cm, load, degree, Link::kIntraNode));
 }
 
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree) {

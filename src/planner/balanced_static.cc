@@ -17,6 +17,7 @@ namespace {
 struct WorkOrder {
   std::vector<int> order;
   std::vector<double> work;
+  int64_t max_min_degree = 1;  // max_k d_min({s_k}): the smallest usable cp
 };
 
 WorkOrder MakeWorkOrder(const PlanRequest& request) {
@@ -26,6 +27,10 @@ WorkOrder MakeWorkOrder(const PlanRequest& request) {
   w.work.resize(seqs.size());
   std::iota(w.order.begin(), w.order.end(), 0);
   for (size_t i = 0; i < seqs.size(); ++i) w.work[i] = SequenceWorkS(request.cost, seqs[i]);
+  // d_min grows with length: the longest sequence decides.
+  int64_t longest = 0;
+  for (const auto& s : seqs) longest = std::max(longest, s.length_tokens);
+  w.max_min_degree = MinDegree(request.cost, GroupLoad::Of({longest, 0.0}));
   std::stable_sort(w.order.begin(), w.order.end(), [&](int a, int b) {
     if (w.work[a] != w.work[b]) return w.work[a] > w.work[b];
     return seqs[a].length_tokens > seqs[b].length_tokens;
@@ -88,9 +93,7 @@ std::optional<std::vector<MicroBatchPlan>> Build(const PlanRequest& request, con
   const int n = request.cluster.num_ranks;
   if (cp < 1 || n % cp != 0) return std::nullopt;
   const CostModel& cm = request.cost;
-  for (int i : w.order) {
-    if (MinDegree(cm, GroupLoad::Of(request.sequences[i])) > cp) return std::nullopt;
-  }
+  if (w.max_min_degree > cp) return std::nullopt;
   // Tokens a group of cp ranks holds within memory (mem_per_token may be 0).
   const double cap_tokens = cm.mem_per_token > 0
                                 ? cp * (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
@@ -174,9 +177,24 @@ double RingPlanEstimateMs(const PlanRequest& request, const std::vector<MicroBat
 std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request) {
   const WorkOrder w = MakeWorkOrder(request);
   const int n = request.cluster.num_ranks;
-  std::optional<BalancedStatic> best;
+  // A bound per degree: every plan on degree cp holds the heaviest sequence
+  // in some group of cp ranks, at best on the faster link (T grows with a
+  // group's contents). Degrees are tried by that bound, and a degree whose
+  // bound cannot beat the best plan so far is skipped (pure speed: the result
+  // is the same as trying every divisor).
+  const GroupLoad heaviest = GroupLoad::Of(request.sequences[w.order.front()]);
+  std::vector<std::pair<double, int>> degrees;
   for (int cp = 1; cp <= n; ++cp) {
-    if (n % cp != 0) continue;
+    if (n % cp != 0 || cp < w.max_min_degree) continue;
+    const double bound_ms =
+        1000.0 * std::min(GroupTimeS(request.cost, heaviest, cp, Link::kIntraNode),
+                          GroupTimeS(request.cost, heaviest, cp, Link::kInterNode));
+    degrees.emplace_back(bound_ms, cp);
+  }
+  std::sort(degrees.begin(), degrees.end());
+  std::optional<BalancedStatic> best;
+  for (const auto& [bound_ms, cp] : degrees) {
+    if (best && bound_ms >= best->est_ms) break;
     auto mbs = Build(request, w, cp, CommKind::kRing);
     if (!mbs) continue;
     const double ms = RingPlanEstimateMs(request, *mbs);
