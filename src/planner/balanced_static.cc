@@ -174,27 +174,38 @@ double RingPlanEstimateMs(const PlanRequest& request, const std::vector<MicroBat
   return 1000.0 * total_s;
 }
 
-std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request) {
+std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request, double below_ms) {
   const WorkOrder w = MakeWorkOrder(request);
   const int n = request.cluster.num_ranks;
   // A bound per degree: every plan on degree cp holds the heaviest sequence
   // in some group of cp ranks, at best on the faster link (T grows with a
-  // group's contents). Degrees are tried by that bound, and a degree whose
+  // group's contents). Degrees are tried by the larger of the two bounds, and a degree whose
   // bound cannot beat the best plan so far is skipped (pure speed: the result
   // is the same as trying every divisor).
+  const CostModel& cm = request.cost;
   const GroupLoad heaviest = GroupLoad::Of(request.sequences[w.order.front()]);
+  GroupLoad all;
+  for (const Sequence& s : request.sequences) all.Add(s);
   std::vector<std::pair<double, int>> degrees;
   for (int cp = 1; cp <= n; ++cp) {
     if (n % cp != 0 || cp < w.max_min_degree) continue;
+    // Also T >= Tcp, which adds up over a replica's sequences: the busiest
+    // replica carries at least the average compute of n / cp replicas.
+    const double average_s =
+        (all.sum_attn / cp * cm.alpha1 + cm.alpha1 * cm.attn_overhead_tokens * all.sum_attn_tokens +
+         cm.alpha2 * all.sum_tokens / cp) /
+            (n / cp) +
+        cm.beta1;
     const double bound_ms =
-        1000.0 * std::min(GroupTimeS(request.cost, heaviest, cp, Link::kIntraNode),
-                          GroupTimeS(request.cost, heaviest, cp, Link::kInterNode));
+        1000.0 * std::max(average_s,
+                          std::min(GroupTimeS(cm, heaviest, cp, Link::kIntraNode),
+                                   GroupTimeS(cm, heaviest, cp, Link::kInterNode)));
     degrees.emplace_back(bound_ms, cp);
   }
   std::sort(degrees.begin(), degrees.end());
   std::optional<BalancedStatic> best;
   for (const auto& [bound_ms, cp] : degrees) {
-    if (best && bound_ms >= best->est_ms) break;
+    if (bound_ms >= below_ms || (best && bound_ms >= best->est_ms)) break;
     auto mbs = Build(request, w, cp, CommKind::kRing);
     if (!mbs) continue;
     const double ms = RingPlanEstimateMs(request, *mbs);

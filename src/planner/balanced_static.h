@@ -12,6 +12,7 @@
 // balanced dealing. Thread-safety: pure functions.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -38,7 +39,11 @@ struct BalancedStatic {
 };
 
 // The best balanced static ring plan over every divisor of N (nullopt when no
-// divisor holds every sequence).
-std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request);
+// divisor holds every sequence). Degrees whose bound (the heaviest sequence
+// alone on cp ranks) is >= `below_ms` are not built: the caller only needs a
+// plan that beats `below_ms`, so nullopt also means "none can".
+std::optional<BalancedStatic> BestBalancedStatic(
+    const PlanRequest& request,
+    double below_ms = std::numeric_limits<double>::infinity());
 
 }  // namespace fcp::planner

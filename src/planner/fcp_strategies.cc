@@ -94,7 +94,8 @@ class FcpStrategy final : public Strategy {
     // The yardstick is a candidate too: the best work-balanced static plan
     // (one degree for everything, DESIGN.md §3), so in its own model fcp is
     // never worse than it.
-    if (auto yardstick = BestBalancedStatic(request)) {
+    // Degrees that provably cannot beat the plan so far are skipped.
+    if (auto yardstick = BestBalancedStatic(request, plan->est_ms)) {
       plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
                                        FormatMs(yardstick->est_ms) + " ms";
       if (yardstick->est_ms < plan->est_ms * (1 - 1e-12)) {
@@ -102,6 +103,8 @@ class FcpStrategy final : public Strategy {
         plan->est_ms = yardstick->est_ms;
         plan->notes["grouping"] = "balanced static (cp " + std::to_string(yardstick->cp) + ")";
       }
+    } else {
+      plan->notes["balanced_static"] = "no degree can beat this plan (bound)";
     }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) + ", memory " +
