@@ -35,13 +35,10 @@ ByteSource::ByteSource(const std::string& path, bool reject_nul)
   if (path == "-") {
     fd_ = STDIN_FILENO;
   } else {
-    // O_NONBLOCK only for the open itself: a FIFO without a writer must not
-    // block here (it is cleared below, so reads wait for data as usual).
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    // A FIFO blocks here until a writer opens it, as with `cat`.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd_ < 0) throw InputError(path, "cannot open: " + SystemError(errno));
     own_fd_ = true;
-    const int flags = ::fcntl(fd_, F_GETFL);
-    if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
   }
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {

@@ -127,7 +127,7 @@ TEST(StreamingParseTest, SameSequencesAsAWholeDocumentParse) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     nlohmann::json doc;
-    doc["cluster"] = {{"ranks", 1 + rng() % 64}, {"ranks_per_node", 1 + rng() % 8}};
+    doc["cluster"] = {{"ranks", 16 + rng() % 64}, {"ranks_per_node", 1 + rng() % 8}};
     nlohmann::json seqs = nlohmann::json::array();
     const int k = 1 + static_cast<int>(rng() % 50);
     for (int i = 0; i < k; ++i) {
