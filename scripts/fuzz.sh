@@ -21,7 +21,7 @@ BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim}"
 # One input running longer than this is a hang and a finding (libFuzzer
 # writes timeout-* to the artifacts and exits non-zero), as is one using more
 # than RSS_MB of memory.
