@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh            # `make fuzz`: 300 s per target
 #   scripts/fuzz.sh --short    # `make test`: ~60 s in total (20 s per target)
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh     # longer runs
+#   FUZZ_TIMEOUT=2 scripts/fuzz.sh        # per-input time limit (default 10 s)
+#   FUZZ_TARGETS="planner baselines" scripts/fuzz.sh
 #   FCP_FUZZ_BUILD_DIR=build-x scripts/fuzz.sh
 #
 # The repo's seed corpus (fuzz/corpus/<target>/) is read-only input; new
@@ -19,7 +21,12 @@ BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
-TARGETS=(batch_json lengths planner)
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim}"
+# One input running longer than this is a hang and a finding (libFuzzer
+# writes timeout-* to the artifacts and exits non-zero), as is one using more
+# than RSS_MB of memory.
+TIMEOUT_S=${FUZZ_TIMEOUT:-10}
+RSS_MB=${FUZZ_RSS_MB:-2048}
 
 if [[ "$BUILD_DIR" == build-fuzz ]]; then
   /usr/bin/cmake --preset fuzz >/dev/null
@@ -39,9 +46,8 @@ for t in "${TARGETS[@]}"; do
   artifacts="$BUILD_DIR/fuzz/artifacts/$t"
   mkdir -p "$work" "$artifacts"
   log="$BUILD_DIR/fuzz/$t.log"
-  # -timeout: one input taking > 10 s is a hang; -rss_limit_mb bounds memory.
   # Inputs stay small (-max_len) so that one execution is milliseconds.
-  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
+  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" \
       -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" \
       "$work" "fuzz/corpus/$t" >"$log" 2>&1; then
     execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
@@ -50,7 +56,7 @@ for t in "${TARGETS[@]}"; do
   else
     status=1
     echo "fuzz $t: FAILED (log: $log; artifacts: $artifacts)"
-    grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY' "$log" | head -20 || true
+    grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY|timeout' "$log" | head -20 || true
   fi
 done
 exit $status

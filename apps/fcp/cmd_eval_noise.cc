@@ -64,8 +64,7 @@ int RunEvalNoise(int argc, char** argv) {
       return v;
     };
     o.rank_counts.clear();
-    for (double r : split(ranks, "ranks")) {
-      if (r != static_cast<int>(r)) throw InputError("ranks", "must be integers");
+    for (int64_t r : ParseIntegerList(ranks, "ranks", 1, 1 << 20)) {
       o.rank_counts.push_back(static_cast<int>(r));
     }
     o.noise_levels.clear();
@@ -75,7 +74,7 @@ int RunEvalNoise(int argc, char** argv) {
       const ClusterPreset* c = FindClusterPreset(o.cluster);
       if (!m) throw InputError("model", "unknown model preset '" + o.model + "'");
       if (!c) throw InputError("cluster", "unknown cluster preset '" + o.cluster + "'");
-      o.base = ParseCostModelJson(ReadFileOrStdin(cost_model_file), DeriveCostModel(*m, *c));
+      o.base = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
     }
     const NoiseEvalReport rep = RunNoiseEval(o);
     const std::string text =

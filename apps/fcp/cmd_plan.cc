@@ -90,13 +90,13 @@ int RunPlan(int argc, char** argv) {
   options.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
   options.strategy = strategy;
   try {
-    BatchInput batch = ParseBatchJson(ReadFileOrStdin(input));
+    BatchInput batch = ReadBatchJson(input);
     if (!cost_model_file.empty()) {
-      batch.request.cost = ParseCostModelJson(ReadFileOrStdin(cost_model_file), batch.request.cost);
+      batch.request.cost = ReadCostModelJson(cost_model_file, batch.request.cost);
     }
     const Plan plan = MakePlan(batch.request, options);
     if (plan.status == PlanStatus::kInfeasible) {
-      std::fprintf(stderr, "error: %s\n", plan.message.c_str());
+      std::fprintf(stderr, "error: %s\n", EscapeForMessage(plan.message).c_str());
       return 3;
     }
     if (!plot_file.empty()) sim::WritePlanGantt(plan, plot_file);

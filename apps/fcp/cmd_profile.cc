@@ -2,6 +2,7 @@
 // fit the cost coefficients, print the fit report, write the cost_model JSON.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "command.h"
+#include "fcp/io.h"
 #include "fcp/profiler.h"
 
 #if FCP_HAVE_MPI
@@ -22,27 +24,6 @@
 
 namespace fcp::cli {
 namespace {
-
-template <typename T>
-std::vector<T> ParseList(const std::string& text, const std::string& field) {
-  std::vector<T> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    if (pos != item.size())
-      throw InputError(field, "'" + item + "' is not an integer");
-    out.push_back(static_cast<T>(v));
-  }
-  return out;
-}
 
 std::vector<std::string> SplitComma(const std::string& text) {
   std::vector<std::string> out;
@@ -113,8 +94,14 @@ int RunProfileCmd(int argc, char** argv) {
       ->capture_default_str();
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
-    o.lengths = ParseList<int64_t>(lengths, "lengths");
-    o.degrees = ParseList<int>(degrees, "degrees");
+    // Only the type's range here (no wrap-around: 4294967298 was read as 2);
+    // RunProfile applies the real bounds, naming the element.
+    o.lengths = ParseIntegerList(lengths, "lengths", std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max());
+    for (int64_t d : ParseIntegerList(degrees, "degrees", std::numeric_limits<int>::min(),
+                                      std::numeric_limits<int>::max())) {
+      o.degrees.push_back(static_cast<int>(d));
+    }
     std::vector<std::string> model_list = SplitComma(models);
     if (model_list.empty()) model_list.push_back("");
     if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
@@ -145,10 +132,7 @@ int RunProfileCmd(int argc, char** argv) {
                              100 * rep.heldout.overall.mean, 100 * rep.heldout.overall.max,
                              rep.heldout.overall.count);
       const std::string json = ProfileReportToJson(rep, 2) + "\n";
-      if (!out_file.empty()) {
-        std::ofstream f(out_file);
-        if (!(f << json)) throw InputError("out", "cannot write '" + out_file + "'");
-      }
+      if (!out_file.empty()) WriteTextFile(out_file, json);
       const std::string text = format == "json" ? json : ProfileReportToTable(rep) + "\n";
       std::fwrite(text.data(), 1, text.size(), stdout);
     }

@@ -104,7 +104,7 @@ int RunSimulate(int argc, char** argv) {
       const ClusterPreset* c = FindClusterPreset(cfg.cluster);
       if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
       if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
-      cfg.cost_model = ParseCostModelJson(ReadFileOrStdin(cost_model_file), DeriveCostModel(*m, *c));
+      cfg.cost_model = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
     }
     if (!quiet) {
       cfg.progress = [](const std::string& line) {

@@ -1,14 +1,17 @@
 // Subcommand registry of the `fcp` CLI. Each apps/fcp/cmd_*.cc registers its
 // subcommands with FCP_COMMAND; main.cc dispatches. Commands only parse flags,
-// call the library and print. Exit codes: 0 ok, 2 bad input (one `error:` line
-// on stderr naming the field), 3 infeasible, 1 internal failure.
+// call the library and print. Exit codes: 0 ok, 2 bad input or output that
+// could not be written (one `error:` line on stderr naming the field, or
+// "stdout"), 3 infeasible, 1 internal failure.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
-#include <string>
-#include <vector>
 
 namespace fcp::cli {
 
@@ -33,8 +36,26 @@ struct CommandRegistrar {
 int InputErrorExit(const std::string& message);
 
 // Parses the flags into `app`. Returns -1 to go on, otherwise the exit code:
-// 0 after --help (printed), 2 for a bad flag (one `error:` line).
+// 0 after --help (printed), 2 for a bad flag (one `error:` line). Integer
+// flags must be decimal integers within their type (RequireDecimalIntegers).
 int ParseFlags(CLI::App& app, int argc, char** argv);
+
+// --- apps/fcp/output.cc ---------------------------------------------------
+
+// Makes sure descriptors 0-2 are open before anything else is (a closed
+// stdout is replaced by /dev/full, so writing to it is an error, not a loss).
+void ReserveStandardStreams();
+// Flushes stdout. On a write error prints "error: stdout: output lost: ..."
+// and returns 2 (or `exit_code` if that already reports a failure).
+int FinishStdout(int exit_code);
+// Every INT/UINT option of `app` accepts only decimal integers (no octal,
+// hex, exponent or saturation on overflow); CLI11 then checks the width.
+void RequireDecimalIntegers(CLI::App& app);
+// A decimal integer in [lo, hi]; InputError(field, ...) otherwise.
+int64_t ParseInteger(std::string_view text, const std::string& field, int64_t lo, int64_t hi);
+// A comma-separated list of such integers (empty items skipped).
+std::vector<int64_t> ParseIntegerList(const std::string& text, const std::string& field,
+                                      int64_t lo, int64_t hi);
 
 }  // namespace fcp::cli
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "fcp/types.h"
 
 namespace fcp::cli {
 
@@ -15,11 +16,12 @@ std::vector<Command>& Commands() {
 }
 
 int InputErrorExit(const std::string& message) {
-  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fprintf(stderr, "error: %s\n", fcp::EscapeForMessage(message).c_str());
   return 2;
 }
 
 int ParseFlags(CLI::App& app, int argc, char** argv) {
+  RequireDecimalIntegers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -46,17 +48,18 @@ void PrintUsage(FILE* out) {
     std::fprintf(out, "  %-16s %s\n", c.name.c_str(), c.summary.c_str());
   }
   std::fprintf(out,
-               "\nExit codes: 0 ok, 1 internal error, 2 bad input, 3 infeasible "
-               "batch.\n");
+               "\nExit codes: 0 ok, 1 internal error, 2 bad input or output that could "
+               "not be written, 3 infeasible batch.\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  fcp::cli::ReserveStandardStreams();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     PrintUsage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+    return fcp::cli::FinishStdout(argc < 2 ? 2 : 0);
   }
   const auto& commands = fcp::cli::Commands();
   // Two-word commands ("eval gap") take precedence over one-word ones.
@@ -71,12 +74,13 @@ int main(int argc, char** argv) {
       std::vector<char*> args;
       args.push_back(full.data());
       for (int i = 1 + words; i < argc; ++i) args.push_back(argv[i]);
+      int exit_code = 1;
       try {
-        return c.run(static_cast<int>(args.size()), args.data());
+        exit_code = c.run(static_cast<int>(args.size()), args.data());
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: internal: %s\n", e.what());
-        return 1;
+        std::fprintf(stderr, "error: internal: %s\n", fcp::EscapeForMessage(e.what()).c_str());
       }
+      return fcp::cli::FinishStdout(exit_code);
     }
   }
   // A group with subcommands ("eval") given without or with a wrong one.
@@ -84,12 +88,13 @@ int main(int argc, char** argv) {
   bool is_group = false;
   for (const auto& c : commands) is_group |= c.name.rfind(prefix, 0) == 0;
   if (is_group) {
-    std::fprintf(stderr, "error: %s: expected one of:", argv[1]);
+    std::fprintf(stderr, "error: %s: expected one of:", fcp::EscapeForMessage(argv[1]).c_str());
     for (const auto& c : commands)
       if (c.name.rfind(prefix, 0) == 0) std::fprintf(stderr, " '%s'", c.name.c_str());
     std::fprintf(stderr, "\n");
     return 2;
   }
-  std::fprintf(stderr, "error: unknown command '%s' (try fcp --help)\n", argv[1]);
+  std::fprintf(stderr, "error: unknown command '%s' (try fcp --help)\n",
+               fcp::EscapeForMessage(argv[1]).c_str());
   return 2;
 }

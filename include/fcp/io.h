@@ -23,13 +23,22 @@ struct BatchInput {
 // Parses the batch JSON. `cluster` defaults to kDefaultCluster; `model` is
 // optional; given `cost_model` keys override the model preset's coefficients
 // (a complete cost_model needs no model). Limits: at most 10^7 sequences,
-// lengths in [1, 2^40], N in [1, 2^20].
+// lengths in [1, 2^40], N in [1, 2^20], nesting 16 deep, at most 2^16 JSON
+// values outside "sequences", no NUL byte. The text is parsed as a stream:
+// sequences are converted one at a time, so memory is the parsed batch
+// (16 bytes a sequence), not a JSON document tree.
 BatchInput ParseBatchJson(std::string_view text);
+// The same, read from a file or "-" (stdin) while parsing; the text is never
+// held in memory as a whole (docs/reliability.md states the peak).
+BatchInput ReadBatchJson(const std::string& path);
 
 // Overrides fields of `base` with the keys of a cost_model JSON object given as
-// text (the format `fcp profile` writes; a top-level {"cost_model": {...}} is
-// accepted too). Unknown keys are an error.
+// text, or of the "cost_model" member of an `fcp profile` report. Unknown keys
+// are an error naming the key, beside "cost_model" too (there only the report's
+// own keys, with their types, are accepted).
 CostModel ParseCostModelJson(std::string_view text, const CostModel& base);
+// The same, read from a file or "-" (stdin).
+CostModel ReadCostModelJson(const std::string& path, const CostModel& base);
 
 // Cost model as the JSON object of the input format.
 std::string CostModelToJson(const CostModel& cm, int indent = 2);
@@ -45,8 +54,14 @@ std::vector<int64_t> ParseLengths(std::string_view text);
 // Reads and parses a file; InputError(path, ...) when it cannot be read.
 std::vector<int64_t> ReadLengthsFile(const std::string& path);
 
-// Reads a whole file or "-" (stdin), at most 2 GiB. InputError(path, ...) on
-// failure or when larger.
+// Reads a whole file or "-" (stdin), at most 2 GiB; pipes, FIFOs and
+// /dev/stdin work. InputError(path, ...) when it cannot be opened or read, is a
+// directory, or is larger.
 std::string ReadFileOrStdin(const std::string& path);
+
+// Writes `text` to `path` (created or truncated; devices and FIFOs work).
+// InputError(path, "cannot write: <reason>") when it cannot be opened or
+// written completely; a partially written regular file is removed.
+void WriteTextFile(const std::string& path, std::string_view text);
 
 }  // namespace fcp

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fcp {
@@ -113,12 +114,22 @@ struct Plan {
   }
 };
 
+// `text` made safe for a one-line message: control characters (newline, CR,
+// ESC, NUL, DEL, the C1 range), line/paragraph separators, bidi overrides and
+// bytes that are not UTF-8 become visible escapes (\n, \r, \t, \xHH, \uHHHH);
+// backslashes are kept, so escaping twice changes nothing. Texts beyond
+// 4 KiB are cut (" [truncated]"). Defined in src/io/escape.cc.
+std::string EscapeForMessage(std::string_view text);
+
 // Bad input: names the offending field, e.g. "sequences[3]: length must be > 0".
 // Thrown by parsers and by MakePlan's input check; never for infeasibility.
+// Field and message are escaped (EscapeForMessage): input echoed into them can
+// neither break the one-line `error:` format nor reach a terminal raw.
 class InputError : public std::invalid_argument {
  public:
   InputError(const std::string& field, const std::string& what)
-      : std::invalid_argument(field + ": " + what), field_(field) {}
+      : std::invalid_argument(EscapeForMessage(field) + ": " + EscapeForMessage(what)),
+        field_(EscapeForMessage(field)) {}
   const std::string& field() const { return field_; }
 
   // From a "field: what" message, as the Validate* functions return them.

@@ -2,8 +2,9 @@
 // keys, wrong types and out-of-range values are InputErrors naming the field.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
-#include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
+#include "io/byte_source.h"
 
 namespace fcp {
 namespace {
@@ -24,49 +26,151 @@ constexpr size_t kMaxSequences = 10'000'000;
 constexpr int64_t kMaxLength = int64_t{1} << 40;
 constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
-// Parses with a depth limit and duplicate-key detection (nlohmann silently
-// keeps the last duplicate, which would make two ranks read different batches
-// if their parsers differed).
-json ParseStrict(std::string_view text, const std::string& what) {
-  std::vector<std::set<std::string>> keys_stack;
-  std::string error;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxDepth) {
-      throw InputError(what, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+constexpr size_t kMaxValuesOutsideSequences = size_t{1} << 16;
+
+// Parse error text without nlohmann's "[json.exception...]" prefix.
+std::string JsonErrorText(const std::string& message) {
+  // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+  const auto pos = message.find("parse error");
+  if (pos != std::string::npos) return message.substr(pos);
+  // E.g. out_of_range.406 "number overflow parsing '2e308'" (issue 8: found
+  // by fuzz/batch_json_fuzz; it escaped as an internal error before).
+  const auto end = message.find("] ");
+  return end == std::string::npos ? message : message.substr(end + 2);
+}
+
+// A SAX handler that builds the DOM of a JSON text strictly: nesting at most
+// kMaxDepth containers, no duplicate keys (nlohmann silently keeps the last
+// one, which would make two ranks read different batches if their parsers
+// differed), at most kMaxValuesOutsideSequences values in the DOM at any time.
+// The elements of a top-level "sequences" array are not kept: each is handed
+// to `on_sequence` as soon as it is complete and dropped, so memory stays
+// bounded by the parsed batch, not by the JSON document (issue 18).
+class StrictDomSax {
+ public:
+  using SequenceFn = std::function<void(const json& element, size_t index)>;
+  using KeyFn = std::function<void(const std::string& key)>;
+
+  StrictDomSax(std::string what, SequenceFn on_sequence, KeyFn on_top_level_key)
+      : what_(std::move(what)),
+        on_sequence_(std::move(on_sequence)),
+        on_top_level_key_(std::move(on_top_level_key)) {}
+
+  bool null() { return Value(nullptr); }
+  bool boolean(bool v) { return Value(v); }
+  bool number_integer(json::number_integer_t v) { return Value(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return Value(v); }
+  bool number_float(json::number_float_t v, const std::string&) { return Value(v); }
+  bool string(std::string& v) { return Value(std::move(v)); }
+  bool binary(json::binary_t&) { throw InputError(what_, "invalid JSON: binary value"); }
+  bool start_object(std::size_t) { return Open(json::object()); }
+  bool start_array(std::size_t) { return Open(json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(std::string& key) {
+    json& object = *stack_.back();
+    if (object.contains(key)) throw InputError(what_, "duplicate key \"" + key + "\"");
+    if (stack_.size() == 1) {
+      if (on_top_level_key_) on_top_level_key_(key);
+      top_level_key_ = key;
     }
-    switch (event) {
-      case json::parse_event_t::object_start:
-        keys_stack.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys_stack.empty()) keys_stack.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string key = parsed.get<std::string>();
-        if (!keys_stack.empty() && !keys_stack.back().insert(key).second) {
-          throw InputError(what, "duplicate key \"" + key + "\"");
-        }
-        break;
+    object_element_ = &object[key];
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    throw InputError(what_, "invalid JSON: " + JsonErrorText(e.what()));
+  }
+
+  json TakeRoot() { return std::move(root_); }
+
+ private:
+  json* Place(json&& value) {
+    if (++values_ > kMaxValuesOutsideSequences) {
+      const std::string limit = "more than " + std::to_string(kMaxValuesOutsideSequences) +
+                                " JSON values";
+      if (stack_.size() >= 2 && stack_[1] == sequences_) {
+        throw InputError("sequences[" + std::to_string(sequence_index_) + "]",
+                         limit + " in one sequence");
       }
-      default:
-        break;
+      throw InputError(top_level_key_.empty() ? what_ : top_level_key_, limit);
+    }
+    if (stack_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(value));
+      return &parent.back();
+    }
+    *object_element_ = std::move(value);
+    return object_element_;
+  }
+
+  template <typename T>
+  bool Value(T&& v) {
+    Place(json(std::forward<T>(v)));
+    if (!stack_.empty() && stack_.back() == sequences_) ConsumeSequence();
+    return true;
+  }
+
+  bool Open(json&& container) {
+    // Containers may nest kMaxDepth deep; a value inside the deepest is fine.
+    if (stack_.size() >= static_cast<size_t>(kMaxDepth)) {
+      throw InputError(what_, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    const bool is_sequences = on_sequence_ && container.is_array() && stack_.size() == 1 &&
+                              stack_[0]->is_object() && top_level_key_ == "sequences";
+    json* node = Place(std::move(container));
+    stack_.push_back(node);
+    if (is_sequences) {
+      sequences_ = node;
+      values_at_sequences_ = values_;
     }
     return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), callback);
-  } catch (const json::parse_error& e) {
-    std::string msg = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    const auto pos = msg.find("parse error");
-    throw InputError(what, "invalid JSON: " + (pos == std::string::npos ? msg : msg.substr(pos)));
-  } catch (const json::exception& e) {
-    // E.g. out_of_range.406 "number overflow parsing '2e308'" (issue 8: found
-    // by fuzz/batch_json_fuzz; it escaped as an internal error before).
-    std::string msg = e.what();
-    const auto pos = msg.find("] ");
-    throw InputError(what, "invalid JSON: " + (pos == std::string::npos ? msg : msg.substr(pos + 2)));
   }
+
+  bool Close() {
+    stack_.pop_back();
+    if (!stack_.empty() && stack_.back() == sequences_) ConsumeSequence();
+    return true;
+  }
+
+  // The last element of "sequences" is complete: hand it over and drop it.
+  void ConsumeSequence() {
+    auto& elements = sequences_->get_ref<json::array_t&>();
+    on_sequence_(elements.back(), sequence_index_++);
+    elements.pop_back();
+    values_ = values_at_sequences_;
+  }
+
+  std::string what_;
+  SequenceFn on_sequence_;
+  KeyFn on_top_level_key_;
+  json root_;
+  std::vector<json*> stack_;  // the open containers, outermost first
+  json* object_element_ = nullptr;
+  std::string top_level_key_;
+  json* sequences_ = nullptr;
+  size_t values_at_sequences_ = 0;
+  size_t sequence_index_ = 0;
+  size_t values_ = 0;
+};
+
+// Runs `sax` over the bytes of `source` (strict: nothing may follow the value).
+void SaxParse(io::ByteSource& source, StrictDomSax& sax, const std::string& what) {
+  try {
+    json::sax_parse(source.begin(), source.end(), &sax);
+  } catch (const json::exception& e) {
+    throw InputError(what, "invalid JSON: " + JsonErrorText(e.what()));
+  }
+}
+
+// The whole document of a small JSON input (a cost model) as a DOM.
+json ParseStrict(io::ByteSource& source, const std::string& what) {
+  StrictDomSax sax(what, nullptr, nullptr);
+  SaxParse(source, sax, what);
+  return sax.TakeRoot();
 }
 
 std::string TypeName(const json& j) { return j.type_name(); }
@@ -196,17 +300,34 @@ Sequence ParseSequence(const json& j, size_t index) {
   return s;
 }
 
-}  // namespace
-
-BatchInput ParseBatchJson(std::string_view text) {
-  const json root = ParseStrict(text, "input");
-  if (!root.is_object()) throw InputError("input", "must be a JSON object, got " + TypeName(root));
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& k = it.key();
+// The batch from a streamed JSON text. Sequences are converted as they are
+// read; the first bad one is reported only after the rest of the document
+// parsed and the cluster, model and cost model were checked, so the error
+// order is the same as for a whole-document parse.
+BatchInput ParseBatch(io::ByteSource& source) {
+  std::vector<Sequence> sequences;
+  std::optional<InputError> sequence_error;
+  size_t sequence_count = 0;
+  auto on_sequence = [&](const json& element, size_t index) {
+    if (++sequence_count > kMaxSequences) {
+      throw InputError("sequences", "at most " + std::to_string(kMaxSequences) + " sequences");
+    }
+    if (sequence_error) return;
+    try {
+      sequences.push_back(ParseSequence(element, index));
+    } catch (const InputError& e) {
+      sequence_error = e;
+    }
+  };
+  auto on_top_level_key = [](const std::string& k) {
     if (k != "cluster" && k != "model" && k != "cost_model" && k != "sequences") {
       throw InputError(k, "unknown key (expected cluster, model, cost_model, sequences)");
     }
-  }
+  };
+  StrictDomSax sax("input", on_sequence, on_top_level_key);
+  SaxParse(source, sax, "input");
+  const json root = sax.TakeRoot();
+  if (!root.is_object()) throw InputError("input", "must be a JSON object, got " + TypeName(root));
 
   BatchInput in;
   // Cluster: a preset name or {"ranks": N, "ranks_per_node": R[, "hardware": preset]}.
@@ -279,22 +400,83 @@ BatchInput ParseBatchJson(std::string_view text) {
   if (!root.contains("sequences")) throw InputError("sequences", "missing");
   const json& seqs = root["sequences"];
   if (!seqs.is_array()) throw InputError("sequences", "must be an array, got " + TypeName(seqs));
-  if (seqs.empty()) throw InputError("sequences", "must not be empty");
-  if (seqs.size() > kMaxSequences) {
-    throw InputError("sequences", "at most " + std::to_string(kMaxSequences) + " sequences");
-  }
-  in.request.sequences.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) in.request.sequences.push_back(ParseSequence(seqs[i], i));
+  if (sequence_count == 0) throw InputError("sequences", "must not be empty");
+  if (sequence_error) throw *sequence_error;
+  in.request.sequences = std::move(sequences);
   return in;
 }
 
-CostModel ParseCostModelJson(std::string_view text, const CostModel& base) {
-  json root = ParseStrict(text, "cost_model");
-  if (root.is_object() && root.contains("cost_model")) root = root["cost_model"];
+// Keys an `fcp profile` report has beside its cost_model (ProfileReportToJson),
+// with the JSON type each must have. Anything else beside cost_model is an
+// error naming the key: a file that is neither a cost model nor a profile
+// report must not be half-read.
+struct ReportKey {
+  const char* name;
+  bool (json::*is_type)() const noexcept;
+  const char* type_name;
+};
+constexpr ReportKey kProfileReportKeys[] = {
+    {"target", &json::is_string, "a string"},
+    {"model", &json::is_string, "a string"},
+    {"hardware", &json::is_string, "a string"},
+    {"transport", &json::is_string, "a string"},
+    {"coefficients", &json::is_object, "an object"},
+    {"heldout_error", &json::is_object, "an object"},
+    {"samples", &json::is_number_unsigned, "a non-negative integer"},
+    {"fit_rms_rel_residual", &json::is_number, "a number"},
+    {"refined_on_total", &json::is_boolean, "a boolean"},
+    {"residual_note", &json::is_string, "a string"},
+    {"wall_s", &json::is_number, "a number"},
+};
+
+CostModel ParseCostModel(io::ByteSource& source, const CostModel& base) {
+  json root = ParseStrict(source, "cost_model");
+  if (root.is_object() && root.contains("cost_model")) {
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      if (it.key() == "cost_model") continue;
+      const ReportKey* known = nullptr;
+      for (const ReportKey& k : kProfileReportKeys) {
+        if (it.key() == k.name) known = &k;
+      }
+      if (!known) {
+        throw InputError(it.key(),
+                         "unknown key beside cost_model (a cost-model file is a cost_model "
+                         "object or an fcp profile report)");
+      }
+      if (!(it.value().*(known->is_type))()) {
+        throw InputError(it.key(), std::string("must be ") + known->type_name + ", got " +
+                                       TypeName(it.value()));
+      }
+    }
+    json inner = std::move(root["cost_model"]);
+    root = std::move(inner);
+  }
   CostModel cm = base;
   ApplyCostModel(root, cm);
   CheckCostModel(cm);
   return cm;
+}
+
+}  // namespace
+
+BatchInput ParseBatchJson(std::string_view text) {
+  io::ByteSource source(text, "input", /*reject_nul=*/true);
+  return ParseBatch(source);
+}
+
+BatchInput ReadBatchJson(const std::string& path) {
+  io::ByteSource source(path, /*reject_nul=*/true);
+  return ParseBatch(source);
+}
+
+CostModel ParseCostModelJson(std::string_view text, const CostModel& base) {
+  io::ByteSource source(text, "cost_model", /*reject_nul=*/true);
+  return ParseCostModel(source, base);
+}
+
+CostModel ReadCostModelJson(const std::string& path, const CostModel& base) {
+  io::ByteSource source(path, /*reject_nul=*/true);
+  return ParseCostModel(source, base);
 }
 
 std::string CostModelToJson(const CostModel& cm, int indent) {

@@ -13,7 +13,6 @@ namespace fcp {
 namespace {
 
 constexpr int64_t kMaxLength = int64_t{1} << 40;
-constexpr size_t kMaxFileBytes = size_t{1} << 31;
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
@@ -115,30 +114,7 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
   return lengths;
 }
 
-std::string ReadFileOrStdin(const std::string& path) {
-  std::string data;
-  if (path == "-") {
-    // Same cap as for files, so a runaway pipe cannot exhaust memory.
-    char buffer[1 << 16];
-    while (std::cin.read(buffer, sizeof(buffer)) || std::cin.gcount() > 0) {
-      data.append(buffer, static_cast<size_t>(std::cin.gcount()));
-      if (data.size() > kMaxFileBytes) throw InputError("stdin", "input larger than 2 GiB");
-    }
-    if (std::cin.bad()) throw InputError("stdin", "read failed");
-    return data;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "cannot open file");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw InputError(path, "cannot read file");
-  if (static_cast<size_t>(size) > kMaxFileBytes) throw InputError(path, "file larger than 2 GiB");
-  in.seekg(0);
-  data.resize(static_cast<size_t>(size));
-  in.read(data.data(), size);
-  if (!in) throw InputError(path, "read failed");
-  return data;
-}
+// ReadFileOrStdin is in byte_source.cc (shared by every input reader).
 
 std::vector<int64_t> ReadLengthsFile(const std::string& path) {
   const std::string text = ReadFileOrStdin(path);

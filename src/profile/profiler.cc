@@ -39,6 +39,24 @@ void Validate(const ProfileOptions& o) {
   for (size_t i = 0; i < o.degrees.size(); ++i)
     if (o.degrees[i] < 1 || o.degrees[i] > 4096)
       throw InputError("degrees[" + std::to_string(i) + "]", "must be in [1, 4096]");
+  // The cpu target holds a whole sequence's fp32 activations in this process
+  // and runs its attention on one core: 3,000,000 tokens ran out of memory
+  // (issue 18). 2^16 tokens need about 1.1 GB.
+  constexpr int64_t kMaxCpuLength = int64_t{1} << 16;
+  if (o.target == "cpu") {
+    for (size_t i = 0; i < o.lengths.size(); ++i) {
+      if (o.lengths[i] > kMaxCpuLength) {
+        throw InputError(
+            "lengths[" + std::to_string(i) + "]",
+            fmt::format("the cpu target measures at most {} tokens (2^16) per sequence "
+                        "(about {:.1f} GB of activations at that length), got {}",
+                        kMaxCpuLength,
+                        profile::CpuLayerMemPerToken(profile::CpuLayerShape{}) *
+                                static_cast<double>(kMaxCpuLength) / 1e9,
+                        o.lengths[i]));
+      }
+    }
+  }
 }
 
 // The groups sampled at one grid point: one sequence of `len`, and (packed)

@@ -127,8 +127,18 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.ranks < 0 || cfg.ranks > (1 << 20)) throw InputError("ranks", "must be in [1, 2^20]");
   if (cfg.global_batch < 1 || cfg.global_batch > 10000000)
     throw InputError("gbs", "must be in [1, 10^7]");
-  if (cfg.steps < 1) throw InputError("steps", "must be >= 1");
-  if (cfg.warmup < 0) throw InputError("warmup", "must be >= 0");
+  // Every batch is drawn up front (about 24 bytes a sequence), so the total is
+  // capped: --steps 1e9 grew without bound (issue 18).
+  constexpr int kMaxSteps = 1'000'000;
+  constexpr int64_t kMaxSequencesDrawn = 20'000'000;
+  if (cfg.steps < 1 || cfg.steps > kMaxSteps) throw InputError("steps", "must be in [1, 10^6]");
+  if (cfg.warmup < 0 || cfg.warmup > kMaxSteps) throw InputError("warmup", "must be in [0, 10^6]");
+  if ((int64_t{cfg.warmup} + cfg.steps) * cfg.global_batch > kMaxSequencesDrawn) {
+    throw InputError("steps", fmt::format("(warmup + steps) x gbs = {} sequences, at most {} "
+                                          "(2*10^7: every batch is drawn up front)",
+                                          (int64_t{cfg.warmup} + cfg.steps) * cfg.global_batch,
+                                          kMaxSequencesDrawn));
+  }
   if (cfg.noise_rel < 0 || !std::isfinite(cfg.noise_rel)) throw InputError("noise", "must be >= 0");
   if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
   if (cfg.cp_degree < 0) throw InputError("cp", "must be >= 1 (0 = tune)");

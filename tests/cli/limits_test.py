@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Limits and hostile inputs of `fcp plan` (issue 8).
+"""Limits and hostile inputs of the `fcp` CLI (issues 8 and 18).
 
 Every case must either be planned correctly (exit 0, a plan that passes an
 independent structural check; or exit 3, "infeasible", with one `error:` line)
 or be rejected with exit 2, exactly one `error:` line on stderr and nothing on
-stdout. A signal, exit 1 or a hang is a failure.
+stdout. A signal, exit 1 or a hang (TIMEOUT_S) is a failure. Issue 18 adds:
+every strategy on the same limits, the near-equal-memory cases, output that
+cannot be written (/dev/full, closed stdout, unwritable --out), escaped
+one-line errors, NUL bytes, streamed input under a memory limit, pipes and
+directories as input, checked integer flags, bounded `simulate`/`profile`.
 
 Usage: limits_test.py FCP_BINARY    Prints 'N passed, N failed' last.
 """
@@ -48,12 +52,16 @@ def _probe_limit():
 USE_LIMIT = _probe_limit()
 
 
-def run(args, stdin=b""):
+def run(args, stdin=b"", timeout=TIMEOUT_S):
+    """(exit code, stdout, stderr, seconds); exit code "timeout" on a hang."""
     if isinstance(stdin, str):
         stdin = stdin.encode()
     t0 = time.monotonic()
-    p = subprocess.run([FCP] + args, input=stdin, capture_output=True, timeout=TIMEOUT_S,
-                       preexec_fn=_limit if USE_LIMIT else None)
+    try:
+        p = subprocess.run([FCP] + args, input=stdin, capture_output=True, timeout=timeout,
+                           preexec_fn=_limit if USE_LIMIT else None)
+    except subprocess.TimeoutExpired as e:
+        return "timeout", e.stdout or b"", (e.stderr or b"") + b"<timeout>", time.monotonic() - t0
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
 
 
@@ -118,10 +126,10 @@ def plan_problem(inp, plan):
     return None
 
 
-def expect(name, text, want, args=(), contains=None, validate=True):
+def expect(name, text, want, args=(), contains=None, validate=True, timeout=TIMEOUT_S):
     """want: a set of allowed outcomes among {"ok", "infeasible", "error"}.
     contains: a substring the error line must contain (the field)."""
-    code, out, err, wall = run(["plan"] + list(args), stdin=text)
+    code, out, err, wall = run(["plan"] + list(args), stdin=text, timeout=timeout)
     lines = err.decode("utf-8", "replace").strip().splitlines()
     outcome = {0: "ok", 2: "error", 3: "infeasible"}.get(code)
     if outcome is None:
@@ -301,7 +309,8 @@ def structure_cases():
     code, out, err, _ = run(["plan", "--input", "/nonexistent/dir/batch.json"])
     check("missing input file", code == 2 and err.startswith(b"error: ") and not out, repr(err))
     code, out, err, _ = run(["plan", "--input", "/"])
-    check("directory as input", code == 2 and err.startswith(b"error: ") and not out, repr(err))
+    check("directory as input", code == 2 and err == b"error: /: is a directory, not a file\n"
+          and not out, repr(err))
 
 
 def scale_cases():
@@ -327,10 +336,252 @@ def scale_cases():
     check(f"{count} sequences planned", ok, f"exit {code} {err[:200]!r}")
     print(f"info: {count}-sequence plan on N=64: {wall:.2f} s")
 
+# ---------------------------------------------------------------------------
+# Issue 18.
+
+def one_error_line(code, out, err, want_code=2, contains=None):
+    """None if the run ended with `want_code`, one printable `error:` line on
+    stderr (containing `contains`) and nothing on stdout; else the problem."""
+    if code != want_code:
+        return f"exit {code}, want {want_code}; stderr {err[-300:]!r}"
+    if out:
+        return f"stdout not empty: {out[:100]!r}"
+    if not err.startswith(b"error: ") or err.count(b"\n") != 1 or not err.endswith(b"\n"):
+        return f"not one error line: {err[:300]!r}"
+    line = err[:-1]
+    if any(b < 0x20 or b == 0x7f for b in line):
+        return f"control byte in the error line: {line[:300]!r}"
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"error line is not UTF-8: {line[:300]!r}"
+    if contains and contains.encode() not in line:
+        return f"error line lacks {contains!r}: {line[:300]!r}"
+    return None
+
+
+def expect_error(name, args, stdin=b"", contains=None, want_code=2, timeout=TIMEOUT_S):
+    code, out, err, _ = run(args, stdin=stdin, timeout=timeout)
+    problem = one_error_line(code, out, err, want_code, contains)
+    check(name, problem is None, problem or "")
+
+
+def strategy_names():
+    _, out, _, _ = run(["plan", "--help"])
+    text = out.decode()
+    names = text[text.index("one of: ") + len("one of: "):].split("\n")[0]
+    return [n.strip() for n in names.split(",") if n.strip()]
+
+
+def strategy_cases():
+    """Every strategy on the limits: tiny clusters, R not dividing N, an
+    infeasible sequence, bad input, and the near-equal-memory cases where
+    mem_static is just below mem_capacity (issue 18: the minimum-degree search
+    stepped one degree at a time; [10000] took about 4 h)."""
+    names = strategy_names()
+    check("strategies listed", len(names) >= 8, repr(names))
+    small = [131072, 65536, 4096, 4096, 900, 17, 1]
+    free = 4.5e5 * 4096 / 64  # bytes a 4096-token sequence needs on each of 64 ranks
+    for s in names:
+        args = ["--strategy", s, "--time-limit", "2"]
+        # `optimal` is exact and refuses instances beyond its size (exit 2);
+        # DeepSpeed-Ulysses needs a model's head count (exit 2 without one).
+        anything = {"ok", "infeasible", "error"}
+        expect(f"{s}: small batch, N=16 R=8", batch(small, 16, 8), anything, args=args)
+        expect(f"{s}: N=12 R=5 (R does not divide N)", batch(small[2:], 12, 5), anything, args=args)
+        expect(f"{s}: N=1", batch([4096, 1], 1, 1), anything, args=args)
+        expect(f"{s}: a sequence too long for N ranks", batch([131072], 1, 1),
+               {"infeasible", "error"}, args=args)
+        expect(f"{s}: length 0", batch([5, 0]), {"error"}, contains="sequences[1]", args=args)
+        expect(f"{s}: N = 2^20 + 1", batch([5], 2**20 + 1, 8), {"error"}, contains="cluster.ranks",
+               args=args)
+        # With a model shape (DeepSpeed-Ulysses needs its head count).
+        expect(f"{s}: with a model", batch([32768, 8192, 4096, 1024, 77], 16, 8, model="qwen3-8b"),
+               {"ok"} if s != "optimal" else anything, args=args)
+        # Near-equal memory: 6.4e-5 bytes free per rank: nothing fits.
+        expect(f"{s}: mem_static = mem_capacity (1 - 1e-15)",
+               batch([10], 64, 16, cm=dict(CM, mem_static=CM["mem_capacity"] * (1 - 1e-15))),
+               {"infeasible", "error"}, args=args, timeout=30)
+        expect(f"{s}: mem_static = mem_capacity (1 - 1e-15), 10000 tokens",
+               batch([10000], 64, 16, cm=dict(CM, mem_static=CM["mem_capacity"] * (1 - 1e-15))),
+               {"infeasible", "error"}, args=args, timeout=30)
+        # Just enough memory for a 4096-token sequence on all 64 ranks.
+        expect(f"{s}: memory for exactly 64 ranks",
+               batch([4096, 64, 1], 64, 16, cm=dict(
+                   CM, mem_static=CM["mem_capacity"] - free * (1 + 1e-9))),
+               anything, args=args, timeout=30)
+    # The issue's reproducer, verbatim (default preset, N = 64).
+    for k in (10, 10000):
+        expect(f"issue 18 reproducer, sequences [{k}]",
+               '{"cost_model":{"mem_static":63999999999.99994},"sequences":[%d]}' % k,
+               {"infeasible"}, contains="sequences[0]", timeout=30)
+
+
+def output_cases():
+    """A write error on stdout or an output file is exit 2 with one `error:`
+    line (issue 18: exit 0 with the output lost)."""
+    small = batch([4096, 900, 17], 8, 8)
+    commands = [
+        ("plan", ["plan"], small),
+        ("plan table", ["plan", "--format", "table"], small),
+        ("simulate", ["simulate", "--steps", "1", "--warmup", "0", "--gbs", "8",
+                      "--strategies", "fcp", "-q"], b""),
+        ("eval gap", ["eval", "gap", "--instances", "1", "--max-sequences", "3",
+                      "--max-ranks", "4", "--strategies", "fcp"], b""),
+        ("profile", ["profile", "--target", "sim:ascend910c-4x16", "--lengths", "4096,8192,16384",
+                     "--degrees", "1,2,4", "--repeats", "1"], b""),
+        ("help", ["plan", "--help"], b""),
+    ]
+    for name, args, stdin in commands:
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run([FCP] + args, input=stdin if isinstance(stdin, bytes) else stdin.encode(),
+                               stdout=full, stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+        problem = one_error_line(p.returncode, b"", p.stderr, 2, "stdout: output lost")
+        check(f"{name} > /dev/full", problem is None, problem or "")
+        p = subprocess.run([FCP] + args, input=stdin if isinstance(stdin, bytes) else stdin.encode(),
+                           capture_output=True, timeout=TIMEOUT_S, preexec_fn=lambda: os.close(1))
+        problem = one_error_line(p.returncode, b"", p.stderr, 2, "stdout is closed")
+        check(f"{name} with stdout closed", problem is None, problem or "")
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = ["profile", "--target", "sim:ascend910c-4x16", "--lengths", "4096,8192,16384",
+                   "--degrees", "1,2,4", "--repeats", "1", "--format", "json"]
+        expect_error("profile --out /dev/full", profile + ["--out", "/dev/full"],
+                     contains="/dev/full: cannot write")
+        expect_error("profile --out into a missing folder",
+                     profile + ["--out", os.path.join(tmp, "no", "such.json")], contains="cannot write")
+        expect_error("profile --out a directory", profile + ["--out", tmp], contains="cannot write")
+        report = os.path.join(tmp, "report.json")
+        code, out, err, _ = run(profile + ["--out", report])
+        check("profile --out writes the report", code == 0 and os.path.getsize(report) > 0, repr(err))
+        # The report is a valid --cost-model file (its extra keys are known).
+        code, out, err, _ = run(["plan", "--cost-model", report], stdin=small)
+        check("plan --cost-model <profile report>", code == 0, repr(err))
+        with open(report) as f:
+            doc = json.load(f)
+        for key, value in (("bogus", 1), ("samples", "many"), ("alpha1", 1e-11)):
+            bad = os.path.join(tmp, f"bad-{key}.json")
+            with open(bad, "w") as f:
+                json.dump(dict(doc, **{key: value}), f)
+            expect_error(f"--cost-model with {key!r} beside cost_model", ["plan", "--cost-model", bad],
+                         stdin=small, contains=key)
+
+
+def message_cases():
+    """Errors are one printable line whatever the input holds (issue 18)."""
+    for what, raw in (("newline", "a\\nb"), ("CR", "a\\rb"), ("ANSI escape", "\\u001b[2Jx"),
+                      ("NUL escape", "a\\u0000b"), ("C1 CSI", "\\u009b2J"),
+                      ("line separator", "a\\u2028b")):
+        expect_error(f"{what} in a model name", ["plan"],
+                     stdin='{"model": "%s", "sequences": [5]}' % raw, contains="model")
+        expect_error(f"{what} in a key", ["plan"], stdin='{"%s": 1, "sequences": [5]}' % raw)
+    expect_error("raw newline + ESC in a flag value", ["plan", "--strategy", "x\n\x1b[31my"],
+                 stdin=batch([5]), contains="strategy")
+    expect_error("raw control bytes in a file name", ["plan", "--input", "/no/such\n\r\x1bfile"],
+                 contains="cannot open")
+    expect_error("invalid UTF-8 in a model name", ["plan"],
+                 stdin=b'{"model": "q\xff\xfe\xc3", "sequences": [5]}')
+    expect_error("NUL then garbage after a valid batch", ["plan"],
+                 stdin=batch([5]).encode() + b"\0garbage", contains="NUL byte at offset")
+    expect_error("NUL inside a string", ["plan"], stdin=b'{"model": "a\0b", "sequences": [5]}',
+                 contains="NUL byte")
+    expect_error("unknown command with an escape", ["\x1b[2Jplan"], contains="unknown command")
+
+
+def input_path_cases():
+    text = batch([4096, 17], 8, 8)
+    code, out, err, _ = run(["plan", "--input", "/dev/stdin"], stdin=text)
+    check("--input /dev/stdin from a pipe", code == 0 and json.loads(out)["status"] == "ok", repr(err))
+    with tempfile.TemporaryDirectory() as tmp:
+        expect_error("directory as --cost-model", ["plan", "--cost-model", tmp], stdin=text,
+                     contains="is a directory")
+        expect_error("directory as --lengths", ["simulate", "--lengths", tmp, "-q"],
+                     contains="is a directory")
+        fifo = os.path.join(tmp, "batch.fifo")
+        os.mkfifo(fifo)
+        proc = subprocess.Popen([FCP, "plan", "--input", fifo], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        with open(fifo, "w") as f:
+            f.write(text)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+        check("--input FIFO", proc.returncode == 0 and json.loads(out)["status"] == "ok", repr(err))
+        expect_error("/dev/zero as input (NUL bytes)", ["plan", "--input", "/dev/zero"],
+                     contains="NUL byte at offset 0")
+
+
+def flag_cases():
+    """Integer flags are decimal and range-checked; long runs are bounded."""
+    sim = ["profile", "--target", "sim:ascend910c-4x16", "--lengths", "4096,8192,16384"]
+    expect_error("profile --degrees 4294967298 (was read as 2)", sim + ["--degrees", "4294967298"],
+                 contains="degrees")
+    expect_error("profile --degrees 1,x", sim + ["--degrees", "1,x"], contains="degrees")
+    expect_error("profile --lengths 2^64", sim + ["--lengths", "18446744073709551616"],
+                 contains="lengths")
+    expect_error("profile --target cpu --lengths 3000000 (ran out of memory)",
+                 ["profile", "--target", "cpu", "--lengths", "3000000"], contains="lengths[0]")
+    expect_error("simulate --steps 1000000000", ["simulate", "--steps", "1000000000", "-q"],
+                 contains="steps")
+    expect_error("simulate --steps 1e9", ["simulate", "--steps", "1e9", "-q"], contains="--steps")
+    expect_error("simulate --warmup 4294967296", ["simulate", "--warmup", "4294967296", "-q"],
+                 contains="--warmup")
+    expect_error("simulate: every batch drawn up front is capped",
+                 ["simulate", "--gbs", "10000000", "--steps", "3", "-q"], contains="steps")
+    expect_error("plan --cp 4294967298", ["plan", "--cp", "4294967298"], stdin=batch([5]),
+                 contains="--cp")
+    expect_error("plan --seed 0x10 (hex)", ["plan", "--seed", "0x10"], stdin=batch([5]),
+                 contains="--seed")
+    expect_error("plan --seed -1 (unsigned)", ["plan", "--seed", "-1"], stdin=batch([5]),
+                 contains="--seed")
+    expect_error("eval noise --ranks 4294967296", ["eval", "noise", "--ranks", "4294967296"],
+                 contains="ranks")
+    # "08" is decimal 8 (CLI11 alone reads a leading 0 as octal and rejects it).
+    text = batch([4096] * 8, 16, 8)
+    a = run(["plan", "--strategy", "megatron", "--cp", "08"], stdin=text)
+    b = run(["plan", "--strategy", "megatron", "--cp", "8"], stdin=text)
+    same = a[0] == 0 and b[0] == 0 and \
+        json.loads(a[1])["micro_batches"] == json.loads(b[1])["micro_batches"]
+    check("--cp 08 is decimal 8", same, repr(a[2]))
+
+
+def memory_cases():
+    """The input is parsed while it streams (issue 18: a 200 MB batch peaked at
+    3.7 GB and died with `internal: std::bad_alloc` under a 3 GiB limit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "big.json")
+        count = 10**7 + 1
+        with open(path, "w") as f:
+            f.write('{"cluster": {"ranks": 64}, "sequences": [')
+            chunk = '{"length": 4096},' * 100000
+            for _ in range(count // 100000):
+                f.write(chunk)
+            f.write('{"length": 4096}]}')
+        size_mb = os.path.getsize(path) / 1e6
+        limit = 1 << 30
+
+        def one_gib():
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        t0 = time.monotonic()
+        p = subprocess.run([FCP, "plan", "--input", path], capture_output=True, timeout=TIMEOUT_S,
+                           preexec_fn=one_gib if USE_LIMIT else None)
+        wall = time.monotonic() - t0
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        problem = one_error_line(p.returncode, p.stdout, p.stderr, 2, "at most 10000000 sequences")
+        check(f"{size_mb:.0f} MB input with 10^7 + 1 sequences under a 1 GiB limit", problem is None,
+              problem or "")
+        print(f"info: {size_mb:.0f} MB, 10^7 + 1 sequences rejected in {wall:.1f} s; "
+              f"peak RSS of any child so far {peak_mb:.0f} MB")
+
+
 
 def main():
     t0 = time.monotonic()
-    for group in (length_cases, cluster_cases, coefficient_cases, structure_cases, scale_cases):
+    groups = (length_cases, cluster_cases, coefficient_cases, structure_cases, scale_cases,
+              strategy_cases, output_cases, message_cases, input_path_cases, flag_cases,
+              memory_cases)
+    only = os.environ.get("FCP_LIMITS_ONLY")  # e.g. "flag_cases,message_cases"
+    for group in groups:
+        if only and group.__name__ not in only.split(","):
+            continue
         t = time.monotonic()
         group()
         print(f"info: {group.__name__}: {time.monotonic() - t:.1f} s")
