@@ -49,4 +49,31 @@ std::vector<int64_t> ReadLengthsFile(const std::string& path);
 // failure or when larger.
 std::string ReadFileOrStdin(const std::string& path);
 
+// An output file that appears at `path` only when complete: a mkstemp file
+// in the same directory (mode 0644) renamed over `path` by Commit(); removed
+// when destroyed uncommitted. A symlink at `path` is replaced, not followed.
+// Errors are InputError(field, "cannot write '<path>': <reason>") with the
+// path's control characters escaped. Not copyable.
+class AtomicFile {
+ public:
+  AtomicFile(const std::string& path, const std::string& field);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  int fd() const { return fd_; }  // for a child process's stdout
+  void Write(std::string_view data);
+  // Flushes to disk and renames into place.
+  void Commit();
+
+ private:
+  std::string path_, field_, temp_path_;
+  int fd_ = -1;
+};
+// Writes `contents` to `path` through an AtomicFile.
+void WriteFileAtomically(const std::string& path, std::string_view contents,
+                         const std::string& field);
+// `text` with control characters as \n, \r, \t or \xNN, for one-line
+// error messages that echo user input (paths).
+std::string EscapeControl(std::string_view text);
+
 }  // namespace fcp
