@@ -95,6 +95,7 @@ int RunPlan(int argc, char** argv) {
   }
   options.strategy = strategy;
   try {
+    plot::CheckOutputPaths(plot_file, trace_file);
     BatchInput batch = ParseBatchJson(ReadFileOrStdin(input));
     if (!cost_model_file.empty()) {
       batch.request.cost = ParseCostModelJson(ReadFileOrStdin(cost_model_file), batch.request.cost);

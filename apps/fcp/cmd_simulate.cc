@@ -79,6 +79,7 @@ int RunSimulate(int argc, char** argv) {
       return InputErrorExit("--dataset/--lengths: give one, not both");
     if (dataset.empty() && lengths_file.empty()) dataset = "github";
     cfg.dataset = dataset;
+    plot::CheckOutputPaths(plot_file, trace_file);
     if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
     cfg.strategies = SplitComma(strategies);
     if (!cost_model_file.empty()) {

@@ -99,6 +99,11 @@ struct GanttOptions {
 void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
                 const GanttOptions& options = {});
 
+// Checks before a long run that `plot_path` (if not empty) has a .png/.svg
+// extension and that the directories of both paths exist, so that a typo
+// fails at once rather than after the work. InputError("plot"/"trace").
+void CheckOutputPaths(const std::string& plot_path, const std::string& trace_path);
+
 // --- gnuplot without a shell (also used by `fcp eval paper`) ---
 class PlotError : public std::runtime_error {
  public:

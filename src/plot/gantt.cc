@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 
 #include "fcp/io.h"
@@ -47,14 +49,36 @@ std::vector<std::pair<int, int>> RankRuns(std::vector<int> ranks) {
   return runs;
 }
 
-}  // namespace
-
-void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
-                const GanttOptions& options) {
+void CheckExtension(const std::string& path) {
   const std::string ext = Extension(path);
   if (ext != "png" && ext != "svg")
     throw InputError("plot", "'" + EscapeControl(path) +
                                  "': unknown image type; use a .png or .svg file name");
+}
+
+void CheckDirectory(const std::string& path, const std::string& field) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw InputError(field, "cannot write '" + EscapeControl(path) + "': no directory '" +
+                                EscapeControl(dir) + "'");
+}
+
+}  // namespace
+
+void CheckOutputPaths(const std::string& plot_path, const std::string& trace_path) {
+  if (!plot_path.empty()) {
+    CheckExtension(plot_path);
+    CheckDirectory(plot_path, "plot");
+  }
+  if (!trace_path.empty()) CheckDirectory(trace_path, "trace");
+}
+
+void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
+                const GanttOptions& options) {
+  CheckExtension(path);
+  const std::string ext = Extension(path);
   if (timelines.empty()) throw InputError("plot", "nothing to draw");
   double end_ms = 0;
   size_t max_slices = 0;
