@@ -11,30 +11,14 @@
 
 #include "fcp/io.h"
 #include "fcp/lengths.h"
+#include "testing/temp_dir.h"
 
 namespace fcp {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fcp-lengths-test-XXXXXX").string();
-    EXPECT_NE(::mkdtemp(templ.data()), nullptr);
-    path_ = templ;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string Write(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using fcp::testing::TempDir;
 
 void PutLe(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);

@@ -20,6 +20,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "testing/temp_dir.h"
 
 namespace fcp::plot {
 namespace {
@@ -46,20 +47,7 @@ Plan SmallPlan() {
 
 std::vector<Sequence> SmallBatch() { return {{1000, 0}, {2000, 0}, {300, 0}, {4000, 1}}; }
 
-// A fresh directory under the build's temp dir, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "fcp-plot-test-XXXXXX").string();
-    EXPECT_NE(::mkdtemp(templ.data()), nullptr);
-    path_ = templ;
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using fcp::testing::TempDir;
 
 // Restores an environment variable on scope exit.
 class ScopedEnv {
