@@ -51,7 +51,9 @@ std::string ReadFileOrStdin(const std::string& path);
 
 // An output file that appears at `path` only when complete: a mkstemp file
 // in the same directory (mode 0644) renamed over `path` by Commit(); removed
-// when destroyed uncommitted. A symlink at `path` is replaced, not followed.
+// when destroyed uncommitted. A symlink at `path` is replaced, not followed;
+// an existing device, FIFO or socket (/dev/null, /dev/stdout) is written in
+// place.
 // Errors are InputError(field, "cannot write '<path>': <reason>") with the
 // path's control characters escaped. Not copyable.
 class AtomicFile {

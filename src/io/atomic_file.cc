@@ -52,6 +52,14 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& field)
   if (path.back() == '/') fail("is a directory");
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("is a directory");
+  // An existing device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is
+  // written in place: renaming over it would replace the device node.
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) fail("is a directory");
+    fd_ = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (fd_ < 0) fail(std::strerror(errno));
+    return;
+  }
   // A fixed short name in the destination directory: rename() is atomic only
   // within one file system, and the user's base name may be near NAME_MAX.
   std::string templ = DirectoryOf(path) + "/.fcp-out-XXXXXX";
@@ -81,10 +89,11 @@ void AtomicFile::Commit() {
   auto fail = [&](const std::string& why) {
     throw InputError(field_, "cannot write '" + EscapeControl(path_) + "': " + why);
   };
-  if (::fsync(fd_) != 0 && errno != EINVAL) fail(std::strerror(errno));
+  if (!temp_path_.empty() && ::fsync(fd_) != 0 && errno != EINVAL) fail(std::strerror(errno));
   const int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) fail(std::strerror(errno));
+  if (temp_path_.empty()) return;  // written in place
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail(std::strerror(errno));
   temp_path_.clear();
 }

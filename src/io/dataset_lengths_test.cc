@@ -3,6 +3,8 @@
 // pointers, int64 document indices); tests/python/test_lengths.py checks the
 // same reader against files written by megatron-core's own
 // IndexedDatasetBuilder.
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -169,6 +171,11 @@ TEST(AtomicFile, CommitsOrLeavesNothing) {
   std::string line;
   std::getline(in, line);
   EXPECT_EQ(line, "whole");
+  // Devices are written in place, never replaced (the tests run as root).
+  WriteFileAtomically("/dev/null", "discarded\n", "out");
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
   try {
     WriteFileAtomically((dir.path() / "no\x1b[31m" / "x").string(), "x", "out");
     ADD_FAILURE();

@@ -201,7 +201,7 @@ void RunGnuplot(const GnuplotJob& job, const std::string& out_path) {
                     (why.empty() ? "" : ": " + why));
   }
   struct stat st;
-  if (::fstat(out.fd(), &st) != 0 || st.st_size == 0)
+  if (::fstat(out.fd(), &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0))
     throw PlotError("plot: gnuplot wrote no image");
   out.Commit();
 }
