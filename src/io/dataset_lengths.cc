@@ -77,49 +77,68 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
   std::string path = given;
   if (Extension(path) == "bin") path = path.substr(0, path.size() - 3) + "idx";
   const std::string where = Where(path);
-  const std::string data = ReadFileOrStdin(path);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
-  if (data.size() < kIdxHeaderBytes || std::memcmp(data.data(), kIdxMagic, kIdxMagicBytes) != 0)
+  // Streamed: only the lengths and document indices are read (the pointers
+  // are skipped), so an index of any size needs 8 bytes per sequence.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(where, "cannot open file");
+  in.seekg(0, std::ios::end);
+  const std::streamoff file_size = in.tellg();
+  in.seekg(0);
+  unsigned char header[kIdxHeaderBytes];
+  if (file_size < static_cast<std::streamoff>(kIdxHeaderBytes) ||
+      !in.read(reinterpret_cast<char*>(header), kIdxHeaderBytes) ||
+      std::memcmp(header, kIdxMagic, kIdxMagicBytes) != 0)
     throw InputError(where, "not a Megatron indexed dataset index (no MMIDIDX header)");
-  const uint64_t version = LittleU64(bytes + 9);
+  const uint64_t version = LittleU64(header + 9);
   if (version != 1)
     throw InputError(where, fmt::format("unsupported .idx version {} (expected 1)", version));
-  const unsigned dtype_code = bytes[17];
+  const unsigned dtype_code = header[17];
   if (dtype_code < 1 || dtype_code > 8)
     throw InputError(where, fmt::format("unknown token dtype code {}", dtype_code));
-  const uint64_t sequences = LittleU64(bytes + 18);
-  const uint64_t docs = LittleU64(bytes + 26);
+  const uint64_t sequences = LittleU64(header + 18);
+  const uint64_t docs = LittleU64(header + 26);
   // Body: int32 lengths + int64 pointers per sequence, int64 per document
   // index, optionally an int8 mode per sequence (multimodal datasets).
-  const uint64_t body = data.size() - kIdxHeaderBytes;
+  const uint64_t body = static_cast<uint64_t>(file_size) - kIdxHeaderBytes;
   if (sequences > body / 12 || docs > body / 8 || 12 * sequences + 8 * docs > body)
     throw InputError(where, fmt::format("truncated: header announces {} sequences and {} "
                                         "document indices, file has {} bytes",
-                                        sequences, docs, data.size()));
+                                        sequences, docs, file_size));
   const uint64_t expected = 12 * sequences + 8 * docs;
   if (body != expected && body != expected + sequences)
     throw InputError(where, fmt::format("size {} bytes does not match the header ({} sequences, "
                                         "{} document indices)",
-                                        data.size(), sequences, docs));
+                                        file_size, sequences, docs));
+  auto read_le = [&](uint64_t count, int width, auto&& consume) {
+    std::vector<unsigned char> buf;
+    constexpr uint64_t kChunk = 1 << 16;
+    for (uint64_t done = 0; done < count;) {
+      const uint64_t n = std::min(kChunk, count - done);
+      buf.resize(n * static_cast<uint64_t>(width));
+      if (!in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size())))
+        throw InputError(where, "read failed");
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t v = 0;
+        for (int b = width - 1; b >= 0; --b) v = (v << 8) | buf[i * width + b];
+        consume(done + i, v);
+      }
+      done += n;
+    }
+  };
   std::vector<int64_t> seq_len(sequences);
-  const unsigned char* p = bytes + kIdxHeaderBytes;
-  for (uint64_t i = 0; i < sequences; ++i) {
-    const uint32_t u = static_cast<uint32_t>(p[4 * i]) | static_cast<uint32_t>(p[4 * i + 1]) << 8 |
-                       static_cast<uint32_t>(p[4 * i + 2]) << 16 |
-                       static_cast<uint32_t>(p[4 * i + 3]) << 24;
-    const auto v = static_cast<int32_t>(u);
+  read_le(sequences, 4, [&](uint64_t i, uint64_t u) {
+    const auto v = static_cast<int32_t>(static_cast<uint32_t>(u));
     if (v < 0) throw InputError(where, fmt::format("sequence {} has length {} < 0", i, v));
     seq_len[i] = v;
-  }
+  });
   if (!documents) return seq_len;
   // Document indices: sequence index where each document starts, then the
   // end (IndexedDatasetBuilder starts with [0] and appends the sequence count
   // at each end_document).
-  const unsigned char* d = p + 12 * sequences;
+  in.seekg(static_cast<std::streamoff>(kIdxHeaderBytes + 12 * sequences));
   std::vector<int64_t> out;
   uint64_t prev = 0;
-  for (uint64_t k = 0; k < docs; ++k) {
-    const uint64_t idx = LittleU64(d + 8 * k);
+  read_le(docs, 8, [&](uint64_t k, uint64_t idx) {
     if (idx > sequences || idx < prev || (k == 0 && idx != 0))
       throw InputError(where, fmt::format("document index {} = {} is not increasing within "
                                           "[0, {}]",
@@ -130,7 +149,7 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
       out.push_back(CheckedLength(sum, where + " document " + std::to_string(k - 1)));
     }
     prev = idx;
-  }
+  });
   if (prev != sequences)
     throw InputError(where, fmt::format("{} sequences after the last document end (use "
                                         "--idx-unit sequence to read sequences)",
