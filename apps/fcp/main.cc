@@ -54,7 +54,8 @@ void PrintUsage(FILE* out) {
     std::fprintf(out, "  %-16s %s\n", c.name.c_str(), c.summary.c_str());
   }
   std::fprintf(out,
-               "\nfcp --version prints the version.\nExit codes: 0 ok, 1 internal error, 2 bad input, 3 infeasible "
+               "\nfcp --version prints the version.\n"
+               "Exit codes: 0 ok, 1 internal error, 2 bad input, 3 infeasible "
                "batch.\n");
 }
 

@@ -176,7 +176,8 @@ std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string
     if (!record.is_object()) throw InputError(where, "not a JSON object");
     const auto it = record.find(field);
     if (it == record.end())
-      throw InputError(where + ": " + EscapeControl(field), "missing (choose the field with --field)");
+      throw InputError(where + ": " + EscapeControl(field),
+                       "missing (choose the field with --field)");
     const std::string at = where + ": " + EscapeControl(field);
     if (it->is_number_integer()) {
       out.push_back(CheckedLength(it->get<int64_t>(), at));

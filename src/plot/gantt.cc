@@ -58,7 +58,8 @@ void CheckExtension(const std::string& path) {
 
 void CheckDirectory(const std::string& path, const std::string& field) {
   const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir =
+      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(field, "cannot write '" + EscapeControl(path) + "': no directory '" +

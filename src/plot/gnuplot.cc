@@ -191,7 +191,8 @@ void RunGnuplot(const GnuplotJob& job, const std::string& out_path) {
   const int err_fd = dir.Create("gnuplot.err");
   const int status = RunGnuplotProcess({"plot.gp"}, dir.path(), out.fd(), err_fd);
   ::close(err_fd);
-  if (status < 0) throw PlotError("plot: cannot start gnuplot: " + std::string(std::strerror(errno)));
+  if (status < 0)
+    throw PlotError("plot: cannot start gnuplot: " + std::string(std::strerror(errno)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const std::string why = LastLine(dir.path() + "/gnuplot.err");
     throw PlotError("plot: gnuplot failed" +

@@ -40,7 +40,8 @@ Plan SmallPlan() {
   Plan plan;
   plan.strategy = "test";
   plan.num_ranks = 8;
-  plan.micro_batches.push_back({{Group({0, 1, 2, 3, 4, 5}, {0, 1}, 30), Group({6, 7}, {2}, 12)}, 30});
+  plan.micro_batches.push_back(
+      {{Group({0, 1, 2, 3, 4, 5}, {0, 1}, 30), Group({6, 7}, {2}, 12)}, 30});
   plan.micro_batches.push_back({{Group({0, 2, 3}, {3}, 10), Group({1}, {}, 0)}, 10});
   return plan;
 }
@@ -143,7 +144,8 @@ TEST(Trace, OneTrackPerRankOneSlicePerGroupAndRankNodesAsProcesses) {
     const auto ranks = e.at("args").at("ranks").get<std::vector<int>>();
     EXPECT_NE(std::find(ranks.begin(), ranks.end(), tid), ranks.end());
     EXPECT_EQ(e.at("args").at("degree").get<int>(), static_cast<int>(ranks.size()));
-    events_by_tid[tid].push_back({e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>()});
+    const double ts = e.at("ts"), dur = e.at("dur");
+    events_by_tid[tid].push_back({ts, ts + dur});
   }
   EXPECT_EQ(complete, 6 + 2 + 3);  // Σ degree over non-idle groups
   EXPECT_EQ(process_names.size(), 2u);
@@ -310,8 +312,9 @@ TEST(Gantt, PlantedSymlinksAreNeitherFollowedNorReused) {
   // The names the old code used ($TMPDIR/fcp-gantt-<pid>-<n>), planted as
   // symlinks to the victim directory.
   for (int n = 0; n < 4; ++n)
-    fs::create_directory_symlink(victim_dir, tmp.path() / ("fcp-gantt-" + std::to_string(::getpid()) +
-                                                           "-" + std::to_string(n)));
+    fs::create_directory_symlink(
+        victim_dir,
+        tmp.path() / ("fcp-gantt-" + std::to_string(::getpid()) + "-" + std::to_string(n)));
   // The destination itself is a symlink to a victim file: replaced, not followed.
   const fs::path victim_file = dir.path() / "victim.txt";
   std::ofstream(victim_file) << "precious";

@@ -85,10 +85,9 @@ Timeline SimulatedTimeline(const Plan& plan, std::span<const Sequence> sequences
   t.num_ranks = plan.num_ranks;
   t.ranks_per_node = ranks_per_node;
   for (const auto& span : result.group_spans) {
-    if (span.micro_batch < 0 || static_cast<size_t>(span.micro_batch) >= plan.micro_batches.size() ||
-        span.group < 0 ||
-        static_cast<size_t>(span.group) >=
-            plan.micro_batches[static_cast<size_t>(span.micro_batch)].groups.size())
+    const auto mb = static_cast<size_t>(span.micro_batch);
+    if (span.micro_batch < 0 || mb >= plan.micro_batches.size() || span.group < 0 ||
+        static_cast<size_t>(span.group) >= plan.micro_batches[mb].groups.size())
       throw InputError("plot", "simulation result does not belong to this plan");
     TimelineSlice s = SliceOf(plan, sequences, static_cast<size_t>(span.micro_batch),
                               static_cast<size_t>(span.group));
