@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,7 +79,13 @@ int RunLengths(int argc, char** argv) {
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
 
   bool python = !tokenizer.empty();
-  for (const auto& in : inputs) python |= NeedsPython(DetectDatasetFormat(in));
+  for (const auto& in : inputs) {
+    struct stat st;
+    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      return InputErrorExit(EscapeControl(in) +
+                            ": is a directory (give the files inside, e.g. DIR/*.arrow)");
+    python |= NeedsPython(DetectDatasetFormat(in));
+  }
   if (python) {
     const std::string interpreter = PythonInterpreter();
     if (!PythonHasModule(interpreter)) {

@@ -335,6 +335,9 @@ def read_lengths(paths: Iterable[str], field: Optional[str] = None,
     lengths: List[int] = []
     empty = 0
     for path in paths:
+        if os.path.isdir(path):
+            raise ValueError(f"{_escape(path)}: is a directory (give the files inside, e.g. "
+                             "DIR/*.arrow)")
         fmt = detect_format(path)
         if fmt == "idx":
             part = read_idx(path, documents=idx_unit == "document")
