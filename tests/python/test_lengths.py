@@ -191,3 +191,10 @@ def test_module_errors_name_the_file_and_line(tmp_path):
     idx.write_bytes(b"MMIDIDX\x00\x00" + b"\x01" + b"\x00" * 7)
     with pytest.raises(ValueError, match="no MMIDIDX header|truncated"):
         fl.read_lengths([str(idx)])
+
+
+def test_directory_input_is_a_one_line_error(tmp_path):
+    p = _run_cli([str(tmp_path), "-o", str(tmp_path / "x.txt")])
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "is a directory" in p.stderr
+    with pytest.raises(ValueError, match="is a directory"):
+        fl.read_lengths([str(tmp_path)])
