@@ -65,6 +65,22 @@ int RunSimulate(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
+  app.add_option("--cp", cfg.cp_degree,
+                 "static strategies (megatron, deepspeed): force this CP degree (0 = tune on "
+                 "the warmup batches)")
+      ->capture_default_str();
+  app.add_option("--mbs", cfg.micro_batch_sequences,
+                 "static strategies: sequences per micro-batch per replica (0 = as many as fit "
+                 "in memory)")
+      ->capture_default_str();
+  std::string recompute = "full";
+  app.add_option("--recompute", recompute,
+                 "activation recompute: full | selective (core attention only) | none")
+      ->capture_default_str();
+  bool serial_grad_sync = false;
+  app.add_flag("--no-overlap-grad-reduce", serial_grad_sync,
+               "run the gradient sync after compute instead of overlapping it with the "
+               "backward (Megatron --overlap-grad-reduce, default on)");
   std::string plot_file, trace_file;
   app.add_option("--plot", plot_file,
                  "draw the first measured batch of every strategy (simulated timelines, one "
@@ -82,6 +98,8 @@ int RunSimulate(int argc, char** argv) {
     plot::CheckOutputPaths(plot_file, trace_file);
     if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
     cfg.strategies = SplitComma(strategies);
+    cfg.recompute = sim::ParseRecompute(recompute);
+    cfg.overlap_grad_reduce = !serial_grad_sync;
     if (!cost_model_file.empty()) {
       const ModelPreset* m = FindModelPreset(cfg.model);
       const ClusterPreset* c = FindClusterPreset(cfg.cluster);
