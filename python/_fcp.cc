@@ -105,6 +105,9 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("mem_per_token", &fcp::CostModel::mem_per_token)
       .def_readwrite("mem_static", &fcp::CostModel::mem_static)
       .def_readwrite("mem_capacity", &fcp::CostModel::mem_capacity)
+      .def_readwrite("attn_overhead_tokens", &fcp::CostModel::attn_overhead_tokens)
+      .def_readwrite("gamma_intra", &fcp::CostModel::gamma_intra)
+      .def_readwrite("gamma_inter", &fcp::CostModel::gamma_inter)
       .def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
 
   py::class_<fcp::ModelShape>(m, "ModelShape")

@@ -77,6 +77,12 @@ int RunPlan(int argc, char** argv) {
   app.add_option("--cp", options.cp_degree,
                  "megatron/deepspeed: fixed CP degree (0 = tune the best)")
       ->capture_default_str();
+  std::string dealing = "balanced";
+  app.add_option("--dealing", dealing,
+                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
+                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
+      ->check(CLI::IsMember({"balanced", "loader"}))
+      ->capture_default_str();
   app.add_option("--time-limit", options.time_limit_s,
                  "MILP strategies (flexsp, optimal): solver time limit, seconds")
       ->capture_default_str();
@@ -93,6 +99,7 @@ int RunPlan(int argc, char** argv) {
                  app.help().c_str());
     return 2;
   }
+  options.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
   options.strategy = strategy;
   try {
     plot::CheckOutputPaths(plot_file, trace_file);

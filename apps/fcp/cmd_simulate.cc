@@ -61,6 +61,12 @@ int RunSimulate(int argc, char** argv) {
   app.add_flag("--frozen-vision", cfg.vision_frozen, "MLLMs: freeze the vision encoder");
   app.add_option("--noise", cfg.noise_rel, "simulator noise sigma (0 = none)")
       ->capture_default_str();
+  std::string dealing = "balanced";
+  app.add_option("--dealing", dealing,
+                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
+                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
+      ->check(CLI::IsMember({"balanced", "loader"}))
+      ->capture_default_str();
   app.add_option("--time-limit", cfg.time_limit_s, "MILP strategies' time limit, seconds")
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
@@ -100,6 +106,7 @@ int RunSimulate(int argc, char** argv) {
     cfg.strategies = SplitComma(strategies);
     cfg.recompute = sim::ParseRecompute(recompute);
     cfg.overlap_grad_reduce = !serial_grad_sync;
+    cfg.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
     if (!cost_model_file.empty()) {
       const ModelPreset* m = FindModelPreset(cfg.model);
       const ClusterPreset* c = FindClusterPreset(cfg.cluster);

@@ -13,17 +13,20 @@ namespace fcp {
 
 // The per-group aggregates the cost model needs; O(1) to extend.
 struct GroupLoad {
-  double sum_tokens = 0;  // Σ s_k
-  double sum_attn = 0;    // Σ (1 + eta_k) s_k²
+  double sum_tokens = 0;       // Σ s_k
+  double sum_attn = 0;         // Σ (1 + eta_k) s_k²
+  double sum_attn_tokens = 0;  // Σ (1 + eta_k) s_k (the v2 short-chunk term's weight)
   void Add(const Sequence& s) {
     const double len = static_cast<double>(s.length_tokens);
     sum_tokens += len;
     sum_attn += (1.0 + s.eta) * len * len;
+    sum_attn_tokens += (1.0 + s.eta) * len;
   }
   void Remove(const Sequence& s) {
     const double len = static_cast<double>(s.length_tokens);
     sum_tokens -= len;
     sum_attn -= (1.0 + s.eta) * len * len;
+    sum_attn_tokens -= (1.0 + s.eta) * len;
   }
   static GroupLoad Of(const Sequence& s) {
     GroupLoad g;
@@ -37,21 +40,37 @@ std::optional<std::string> ValidateCostModel(const CostModel& cm);
 // Same check; throws InputError naming the field.
 void CheckCostModel(const CostModel& cm);
 
-// T(G, d) with bandwidth `bw_bytes_per_s` (s). degree >= 1.
-double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
-                  double bw_bytes_per_s);
+// Which link a group's ring runs over: bandwidth bw_intra_node and step
+// latency gamma_intra when every rank of the group is on one node, else the
+// inter-node figures.
+enum class Link { kIntraNode, kInterNode };
+
+// The parts of T(G, d) (s), DESIGN.md §2: attention A, compute Tcp = A + Lin +
+// beta1, communication Tcm (0 for d = 1), total T = Tcp + Tcm - min(A, Tcm).
+// This is the one place the formula lives; everything else calls it.
+struct GroupTimeParts {
+  double attn_s = 0;
+  double compute_s = 0;
+  double comm_s = 0;
+  double total_s = 0;
+};
+GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+                               Link link);
+
+// T(G, d) over `link` (s). degree >= 1.
+double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link);
 
 // True if every rank of `ranks` is on one node (node of r = r / R).
 bool OnOneNode(const Cluster& cluster, std::span<const int> ranks);
 // Same for the contiguous range [first, first + degree).
 bool RangeOnOneNode(const Cluster& cluster, int first, int degree);
 
-// T(G, d) for a group placed on `ranks` (d = ranks.size()); picks intra/inter
-// bandwidth from the placement (s).
+// T(G, d) for a group placed on `ranks` (d = ranks.size()); picks the intra or
+// inter-node link from the placement (s).
 double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
                          const GroupLoad& load, std::span<const int> ranks);
 
-// Best-case T(G, d) regardless of placement: intra bandwidth when d <= R could
+// Best-case T(G, d) regardless of placement: the faster link when d <= R could
 // fit in one node, else inter (s). Used for lower bounds and planning estimates.
 double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
                       const GroupLoad& load, int degree);
@@ -60,7 +79,9 @@ double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree);
 
 // d_min(G): the smallest d >= 1 with mem(G, d) <= mem_capacity, i.e.
-// ceil(mem_per_token Σs / (mem_capacity - mem_static)), at least 1.
+// ceil(mem_per_token Σs / (mem_capacity - mem_static)), at least 1, evaluated
+// in the same floating-point form as GroupMemBytes. O(log d) whatever the
+// coefficients (a closed form, corrected by a bounded search for rounding).
 // Saturates at INT64_MAX/4 for absurd inputs instead of overflowing.
 int64_t MinDegree(const CostModel& cm, const GroupLoad& load);
 

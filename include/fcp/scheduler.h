@@ -31,11 +31,17 @@ struct PlanRequest {
   std::optional<ModelShape> model;
 };
 
+// How the static baselines (megatron, deepspeed) take their share of the
+// global batch: dealt by work (LPT onto the least-loaded replica, the
+// yardstick) or in data-loader order (stock framework behaviour).
+enum class Dealing { kBalanced, kLoader };
+
 struct PlanOptions {
   std::string strategy = "fcp";  // see StrategyNames()
   int cp_degree = 0;             // megatron/deepspeed: fixed degree; 0 = tune
   double time_limit_s = 10.0;    // MILP-based strategies (flexsp, optimal)
   uint64_t seed = 0;             // strategies with randomness
+  Dealing dealing = Dealing::kBalanced;  // megatron/deepspeed: see Dealing
 };
 
 // A scheduling strategy. Implementations fill micro_batches (ranks, sequences,

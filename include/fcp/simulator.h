@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "fcp/presets.h"
+#include "fcp/scheduler.h"
 #include "fcp/types.h"
 
 namespace fcp::sim {
@@ -276,6 +277,7 @@ struct ExperimentConfig {
   bool vision_frozen = false;      // MLLMs: frozen vision encoder
   double noise_rel = 0;            // simulator noise (SimOptions::noise_rel)
   double time_limit_s = 10;        // PlanOptions::time_limit_s (MILP strategies)
+  Dealing dealing = Dealing::kBalanced;  // PlanOptions::dealing (static baselines)
   std::optional<CostModel> cost_model;  // planner coefficients; default derived
   // Static strategies (megatron, deepspeed): 0 = tune the degree on the warmup
   // batches; > 0 = this degree, forced (must divide the ranks).
@@ -354,6 +356,7 @@ struct PaperEvalOptions {
   bool quick = false;   // fewer steps, scaling only to 64 ranks (smoke test)
   uint64_t seed = 1;
   bool plots = true;    // PNGs via gnuplot (skipped with a note if missing)
+  Dealing dealing = Dealing::kBalanced;  // static baselines' dealing (ExperimentConfig)
   std::function<void(const std::string&)> progress;  // may be empty
 };
 // Runs Figures 3, 4, 5, 6, Tables 1, 2, 6 and the extreme case, writing

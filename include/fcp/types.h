@@ -39,7 +39,19 @@ struct CostModel {
   double mem_per_token = 0;  // bytes/token: activation memory per token
   double mem_static = 0;     // bytes: per-rank model states
   double mem_capacity = 1;   // bytes: per-rank device memory
+  // Cost model v2 (DESIGN.md §2); all 0 = the paper's model.
+  double attn_overhead_tokens = 0;  // tokens: short-chunk attention overhead h
+  double gamma_intra = 0;           // s: latency of one ring step, group on one node
+  double gamma_inter = 0;           // s: latency of one ring step, group spans nodes
 };
+
+// `cm` with the v2 terms zeroed: the paper's Eq. 8-9 (what fcp-paper plans with).
+inline CostModel PaperTerms(CostModel cm) {
+  cm.attn_overhead_tokens = 0;
+  cm.gamma_intra = 0;
+  cm.gamma_inter = 0;
+  return cm;
+}
 
 // Transformer shape of the model being trained; optional context for strategies
 // whose rules depend on it (DeepSpeed-Ulysses needs the head count) and for the

@@ -41,7 +41,8 @@ __all__ = ["Scheduler", "presets", "strategies", "plan_json", "Plan", "PlanStatu
            "Cluster", "Sequence", "GroupPlan", "MicroBatchPlan"]
 
 _COST_FIELDS = ("alpha1", "alpha2", "beta1", "alpha3", "beta2", "bw_intra_node",
-                "bw_inter_node", "mem_per_token", "mem_static", "mem_capacity")
+                "bw_inter_node", "mem_per_token", "mem_static", "mem_capacity",
+                "attn_overhead_tokens", "gamma_intra", "gamma_inter")
 
 
 def _core():

@@ -27,7 +27,7 @@ TEST(AllToAll, DegreeOneEqualsRingModel) {
   shape.q_heads = 32;
   shape.kv_heads = 8;
   EXPECT_DOUBLE_EQ(AllToAllGroupTimeS(cm, shape, load, 1, cm.bw_intra_node),
-                   GroupTimeS(cm, load, 1, cm.bw_intra_node));
+                   GroupTimeS(cm, load, 1, Link::kIntraNode));
 }
 
 TEST(AllToAll, MatchesDerivedFormula) {
@@ -55,7 +55,7 @@ TEST(AllToAll, VolumeScalesAsOneOverDegreeRelativeToRing) {
   const GroupLoad load = GroupLoad::Of({64000, 0.0});
   ModelShape shape;  // heads unknown: documented fallback rho = 3.75
   for (int d : {2, 4, 8, 16}) {
-    const double ring = GroupTimeS(cm, load, d, cm.bw_intra_node);
+    const double ring = GroupTimeS(cm, load, d, Link::kIntraNode);
     const double a2a = AllToAllGroupTimeS(cm, shape, load, d, cm.bw_intra_node);
     EXPECT_NEAR(a2a / ring, 3.75 / d, 1e-12);
   }

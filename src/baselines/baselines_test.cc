@@ -195,12 +195,15 @@ std::vector<PlanRequest> RuleInstances(uint64_t seed, int count) {
   return out;
 }
 
-// megatron: one degree c | N for every group of every micro-batch, replicas on
-// aligned blocks, each replica's sequences in data-loader order.
+// megatron --dealing loader: one degree c | N for every group of every
+// micro-batch, replicas on aligned blocks, each replica's sequences in
+// data-loader order. (The default, balanced dealing, is tested in
+// src/planner/yardstick_test.cc.)
 TEST(Megatron, SingleDegreeAndDataLoaderOrder) {
   int ok = 0;
   for (const PlanRequest& req : RuleInstances(1, 400)) {
-    const Plan p = RunStrategy(req, {.strategy = "megatron"});
+    const Plan p = RunStrategy(req, {.strategy = "megatron", .dealing = Dealing::kLoader});
+    EXPECT_EQ(p.status != PlanStatus::kOk || p.notes.at("dealing") == "data-loader order", true);
     if (p.status != PlanStatus::kOk) continue;
     ++ok;
     const int c = std::stoi(p.notes.at("cp_degree"));

@@ -215,7 +215,7 @@ Plan ByteScaleStrategy::Solve(const PlanRequest& request,
   std::vector<double> single_time(k_total, 0);
   for (int k : shorts) {
     single_time[k] = GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]), 1,
-                                request.cost.bw_intra_node);
+                                Link::kIntraNode);
   }
   std::stable_sort(shorts.begin(), shorts.end(),
                    [&](int a, int b) { return single_time[a] > single_time[b]; });

@@ -51,8 +51,8 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
   std::vector<double> time(num_sets * stride, 0);
   for (uint32_t s = 1; s <= full; ++s) {
     for (int d = dmin[s]; d <= n; ++d) {
-      time[s * stride + d * 2 + 0] = GroupTimeS(request.cost, load[s], d, request.cost.bw_inter_node);
-      time[s * stride + d * 2 + 1] = GroupTimeS(request.cost, load[s], d, request.cost.bw_intra_node);
+      time[s * stride + d * 2 + 0] = GroupTimeS(request.cost, load[s], d, Link::kInterNode);
+      time[s * stride + d * 2 + 1] = GroupTimeS(request.cost, load[s], d, Link::kIntraNode);
     }
   }
   const double inf = std::numeric_limits<double>::infinity();

@@ -6,10 +6,27 @@
 #include <string>
 
 #include "baselines/common.h"
+#include "fcp/check.h"
 #include "fcp/cost_model.h"
+#include "planner/balanced_static.h"
 
 namespace fcp::baselines {
 namespace {
+
+// The static plan on degree c with the requested dealing.
+Plan StaticPlan(const PlanRequest& request, int c, CommKind comm, Dealing dealing) {
+  if (dealing == Dealing::kLoader) return StaticDataParallelPlan(request, c, comm);
+  auto mbs = planner::BalancedStaticMicroBatches(request, c, comm);
+  FCP_CHECK(mbs.has_value());  // callers checked c | N and that every sequence fits
+  Plan plan;
+  plan.num_ranks = request.cluster.num_ranks;
+  plan.micro_batches = std::move(*mbs);
+  return plan;
+}
+
+const char* DealingName(Dealing d) {
+  return d == Dealing::kLoader ? "data-loader order" : "balanced by work (LPT)";
+}
 
 Plan SolveStatic(std::string_view name, const PlanRequest& request,
                  const PlanOptions& options, const std::vector<int>& allowed,
@@ -30,7 +47,8 @@ Plan SolveStatic(std::string_view name, const PlanRequest& request,
                                 "] does not fit in memory on cp_degree " +
                                 std::to_string(c) + " ranks");
     }
-    Plan plan = StaticDataParallelPlan(request, c, comm);
+    Plan plan = StaticPlan(request, c, comm, options.dealing);
+    plan.notes["dealing"] = DealingName(options.dealing);
     plan.notes["cp_degree"] = std::to_string(c);
     plan.notes["dp_degree"] = std::to_string(n / c);
     plan.notes["cp_degree_source"] = "fixed (--cp)";
@@ -42,7 +60,7 @@ Plan SolveStatic(std::string_view name, const PlanRequest& request,
   std::string tried;
   for (int c : allowed) {
     if (FirstNotFitting(request, c) >= 0) continue;
-    Plan plan = StaticDataParallelPlan(request, c, comm);
+    Plan plan = StaticPlan(request, c, comm, options.dealing);
     const double ms = EstimateMs(request, plan);
     if (!tried.empty()) tried += ",";
     tried += std::to_string(c) + ":" + FormatDouble(ms, 5) + "ms";
@@ -66,6 +84,7 @@ Plan SolveStatic(std::string_view name, const PlanRequest& request,
                               std::to_string(worst_d) +
                               " ranks; no allowed degree (" + rule + ") holds it");
   }
+  best.notes["dealing"] = DealingName(options.dealing);
   best.notes["cp_degree"] = std::to_string(best_c);
   best.notes["dp_degree"] = std::to_string(n / best_c);
   best.notes["cp_degree_source"] = "tuned (best estimated makespan among " + rule + ")";

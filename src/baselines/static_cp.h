@@ -1,5 +1,8 @@
 // Static-degree baselines: `megatron` (ring CP, one degree, DP replicas) and
 // `deepspeed` (Ulysses all-to-all, power-of-two degree dividing q_heads).
+// Sequences are dealt to the DP replicas by work and packed into micro-batches
+// (planner/balanced_static.h, the yardstick) unless PlanOptions::dealing is
+// kLoader (data-loader order, baselines/common.h StaticDataParallelPlan).
 // Without --cp the degree is tuned: every allowed degree that holds the
 // longest sequence is planned and the one with the smallest estimated
 // makespan is kept (notes: cp_degree, cp_degree_source, cp_degree_candidates).
@@ -24,7 +27,7 @@ class MegatronStrategy final : public Strategy {
   std::string_view name() const override { return "megatron"; }
   std::string_view description() const override {
     return "Megatron-LM static ring CP: one degree (divisor of N), DP replicas, "
-           "data-loader order";
+           "sequences dealt by work (--dealing loader: data-loader order)";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
 };
@@ -34,7 +37,7 @@ class DeepSpeedStrategy final : public Strategy {
   std::string_view name() const override { return "deepspeed"; }
   std::string_view description() const override {
     return "DeepSpeed-Ulysses static SP: power-of-two degree dividing the head "
-           "count, all-to-all";
+           "count, all-to-all, sequences dealt by work (--dealing loader: data-loader order)";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
 };

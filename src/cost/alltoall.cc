@@ -45,7 +45,10 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
                           const GroupLoad& load, int degree,
                           double bw_bytes_per_s) {
   const double d = degree;
-  const double attn = cm.alpha1 * load.sum_attn / d;
+  // Ulysses runs attention on whole sequences (1/d of the heads each), so the
+  // v2 short-chunk overhead h applies to full lengths and shrinks with d.
+  const double attn =
+      cm.alpha1 * (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) / d;
   const double lin = cm.alpha2 * load.sum_tokens / d;
   const double t_cp = attn + lin + cm.beta1;
   if (degree <= 1) return t_cp;

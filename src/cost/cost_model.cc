@@ -26,6 +26,9 @@ std::optional<std::string> ValidateCostModel(const CostModel& cm) {
       {"beta2", cm.beta2, false},            {"bw_intra_node", cm.bw_intra_node, true},
       {"bw_inter_node", cm.bw_inter_node, true}, {"mem_per_token", cm.mem_per_token, false},
       {"mem_static", cm.mem_static, false},  {"mem_capacity", cm.mem_capacity, true},
+      {"attn_overhead_tokens", cm.attn_overhead_tokens, false},
+      {"gamma_intra", cm.gamma_intra, false},
+      {"gamma_inter", cm.gamma_inter, false},
   };
   for (const Field& f : fields) {
     if (!FiniteNonNegative(f.value) || (f.positive && f.value <= 0)) {
@@ -45,16 +48,24 @@ void CheckCostModel(const CostModel& cm) {
   if (auto err = ValidateCostModel(cm)) throw InputError::FromMessage(*err);
 }
 
-double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
-                  double bw_bytes_per_s) {
+GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+                               Link link) {
   const double d = degree;
-  const double attn = cm.alpha1 * load.sum_attn / d;
-  const double lin = cm.alpha2 * load.sum_tokens / d;
-  const double t_cp = attn + lin + cm.beta1;
-  const double t_cm =
-      degree == 1 ? 0.0
-                  : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw_bytes_per_s + cm.beta2;
-  return t_cp + t_cm - std::min(attn, t_cm);
+  const bool intra = link == Link::kIntraNode;
+  const double bw = intra ? cm.bw_intra_node : cm.bw_inter_node;
+  const double gamma = intra ? cm.gamma_intra : cm.gamma_inter;
+  GroupTimeParts p;
+  p.attn_s = cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens);
+  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
+  p.comm_s = degree == 1 ? 0.0
+                         : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw + cm.beta2 +
+                               (d - 1) * gamma;
+  p.total_s = p.compute_s + p.comm_s - std::min(p.attn_s, p.comm_s);
+  return p;
+}
+
+double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link) {
+  return GroupTimePartsS(cm, load, degree, link).total_s;
 }
 
 bool RangeOnOneNode(const Cluster& cluster, int first, int degree) {
@@ -73,16 +84,23 @@ bool OnOneNode(const Cluster& cluster, std::span<const int> ranks) {
 
 double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
                          const GroupLoad& load, std::span<const int> ranks) {
-  const double bw =
-      OnOneNode(cluster, ranks) ? cm.bw_intra_node : cm.bw_inter_node;
-  return GroupTimeS(cm, load, static_cast<int>(ranks.size()), bw);
+  return GroupTimeS(cm, load, static_cast<int>(ranks.size()),
+                    OnOneNode(cluster, ranks) ? Link::kIntraNode : Link::kInterNode);
 }
 
 double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
                       const GroupLoad& load, int degree) {
-  double bw = cm.bw_inter_node;
-  if (degree <= cluster.ranks_per_node) bw = std::max(bw, cm.bw_intra_node);
-  return GroupTimeS(cm, load, degree, bw);
+  if (degree > cluster.ranks_per_node) return GroupTimeS(cm, load, degree, Link::kInterNode);
+  // T is monotone in the bandwidth's inverse and in gamma: a link that is no
+  // slower on both counts is the best case without computing the other.
+  if (cm.bw_intra_node >= cm.bw_inter_node && cm.gamma_intra <= cm.gamma_inter) {
+    return GroupTimeS(cm, load, degree, Link::kIntraNode);
+  }
+  if (cm.bw_inter_node >= cm.bw_intra_node && cm.gamma_inter <= cm.gamma_intra) {
+    return GroupTimeS(cm, load, degree, Link::kInterNode);
+  }
+  return std::min(GroupTimeS(cm, load, degree, Link::kInterNode),
+                  GroupTimeS(cm, load, degree, Link::kIntraNode));
 }
 
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree) {
@@ -94,20 +112,42 @@ int64_t MinDegree(const CostModel& cm, const GroupLoad& load) {
   if (!(headroom > 0)) return kDegreeCap;
   const double need = cm.mem_per_token * load.sum_tokens / headroom;
   if (!(need < static_cast<double>(kDegreeCap))) return kDegreeCap;
-  int64_t d = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
-  // Guard against rounding in the division: d_min is the smallest d with
-  // mem(G, d) <= mem_capacity.
-  while (d < kDegreeCap &&
-         cm.mem_static + cm.mem_per_token * load.sum_tokens / static_cast<double>(d) >
-             cm.mem_capacity) {
-    ++d;
+  // d_min is the smallest d with mem(G, d) <= mem_capacity as GroupMemBytes
+  // computes it. The closed form can be off when mem_static is so close to
+  // mem_capacity that the headroom is a few ulps of mem_static (issue 18: a
+  // one-degree-at-a-time correction then took hours). `fits` is monotone in d,
+  // so gallop from the closed form and bisect: O(log d) evaluations.
+  auto fits = [&](int64_t d) {
+    return cm.mem_static + cm.mem_per_token * load.sum_tokens / static_cast<double>(d) <=
+           cm.mem_capacity;
+  };
+  const int64_t guess = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
+  int64_t lo, hi;  // invariant: !fits(lo) (or lo == 0), fits(hi)
+  if (fits(guess)) {
+    hi = guess;
+    int64_t step = 1;
+    lo = guess - 1;
+    while (lo >= 1 && fits(lo)) {
+      hi = lo;
+      step *= 2;
+      lo = std::max<int64_t>(0, hi - step);
+    }
+  } else {
+    lo = guess;
+    int64_t step = 1;
+    hi = guess;
+    while (!fits(hi)) {
+      lo = hi;
+      if (hi >= kDegreeCap) return kDegreeCap;
+      step *= 2;
+      hi = std::min(kDegreeCap, hi + step);
+    }
   }
-  while (d > 1 && cm.mem_static + cm.mem_per_token * load.sum_tokens /
-                                      static_cast<double>(d - 1) <=
-                      cm.mem_capacity) {
-    --d;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
   }
-  return d;
+  return std::max<int64_t>(1, hi);
 }
 
 }  // namespace fcp

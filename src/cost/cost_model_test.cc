@@ -1,7 +1,9 @@
 // Cost model vs hand computation of the DESIGN.md §2 formulas.
 #include "fcp/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include <gtest/gtest.h>
 
@@ -35,7 +37,7 @@ TEST(CostModelTest, SingleRankHasNoCommunication) {
   g.Add({1000, 0.0});
   g.Add({3000, 1.0});
   // A = 2e-9 * (1e6 + 2 * 9e6) = 0.038; Lin = 3e-6 * 4000 = 0.012; + beta1.
-  ExpectRel(GroupTimeS(cm, g, 1, cm.bw_intra_node), 0.038 + 0.012 + 0.01);
+  ExpectRel(GroupTimeS(cm, g, 1, Link::kIntraNode), 0.038 + 0.012 + 0.01);
 }
 
 TEST(CostModelTest, CommunicationHiddenBehindAttention) {
@@ -43,7 +45,7 @@ TEST(CostModelTest, CommunicationHiddenBehindAttention) {
   const GroupLoad g = GroupLoad::Of({100000, 0.0});
   // d = 4: A = 2e-9 * 1e10 / 4 = 5; Lin = 0.3 / 4 = 0.075; Tcp = 5.085.
   // Tcm = 1000 * 1e5 * 3/4 / 100e9 + 0.002 = 0.00075 + 0.002 = 0.00275 < A.
-  ExpectRel(GroupTimeS(cm, g, 4, 100e9), 5.085);
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 5.085);
 }
 
 TEST(CostModelTest, CommunicationBoundGroupPaysTheExcess) {
@@ -53,7 +55,7 @@ TEST(CostModelTest, CommunicationBoundGroupPaysTheExcess) {
   // d = 2, inter 10e9: A = 2e-9 * 4e6 / 2 = 0.004; Lin = 3e-6 * 1000 = 0.003.
   // Tcm = 1e6 * 2000 * 0.5 / 10e9 + 0.002 = 0.1 + 0.002 = 0.102.
   // T = Tcp + Tcm - min(A, Tcm) = 0.017 + 0.102 - 0.004 = 0.115.
-  ExpectRel(GroupTimeS(cm, g, 2, 10e9), 0.115);
+  ExpectRel(GroupTimeS(cm, g, 2, Link::kInterNode), 0.115);
 }
 
 TEST(CostModelTest, BandwidthFollowsActualRanks) {
@@ -63,13 +65,13 @@ TEST(CostModelTest, BandwidthFollowsActualRanks) {
   const GroupLoad g = GroupLoad::Of({2000, 0.0});
   const std::vector<int> intra = {0, 1};
   const std::vector<int> inter = {3, 4};
-  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, intra), GroupTimeS(cm, g, 2, cm.bw_intra_node));
-  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, inter), GroupTimeS(cm, g, 2, cm.bw_inter_node));
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, intra), GroupTimeS(cm, g, 2, Link::kIntraNode));
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, inter), GroupTimeS(cm, g, 2, Link::kInterNode));
   EXPECT_TRUE(RangeOnOneNode(cluster, 4, 4));
   EXPECT_FALSE(RangeOnOneNode(cluster, 3, 2));
   // Best case: intra only when the degree fits in a node.
-  ExpectRel(GroupTimeBestS(cm, cluster, g, 4), GroupTimeS(cm, g, 4, cm.bw_intra_node));
-  ExpectRel(GroupTimeBestS(cm, cluster, g, 5), GroupTimeS(cm, g, 5, cm.bw_inter_node));
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 4), GroupTimeS(cm, g, 4, Link::kIntraNode));
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 5), GroupTimeS(cm, g, 5, Link::kInterNode));
 }
 
 TEST(CostModelTest, MemoryAndMinDegree) {
@@ -83,6 +85,62 @@ TEST(CostModelTest, MemoryAndMinDegree) {
   // Exactly at capacity: 400k tokens * 1e5 = 40e9 = headroom -> d_min 1.
   EXPECT_EQ(MinDegree(cm, GroupLoad::Of({400'000, 0.0})), 1);
   EXPECT_EQ(MinDegree(cm, GroupLoad::Of({400'001, 0.0})), 2);
+}
+
+TEST(CostModelTest, V2TermsMatchHandComputation) {
+  CostModel cm = HandModel();
+  cm.alpha3 = 1e6;
+  cm.attn_overhead_tokens = 500;
+  cm.gamma_intra = 1e-4;
+  cm.gamma_inter = 3e-4;
+  GroupLoad g;
+  g.Add({2000, 0.0});
+  g.Add({1000, 1.0});
+  // A = 2e-9 * ((4e6 + 2e6) / 4 + 500 * (2000 + 2 * 1000)) = 2e-9 * 3.5e6 = 0.007.
+  // Lin = 3e-6 * 3000 / 4 = 0.00225; Tcp = 0.007 + 0.00225 + 0.01 = 0.01925.
+  // Tcm intra = 1e6 * 3000 * 3/4 / 100e9 + 0.002 + 3 * 1e-4 = 0.0225 + 0.0023 = 0.0248.
+  // T = Tcp + Tcm - min(A, Tcm) = 0.01925 + 0.0248 - 0.007 = 0.03705.
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.03705);
+  // Inter: Tcm = 1e6 * 3000 * 3/4 / 10e9 + 0.002 + 3 * 3e-4 = 0.225 + 0.0029 = 0.2279.
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kInterNode), 0.01925 + 0.2279 - 0.007);
+  // d = 1: no communication, and the overhead does not shrink.
+  ExpectRel(GroupTimeS(cm, g, 1, Link::kInterNode),
+            2e-9 * (6e6 + 500 * 4000) + 3e-6 * 3000 + 0.01);
+  // Zeroed v2 terms are the paper's model.
+  const CostModel paper = PaperTerms(cm);
+  CostModel plain = HandModel();
+  plain.alpha3 = 1e6;
+  ExpectRel(GroupTimeS(paper, g, 4, Link::kInterNode), GroupTimeS(plain, g, 4, Link::kInterNode));
+}
+
+TEST(CostModelTest, MinDegreeIsBoundedWhenHeadroomIsAFewUlps) {
+  // Issue 18: mem_static a few ulps below mem_capacity made the rounding
+  // correction step one degree at a time (14 s for 10 tokens, hours for 10k).
+  CostModel cm = HandModel();
+  cm.mem_capacity = 64e9;
+  cm.mem_static = 63999999999.99994;
+  for (int64_t len : {int64_t{10}, int64_t{10000}, int64_t{1} << 30}) {
+    const GroupLoad g = GroupLoad::Of({len, 0.0});
+    const int64_t d = MinDegree(cm, g);
+    // The definition, checked independently: d fits, d - 1 does not.
+    const double tokens = static_cast<double>(len);
+    EXPECT_LE(cm.mem_static + cm.mem_per_token * tokens / static_cast<double>(d),
+              cm.mem_capacity)
+        << len;
+    if (d > 1) {
+      EXPECT_GT(cm.mem_static + cm.mem_per_token * tokens / static_cast<double>(d - 1),
+                cm.mem_capacity)
+          << len;
+    }
+  }
+  // Ordinary inputs: the closed form.
+  const CostModel hand = HandModel();
+  for (int64_t len = 1; len < 2'000'000; len = len * 3 + 7) {
+    const int64_t want = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(1e5 * static_cast<double>(len) / 40e9)));
+    const int64_t got = MinDegree(hand, GroupLoad::Of({len, 0.0}));
+    EXPECT_LE(std::llabs(got - want), 1) << len;  // rounding of the division only
+  }
 }
 
 TEST(CostModelTest, ValidationNamesTheField) {
@@ -99,6 +157,15 @@ TEST(CostModelTest, ValidationNamesTheField) {
   cm = HandModel();
   cm.beta1 = std::nan("");
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.beta1:", 0), 0u);
+  for (double CostModel::*field : {&CostModel::attn_overhead_tokens, &CostModel::gamma_intra,
+                                   &CostModel::gamma_inter}) {
+    cm = HandModel();
+    cm.*field = -1;
+    ASSERT_TRUE(ValidateCostModel(cm).has_value());
+  }
+  cm = HandModel();
+  cm.gamma_inter = -1;
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.gamma_inter:", 0), 0u);
 }
 
 TEST(PresetsTest, EveryPresetDerivesAValidModel) {
@@ -126,9 +193,16 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
   ASSERT_TRUE(m && c);
   const CostModel cm = DeriveCostModel(*m, *c);
-  // 9 * L * dq / (peak * 0.60) with L = 36, dq = 32 * 128 (attention
-  // efficiency of the calibrated simulator, src/presets/presets.cc).
-  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * 0.60));
+  // v2 efficiency curve e_max·n/(n + h) through (512, 0.30) and (16384, 0.62):
+  // solved by hand, h = 583.8 tokens, e_max = 0.30 · (512 + h) / 512 = 0.6421.
+  EXPECT_NEAR(cm.attn_overhead_tokens, 583.8, 0.1);
+  const double e_max = 0.30 * (512 + cm.attn_overhead_tokens) / 512;
+  EXPECT_NEAR(0.62, e_max * 16384 / (16384 + cm.attn_overhead_tokens), 1e-12);
+  // 9 * L * dq / (peak * e_max) with L = 36, dq = 32 * 128.
+  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * e_max));
+  // One P2P latency per pass (4) per layer per ring step.
+  ExpectRel(cm.gamma_intra, 36 * 4 * 5e-6);
+  ExpectRel(cm.gamma_inter, 36 * 4 * 15e-6);
   // KV bytes: 4 passes * L * 2 * (8 * 128) * 2 bytes.
   ExpectRel(cm.alpha3, 4.0 * 36 * 2 * 1024 * 2);
   EXPECT_EQ(cm.bw_intra_node, 196e9);

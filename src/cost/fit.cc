@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,10 +13,27 @@ namespace {
 
 bool Has(double x) { return std::isfinite(x); }
 
+// The regressors of the linear parametrisation, in this column order:
+// alpha1, alpha1·h, alpha2, beta1 (compute) and alpha3, beta2, gamma_intra,
+// gamma_inter (communication).
+enum Col { kAttn, kOverhead, kLin, kBeta1, kComm, kBeta2, kGammaIntra, kGammaInter, kNumCols };
+
 double XAttn(const FitSample& s) { return s.load.sum_attn / s.degree; }
+double XOverhead(const FitSample& s) { return s.load.sum_attn_tokens; }
 double XLin(const FitSample& s) { return s.load.sum_tokens / s.degree; }
 double XComm(const FitSample& s) {
   return s.degree > 1 ? s.load.sum_tokens * (s.degree - 1) / s.degree / s.bw_bytes_per_s : 0.0;
+}
+double XGamma(const FitSample& s, Link link) {
+  return s.degree > 1 && s.link == link ? s.degree - 1.0 : 0.0;
+}
+
+// `cm` with the sample's own bandwidth on the sample's link, so that the one
+// formula (GroupTimePartsS) predicts it.
+GroupTimeParts PredictParts(const CostModel& cm, const FitSample& s) {
+  CostModel at = cm;
+  (s.link == Link::kIntraNode ? at.bw_intra_node : at.bw_inter_node) = s.bw_bytes_per_s;
+  return GroupTimePartsS(at, s.load, s.degree, s.link);
 }
 
 struct LsqResult {
@@ -97,8 +115,6 @@ double RmsRelative(const CostModel& cm, std::span<const FitSample> samples) {
   return n ? std::sqrt(sum / n) : 0.0;
 }
 
-FittedCoefficient Coef(const LsqResult& r, int j) { return {r.coef(j), r.std_error(j)}; }
-
 }  // namespace
 
 CostModel FitResult::Apply(const CostModel& base) const {
@@ -108,22 +124,65 @@ CostModel FitResult::Apply(const CostModel& base) const {
   cm.beta1 = beta1.value;
   cm.alpha3 = alpha3.value;
   cm.beta2 = beta2.value;
+  cm.attn_overhead_tokens = attn_overhead_tokens.value;
+  cm.gamma_intra = gamma_intra.value;
+  cm.gamma_inter = gamma_inter.value;
   return cm;
 }
 
 double PredictComputeS(const CostModel& cm, const FitSample& s) {
-  return cm.alpha1 * XAttn(s) + cm.alpha2 * XLin(s) + cm.beta1;
+  return PredictParts(cm, s).compute_s;
 }
 
 double PredictCommS(const CostModel& cm, const FitSample& s) {
-  return s.degree > 1 ? cm.alpha3 * XComm(s) + cm.beta2 : 0.0;
+  return PredictParts(cm, s).comm_s;
 }
 
 double PredictTotalS(const CostModel& cm, const FitSample& s) {
-  const double a = cm.alpha1 * XAttn(s);
-  const double tcm = PredictCommS(cm, s);
-  return PredictComputeS(cm, s) + tcm - std::min(a, tcm);
+  return PredictParts(cm, s).total_s;
 }
+
+namespace {
+
+// Sets the coefficients of `out` from a solution over the columns `cols` of
+// the linear parametrisation (other coefficients keep their values).
+void StoreColumns(const LsqResult& r, const std::vector<int>& cols, FitResult& out) {
+  double values[kNumCols], errors[kNumCols];
+  FittedCoefficient* fields[kNumCols] = {&out.alpha1, nullptr, &out.alpha2, &out.beta1,
+                                         &out.alpha3, &out.beta2, &out.gamma_intra,
+                                         &out.gamma_inter};
+  bool has_overhead = false;
+  for (size_t j = 0; j < cols.size(); ++j) {
+    values[cols[j]] = r.coef(j);
+    errors[cols[j]] = r.std_error(j);
+    if (cols[j] == kOverhead) has_overhead = true;
+    if (fields[cols[j]]) *fields[cols[j]] = {r.coef(j), r.std_error(j)};
+  }
+  if (has_overhead) {
+    // The fit is linear in alpha1·h; h itself is that over alpha1.
+    const double a1 = out.alpha1.value;
+    out.attn_overhead_tokens = a1 > 0 ? FittedCoefficient{values[kOverhead] / a1,
+                                                          errors[kOverhead] / a1}
+                                      : FittedCoefficient{};
+  }
+}
+
+// Solves the relative NNLS on rows built by `row` over the columns `cols`.
+template <typename RowFn>
+LsqResult SolveColumns(const std::vector<const FitSample*>& rows, const std::vector<int>& cols,
+                       RowFn row, std::vector<double>* y_out = nullptr) {
+  Eigen::MatrixXd x(rows.size(), cols.size());
+  Eigen::VectorXd y(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    double full[kNumCols] = {};
+    y(i) = row(*rows[i], full);
+    for (size_t j = 0; j < cols.size(); ++j) x(i, j) = full[cols[j]];
+  }
+  if (y_out) y_out->assign(y.data(), y.data() + y.size());
+  return RelativeNnls(x, y);
+}
+
+}  // namespace
 
 FitResult FitCostCoefficients(std::span<const FitSample> samples,
                               const FitOptions& options) {
@@ -138,7 +197,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
       if (Has(t) && !(t > 0)) throw InputError(field, "times must be > 0");
   }
   FitResult out;
-  // --- Eq. 8 on compute samples (or totals of d = 1 groups, where T = Tcp) ---
+  const bool v2 = !options.paper_terms_only;
+  // --- Eq. 8 (+ h) on compute samples (or totals of d = 1 groups, where T = Tcp) ---
   std::vector<const FitSample*> comp, comm, total;
   for (const auto& s : samples) {
     if (Has(s.compute_s) || (s.degree == 1 && Has(s.total_s))) comp.push_back(&s);
@@ -147,56 +207,61 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   }
   if (comp.size() < 3)
     throw InputError("samples", "need at least 3 samples with a compute time (or d = 1 total)");
-  {
-    Eigen::MatrixXd x(comp.size(), 3);
-    Eigen::VectorXd y(comp.size());
-    for (size_t i = 0; i < comp.size(); ++i) {
-      x(i, 0) = XAttn(*comp[i]);
-      x(i, 1) = XLin(*comp[i]);
-      x(i, 2) = 1.0;
-      y(i) = Has(comp[i]->compute_s) ? comp[i]->compute_s : comp[i]->total_s;
-    }
-    const LsqResult r = RelativeNnls(x, y);
-    out.alpha1 = Coef(r, 0);
-    out.alpha2 = Coef(r, 1);
-    out.beta1 = Coef(r, 2);
-  }
-  // --- Eq. 9 on communication samples ---
+  std::vector<int> compute_cols = {kAttn, kLin, kBeta1};
+  if (v2) compute_cols.push_back(kOverhead);
+  std::vector<int> comm_cols = {kComm, kBeta2};
+  if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter});
+  auto compute_row = [](const FitSample& s, double* x) {
+    x[kAttn] = XAttn(s);
+    x[kOverhead] = XOverhead(s);
+    x[kLin] = XLin(s);
+    x[kBeta1] = 1.0;
+  };
+  auto comm_row = [](const FitSample& s, double* x) {
+    x[kComm] = XComm(s);
+    x[kBeta2] = 1.0;
+    x[kGammaIntra] = XGamma(s, Link::kIntraNode);
+    x[kGammaInter] = XGamma(s, Link::kInterNode);
+  };
+  StoreColumns(SolveColumns(comp, compute_cols,
+                            [&](const FitSample& s, double* x) {
+                              compute_row(s, x);
+                              return Has(s.compute_s) ? s.compute_s : s.total_s;
+                            }),
+               compute_cols, out);
+  // --- Eq. 9 (+ gamma) on communication samples ---
   if (comm.size() >= 2) {
-    Eigen::MatrixXd x(comm.size(), 2);
-    Eigen::VectorXd y(comm.size());
-    for (size_t i = 0; i < comm.size(); ++i) {
-      x(i, 0) = XComm(*comm[i]);
-      x(i, 1) = 1.0;
-      y(i) = comm[i]->comm_s;
-    }
-    const LsqResult r = RelativeNnls(x, y);
-    out.alpha3 = Coef(r, 0);
-    out.beta2 = Coef(r, 1);
+    StoreColumns(SolveColumns(comm, comm_cols,
+                              [&](const FitSample& s, double* x) {
+                                comm_row(s, x);
+                                return s.comm_s;
+                              }),
+                 comm_cols, out);
   }
   // No split communication times: derive them from totals of d > 1 groups
   // that are clearly communication-bound under the compute fit, where
   // T = Lin + beta1 + Tcm, i.e. Tcm = T - Lin - beta1 > A.
   if (comm.size() < 2) {
     const CostModel cfit = out.Apply(CostModel{});
-    std::vector<std::pair<double, double>> derived;  // (x_comm, Tcm)
+    std::vector<FitSample> derived;
     for (const FitSample* s : total) {
       if (s->degree < 2) continue;
-      const double a = cfit.alpha1 * XAttn(*s);
-      const double rest = s->total_s - cfit.alpha2 * XLin(*s) - cfit.beta1;
-      if (rest > 1.05 * a && rest > 0) derived.emplace_back(XComm(*s), rest);
+      const GroupTimeParts p = PredictParts(cfit, *s);
+      const double rest = s->total_s - (p.compute_s - p.attn_s);
+      if (rest > 1.05 * p.attn_s && rest > 0) {
+        derived.push_back(*s);
+        derived.back().comm_s = rest;
+      }
     }
     if (derived.size() >= 2) {
-      Eigen::MatrixXd x(derived.size(), 2);
-      Eigen::VectorXd y(derived.size());
-      for (size_t i = 0; i < derived.size(); ++i) {
-        x(i, 0) = derived[i].first;
-        x(i, 1) = 1.0;
-        y(i) = derived[i].second;
-      }
-      const LsqResult r = RelativeNnls(x, y);
-      out.alpha3 = Coef(r, 0);
-      out.beta2 = Coef(r, 1);
+      std::vector<const FitSample*> rows;
+      for (const auto& d : derived) rows.push_back(&d);
+      StoreColumns(SolveColumns(rows, comm_cols,
+                                [&](const FitSample& s, double* x) {
+                                  comm_row(s, x);
+                                  return s.comm_s;
+                                }),
+                   comm_cols, out);
     }
   }
   out.compute_samples = static_cast<int>(comp.size());
@@ -211,37 +276,40 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     std::vector<int> prev_branch;
     for (int it = 0; it < options.max_iterations; ++it) {
       std::vector<int> branch(total.size());
-      Eigen::MatrixXd x = Eigen::MatrixXd::Zero(total.size(), 5);
-      Eigen::VectorXd y(total.size());
       for (size_t i = 0; i < total.size(); ++i) {
-        const FitSample& s = *total[i];
-        const bool comm_bound = s.degree > 1 && cur.alpha1 * XAttn(s) <= PredictCommS(cur, s);
-        branch[i] = comm_bound;
-        x(i, 1) = XLin(s);
-        x(i, 2) = 1.0;
-        if (comm_bound) {
-          x(i, 3) = XComm(s);
-          x(i, 4) = 1.0;
-        } else {
-          x(i, 0) = XAttn(s);
-        }
-        y(i) = s.total_s;
+        const GroupTimeParts p = PredictParts(cur, *total[i]);
+        branch[i] = total[i]->degree > 1 && p.attn_s <= p.comm_s;
       }
       if (branch == prev_branch) break;
       prev_branch = branch;
-      // Unidentified columns (all zero) keep their current value: move their
-      // contribution to the right-hand side (it is zero anyway) and fit the rest.
+      std::vector<int> all_cols = compute_cols;
+      all_cols.insert(all_cols.end(), comm_cols.begin(), comm_cols.end());
+      std::vector<std::array<double, kNumCols>> rows(total.size());
+      for (size_t i = 0; i < total.size(); ++i) {
+        double* x = rows[i].data();
+        std::fill(x, x + kNumCols, 0.0);
+        compute_row(*total[i], x);
+        if (branch[i]) {  // communication-bound: attention hides behind Tcm
+          x[kAttn] = x[kOverhead] = 0;
+          comm_row(*total[i], x);
+        }
+      }
+      // Unidentified columns (all zero) keep their current value (their
+      // contribution is zero anyway); fit the rest.
       std::vector<int> cols;
-      for (int j = 0; j < 5; ++j)
-        if (x.col(j).cwiseAbs().maxCoeff() > 0) cols.push_back(j);
-      Eigen::MatrixXd xs(total.size(), cols.size());
-      for (size_t j = 0; j < cols.size(); ++j) xs.col(j) = x.col(cols[j]);
-      const LsqResult r = RelativeNnls(xs, y);
+      for (int c : all_cols) {
+        bool any = false;
+        for (const auto& r : rows) any |= r[c] != 0;
+        if (any) cols.push_back(c);
+      }
+      size_t next = 0;
+      const LsqResult r = SolveColumns(total, cols, [&](const FitSample& s, double* x) {
+        std::copy(rows[next].begin(), rows[next].end(), x);
+        ++next;
+        return s.total_s;
+      });
       FitResult cand = out;
-      FittedCoefficient* fields[5] = {&cand.alpha1, &cand.alpha2, &cand.beta1,
-                                      &cand.alpha3, &cand.beta2};
-      for (size_t j = 0; j < cols.size(); ++j)
-        *fields[cols[j]] = {r.coef(j), r.std_error(j)};
+      StoreColumns(r, cols, cand);
       const CostModel cand_cm = cand.Apply(CostModel{});
       const double rms = RmsRelative(cand_cm, samples);
       cur = cand_cm;

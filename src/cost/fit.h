@@ -2,15 +2,19 @@
 // paper Eq. 8-9) from measured or simulated samples, with standard errors and
 // held-out error. Thread-safety: pure functions.
 //
-// Compute samples fit  Tcp = alpha1·x_attn + alpha2·x_lin + beta1,
-//   x_attn = Σ(1+eta)s²/d, x_lin = Σs/d                         (Eq. 8)
-// Communication samples (d > 1) fit  Tcm = alpha3·x_comm + beta2,
-//   x_comm = Σs·(d-1)/d / v                                      (Eq. 9)
+// Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin + beta1,
+//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d        (Eq. 8 + v2 h)
+// Communication samples (d > 1) fit
+//   Tcm = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge,
+//   x_comm = Σs·(d-1)/d / v, x_gi = d-1 on one node (else 0),
+//   x_ge = d-1 across nodes (else 0)                             (Eq. 9 + v2 gamma)
 // Both by weighted least squares minimising RELATIVE residuals (weights 1/y),
 // with coefficients constrained >= 0 (exact active-set search over the few
 // unknowns). A sample may carry only a total time T (no split); such samples
-// refine all five coefficients by Gauss-Newton on the full formula
-// T = Tcp + Tcm - min(A, Tcm) (see FitOptions::refine_on_total).
+// refine all eight coefficients on the full formula T = Tcp + Tcm - min(A, Tcm)
+// (see FitOptions::refine_on_total). Predictions call GroupTimePartsS (the
+// one implementation of the formula). With FitOptions::paper_terms_only the
+// v2 columns are left out (h = gamma = 0: the paper's model).
 #pragma once
 
 #include <cmath>
@@ -29,6 +33,7 @@ struct FitSample {
   GroupLoad load;        // Σ s and Σ (1+eta) s² of the group
   int degree = 1;        // d >= 1
   double bw_bytes_per_s = 1;  // v used for this group's placement
+  Link link = Link::kIntraNode;  // which step latency (gamma) the placement pays
   double compute_s = std::numeric_limits<double>::quiet_NaN();  // measured Tcp
   double comm_s = std::numeric_limits<double>::quiet_NaN();     // measured Tcm (d > 1)
   double total_s = std::numeric_limits<double>::quiet_NaN();    // measured T
@@ -40,6 +45,8 @@ struct FitOptions {
   // (samples that have one) by Gauss-Newton with relative residuals.
   bool refine_on_total = true;
   int max_iterations = 50;
+  // Fit only the paper's five coefficients (h = gamma_intra = gamma_inter = 0).
+  bool paper_terms_only = false;
 };
 
 struct FittedCoefficient {
@@ -49,12 +56,14 @@ struct FittedCoefficient {
 
 struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
+  // Cost model v2 (DESIGN.md §2); 0 with paper_terms_only.
+  FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter;
   int compute_samples = 0;
   int comm_samples = 0;
   int total_samples = 0;
   double rms_rel_residual = 0;  // over total_s (else compute_s vs Tcp) of the fit samples
   bool refined = false;
-  // Copies the five fitted values into `base` (bandwidths and memory fields kept).
+  // Copies the eight fitted values into `base` (bandwidths and memory fields kept).
   CostModel Apply(const CostModel& base) const;
 };
 

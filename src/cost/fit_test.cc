@@ -132,6 +132,54 @@ TEST(FitTest, TotalOnlySamplesRefineAllFiveCoefficients) {
   EXPECT_LT(h.overall.mean, 3 * sigma);
 }
 
+// Cost model v2: samples from the exact formula with h and both ring-step
+// latencies (intra-node for d <= 4, inter-node above, as the profiler places
+// groups on ranks 0..d-1 of 4-rank nodes) recover all eight coefficients.
+TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
+  CostModel t = Truth();
+  t.attn_overhead_tokens = 600;
+  t.gamma_intra = 2e-4;
+  t.gamma_inter = 6e-4;
+  std::vector<FitSample> samples;
+  for (int64_t len : {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
+    for (int d : {1, 2, 3, 4, 6, 8, 12}) {
+      for (int packed : {1, 4}) {
+        FitSample s;
+        for (int k = 0; k < packed; ++k) s.load.Add(Sequence{len / packed, k % 2 ? 1.0 : 0.0});
+        s.degree = d;
+        s.link = d <= 4 ? Link::kIntraNode : Link::kInterNode;
+        s.bw_bytes_per_s = d <= 4 ? 200e9 : kBw;
+        // Independent of the library: the DESIGN.md §2 formula by hand.
+        const double dd = d;
+        const double attn = t.alpha1 * (s.load.sum_attn / dd +
+                                        t.attn_overhead_tokens * s.load.sum_attn_tokens);
+        s.compute_s = attn + t.alpha2 * s.load.sum_tokens / dd + t.beta1;
+        if (d > 1) {
+          s.comm_s = t.alpha3 * s.load.sum_tokens * (dd - 1) / dd / s.bw_bytes_per_s + t.beta2 +
+                     (dd - 1) * (d <= 4 ? t.gamma_intra : t.gamma_inter);
+        }
+        samples.push_back(s);
+      }
+    }
+  }
+  const FitResult r = FitCostCoefficients(samples);
+  EXPECT_NEAR(r.alpha1.value, t.alpha1, 1e-8 * t.alpha1);
+  EXPECT_NEAR(r.alpha2.value, t.alpha2, 1e-8 * t.alpha2);
+  EXPECT_NEAR(r.beta1.value, t.beta1, 1e-8 * t.beta1);
+  EXPECT_NEAR(r.attn_overhead_tokens.value, 600, 1e-6);
+  EXPECT_NEAR(r.alpha3.value, t.alpha3, 1e-8 * t.alpha3);
+  EXPECT_NEAR(r.beta2.value, t.beta2, 1e-7 * t.beta2);
+  EXPECT_NEAR(r.gamma_intra.value, t.gamma_intra, 1e-7 * t.gamma_intra);
+  EXPECT_NEAR(r.gamma_inter.value, t.gamma_inter, 1e-7 * t.gamma_inter);
+  // The paper-only fit leaves the v2 terms at 0.
+  FitOptions paper;
+  paper.paper_terms_only = true;
+  const FitResult p = FitCostCoefficients(samples, paper);
+  EXPECT_EQ(p.attn_overhead_tokens.value, 0);
+  EXPECT_EQ(p.gamma_intra.value, 0);
+  EXPECT_EQ(p.gamma_inter.value, 0);
+}
+
 TEST(FitTest, CoefficientsStayNonNegative) {
   CostModel t = Truth();
   t.beta1 = 0;

@@ -122,6 +122,9 @@ constexpr CostField kCostFields[] = {
     {"mem_per_token", &CostModel::mem_per_token},
     {"mem_static", &CostModel::mem_static},
     {"mem_capacity", &CostModel::mem_capacity},
+    {"attn_overhead_tokens", &CostModel::attn_overhead_tokens},
+    {"gamma_intra", &CostModel::gamma_intra},
+    {"gamma_inter", &CostModel::gamma_inter},
 };
 
 // Applies the keys of `obj` to `cm`; returns how many were given.
@@ -139,6 +142,17 @@ int ApplyCostModel(const json& obj, CostModel& cm) {
     }
     if (!known) throw InputError("cost_model." + it.key(), "unknown coefficient");
   }
+  // Timing coefficients given without any v2 term describe the paper's model
+  // (hand values, or a fit made before cost model v2): the preset's v2 terms
+  // would not match them, so they are 0 (DESIGN.md §2: 0 unless set).
+  bool paper_timing = false, v2 = false;
+  for (const char* k : {"alpha1", "alpha2", "beta1", "alpha3", "beta2"}) {
+    paper_timing |= obj.contains(k);
+  }
+  for (const char* k : {"attn_overhead_tokens", "gamma_intra", "gamma_inter"}) {
+    v2 |= obj.contains(k);
+  }
+  if (paper_timing && !v2) cm = PaperTerms(cm);
   return given;
 }
 

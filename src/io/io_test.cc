@@ -48,6 +48,37 @@ TEST(BatchJsonTest, CostModelKeysOverrideThePreset) {
   EXPECT_GT(in.request.cost.alpha1, 0);  // from the preset
 }
 
+TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
+  const BatchInput in = ParseBatchJson(
+      R"({"cost_model": {"attn_overhead_tokens": 600, "gamma_intra": 1e-4,
+          "gamma_inter": 3e-4}, "sequences": [10]})");
+  EXPECT_EQ(in.request.cost.attn_overhead_tokens, 600);
+  EXPECT_EQ(in.request.cost.gamma_intra, 1e-4);
+  EXPECT_EQ(in.request.cost.gamma_inter, 3e-4);
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma_intra": -1}})"),
+            "cost_model.gamma_intra");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma_inter": "1"}})"),
+            "cost_model.gamma_inter");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": 1e999}})"),
+            "input");  // not a JSON number at all
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": -5}})"),
+            "cost_model.attn_overhead_tokens");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma": 1}})"), "cost_model.gamma");
+  // Presets carry their derived v2 terms; timing coefficients given without
+  // any v2 key are the paper's model (v2 terms 0).
+  const BatchInput preset = ParseBatchJson(R"({"model": "qwen3-8b", "sequences": [10]})");
+  EXPECT_GT(preset.request.cost.attn_overhead_tokens, 0);
+  EXPECT_GT(preset.request.cost.gamma_inter, 0);
+  const BatchInput paper =
+      ParseBatchJson(R"({"model": "qwen3-8b", "cost_model": {"alpha1": 1e-9}, "sequences": [10]})");
+  EXPECT_EQ(paper.request.cost.attn_overhead_tokens, 0);
+  EXPECT_EQ(paper.request.cost.gamma_intra, 0);
+  EXPECT_EQ(paper.request.cost.gamma_inter, 0);
+  const BatchInput memory_only = ParseBatchJson(
+      R"({"model": "qwen3-8b", "cost_model": {"mem_capacity": 9e10}, "sequences": [10]})");
+  EXPECT_EQ(memory_only.request.cost.gamma_inter, preset.request.cost.gamma_inter);
+}
+
 TEST(BatchJsonTest, ErrorsNameTheField) {
   EXPECT_EQ(FieldOf(R"({"sequences": [1, 2, 0]})"), "sequences[2]");
   EXPECT_EQ(FieldOf(R"({"sequences": [1, {"length": 5, "eta": -0.1}]})"), "sequences[1].eta");
@@ -80,8 +111,14 @@ TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
   cm.mem_per_token = 3e5;
   cm.mem_static = 1e10;
   cm.mem_capacity = 6e10;
+  cm.attn_overhead_tokens = 583.75;
+  cm.gamma_intra = 7.2e-4;
+  cm.gamma_inter = 2.16e-3;
   const CostModel back = ParseCostModelJson(CostModelToJson(cm), CostModel{});
   EXPECT_EQ(back.alpha1, cm.alpha1);
+  EXPECT_EQ(back.attn_overhead_tokens, cm.attn_overhead_tokens);
+  EXPECT_EQ(back.gamma_intra, cm.gamma_intra);
+  EXPECT_EQ(back.gamma_inter, cm.gamma_inter);
   EXPECT_EQ(back.mem_capacity, cm.mem_capacity);
   const CostModel wrapped =
       ParseCostModelJson("{\"cost_model\": " + CostModelToJson(cm) + "}", CostModel{});

@@ -20,7 +20,7 @@ std::vector<int> CanonicalDegrees(const std::vector<AllocGroup>& groups,
   std::vector<int> degrees(groups.size());
   for (size_t p = 0; p < groups.size(); ++p) {
     int d = static_cast<int>(groups[p].min_degree);
-    while (time(groups[p].load, d) > makespan_s) {
+    while (time(groups[p], d) > makespan_s) {
       ++d;
       FCP_CHECK(d <= num_ranks);
     }
@@ -41,8 +41,9 @@ bool MinDegreesFit(const std::vector<AllocGroup>& groups, int num_ranks) {
 }  // namespace
 
 GroupTimeFn BestCaseTime(const CostModel& cm, const Cluster& cluster) {
-  return [cm, cluster](const GroupLoad& load, int degree) {
-    return GroupTimeBestS(cm, cluster, load, degree);
+  return [cm, cluster](const AllocGroup& g, int degree) {
+    return g.inter_node ? GroupTimeS(cm, g.load, degree, Link::kInterNode)
+                        : GroupTimeBestS(cm, cluster, g.load, degree);
   };
 }
 
@@ -63,7 +64,7 @@ Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
     min_after -= groups[i].min_degree;
     const int d_lo = static_cast<int>(groups[i].min_degree);
     std::vector<double> t(n + 1, kInf);
-    for (int d = d_lo; d <= n - min_before - min_after; ++d) t[d] = time(groups[i].load, d);
+    for (int d = d_lo; d <= n - min_before - min_after; ++d) t[d] = time(groups[i], d);
     for (int j = static_cast<int>(min_before) + d_lo; j <= n - min_after; ++j) {
       double best = kInf;
       for (int d = d_lo; d <= j - min_before; ++d) {
@@ -97,7 +98,7 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   std::priority_queue<Entry> heap;
   for (size_t p = 0; p < k; ++p) {
     granted[p] = static_cast<int>(groups[p].min_degree);
-    envelope[p] = time(groups[p].load, granted[p]);
+    envelope[p] = time(groups[p], granted[p]);
     used += granted[p];
     heap.push({envelope[p], -static_cast<int>(p)});
   }
@@ -106,7 +107,7 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     heap.pop();
     ++granted[p];
     ++used;
-    envelope[p] = std::min(envelope[p], time(groups[p].load, granted[p]));
+    envelope[p] = std::min(envelope[p], time(groups[p], granted[p]));
     heap.push({envelope[p], -p});
   }
   result.makespan_s = heap.top().first;

@@ -19,12 +19,16 @@ namespace fcp::planner {
 struct AllocGroup {
   GroupLoad load;
   int64_t min_degree = 1;  // d_min(G)
+  // Topology-aware allocation: placement could not keep this group inside a
+  // node, so it is costed at inter-node figures for every degree.
+  bool inter_node = false;
 };
 
 // T(G, d) used for allocation (seconds); placement-independent.
-using GroupTimeFn = std::function<double(const GroupLoad&, int degree)>;
+using GroupTimeFn = std::function<double(const AllocGroup&, int degree)>;
 
-// Best-case bandwidth estimate: intra-node when d <= R, else inter-node.
+// Best-case estimate: the faster link when d <= R (unless the group is marked
+// inter_node), else inter-node.
 GroupTimeFn BestCaseTime(const CostModel& cm, const Cluster& cluster);
 
 struct Allocation {

@@ -48,7 +48,7 @@ double Enumerate(const std::vector<AllocGroup>& groups, int n, const GroupTimeFn
   double best = std::numeric_limits<double>::infinity();
   for (int d = static_cast<int>(groups[p].min_degree); used + d <= n; ++d) {
     best = std::min(best, Enumerate(groups, n, time, p + 1, used + d,
-                                    std::max(worst, time(groups[p].load, d))));
+                                    std::max(worst, time(groups[p], d))));
   }
   return best;
 }
@@ -71,7 +71,7 @@ TEST(AllocationTest, DpAndFastAgreeOnRandomInstances) {
     for (size_t p = 0; p < in.groups.size(); ++p) {
       ASSERT_GE(fast.degrees[p], in.groups[p].min_degree) << "seed " << seed;
       used += fast.degrees[p];
-      worst = std::max(worst, time(in.groups[p].load, fast.degrees[p]));
+      worst = std::max(worst, time(in.groups[p], fast.degrees[p]));
     }
     ASSERT_LE(used, in.cluster.num_ranks) << "seed " << seed;
     ASSERT_EQ(worst, fast.makespan_s) << "seed " << seed;

@@ -2,11 +2,13 @@
 #include "planner/fcp_strategies.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <string>
 
 #include "fcp/cost_model.h"
+#include "planner/balanced_static.h"
 #include "planner/bfd.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
@@ -20,7 +22,15 @@ namespace {
 // property test), so fcp-paper switches to it and says so in the notes.
 constexpr double kMaxDpCells = 2e8;
 
+std::string FormatMs(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", ms);
+  return buf;
+}
+
 constexpr int kLocalSearchTrials = 48;
+// fcp decides degrees and placement together (realize.h).
+constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
 constexpr int kMaxFewerMicroBatches = 2;
 
@@ -30,7 +40,11 @@ class FcpPaperStrategy final : public Strategy {
   std::string_view description() const override {
     return "FCP as published: BFD atomic grouping + Algorithm 1 (2D-DP) allocation";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
+  Plan Solve(const PlanRequest& given, const PlanOptions&) const override {
+    // The paper's algorithm on the paper's terms (Eq. 8-9): the v2 terms are
+    // zeroed for planning; MakePlan still reports estimates in the given model.
+    PlanRequest request = given;
+    request.cost = PaperTerms(given.cost);
     Plan plan;
     const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster);
     bool used_fast = false;
@@ -77,6 +91,21 @@ class FcpStrategy final : public Strategy {
     };
     for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
     if (count > 1 && count < num_seqs) try_count(count + 1);
+    // The yardstick is a candidate too: the best work-balanced static plan
+    // (one degree for everything, DESIGN.md §3), so in its own model fcp is
+    // never worse than it.
+    // Degrees that provably cannot beat the plan so far are skipped.
+    if (auto yardstick = BestBalancedStatic(request, plan->est_ms)) {
+      plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
+                                       FormatMs(yardstick->est_ms) + " ms";
+      if (yardstick->est_ms < plan->est_ms * (1 - 1e-12)) {
+        plan->micro_batches = std::move(yardstick->micro_batches);
+        plan->est_ms = yardstick->est_ms;
+        plan->notes["grouping"] = "balanced static (cp " + std::to_string(yardstick->cp) + ")";
+      }
+    } else {
+      plan->notes["balanced_static"] = "no degree can beat this plan (bound)";
+    }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) + ", memory " +
                                    std::to_string(fewest) + ")";
@@ -95,10 +124,10 @@ class FcpStrategy final : public Strategy {
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
       // never worse than fcp-paper on the same micro-batch split).
       auto bfd_groups = BestFitDecreasing(request.sequences, members, request.cost);
-      auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast);
+      auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast, kTopologyAware);
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {
-        auto r = RealizeGrouping(request, groups, Allocator::kFast);
+        auto r = RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
         if (r && (!best || r->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12))) {
           best = std::move(r);
           best_is_dual = dual;

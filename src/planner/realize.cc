@@ -2,6 +2,9 @@
 
 #include "fcp/cost_model.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace fcp::planner {
 
 std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
@@ -15,32 +18,157 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
   return out;
 }
 
+namespace {
+
+// Degrees → placement → the placed makespan; `placed` receives the first rank
+// of each group.
+double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int>& degrees,
+                    const CostModel& cm, const Cluster& cluster, std::vector<int>& placed) {
+  auto placed_time = [&](int p, int first, int degree) {
+    return GroupTimeS(cm, groups[p].load, degree,
+                      RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode
+                                                             : Link::kInterNode);
+  };
+  placed = PlaceGroups(degrees, cluster, placed_time);
+  double makespan = 0;
+  for (size_t p = 0; p < groups.size(); ++p) {
+    makespan = std::max(makespan, placed_time(static_cast<int>(p), placed[p], degrees[p]));
+  }
+  return makespan;
+}
+
+}  // namespace
+
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator) {
+                                        Allocator allocator, bool topology_aware) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups = MakeAllocGroups(request.sequences, groups, cm);
-  const GroupTimeFn time = BestCaseTime(cm, cluster);
+  const GroupTimeFn best_case = BestCaseTime(cm, cluster);
   const Allocation alloc = allocator == Allocator::kDp
-                               ? AllocateDp(alloc_groups, cluster.num_ranks, time)
-                               : AllocateFast(alloc_groups, cluster.num_ranks, time);
+                               ? AllocateDp(alloc_groups, cluster.num_ranks, best_case)
+                               : AllocateFast(alloc_groups, cluster.num_ranks, best_case);
   if (!alloc.feasible) return std::nullopt;
-  auto placed_time = [&](int p, int first, int degree) {
-    const double bw = RangeOnOneNode(cluster, first, degree) ? cm.bw_intra_node
-                                                             : cm.bw_inter_node;
-    return GroupTimeS(cm, alloc_groups[p].load, degree, bw);
-  };
-  const std::vector<int> first = PlaceGroups(alloc.degrees, cluster, placed_time);
+  std::vector<int> degrees = alloc.degrees;
+  std::vector<int> first;
+  double makespan = PlaceAndCost(alloc_groups, degrees, cm, cluster, first);
+  bool topology_bound = false;  // some group straddled a node boundary
+  if (topology_aware) {
+    // Allocate-then-place above is the first candidate. The allocator costed
+    // every group with d <= R at intra-node figures; a group that placement
+    // could not keep inside a node is re-costed at inter-node figures for
+    // every degree and the allocation redone, so degrees and placement are
+    // decided together. A few rounds; the best placed makespan wins, so this
+    // is never worse than allocate-then-place.
+    std::vector<bool> inter_only(groups.size(), false);
+    std::vector<int> cur_degrees = degrees, cur_first = first;
+    for (int round = 0; round < kTopologyRounds; ++round) {
+      bool changed = false;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        if (inter_only[p] || cur_degrees[p] > cluster.ranks_per_node) continue;
+        if (!RangeOnOneNode(cluster, cur_first[p], cur_degrees[p]) && cur_degrees[p] > 1) {
+          inter_only[p] = changed = true;
+        }
+      }
+      if (!changed) break;
+      topology_bound = true;
+      std::vector<AllocGroup> costed = alloc_groups;
+      for (size_t p = 0; p < groups.size(); ++p) costed[p].inter_node = inter_only[p];
+      const Allocation a = allocator == Allocator::kDp
+                               ? AllocateDp(costed, cluster.num_ranks, best_case)
+                               : AllocateFast(costed, cluster.num_ranks, best_case);
+      if (!a.feasible) break;
+      std::vector<int> f;
+      const double m = PlaceAndCost(alloc_groups, a.degrees, cm, cluster, f);
+      cur_degrees = a.degrees;
+      cur_first = f;
+      if (m < makespan * (1 - 1e-12)) {
+        makespan = m;
+        degrees = a.degrees;
+        first = std::move(f);
+      }
+    }
+  }
+  if (topology_aware && topology_bound) {
+    // Rank moves around the placed bottleneck: give it a rank (from the
+    // spare pool or from a group with slack), or take one away (a straddling
+    // group one rank smaller may fit inside a node). Each candidate is placed
+    // and costed as placed; the best strict improvement is kept. Bounded:
+    // kTopologyRounds · (kMoveDonors + 2) placements.
+    const int n = cluster.num_ranks;
+    for (int round = 0; round < 2 * kTopologyRounds; ++round) {
+      std::vector<double> placed_t(groups.size());
+      int b = 0;
+      bool straddles = false;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
+        straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
+        placed_t[p] = GroupTimeS(cm, alloc_groups[p].load, degrees[p],
+                                 one_node ? Link::kIntraNode : Link::kInterNode);
+        if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
+      }
+      if (!straddles && round > 0) break;
+      const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
+      std::vector<std::vector<int>> trials;
+      if (used < n) {
+        trials.push_back(degrees);
+        ++trials.back()[b];
+      }
+      // Tied bottlenecks: one spare rank for each (a single move cannot
+      // lower a max that several groups share).
+      std::vector<int> tied;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        if (placed_t[p] >= placed_t[b] * (1 - 1e-9)) tied.push_back(static_cast<int>(p));
+      }
+      if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
+        trials.push_back(degrees);
+        for (int p : tied) ++trials.back()[p];
+      }
+      if (degrees[b] > alloc_groups[b].min_degree) {
+        trials.push_back(degrees);
+        --trials.back()[b];
+      }
+      std::vector<int> donors;
+      for (size_t q = 0; q < groups.size(); ++q) {
+        if (static_cast<int>(q) != b && degrees[q] > alloc_groups[q].min_degree) {
+          donors.push_back(static_cast<int>(q));
+        }
+      }
+      std::stable_sort(donors.begin(), donors.end(),
+                       [&](int x, int y) { return placed_t[x] < placed_t[y]; });
+      if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
+      for (int q : donors) {
+        trials.push_back(degrees);
+        --trials.back()[q];
+        ++trials.back()[b];
+      }
+      double best_m = makespan * (1 - 1e-12);
+      int best_t = -1;
+      std::vector<int> best_first;
+      for (size_t t = 0; t < trials.size(); ++t) {
+        std::vector<int> f;
+        const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, f);
+        if (m < best_m) {
+          best_m = m;
+          best_t = static_cast<int>(t);
+          best_first = std::move(f);
+        }
+      }
+      if (best_t < 0) break;
+      makespan = best_m;
+      degrees = trials[best_t];
+      first = std::move(best_first);
+    }
+  }
   Realized r;
   r.alloc_makespan_s = alloc.makespan_s;
+  r.placed_makespan_s = makespan;
   for (size_t p = 0; p < groups.size(); ++p) {
     GroupPlan g;
     g.sequences = groups[p];
-    g.ranks.resize(alloc.degrees[p]);
-    for (int i = 0; i < alloc.degrees[p]; ++i) g.ranks[i] = first[p] + i;
-    r.placed_makespan_s =
-        std::max(r.placed_makespan_s, placed_time(static_cast<int>(p), first[p], alloc.degrees[p]));
+    g.ranks.resize(degrees[p]);
+    for (int i = 0; i < degrees[p]; ++i) g.ranks[i] = first[p] + i;
     r.micro_batch.groups.push_back(std::move(g));
   }
   return r;

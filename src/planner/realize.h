@@ -25,9 +25,20 @@ struct Realized {
   double alloc_makespan_s = 0;   // the allocator's (placement-independent) optimum
 };
 
-// nullopt when Σ d_min > N.
+// Rounds of topology-aware re-allocation (see RealizeGrouping).
+inline constexpr int kTopologyRounds = 3;
+// Donor groups tried per rank-move round (see RealizeGrouping).
+inline constexpr size_t kMoveDonors = 8;
+
+// nullopt when Σ d_min > N. With `topology_aware` (strategy fcp), degrees and
+// placement are decided together: allocate-then-place is the first
+// candidate; groups that placement could not keep inside a node are re-costed
+// at inter-node figures and the allocation redone (a few rounds); the
+// smallest placed makespan wins, so it is never worse than allocate-then-place.
+// While some group with d <= R straddles a node boundary, single-rank moves to
+// or from the placed bottleneck are tried too (each placed and costed as placed).
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator);
+                                        Allocator allocator, bool topology_aware = false);
 
 }  // namespace fcp::planner

@@ -145,7 +145,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   for (int i : ctx.order) {
     const GroupLoad load = GroupLoad::Of(seqs[i]);
     ctx.d_min.push_back(MinDegree(cm, load));
-    ctx.t_one.push_back(GroupTimeS(cm, load, 1, cm.bw_intra_node));
+    ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(work_of[i]);
   }
   // Lower end: the longest sequence cannot beat its own best degree.
@@ -199,7 +199,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     int b = 0;
     std::vector<double> group_time(groups.size());
     for (size_t p = 0; p < groups.size(); ++p) {
-      group_time[p] = time(alloc_groups[p].load, current.degrees[p]);
+      group_time[p] = time(alloc_groups[p], current.degrees[p]);
       if (group_time[p] > group_time[b]) b = static_cast<int>(p);
     }
     if (groups.size() < 2 && groups[b].size() < 2) break;

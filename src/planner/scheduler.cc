@@ -97,8 +97,10 @@ void ValidateRequest(const PlanRequest& request) {
     sum_attn += (1.0 + s.eta) * len * len;
   }
   const double worst_s =
-      cm.alpha1 * sum_attn + cm.alpha2 * sum_tokens + cm.beta1 +
-      cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2;
+      cm.alpha1 * (sum_attn + 2.0 * cm.attn_overhead_tokens * sum_tokens) +
+      cm.alpha2 * sum_tokens + cm.beta1 +
+      cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2 +
+      std::max(cm.gamma_intra, cm.gamma_inter) * request.cluster.num_ranks;
   // GroupTimeS multiplies alpha3 · Σs by (d - 1) before dividing by d and the
   // bandwidth: that intermediate must stay finite too (found by planner_fuzz).
   const double worst_product =

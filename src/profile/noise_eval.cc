@@ -111,8 +111,12 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
         for (int t = 0; t < o.trials; ++t) {
           PlanRequest req = base_req;
           req.sequences = batches[b];
-          double* coefs[5] = {&req.cost.alpha1, &req.cost.alpha2, &req.cost.beta1,
-                              &req.cost.alpha3, &req.cost.beta2};
+          // Every timing coefficient, the v2 terms included (memory is
+          // not perturbed: a wrong memory model is an OOM, not a slowdown).
+          double* coefs[8] = {&req.cost.alpha1,      &req.cost.alpha2,
+                              &req.cost.beta1,       &req.cost.alpha3,
+                              &req.cost.beta2,       &req.cost.attn_overhead_tokens,
+                              &req.cost.gamma_intra, &req.cost.gamma_inter};
           for (double* c : coefs) *c *= 1.0 + p * (2.0 * rng.Uniform() - 1.0);
           const Plan plan = MakePlan(req, popt);
           double change = 0;

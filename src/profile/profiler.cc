@@ -113,7 +113,9 @@ Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
         FitSample s;
         s.load = LoadOf(seqs);
         s.degree = d;
-        s.bw_bytes_per_s = RangeOnOneNode(cl, 0, d) ? c.base.bw_intra_node : c.base.bw_inter_node;
+        s.link = RangeOnOneNode(cl, 0, d) ? Link::kIntraNode : Link::kInterNode;
+        s.bw_bytes_per_s =
+            s.link == Link::kIntraNode ? c.base.bw_intra_node : c.base.bw_inter_node;
         double tot = 0, comp = 0, comm = 0;
         for (int k = 0; k < o.repeats; ++k) {
           tot += noisy(r.time_s);
@@ -286,6 +288,9 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
   j["coefficients"]["beta1"] = coef(r.fit.beta1);
   j["coefficients"]["alpha3"] = coef(r.fit.alpha3);
   j["coefficients"]["beta2"] = coef(r.fit.beta2);
+  j["coefficients"]["attn_overhead_tokens"] = coef(r.fit.attn_overhead_tokens);
+  j["coefficients"]["gamma_intra"] = coef(r.fit.gamma_intra);
+  j["coefficients"]["gamma_inter"] = coef(r.fit.gamma_inter);
   j["heldout_error"]["mean"] = r.heldout.overall.mean;
   j["heldout_error"]["max"] = r.heldout.overall.max;
   j["heldout_error"]["points"] = r.heldout.overall.count;
@@ -319,6 +324,9 @@ std::string ProfileReportToTable(const ProfileReport& r) {
   row("beta1", r.fit.beta1, "s");
   row("alpha3", r.fit.alpha3, "bytes/token");
   row("beta2", r.fit.beta2, "s");
+  row("h", r.fit.attn_overhead_tokens, "tokens (attn_overhead_tokens)");
+  row("gamma_i", r.fit.gamma_intra, "s per ring step, one node");
+  row("gamma_e", r.fit.gamma_inter, "s per ring step, across nodes");
   out << "\nheld-out relative error of T(G, d) (paper Table 3: < 8%)\n";
   out << fmt::format("{:<20} {:>8} {:>8} {:>7}\n", "model", "mean", "max", "points");
   for (const auto& [label, e] : r.heldout.by_label)

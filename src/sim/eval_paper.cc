@@ -114,6 +114,7 @@ class Writer {
   }
   ExperimentResult Run(ExperimentConfig c) const {
     c.seed = o_.seed;
+    c.dealing = o_.dealing;
     c.steps = o_.quick ? 1 : 10;
     c.warmup = o_.quick ? 1 : 5;
     c.progress = o_.progress;
@@ -192,6 +193,12 @@ std::string RunPaperEval(const PaperEvalOptions& o) {
   md += o.quick ? "Mode: `--quick` (1 warmup + 1 measured global batch per case; scaling to 64 "
                   "ranks only). Numbers are noisier than the full run.\n\n"
                 : "Mode: full (5 warmup + 10 measured global batches per case, as in the paper).\n\n";
+  md += o.dealing == Dealing::kLoader
+            ? "Static baselines (megatron, deepspeed): sequences in data-loader order "
+              "(`--dealing loader`, stock framework behaviour, the paper's baseline).\n\n"
+            : "Static baselines (megatron, deepspeed): sequences dealt to DP replicas by work "
+              "(longest first onto the least-loaded replica, the balanced yardstick; "
+              "`--dealing loader` gives data-loader order).\n\n";
 
   w.Log("[eval paper] Figure 3 (text LLMs)");
   md += SpeedupFigure(w, "fig3", "Figure 3: text LLMs (3 datasets x 6 models)", kTextSets,

@@ -94,6 +94,7 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
   opt.cp_degree = cp_degree;
   opt.time_limit_s = cfg.time_limit_s;
   opt.seed = cfg.seed + step;
+  opt.dealing = cfg.dealing;
   run.plan = MakePlan(req, opt);
   if (run.plan.status != PlanStatus::kOk) {
     run.infeasible = true;
@@ -354,6 +355,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
                  {"mbs", c.micro_batch_sequences > 0 ? json(c.micro_batch_sequences)
                                                      : json("memory-packed")},
+                 {"dealing", c.dealing == Dealing::kLoader ? "loader" : "balanced"},
                  {"planner_memory", c.calibrate_memory ? "calibrated to the simulator" : "as given"},
                  {"mean_tokens_per_batch", res.mean_tokens_per_batch},
                  {"lower_bound_s", res.lower_bound_s}};

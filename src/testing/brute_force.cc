@@ -10,14 +10,16 @@ namespace fcp::testing {
 double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
                            const std::vector<Sequence>& sequences,
                            const std::vector<int>& members, int first, int degree) {
-  double sum_s = 0, sum_attn = 0;
+  double sum_s = 0, sum_attn = 0, sum_overhead = 0;
   for (int k : members) {
     const double s = static_cast<double>(sequences[k].length_tokens);
+    const double mask = 1.0 + sequences[k].eta;
     sum_s += s;
-    sum_attn += (1.0 + sequences[k].eta) * s * s;
+    sum_attn += mask * s * s;
+    sum_overhead += mask * cm.attn_overhead_tokens * s;  // v2: h·s per sequence
   }
   const double d = degree;
-  const double a = cm.alpha1 * sum_attn / d;
+  const double a = cm.alpha1 * (sum_attn / d + sum_overhead);
   const double lin = cm.alpha2 * sum_s / d;
   const double tcp = a + lin + cm.beta1;
   double tcm = 0;
@@ -25,7 +27,8 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
     const bool one_node =
         first / cluster.ranks_per_node == (first + degree - 1) / cluster.ranks_per_node;
     const double v = one_node ? cm.bw_intra_node : cm.bw_inter_node;
-    tcm = cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2;
+    const double step_latency = one_node ? cm.gamma_intra : cm.gamma_inter;
+    tcm = cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2 + (d - 1) * step_latency;
   }
   return tcp + tcm - std::min(a, tcm);
 }

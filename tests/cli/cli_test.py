@@ -36,7 +36,8 @@ def group_time(cm, seqs, ranks, per_node):
     """T(G, d) of DESIGN.md §2, written independently of the C++ code."""
     d = len(ranks)
     sum_s = sum(s for s, _ in seqs)
-    attn = cm["alpha1"] * sum((1 + eta) * s * s for s, eta in seqs) / d
+    h = cm.get("attn_overhead_tokens", 0.0)  # cost model v2; 0 = the paper's model
+    attn = cm["alpha1"] * sum((1 + eta) * (s * s / d + h * s) for s, eta in seqs)
     lin = cm["alpha2"] * sum_s / d
     tcp = attn + lin + cm["beta1"]
     if d == 1:
@@ -44,7 +45,8 @@ def group_time(cm, seqs, ranks, per_node):
     else:
         one_node = len({r // per_node for r in ranks}) == 1
         bw = cm["bw_intra_node"] if one_node else cm["bw_inter_node"]
-        tcm = cm["alpha3"] * sum_s * (d - 1) / d / bw + cm["beta2"]
+        gamma = cm.get("gamma_intra" if one_node else "gamma_inter", 0.0)
+        tcm = cm["alpha3"] * sum_s * (d - 1) / d / bw + cm["beta2"] + (d - 1) * gamma
     return tcp + tcm - min(attn, tcm)
 
 

@@ -1,0 +1,57 @@
+// "Where flexible CP pays": fcp against the best work-balanced static CP plan
+// over global batch sizes, cluster sizes, both cluster presets, every dataset,
+// real lengths and the extreme case — all on the simulator, so every figure is
+// simulated. The engine of `fcp eval study`.
+//
+// Units: seconds (simulated), tokens. Thread-safety: RunStudy is a pure
+// function of its options except for the progress callback and the files it
+// writes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fcp::sim {
+
+struct StudyOptions {
+  std::string out_dir;            // study.md and study.csv go here (created)
+  bool quick = false;             // a small grid, one measured batch per case
+  uint64_t seed = 1;              // batch i of a case is drawn with seed + i
+  std::vector<int64_t> lengths;   // real lengths (e.g. --lengths FILE); empty = no "real" rows
+  std::string lengths_label = "real";  // how the real lengths are named in the tables
+  int warmup = 2;                 // batches that tune the static degrees, not measured
+  int steps = 3;                  // measured global batches per case
+  std::function<void(const std::string&)> progress;  // may be empty
+};
+
+// One case: fcp and the best balanced static baseline on the same batches.
+struct StudyRow {
+  std::string part;     // "batch size", "scale", "extreme"
+  std::string cluster;  // cluster preset
+  std::string dataset;  // dataset name or lengths_label
+  std::string model;    // model preset
+  int ranks = 0;
+  int64_t global_batch = 0;
+  double bound_s = 0;        // physical lower bound per global batch
+  double fcp_s = 0;          // fcp's simulated time per global batch (0: failed)
+  double static_s = 0;       // best balanced static (megatron or deepspeed)
+  std::string static_name;   // "megatron c=8" / "deepspeed c=4"
+  double loader_s = 0;       // best static in data-loader order (0: not run)
+  std::string failure;       // why fcp or every static failed, if one did
+  double speedup() const { return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0; }
+};
+
+struct StudyResult {
+  std::vector<StudyRow> rows;
+  std::string markdown;  // the report written to out_dir/study.md
+  std::string summary;   // a few lines: geometric mean, worst, best, regimes
+};
+
+// Runs every case (progress one line per case) and writes study.md and
+// study.csv into options.out_dir. Throws InputError("out") when the directory
+// cannot be written and InputError naming the field for bad counts.
+StudyResult RunStudy(const StudyOptions& options);
+
+}  // namespace fcp::sim

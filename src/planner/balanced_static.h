@@ -1,0 +1,49 @@
+// The yardstick (DESIGN.md §3): work-balanced static context parallelism.
+// One CP degree `cp` for every sequence, DP = N / cp replicas on the rank
+// blocks [j·cp, (j+1)·cp); sequences are dealt to the replicas by work
+// (longest-processing-time first onto the least-loaded replica, work =
+// alpha1·(1+eta)·s² + alpha2·s), then each replica packs its share into
+// micro-batches that fit its memory (LPT again, over the fewest micro-batches
+// every replica can use), and micro-batch i of every replica runs together
+// (each replica's micro-batches heaviest first, so heavy meets heavy).
+//
+// Lives in the planner because `fcp` keeps the best such plan among its
+// candidates; the `megatron` / `deepspeed` baselines use it for their
+// balanced dealing. Thread-safety: pure functions.
+#pragma once
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "fcp/scheduler.h"
+#include "fcp/types.h"
+
+namespace fcp::planner {
+
+// Micro-batches of a balanced static plan with degree `cp` (cp | N, every
+// sequence fits on cp ranks: otherwise nullopt). Groups carry ranks,
+// sequences and `comm`; no estimates.
+std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(const PlanRequest& request,
+                                                                      int cp, CommKind comm);
+
+// Σ over micro-batches of the max group time placed as given (ms), in the
+// request's cost model; ring groups only (all-to-all groups are the
+// baselines' business).
+double RingPlanEstimateMs(const PlanRequest& request, const std::vector<MicroBatchPlan>& mbs);
+
+struct BalancedStatic {
+  int cp = 0;                              // the chosen degree
+  double est_ms = 0;                       // its estimate (ms)
+  std::vector<MicroBatchPlan> micro_batches;
+};
+
+// The best balanced static ring plan over every divisor of N (nullopt when no
+// divisor holds every sequence). Degrees whose bound (the heaviest sequence
+// alone on cp ranks) is >= `below_ms` are not built: the caller only needs a
+// plan that beats `below_ms`, so nullopt also means "none can".
+std::optional<BalancedStatic> BestBalancedStatic(
+    const PlanRequest& request,
+    double below_ms = std::numeric_limits<double>::infinity());
+
+}  // namespace fcp::planner
