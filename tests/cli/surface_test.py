@@ -56,10 +56,12 @@ def test_defaults_in_every_help():
         check(f"{command} --help exits 0", rc == 0, err)
         # Every option taking a number has a default to show ("--gbs INT=512").
         for line in out.splitlines():
-            m = re.match(r"\s+(?:-\w,)?(--[\w-]+) (INT|UINT|FLOAT|UINT64|INT64)\b(\S*)", line)
+            # The type column ends at the first run of 2+ spaces (then the
+            # description): "--steps INT:INT in [1 - 1000]=3   measured ...".
+            m = re.match(r"\s+(?:-\w,)?(--[\w-]+) (INT|UINT|FLOAT|UINT64|INT64)\b(.*?)(?:\s{2,}|$)",
+                         line)
             if m:
-                check(f"{command} {m.group(1)} shows its default", m.group(3).startswith("="),
-                      line)
+                check(f"{command} {m.group(1)} shows its default", "=" in m.group(3), line)
     rc, out, _ = run(["plan", "--help"])
     check("plan --help strategy default", "--strategy TEXT=fcp" in out, out)
     rc, out, _ = run(["lengths", "--help"])
