@@ -2,13 +2,15 @@
 #include <cstdio>
 #include <string>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "command.h"
 #include "fcp/io.h"
+#include "fcp/plot.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 
 namespace fcp::cli {
 namespace {
@@ -61,6 +63,7 @@ int RunPlan(int argc, char** argv) {
   std::string format = "json";
   std::string cost_model_file;
   std::string plot_file;
+  std::string trace_file;
   PlanOptions options;
   app.add_option("-i,--input", input, "batch JSON file, or - for stdin")->capture_default_str();
   std::string strategies;
@@ -85,11 +88,21 @@ int RunPlan(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", options.seed, "seed for strategies with randomness")
       ->capture_default_str();
-  app.add_option("--plot", plot_file, "also write a Gantt chart of the plan to this PNG");
+  app.add_option("--plot", plot_file,
+                 "also draw the plan's timeline (planner estimate) to this .png or .svg");
+  app.add_option("--trace", trace_file,
+                 "also write the timeline as Chrome trace JSON (open in ui.perfetto.dev)");
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  if (input == "-" && ::isatty(STDIN_FILENO)) {
+    // Nothing piped in: waiting for a batch typed at the terminal helps no one.
+    std::fprintf(stderr, "%s\nerror: input: no batch given (use --input FILE or pipe JSON in)\n",
+                 app.help().c_str());
+    return 2;
+  }
   options.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
   options.strategy = strategy;
   try {
+    plot::CheckOutputPaths(plot_file, trace_file);
     BatchInput batch = ReadBatchJson(input);
     if (!cost_model_file.empty()) {
       batch.request.cost = ReadCostModelJson(cost_model_file, batch.request.cost);
@@ -99,13 +112,21 @@ int RunPlan(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", EscapeForMessage(plan.message).c_str());
       return 3;
     }
-    if (!plot_file.empty()) sim::WritePlanGantt(plan, plot_file);
+    if (!plot_file.empty() || !trace_file.empty()) {
+      const plot::Timeline timeline = plot::PlanTimeline(
+          plan, batch.request.sequences, batch.request.cluster.ranks_per_node);
+      if (!plot_file.empty()) plot::WriteGantt(plot_file, {&timeline, 1});
+      if (!trace_file.empty()) plot::WriteTrace(trace_file, {&timeline, 1});
+    }
     const std::string text =
         format == "json" ? PlanToJson(plan, 2) + "\n" : PlanTable(plan, batch.request);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   } catch (const InputError& e) {
     return InputErrorExit(e.what());
+  } catch (const plot::PlotError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
 }
 

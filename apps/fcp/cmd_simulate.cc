@@ -7,6 +7,7 @@
 #include "command.h"
 #include "fcp/datasets.h"
 #include "fcp/io.h"
+#include "fcp/plot.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
@@ -86,6 +87,12 @@ int RunSimulate(int argc, char** argv) {
   app.add_flag("--no-overlap-grad-reduce", serial_grad_sync,
                "run the gradient sync after compute instead of overlapping it with the "
                "backward (Megatron --overlap-grad-reduce, default on)");
+  std::string plot_file, trace_file;
+  app.add_option("--plot", plot_file,
+                 "draw the first measured batch of every strategy (simulated timelines, one "
+                 "panel each, shared time axis) to this .png or .svg");
+  app.add_option("--trace", trace_file,
+                 "write the same timelines as Chrome trace JSON (open in ui.perfetto.dev)");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
@@ -94,6 +101,7 @@ int RunSimulate(int argc, char** argv) {
       return InputErrorExit("--dataset/--lengths: give one, not both");
     if (dataset.empty() && lengths_file.empty()) dataset = "github";
     cfg.dataset = dataset;
+    plot::CheckOutputPaths(plot_file, trace_file);
     if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
     cfg.strategies = SplitComma(strategies);
     cfg.recompute = sim::ParseRecompute(recompute);
@@ -112,13 +120,29 @@ int RunSimulate(int argc, char** argv) {
         std::fflush(stderr);
       };
     }
+    std::vector<plot::Timeline> timelines;
+    if (!plot_file.empty() || !trace_file.empty()) {
+      cfg.on_first_measured_step = [&](const Plan& plan, std::span<const Sequence> batch,
+                                       const sim::SimResult& sim, int ranks_per_node) {
+        timelines.push_back(plot::SimulatedTimeline(plan, batch, sim, ranks_per_node));
+      };
+    }
     const sim::ExperimentResult res = sim::RunExperiment(cfg);
+    if (!plot_file.empty() || !trace_file.empty()) {
+      if (timelines.empty())
+        return InputErrorExit("plot: no strategy produced a plan that runs (all OOM/infeasible)");
+      if (!plot_file.empty()) plot::WriteGantt(plot_file, timelines);
+      if (!trace_file.empty()) plot::WriteTrace(trace_file, timelines);
+    }
     const std::string text = format == "json" ? sim::ExperimentToJson(res, 2) + "\n"
                                               : sim::ExperimentToTable(res);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   } catch (const InputError& e) {
     return InputErrorExit(e.what());
+  } catch (const plot::PlotError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
 }
 

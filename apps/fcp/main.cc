@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "fcp/types.h"
+#include "fcp/version.h"
 
 namespace fcp::cli {
 
@@ -22,6 +23,12 @@ int InputErrorExit(const std::string& message) {
 
 int ParseFlags(CLI::App& app, int argc, char** argv) {
   RequireDecimalIntegers(app);
+  // Every option shows its default in --help: the bound variables still hold
+  // their defaults here. Flags (no value) and options without a default
+  // (empty strings) show nothing.
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_min() > 0 && opt->get_default_str().empty()) opt->capture_default_str();
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,8 +46,9 @@ namespace {
 void PrintUsage(FILE* out) {
   std::fprintf(out,
                "fcp - Flexible Context Parallelism: plan context-parallel groups "
-               "per micro-batch\n\nUsage: fcp <command> [options]   "
-               "(fcp <command> --help for details)\n\nCommands:\n");
+               "per micro-batch (version %s)\n\nUsage: fcp <command> [options]   "
+               "(fcp <command> --help for details)\n\nCommands:\n",
+               FCP_VERSION_STRING);
   auto commands = fcp::cli::Commands();
   std::sort(commands.begin(), commands.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -48,7 +56,8 @@ void PrintUsage(FILE* out) {
     std::fprintf(out, "  %-16s %s\n", c.name.c_str(), c.summary.c_str());
   }
   std::fprintf(out,
-               "\nExit codes: 0 ok, 1 internal error, 2 bad input or output that could "
+               "\nfcp --version prints the version.\n"
+               "Exit codes: 0 ok, 1 internal error, 2 bad input or output that could "
                "not be written, 3 infeasible batch.\n");
 }
 
@@ -56,6 +65,11 @@ void PrintUsage(FILE* out) {
 
 int main(int argc, char** argv) {
   fcp::cli::ReserveStandardStreams();
+  if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V") ||
+                    !std::strcmp(argv[1], "version"))) {
+    std::printf("fcp %s\n", FCP_VERSION_STRING);
+    return 0;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     PrintUsage(argc < 2 ? stderr : stdout);

@@ -63,5 +63,33 @@ std::string ReadFileOrStdin(const std::string& path);
 // InputError(path, "cannot write: <reason>") when it cannot be opened or
 // written completely; a partially written regular file is removed.
 void WriteTextFile(const std::string& path, std::string_view text);
+// An output file that appears at `path` only when complete: a mkstemp file
+// in the same directory (mode 0644) renamed over `path` by Commit(); removed
+// when destroyed uncommitted. A symlink at `path` is replaced, not followed;
+// an existing device, FIFO or socket (/dev/null, /dev/stdout) is written in
+// place.
+// Errors are InputError(field, "cannot write '<path>': <reason>") with the
+// path's control characters escaped. Not copyable.
+class AtomicFile {
+ public:
+  AtomicFile(const std::string& path, const std::string& field);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  int fd() const { return fd_; }  // for a child process's stdout
+  void Write(std::string_view data);
+  // Flushes to disk and renames into place.
+  void Commit();
+
+ private:
+  std::string path_, field_, temp_path_;
+  int fd_ = -1;
+};
+// Writes `contents` to `path` through an AtomicFile.
+void WriteFileAtomically(const std::string& path, std::string_view contents,
+                         const std::string& field);
+// `text` with control characters as \n, \r, \t or \xNN, for one-line
+// error messages that echo user input (paths).
+std::string EscapeForMessage(std::string_view text);
 
 }  // namespace fcp

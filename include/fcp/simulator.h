@@ -208,6 +208,15 @@ struct SimResult {
   double busy_fraction = 0;  // Σ rank busy time / (N · compute_s)
   double exposed_comm_s = 0; // Σ over groups of exposed communication
   std::vector<double> micro_batch_end_s;  // when each micro-batch's last group ends
+  // When each group ran (plan order; groups without sequences left out): the
+  // timeline that plot::SimulatedTimeline draws. Empty when oom.
+  struct GroupSpan {
+    int micro_batch = 0;
+    int group = 0;
+    double start_s = 0;
+    double end_s = 0;
+  };
+  std::vector<GroupSpan> group_spans;
 };
 
 // Runs `plan` (ranks, sequences and comm of every group; its estimates are
@@ -248,21 +257,7 @@ double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> se
                            bool overlap_grad_reduce = true,
                            std::span<const int64_t> vision_tokens = {});
 
-// --- Gantt chart of a plan (gnuplot) ---
-struct GanttOptions {
-  std::string title;  // default: "<strategy>: N ranks, M micro-batches"
-  // Per-group durations in ms in plan order (micro-batch, group); empty = the
-  // plan's est_ms. Micro-batches are laid out back to back (barrier).
-  std::vector<double> group_ms;
-  int width_px = 1200;
-  int height_px = 700;
-};
-// Draws ranks (y) × time (x) with one bar per group, labelled with its degree
-// and sequence count, to `png_path` by running `gnuplot` (pngcairo, falling
-// back to png). Throws InputError("plot", ...) when the plan is empty or not
-// kOk, and std::runtime_error when gnuplot is missing or fails.
-void WritePlanGantt(const Plan& plan, const std::string& png_path,
-                    const GanttOptions& options = {});
+// The Gantt chart and Chrome trace of a plan live in include/fcp/plot.h.
 
 // --- Experiments: many global batches × strategies on the simulator ---
 // (the engine of `fcp simulate` and `fcp eval paper`).
@@ -298,6 +293,12 @@ struct ExperimentConfig {
   bool calibrate_memory = true;
   // Progress lines (e.g. to stderr); may be empty.
   std::function<void(const std::string&)> progress;
+  // Called with each strategy's first measured global batch: its plan, the
+  // batch, the simulation (SimResult::group_spans: the timeline) and the
+  // cluster's ranks per node. For traces and plots; may be empty.
+  std::function<void(const Plan&, std::span<const Sequence>, const SimResult&,
+                     int ranks_per_node)>
+      on_first_measured_step;
 };
 
 struct StrategyResult {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "io/csv.h"
 
 namespace fcp {
 namespace {
@@ -19,6 +20,8 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
   return s;
 }
+
+}  // namespace
 
 // Splits one CSV line; double quotes protect commas ("" is a literal quote).
 std::vector<std::string> SplitCsv(std::string_view line) {
@@ -45,6 +48,8 @@ std::vector<std::string> SplitCsv(std::string_view line) {
   }
   return fields;
 }
+
+namespace {
 
 int64_t ParseLength(std::string_view text, const std::string& field) {
   text = Trim(text);

@@ -2,14 +2,14 @@
 // extreme case) re-run on the simulator, with the paper's own numbers beside
 // ours. Paper numbers: arXiv 2602.21788 §6 (via seed/fcp-paper-summary.zh.txt).
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "fcp/io.h"
+#include "fcp/plot.h"
 #include "fcp/simulator.h"
 
 namespace fcp::sim {
@@ -83,30 +83,33 @@ class Writer {
     std::error_code ec;
     fs::create_directories(o.out_dir, ec);
     if (ec || !fs::is_directory(o.out_dir))
-      throw InputError("out", "cannot create directory '" + o.out_dir + "'");
-    have_gnuplot_ = o.plots && std::system("command -v gnuplot >/dev/null 2>&1") == 0;
-    if (have_gnuplot_)
-      terminal_ = std::system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0
-                      ? "pngcairo"
-                      : "png";
+      throw InputError("out", "cannot create directory '" + EscapeForMessage(o.out_dir) + "'");
+    have_gnuplot_ = o.plots && plot::GnuplotAvailable();
+    if (have_gnuplot_) terminal_ = plot::PngTerminal();
   }
   void Log(const std::string& s) const {
     if (o_.progress) o_.progress(s);
   }
   void File(const std::string& name, const std::string& text) const {
-    std::ofstream f(fs::path(o_.out_dir) / name);
-    f << text;
-    if (!f) throw InputError("out", "cannot write " + (fs::path(o_.out_dir) / name).string());
+    WriteFileAtomically((fs::path(o_.out_dir) / name).string(), text, "out");
   }
-  // Runs a gnuplot script whose data files are already in out_dir; returns the
-  // markdown image line, or a note when plotting is unavailable.
-  std::string Plot(const std::string& png, const std::string& script) const {
+  // Draws `png` in out_dir from a gnuplot script whose data files (bare
+  // names) are given with their contents; no shell, and out_dir never
+  // reaches gnuplot (plot::RunGnuplot). Returns the markdown image line, or a
+  // note when plotting is unavailable or fails (also logged).
+  std::string Plot(const std::string& png, const std::string& script,
+                   std::vector<std::pair<std::string, std::string>> data) const {
     if (!have_gnuplot_) return "(figure skipped: gnuplot not available)\n";
-    const fs::path gp = fs::path(o_.out_dir) / (png + ".gp");
-    File(png + ".gp", "set terminal " + terminal_ + " size 1100,500\nset output '" + png +
-                          "'\n" + script);
-    const std::string cmd = "cd '" + o_.out_dir + "' && gnuplot '" + png + ".gp' 2>/dev/null";
-    if (std::system(cmd.c_str()) != 0) return "(figure failed: gnuplot error)\n";
+    plot::GnuplotJob job;
+    job.terminal = terminal_ + " size 1100,500";
+    job.script = script;
+    job.data_files = std::move(data);
+    try {
+      plot::RunGnuplot(job, (fs::path(o_.out_dir) / png).string());
+    } catch (const plot::PlotError& e) {
+      Log(std::string("[eval paper] ") + png + ": " + e.what());
+      return std::string("(figure failed: ") + e.what() + ")\n";
+    }
     return "![" + png + "](" + png + ")\n";
   }
   ExperimentResult Run(ExperimentConfig c) const {
@@ -166,13 +169,15 @@ std::string SpeedupFigure(const Writer& w, const std::string& fig, const std::st
   md += "\nSpeedup = iteration time of the better static baseline (megatron or deepspeed, each "
         "with its best degree) / the strategy's. All times simulated (s per global batch of 512).\n\n";
   md += w.Plot(fig + ".png",
-               "set title '" + title + " (simulated)' noenhanced\nset datafile missing '?'\n"
+               "set title " + plot::GnuplotQuote(title + " (simulated)") +
+                   " noenhanced\nset datafile missing '?'\n"
                "set style data histograms\nset style histogram clustered gap 1\n"
                "set style fill solid 0.8 border -1\nset ylabel 'speedup over best static baseline'\n"
                "set xtics rotate by -45 noenhanced font ',8'\nset yrange [0:*]\nset key outside top center horizontal\n"
                "set grid ytics\nplot '" + fig + ".dat' using 2:xtic(1) title 'fcp (ours)', '' "
                "using 3 title 'fcp-paper (ours)', '' using 4 title 'paper FCP', 1 with lines "
-               "lc rgb 'black' dt 2 notitle\n");
+               "lc rgb 'black' dt 2 notitle\n",
+               {{fig + ".dat", dat}});
   return md + "\n";
 }
 
@@ -267,7 +272,8 @@ std::string RunPaperEval(const PaperEvalOptions& o) {
                 "set xlabel 'ranks'\nset ylabel 'k tokens/s per rank'\nset grid\nset key bottom left\n"
                 "plot 'fig5.csv' using 1:3 with linespoints title 'megatron', '' using 1:4 with "
                 "linespoints title 'deepspeed', '' using 1:5 with linespoints title 'fcp-paper', "
-                "'' using 1:6 with linespoints lw 2 title 'fcp'\n");
+                "'' using 1:6 with linespoints lw 2 title 'fcp'\n",
+                {{"fig5.csv", csv5}});
   md += md5 + "\n";
 
   // Table 1: by global batch size.

@@ -290,6 +290,9 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       const double hide_behind = prev_iter_s;
       prev_iter_s = run.sim.iter_s;
       if (i < first_measured) continue;
+      if (i == first_measured && cfg.on_first_measured_step)
+        cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
+                                   setup.base.cluster.ranks_per_node);
       r.overlap.solver_s += run.plan.solver_ms / 1e3;
       r.overlap.hidden_s += std::min(run.plan.solver_ms / 1e3, hide_behind);
       const double created = static_cast<double>(cache.size()) - before;

@@ -610,6 +610,7 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         }
       }
       const double end = start + dur;
+      res.group_spans.push_back({static_cast<int>(mb), static_cast<int>(g), start, end});
       for (int rank : gp.ranks) {
         const auto r = static_cast<size_t>(rank);
         ready[r] = end;
@@ -702,126 +703,6 @@ OverlapReport OverlapScheduling(std::span<const double> solver_s,
   }
   r.exposed_s = r.solver_s - r.hidden_s;
   return r;
-}
-
-// ---------------------------------------------------------------------------
-// Gantt chart.
-
-namespace {
-
-std::string GnuplotQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "''";
-    else out += c;
-  }
-  return out + "'";
-}
-
-bool GnuplotHasTerminal(const std::string& term) {
-  const std::string cmd = "gnuplot -e \"set terminal " + term + "\" >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
-}  // namespace
-
-void WritePlanGantt(const Plan& plan, const std::string& png_path,
-                    const GanttOptions& options) {
-  if (plan.status != PlanStatus::kOk) throw InputError("plot", "plan is not feasible");
-  if (plan.micro_batches.empty()) throw InputError("plot", "plan has no micro-batches");
-  size_t num_groups = 0;
-  for (const auto& mb : plan.micro_batches) num_groups += mb.groups.size();
-  if (!options.group_ms.empty() && options.group_ms.size() != num_groups)
-    throw InputError("plot.group_ms", "needs one duration per group");
-  if (png_path.empty()) throw InputError("plot", "empty output path");
-
-  namespace fs = std::filesystem;
-  static int counter = 0;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("fcp-gantt-" + std::to_string(::getpid()) + "-" +
-                        std::to_string(counter++));
-  fs::create_directories(dir);
-  const fs::path data = dir / "boxes.dat";
-  const fs::path script = dir / "gantt.gp";
-  const fs::path err = dir / "gnuplot.err";
-
-  int max_rank = std::max(0, plan.num_ranks - 1);
-  std::ofstream dat(data);
-  std::ostringstream labels;
-  double t0 = 0;
-  size_t gi = 0;
-  const std::string palette[] = {"#4C72B0", "#DD8452", "#55A868", "#C44E52",
-                                 "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"};
-  int colour = 0;
-  for (size_t mbi = 0; mbi < plan.micro_batches.size(); ++mbi) {
-    const auto& mb = plan.micro_batches[mbi];
-    double mb_len = 0;
-    for (const auto& g : mb.groups) {
-      const double dur = options.group_ms.empty() ? g.est_ms : options.group_ms[gi];
-      ++gi;
-      mb_len = std::max(mb_len, dur);
-      if (g.ranks.empty()) continue;
-      std::vector<int> rs = g.ranks;
-      std::sort(rs.begin(), rs.end());
-      max_rank = std::max(max_rank, rs.back());
-      // One box per maximal run of consecutive ranks.
-      size_t a = 0;
-      while (a < rs.size()) {
-        size_t b = a;
-        while (b + 1 < rs.size() && rs[b + 1] == rs[b] + 1) ++b;
-        dat << t0 << ' ' << t0 + dur << ' ' << rs[a] - 0.45 << ' ' << rs[b] + 0.45 << ' '
-            << colour << '\n';
-        a = b + 1;
-      }
-      if (num_groups <= 400) {
-        labels << "set label " << gi << " \"d=" << g.degree() << " k=" << g.sequences.size()
-               << "\" at " << t0 + dur / 2 << "," << (rs.front() + rs.back()) / 2.0
-               << " center font \",8\" front\n";
-      }
-      colour = (colour + 1) % 8;
-    }
-    t0 += mb_len;
-  }
-  dat.close();
-
-  const std::string term = GnuplotHasTerminal("pngcairo") ? "pngcairo" : "png";
-  std::string title = options.title;
-  if (title.empty()) {
-    title = plan.strategy + ": " + std::to_string(plan.num_ranks) + " ranks, " +
-            std::to_string(plan.micro_batches.size()) + " micro-batches (" +
-            (options.group_ms.empty() ? "planner estimate" : "simulated") + ")";
-  }
-  std::ofstream gp(script);
-  gp << "set terminal " << term << " size " << options.width_px << "," << options.height_px
-     << "\n";
-  gp << "set output " << GnuplotQuote(png_path) << "\n";
-  gp << "set title " << GnuplotQuote(title) << " noenhanced\n";
-  gp << "set xlabel 'time (ms)'\nset ylabel 'rank'\n";
-  gp << "set yrange [-0.5:" << max_rank + 0.5 << "]\nset xrange [0:" << std::max(t0, 1e-9)
-     << "]\n";
-  gp << "set grid xtics\nunset key\n";
-  for (int i = 0; i < 8; ++i)
-    gp << "set linetype " << i + 1 << " lc rgb '" << palette[i] << "'\n";
-  gp << labels.str();
-  gp << "plot " << GnuplotQuote(data.string())
-     << " using (($1+$2)/2):(($3+$4)/2):1:2:3:4:($5+1) with boxxyerror fs solid 0.6 "
-        "border lc rgb 'black' lc variable\n";
-  gp.close();
-
-  const std::string cmd =
-      "gnuplot " + GnuplotQuote(script.string()) + " 2>" + GnuplotQuote(err.string());
-  const int rc = std::system(cmd.c_str());
-  std::string err_text;
-  {
-    std::ifstream in(err);
-    std::getline(in, err_text, '\0');
-  }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  if (rc != 0) {
-    throw std::runtime_error("gnuplot failed (exit " + std::to_string(rc) + "): " + err_text);
-  }
-  if (!fs::exists(png_path)) throw std::runtime_error("gnuplot wrote no file " + png_path);
 }
 
 }  // namespace fcp::sim

@@ -502,28 +502,5 @@ TEST(OverlapScheduling, HidesSolverBehindPreviousStep) {
   EXPECT_THROW(OverlapScheduling(solver, std::vector<double>{1.0}), InputError);
 }
 
-TEST(Gantt, WritesPng) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "no gnuplot";
-  Plan plan;
-  plan.strategy = "test";
-  plan.num_ranks = 8;
-  GroupPlan g1 = Group(Range(0, 6), {0, 1});
-  g1.est_ms = 30;
-  GroupPlan g2 = Group({6, 7}, {2});
-  g2.est_ms = 12;
-  plan.micro_batches.push_back({{g1, g2}, 30});
-  GroupPlan g3 = Group({0, 2, 3}, {3});  // non-contiguous ranks: two boxes
-  g3.est_ms = 10;
-  plan.micro_batches.push_back({{g3}, 10});
-  const auto path = std::filesystem::temp_directory_path() / "fcp_sim_gantt_test.png";
-  std::filesystem::remove(path);
-  WritePlanGantt(plan, path.string());
-  ASSERT_TRUE(std::filesystem::exists(path));
-  EXPECT_GT(std::filesystem::file_size(path), 1000u);
-  std::filesystem::remove(path);
-  Plan empty;
-  EXPECT_THROW(WritePlanGantt(empty, path.string()), InputError);
-}
-
 }  // namespace
 }  // namespace fcp::sim
