@@ -8,6 +8,7 @@
 
 #include "baselines/dynamic.h"
 #include "baselines/flexsp.h"
+#include "baselines/megatron_dcp.h"
 #include "baselines/optimal.h"
 #include "baselines/static_cp.h"
 #include "fcp/scheduler.h"
