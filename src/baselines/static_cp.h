@@ -1,5 +1,5 @@
 // Static-degree baselines: `megatron` (ring CP, one degree, DP replicas) and
-// `deepspeed` (Ulysses all-to-all, power-of-two degree dividing q_heads).
+// `deepspeed` (Ulysses all-to-all, degree dividing N and q_heads).
 // Without --cp the degree is tuned: every allowed degree that holds the
 // longest sequence is planned and the one with the smallest estimated
 // makespan is kept (notes: cp_degree, cp_degree_source, cp_degree_candidates).
@@ -14,8 +14,8 @@
 
 namespace fcp::baselines {
 
-// Allowed degrees: divisors of N (megatron); powers of two dividing both N
-// and q_heads (deepspeed). Ascending.
+// Allowed degrees: divisors of N (megatron); divisors of both N and q_heads
+// (deepspeed). Ascending.
 std::vector<int> MegatronDegrees(int num_ranks);
 std::vector<int> UlyssesDegrees(int num_ranks, int q_heads);
 
@@ -33,7 +33,7 @@ class DeepSpeedStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "deepspeed"; }
   std::string_view description() const override {
-    return "DeepSpeed-Ulysses static SP: power-of-two degree dividing the head "
+    return "DeepSpeed-Ulysses static SP: one degree dividing N and the head "
            "count, all-to-all";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
