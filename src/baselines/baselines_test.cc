@@ -410,25 +410,47 @@ TEST(FlexSp, DeadlineSkipsMilpsAndIsDeterministic) {
   }
 }
 
-// bytescale: each long sequence (d_min > 1) gets exactly d_min ranks.
-TEST(ByteScale, LongSequencesGetFewestRanks) {
+// bytescale: every sequence on max(d_min, ceil(s / C)) ranks (C the tuned
+// capacity), short ones packed on one rank up to C tokens; replaying the plan
+// rank by rank (a group starts when all its ranks are free, micro-batches in
+// order) gives exactly the list schedule's makespan it reports.
+TEST(ByteScale, DataAwareShardingAndListSchedule) {
   int longs = 0, ok = 0;
   for (const PlanRequest& req : RuleInstances(9, 400)) {
     const Plan p = RunStrategy(req, {.strategy = "bytescale"});
     if (p.status != PlanStatus::kOk) continue;
     ++ok;
+    const double c = std::stod(p.notes.at("capacity_tokens"));
+    std::vector<double> free_at(req.cluster.num_ranks, 0.0);
+    double makespan = 0;
     for (const auto& mb : p.micro_batches) {
       for (const auto& g : mb.groups) {
-        for (int k : g.sequences) {
-          if (DMin(req, k) > 1) {
-            ++longs;
-            EXPECT_EQ(g.degree(), DMin(req, k));
-          } else {
-            EXPECT_TRUE(g.degree() == 1 || g.sequences[0] != k);
-          }
+        GroupLoad load;
+        for (int k : g.sequences) load.Add(req.sequences[k]);
+        if (g.degree() > 1) {
+          ASSERT_EQ(g.sequences.size(), 1u);
+          ++longs;
+          const double len = static_cast<double>(req.sequences[g.sequences[0]].length_tokens);
+          const int64_t want = std::min<int64_t>(
+              req.cluster.num_ranks,
+              std::max<int64_t>(DMin(req, g.sequences[0]),
+                                static_cast<int64_t>(std::ceil(len / std::floor(c)) - 1e-9)));
+          EXPECT_GE(g.degree(), want - 1);  // C is printed floored
+          EXPECT_LE(g.degree(), want + 1);
+          EXPECT_EQ(g.ranks[0] % g.degree(), 0);  // aligned block
+        } else if (g.sequences.size() > 1) {
+          EXPECT_LE(load.sum_tokens, c + 1);
         }
+        double start = 0;
+        for (int r : g.ranks) start = std::max(start, free_at[r]);
+        const double end = start + GroupTimeOnRanksS(req.cost, req.cluster, load, g.ranks);
+        for (int r : g.ranks) free_at[r] = end;
+        makespan = std::max(makespan, end);
       }
     }
+    EXPECT_NEAR(1000.0 * makespan, std::stod(p.notes.at("list_schedule_est_ms")),
+                1e-6 * 1000.0 * makespan);
+    EXPECT_LE(std::stod(p.notes.at("list_schedule_est_ms")), p.est_ms * (1 + 1e-6));
   }
   EXPECT_GT(longs, 50);
   EXPECT_GT(ok, 100);

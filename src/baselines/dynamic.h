@@ -17,8 +17,9 @@ class ByteScaleStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "bytescale"; }
   std::string_view description() const override {
-    return "ByteScale-style: each long sequence on the fewest ranks it needs, short "
-           "ones balanced greedily";
+    return "ByteScale: data-aware sharding (each sequence on the fewest ranks that "
+           "hold it, short ones packed per rank) + balance scheduler (list "
+           "scheduling, ranks run different numbers of micro-batches)";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
 };
