@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "progress.h"
 #include "fcp/datasets.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
@@ -66,28 +67,59 @@ int RunSimulate(int argc, char** argv) {
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  std::string plan_file, save_plans_file;
+  app.add_option("--plan", plan_file,
+                 "simulate plans made elsewhere instead of --strategies: FILE (or - for "
+                 "stdin) is a JSON array or JSON lines of {\"batch\": <fcp plan input>, "
+                 "\"plan\": <fcp plan --format json output>}, simulated in order "
+                 "(--warmup first ones unmeasured); hardware = --model on --cluster");
+  app.add_option("--save-plans", save_plans_file,
+                 "write every step's {batch, plan} as JSON lines to FILE (one strategy "
+                 "only): the input format of --plan");
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
-    if (!dataset.empty() && !lengths_file.empty())
-      return InputErrorExit("--dataset/--lengths: give one, not both");
-    if (dataset.empty() && lengths_file.empty()) dataset = "github";
-    cfg.dataset = dataset;
-    if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
-    cfg.strategies = SplitComma(strategies);
-    if (!cost_model_file.empty()) {
-      const ModelPreset* m = FindModelPreset(cfg.model);
-      const ClusterPreset* c = FindClusterPreset(cfg.cluster);
-      if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
-      if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
-      cfg.cost_model = ParseCostModelJson(ReadFileOrStdin(cost_model_file), DeriveCostModel(*m, *c));
+    Progress progress(!quiet);
+    if (!quiet) cfg.progress = progress.Callback();
+    sim::ExperimentResult res;
+    if (!plan_file.empty()) {
+      if (!dataset.empty() || !lengths_file.empty())
+        return InputErrorExit("--plan: the batches come from the plan file; drop --dataset/--lengths");
+      const std::vector<sim::PlannedBatch> batches =
+          sim::ParsePlannedBatches(ReadFileOrStdin(plan_file));
+      res = sim::ReplayPlannedBatches(batches, cfg);
+    } else {
+      if (!dataset.empty() && !lengths_file.empty())
+        return InputErrorExit("--dataset/--lengths: give one, not both");
+      if (dataset.empty() && lengths_file.empty()) dataset = "github";
+      cfg.dataset = dataset;
+      if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
+      cfg.strategies = SplitComma(strategies);
+      if (!cost_model_file.empty()) {
+        const ModelPreset* m = FindModelPreset(cfg.model);
+        const ClusterPreset* c = FindClusterPreset(cfg.cluster);
+        if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
+        if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
+        cfg.cost_model =
+            ParseCostModelJson(ReadFileOrStdin(cost_model_file), DeriveCostModel(*m, *c));
+      }
+      std::string saved;
+      if (!save_plans_file.empty()) {
+        if (cfg.strategies.size() != 1)
+          return InputErrorExit("save-plans: needs exactly one strategy in --strategies");
+        cfg.on_plan = [&saved](const std::string&, const PlanRequest& req, const Plan& plan) {
+          saved += sim::PlannedBatchToJson(req, plan) + "\n";
+        };
+      }
+      res = sim::RunExperiment(cfg);
+      if (!save_plans_file.empty()) {
+        std::FILE* f = std::fopen(save_plans_file.c_str(), "wb");
+        if (!f) return InputErrorExit("save-plans: cannot open '" + save_plans_file + "'");
+        const bool ok = std::fwrite(saved.data(), 1, saved.size(), f) == saved.size();
+        if (std::fclose(f) != 0 || !ok)
+          return InputErrorExit("save-plans: cannot write '" + save_plans_file + "'");
+      }
     }
-    if (!quiet) {
-      cfg.progress = [](const std::string& line) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-        std::fflush(stderr);
-      };
-    }
-    const sim::ExperimentResult res = sim::RunExperiment(cfg);
+    progress.Finish();
     const std::string text = format == "json" ? sim::ExperimentToJson(res, 2) + "\n"
                                               : sim::ExperimentToTable(res);
     std::fwrite(text.data(), 1, text.size(), stdout);

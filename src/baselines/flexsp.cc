@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,12 +73,15 @@ using Groups = std::vector<std::pair<int, std::vector<int>>>;
 Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                      const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int n = ctx.req.cluster.num_ranks;
+  auto len_of = [&](int k) {
+    return static_cast<double>(padded ? padded->at(k) : ctx.req.sequences[k].length_tokens);
+  };
   Groups out;
   int used = 0;
   double open_tokens = 0;
+  std::vector<int> shorts;
   for (int k : seqs) {  // seqs are sorted longest first
-    const double len = static_cast<double>(padded ? padded->at(k)
-                                                  : ctx.req.sequences[k].length_tokens);
+    const double len = len_of(k);
     if (ctx.cp[k] > 1) {
       used += static_cast<int>(ctx.cp[k]);
       out.push_back({static_cast<int>(ctx.cp[k]), {k}});
@@ -85,14 +89,47 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                open_tokens + len <= ctx.headroom_tokens) {
       out.back().second.push_back(k);
       open_tokens += len;
+      shorts.push_back(k);
     } else {
       ++used;
       out.push_back({1, {k}});
       open_tokens = len;
+      shorts.push_back(k);
     }
     if (used > n) return {};
   }
-  return out;
+  // The next-fit packing above decides feasibility; the short sequences are
+  // then dealt, longest first, to the least-loaded of all free single ranks
+  // (by single-rank time), which balances them; if that overflows a rank's
+  // memory the next-fit packing stays. O(m log N).
+  int free_ranks = n;
+  for (const auto& [size, members] : out) free_ranks -= size > 1 ? size : 0;
+  if (shorts.empty() || free_ranks <= 0) return out;
+  using Slot = std::pair<double, int>;  // (load s, slot)
+  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
+  for (int r = 0; r < free_ranks; ++r) heap.push({0.0, r});
+  std::vector<std::vector<int>> dealt(free_ranks);
+  std::vector<double> tokens(free_ranks, 0);
+  for (int k : shorts) {
+    auto [load, r] = heap.top();
+    heap.pop();
+    Sequence s = ctx.req.sequences[k];
+    s.length_tokens = static_cast<int64_t>(len_of(k));
+    tokens[r] += len_of(k);
+    if (tokens[r] > ctx.headroom_tokens) return out;
+    dealt[r].push_back(k);
+    heap.push({load + AllToAllGroupTimeS(ctx.req.cost, ctx.shape, GroupLoad::Of(s), 1,
+                                         ctx.req.cost.bw_intra_node),
+               r});
+  }
+  Groups balanced;
+  for (auto& g : out) {
+    if (g.first > 1) balanced.push_back(std::move(g));
+  }
+  for (auto& d : dealt) {
+    if (!d.empty()) balanced.push_back({1, std::move(d)});
+  }
+  return balanced;
 }
 
 // A micro-batch's estimate (s) as EvaluatePlan computes it for these groups

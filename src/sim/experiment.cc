@@ -206,6 +206,11 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
     for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
       const int before = static_cast<int>(cache.size());
       const StepRun run = RunStep(setup, cfg, strategy, degree, i, &cache);
+      if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
+        PlanRequest req = setup.base;
+        req.sequences = setup.batches[i].seqs;
+        cfg.on_plan(strategy, req, run.plan);
+      }
       if (!run.ok) {
         r.oom = run.oom;
         r.infeasible = run.infeasible;
