@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -112,7 +113,17 @@ std::vector<int64_t> DcpMaxSeqlenCandidates(const PlanRequest& request) {
   return out;
 }
 
-DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank) {
+std::vector<int> LongestFirst(const PlanRequest& request) {
+  std::vector<int> order(request.sequences.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+  });
+  return order;
+}
+
+DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank,
+                             const std::vector<int>* longest_first) {
   FCP_CHECK(max_seqlen_per_rank >= 1);
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
@@ -136,11 +147,7 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
     work[k] = static_cast<double>(len) * static_cast<double>(len) / static_cast<double>(cp);
   }
   // get_groups_and_subsamples: sort by length, descending (stable).
-  std::vector<int> order(k_total);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
-  });
+  const std::vector<int> order = longest_first ? *longest_first : LongestFirst(request);
   const int64_t trim_cap = static_cast<int64_t>(k_total) + 64;
   Fenwick fw(static_cast<int>(k_total + trim_cap));
   std::vector<int> item_at(fw.size(), -1);
@@ -288,8 +295,10 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
 
     // ---- fill_empty_gpus: while GPUs are idle, the first group of the
     // smallest size grows to min(2 x size, N); later groups shift right.
-    std::vector<std::set<int>> gids_of_size(n + 1);
-    for (size_t gid = 0; gid < groups.size(); ++gid) gids_of_size[groups[gid].size].insert(gid);
+    std::map<int, std::set<int>> gids_of_size;  // size -> gids (creation order)
+    for (size_t gid = 0; gid < groups.size(); ++gid) {
+      gids_of_size[groups[gid].size].insert(static_cast<int>(gid));
+    }
     std::set<int> sizes_present;
     for (const Group& g : groups) sizes_present.insert(g.size);
     while (free_ranks > 0 && !sizes_present.empty()) {
@@ -298,9 +307,10 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
       // Megatron asserts enough idle GPUs here; with N not a power of two it
       // can fail. We stop and leave the remaining GPUs idle instead.
       if (grown - min_size > free_ranks || grown == min_size) break;
-      const int gid = *gids_of_size[min_size].begin();
-      gids_of_size[min_size].erase(gids_of_size[min_size].begin());
-      if (gids_of_size[min_size].empty()) sizes_present.erase(min_size);
+      std::set<int>& smallest = gids_of_size[min_size];
+      const int gid = *smallest.begin();
+      smallest.erase(smallest.begin());
+      if (smallest.empty()) sizes_present.erase(min_size), gids_of_size.erase(min_size);
       groups[gid].size = grown;
       gids_of_size[grown].insert(gid);
       sizes_present.insert(grown);
@@ -347,8 +357,18 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
   int64_t best_t = 0;
   std::string tried;
   int last_bad = -1;  // from the largest setting that fails
+  // Settings that give every sequence the same CP size schedule alike: one
+  // run per distinct size vector (compared by a 64-bit FNV-1a hash).
+  std::set<uint64_t> seen;
+  const std::vector<int> order = LongestFirst(request);
   for (int64_t t : candidates) {
-    DcpSchedule s = ScheduleHybridCp(request, t);
+    uint64_t hash = 1469598103934665603ULL;
+    for (const Sequence& seq : request.sequences) {
+      hash = (hash ^ static_cast<uint64_t>(NextPowerOfTwo((seq.length_tokens + t - 1) / t))) *
+             1099511628211ULL;
+    }
+    if (!seen.insert(hash).second) continue;
+    DcpSchedule s = ScheduleHybridCp(request, t, &order);
     if (s.infeasible_sequence >= 0) {
       last_bad = s.infeasible_sequence;
       continue;

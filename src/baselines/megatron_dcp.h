@@ -37,7 +37,11 @@ struct DcpSchedule {
 // O((K + trims) log K + steps · log N · log K + expansions · log N); trims are
 // capped at K + 64 (then trimming stops), so the whole is O(K log K + N log N)
 // per step.
-DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank);
+// `longest_first` (optional) is the batch's indices sorted by length,
+// descending, stable (LongestFirst), to share the sort across settings.
+DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank,
+                             const std::vector<int>* longest_first = nullptr);
+std::vector<int> LongestFirst(const PlanRequest& request);
 
 // The candidates tuned over: the memory limit T_mem = floor((mem_capacity -
 // mem_static) / mem_per_token) and, for every power of two p <= N,
