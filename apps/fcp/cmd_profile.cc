@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "command.h"
+#include "progress.h"
 #include "fcp/profiler.h"
 
 #if FCP_HAVE_MPI
@@ -132,6 +133,8 @@ int RunProfileCmd(int argc, char** argv) {
     if (mpi && !print && o.target != "cpu") return 0;
 #endif
     std::string summary;
+    Progress progress(print);
+    o.progress = progress.Callback();
     for (const std::string& m : model_list) {
       o.model = m;
 #if FCP_HAVE_MPI
@@ -140,6 +143,7 @@ int RunProfileCmd(int argc, char** argv) {
 #else
       const ProfileReport rep = RunProfile(o);
 #endif
+      progress.Finish();
       if (!print) continue;
       summary += fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", rep.model,
                              100 * rep.heldout.overall.mean, 100 * rep.heldout.overall.max,
