@@ -106,7 +106,7 @@ Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
   for (int64_t len : lengths) {
     ++length_index;
     if (o.progress) {
-      o.progress("[profile] " + o.model + ": length " + std::to_string(len) + " (" +
+      o.progress("[profile] " + (o.model.empty() ? std::string(kDefaultModel) : o.model) + ": length " + std::to_string(len) + " (" +
                  std::to_string(length_index) + "/" + std::to_string(lengths.size()) + ")");
     }
     for (int d : degrees) {
@@ -187,7 +187,7 @@ Collected CollectCpu(const ProfileOptions& o) {
   for (int64_t len : lengths) {
     ++length_index;
     if (o.progress) {
-      o.progress("[profile] " + o.model + ": length " + std::to_string(len) + " (" +
+      o.progress("[profile] " + (o.model.empty() ? std::string(kDefaultModel) : o.model) + ": length " + std::to_string(len) + " (" +
                  std::to_string(length_index) + "/" + std::to_string(lengths.size()) + ")");
     }
     for (int d : degrees) {
