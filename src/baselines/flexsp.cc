@@ -53,6 +53,7 @@ struct Context {
   const PlanRequest& req;
   ModelShape shape;
   std::vector<int64_t> cp;  // power-of-two Ulysses size each sequence needs
+  int64_t max_size = 1;     // largest allowed Ulysses size (power of two | q_heads, <= N)
   double headroom_tokens;   // tokens one rank holds
 };
 
@@ -104,30 +105,65 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
   // memory the next-fit packing stays. O(m log N).
   int free_ranks = n;
   for (const auto& [size, members] : out) free_ranks -= size > 1 ? size : 0;
-  if (shorts.empty() || free_ranks <= 0) return out;
-  using Slot = std::pair<double, int>;  // (load s, slot)
-  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
-  for (int r = 0; r < free_ranks; ++r) heap.push({0.0, r});
-  std::vector<std::vector<int>> dealt(free_ranks);
-  std::vector<double> tokens(free_ranks, 0);
-  for (int k : shorts) {
-    auto [load, r] = heap.top();
-    heap.pop();
-    Sequence s = ctx.req.sequences[k];
-    s.length_tokens = static_cast<int64_t>(len_of(k));
-    tokens[r] += len_of(k);
-    if (tokens[r] > ctx.headroom_tokens) return out;
-    dealt[r].push_back(k);
-    heap.push({load + AllToAllGroupTimeS(ctx.req.cost, ctx.shape, GroupLoad::Of(s), 1,
-                                         ctx.req.cost.bw_intra_node),
-               r});
-  }
   Groups balanced;
-  for (auto& g : out) {
-    if (g.first > 1) balanced.push_back(std::move(g));
+  bool dealt_ok = !shorts.empty() && free_ranks > 0;
+  std::vector<std::vector<int>> dealt(std::max(free_ranks, 0));
+  if (dealt_ok) {
+    using Slot = std::pair<double, int>;  // (load s, slot)
+    std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
+    for (int r = 0; r < free_ranks; ++r) heap.push({0.0, r});
+    std::vector<double> tokens(free_ranks, 0);
+    for (int k : shorts) {
+      auto [load, r] = heap.top();
+      heap.pop();
+      Sequence s = ctx.req.sequences[k];
+      s.length_tokens = static_cast<int64_t>(len_of(k));
+      tokens[r] += len_of(k);
+      if (tokens[r] > ctx.headroom_tokens) {
+        dealt_ok = false;  // keep the next-fit packing
+        break;
+      }
+      dealt[r].push_back(k);
+      heap.push({load + AllToAllGroupTimeS(ctx.req.cost, ctx.shape, GroupLoad::Of(s), 1,
+                                           ctx.req.cost.bw_intra_node),
+                 r});
+    }
   }
-  for (auto& d : dealt) {
-    if (!d.empty()) balanced.push_back({1, std::move(d)});
+  if (dealt_ok) {
+    for (auto& g : out) {
+      if (g.first > 1) balanced.push_back(std::move(g));
+    }
+    for (auto& d : dealt) {
+      if (!d.empty()) balanced.push_back({1, std::move(d)});
+    }
+  } else {
+    balanced = std::move(out);
+  }
+  // Ranks still idle go to the slowest groups: the slowest group doubles its
+  // (power-of-two) size while enough ranks are free, as the MILP would. O(N log N).
+  int idle = n;
+  for (const auto& g : balanced) idle -= g.first;
+  auto time_of = [&](const std::pair<int, std::vector<int>>& g) {
+    GroupLoad load;
+    for (int k : g.second) load.Add(ctx.req.sequences[k]);
+    return AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, g.first, BwFor(ctx, g.first));
+  };
+  std::priority_queue<std::pair<double, int>> slowest;
+  for (size_t i = 0; i < balanced.size(); ++i) slowest.push({time_of(balanced[i]), static_cast<int>(i)});
+  while (idle > 0 && !slowest.empty()) {
+    const int i = slowest.top().second;
+    slowest.pop();
+    auto& g = balanced[i];
+    if (2 * g.first > ctx.max_size || g.first > idle) continue;  // cannot grow: next one
+    const double before = time_of(g);
+    g.first *= 2;
+    const double after = time_of(g);
+    if (after >= before) {  // doubling does not help this group
+      g.first /= 2;
+      continue;
+    }
+    idle -= g.first / 2;
+    slowest.push({after, i});
   }
   return balanced;
 }
@@ -518,6 +554,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   // Ulysses rule: a group size is a power of two dividing q_heads (and <= N).
   int64_t max_pow2 = 1;
   while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0) max_pow2 *= 2;
+  ctx.max_size = max_pow2;
   for (int k = 0; k < k_total; ++k) {
     ctx.cp[k] = DcpDegree(request.cost, request.sequences[k].length_tokens);
     if (ctx.cp[k] > max_pow2) {
