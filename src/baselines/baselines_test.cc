@@ -126,6 +126,24 @@ TEST(AllBaselines, PlansValidateOnRandomBatches) {
   EXPECT_GT(checked - infeasible, 3000);
 }
 
+// `optimal` is an exact DP with no time limit: two runs give the same plan
+// and the same notes (no wall-clock figure in them).
+TEST(Optimal, DeterministicNotesWithoutWallClock) {
+  std::mt19937_64 rng(7);
+  RandomInstanceOptions opt;
+  opt.max_sequences = 6;
+  opt.max_ranks = 8;
+  for (int i = 0; i < 30; ++i) {
+    const PlanRequest req = RandomRequest(rng, opt);
+    const Plan a = RunStrategy(req, {.strategy = "optimal"});
+    const Plan b = RunStrategy(req, {.strategy = "optimal"});
+    EXPECT_EQ(a.notes, b.notes);
+    for (const auto& [key, value] : a.notes) EXPECT_EQ(key.find("time"), std::string::npos) << key;
+    ASSERT_EQ(a.micro_batches.size(), b.micro_batches.size());
+    EXPECT_EQ(a.est_ms, b.est_ms);
+  }
+}
+
 TEST(Optimal, EqualsBruteForceOnTinyInstances) {
   std::mt19937_64 rng(99);
   RandomInstanceOptions opt;
