@@ -2,9 +2,12 @@
 // per-global-batch FCP plans. Run under MPI:
 //   mpirun -np N build/fcp-train [--strategy fcp|fcp-paper|megatron]
 //       [--data-dir DIR] [--max-len L] [--gbs B] [--steps S] [--seed S]
-// Rank 0 prints one line per step and a summary. Exit codes: 0 ok, 2 bad
-// input (one `error:` line on stderr), 1 runtime failure.
+// Rank 0 prints one line per step and a summary. Exit codes: 0 ok; 2 bad
+// input or configuration (one `error:` line on stderr, from rank 0 only,
+// found before training starts); 1 runtime failure (every rank prints its
+// line with the reason); 3 the watchdog ended a stalled job.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +15,7 @@
 
 #include "exec/communicator_mpi.h"
 #include "exec/trainer.h"
+#include "exec/watchdog.h"
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
 #include "kernels/gemm.h"
@@ -22,11 +26,32 @@ struct Flags {
   fcp::exec::TrainOptions train;
   std::string data_dir = "/usr/include";
   std::string cost_model_path;
-  std::string die_at;  // "RANK:STEP"
+  std::string lengths_path;
+  std::string die_at;   // "RANK:STEP"
+  std::string stop_at;  // "RANK:STEP"
+  double watchdog_s = 300;
   double mem_mb = 256;
   bool sync_planning = false;
   bool no_calibrate = false;
 };
+
+// This process's rank as the launcher states it (before MPI_Init): flag
+// errors are printed by rank 0 only. 0 when not launched by mpirun.
+int LaunchRank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+// "RANK:STEP" of a testing flag.
+std::pair<int, int> RankStep(const std::string& flag, const std::string& v) {
+  int rank = -1, step = -1;
+  char tail = 0;
+  if (std::sscanf(v.c_str(), "%d:%d%c", &rank, &step, &tail) != 2 ||
+      rank < 0 || step < 0)
+    throw fcp::InputError(flag, "expected RANK:STEP (non-negative integers)");
+  return {rank, step};
+}
 
 int Run(fcp::exec::Communicator& world, Flags& flags) {
   using namespace fcp::exec;
@@ -39,20 +64,42 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
     o.cost = fcp::ParseCostModelJson(fcp::ReadFileOrStdin(flags.cost_model_path),
                                      base);
   }
-  if (!flags.die_at.empty()) {
-    int die_rank = -1, die_step = -1;
-    if (std::sscanf(flags.die_at.c_str(), "%d:%d", &die_rank, &die_step) != 2)
-      throw fcp::InputError("die-at", "expected RANK:STEP");
-    o.on_step_start = [die_rank, die_step](int rank, int step) {
-      if (rank == die_rank && step == die_step) {
-        std::fprintf(stderr, "rank %d: simulated crash at step %d\n", rank,
-                     step);
-        std::fflush(stderr);
-        std::_Exit(17);  // no MPI_Finalize: a crashed process
-      }
-    };
+  std::pair<int, int> die{-1, -1}, stop{-1, -1};
+  if (!flags.die_at.empty()) die = RankStep("die_at", flags.die_at);
+  if (!flags.stop_at.empty()) stop = RankStep("stop_at", flags.stop_at);
+  if (!(flags.watchdog_s >= 0))
+    throw fcp::InputError("watchdog_s", "must be >= 0 (0 = off)");
+  o.on_step_start = [die, stop](int rank, int step) {
+    if (rank == die.first && step == die.second) {
+      std::fprintf(stderr, "rank %d: simulated crash at step %d\n", rank, step);
+      std::fflush(stderr);
+      std::_Exit(17);  // no MPI_Finalize: a crashed process
+    }
+    if (rank == stop.first && step == stop.second) {
+      std::fprintf(stderr, "rank %d: stopping itself (SIGSTOP) at step %d\n",
+                   rank, step);
+      std::fflush(stderr);
+      std::raise(SIGSTOP);  // every thread stops, as with kill -STOP
+    }
+  };
+  const TextCorpus corpus =
+      flags.lengths_path.empty()
+          ? ListCorpus(flags.data_dir)
+          : LengthsCorpus(fcp::ReadLengthsFile(flags.lengths_path),
+                          ListCorpus(flags.data_dir));
+  // Every configuration error is found here, identically on every rank and
+  // without communication, before any training work.
+  if (auto e = PreflightCheck(o, corpus, world.size()))
+    throw fcp::InputError::FromMessage(*e);
+  std::unique_ptr<Watchdog> watchdog;
+  if (flags.watchdog_s > 0) {
+    watchdog = StartMpiWatchdog(flags.watchdog_s);
+    if (watchdog)
+      o.on_progress = [w = watchdog.get()](int step) { w->Mark(step); };
+    else if (world.rank() == 0)
+      std::fprintf(stderr, "warning: no watchdog: the MPI library does not "
+                           "provide MPI_THREAD_MULTIPLE\n");
   }
-  const TextCorpus corpus = ListCorpus(flags.data_dir);
   Trainer trainer(world, o, corpus);
   const bool print = world.rank() == 0;
   if (print)
@@ -129,8 +176,12 @@ int main(int argc, char** argv) {
   Flags flags;
   fcp::exec::TrainOptions& o = flags.train;
   CLI::App app{"fcp-train: FCP executor on MPI (byte-level transformer)"};
+  app.option_defaults()->always_capture_default();
   app.add_option("--strategy", o.strategy, "planner strategy (fcp, fcp-paper, megatron, ...)");
   app.add_option("--data-dir", flags.data_dir, "directory of text files (recursive)");
+  app.add_option("--lengths", flags.lengths_path,
+                 "sequence lengths (one a line, or CSV with a `tokens` column), cut "
+                 "from the files of --data-dir; default: the files' sizes");
   app.add_option("--max-len", o.max_len, "max tokens (bytes) per sequence");
   app.add_option("--gbs", o.gbs, "sequences per global batch");
   app.add_option("--steps", o.steps, "global batches to train");
@@ -145,12 +196,16 @@ int main(int argc, char** argv) {
   app.add_option("--cost-model", flags.cost_model_path, "cost_model JSON (e.g. from `fcp profile`)");
   app.add_flag("--no-calibrate", flags.no_calibrate, "derive alpha1/alpha2 from FLOPs instead of timing this CPU");
   app.add_flag("--sync-planning", flags.sync_planning, "plan each step in line (no look-ahead)");
+  app.add_option("--watchdog-s", flags.watchdog_s,
+                 "end the job (exit 3) when a rank makes no progress for this "
+                 "many seconds (0 = off)");
   app.add_option("--die-at", flags.die_at, "testing: RANK:STEP crashes that rank at that step");
+  app.add_option("--stop-at", flags.stop_at, "testing: RANK:STEP stops that rank (SIGSTOP) at that step");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "error: %s\n", e.what());
+    if (e.get_exit_code() == 0) return LaunchRank() == 0 ? app.exit(e) : 0;
+    if (LaunchRank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
   fcp::kernels::SetBlasThreads(1);  // one core per rank
@@ -163,6 +218,10 @@ int main(int argc, char** argv) {
     // communication, so every rank exits cleanly with 2.
     if (world->rank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
     rc = 2;
+  } catch (const fcp::exec::CollectiveError& e) {
+    // Raised by every rank at the same step with the same reason.
+    std::fprintf(stderr, "rank %d: error: %s\n", world->rank(), e.what());
+    rc = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", world->rank(), e.what());
     std::fflush(stderr);

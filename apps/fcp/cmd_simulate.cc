@@ -65,6 +65,22 @@ int RunSimulate(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
+  app.add_option("--cp", cfg.cp_degree,
+                 "static strategies (megatron, deepspeed): force this CP degree (0 = tune on "
+                 "the warmup batches)")
+      ->capture_default_str();
+  app.add_option("--mbs", cfg.micro_batch_sequences,
+                 "static strategies: sequences per micro-batch per replica (0 = as many as fit "
+                 "in memory)")
+      ->capture_default_str();
+  std::string recompute = "full";
+  app.add_option("--recompute", recompute,
+                 "activation recompute: full | selective (core attention only) | none")
+      ->capture_default_str();
+  bool serial_grad_sync = false;
+  app.add_flag("--no-overlap-grad-reduce", serial_grad_sync,
+               "run the gradient sync after compute instead of overlapping it with the "
+               "backward (Megatron --overlap-grad-reduce, default on)");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
   std::string plan_file, save_plans_file;
@@ -80,6 +96,8 @@ int RunSimulate(int argc, char** argv) {
   try {
     Progress progress(!quiet);
     if (!quiet) cfg.progress = progress.Callback();
+    cfg.recompute = sim::ParseRecompute(recompute);
+    cfg.overlap_grad_reduce = !serial_grad_sync;
     sim::ExperimentResult res;
     if (!plan_file.empty()) {
       if (!dataset.empty() || !lengths_file.empty())

@@ -78,11 +78,16 @@ std::vector<SampleDetail> SampleBatchDetailed(std::string_view dataset,
                                               int64_t count, uint64_t seed,
                                               const DatasetOptions& options = {});
 
+// Longest real length SampleFromLengths takes by default (tokens, 2^24 ≈ 16.8M).
+inline constexpr int64_t kMaxSampledLengthTokens = int64_t{1} << 24;
+
 // `count` causal sequences drawn uniformly with replacement from real
-// `lengths` (e.g. fcp::ReadLengthsFile), each capped at max_length_tokens.
-// Throws InputError("lengths", ...) when empty or a length is <= 0.
+// `lengths` (e.g. fcp::ReadLengthsFile), kept as they are (never truncated).
+// Throws InputError("lengths", ...) when empty, and
+// InputError("lengths[i]", ...) naming the length when one is <= 0 or above
+// max_length_tokens.
 std::vector<Sequence> SampleFromLengths(std::span<const int64_t> lengths,
                                         int64_t count, uint64_t seed,
-                                        int64_t max_length_tokens = kMaxDatasetLengthTokens);
+                                        int64_t max_length_tokens = kMaxSampledLengthTokens);
 
 }  // namespace fcp

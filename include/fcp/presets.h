@@ -1,6 +1,8 @@
-// Built-in model and cluster presets (DESIGN.md §6) and the derivation of
-// default cost coefficients from FLOP counts and hardware figures. The
-// derivation is documented in src/cost/presets.cc. Thread-safe (immutable data).
+// Built-in model and cluster presets (DESIGN.md §6): the facts about models
+// and hardware that the cost model, the simulator and the baselines all use,
+// and the derivation of default cost coefficients from FLOP counts and those
+// hardware figures. Where each figure comes from is documented in
+// src/presets/presets.cc and docs/simulator.md. Thread-safe (immutable data).
 #pragma once
 
 #include <string>
@@ -19,6 +21,24 @@ struct ClusterPreset {
   double mem_bytes = 0;      // device memory per rank
   double bw_intra_node = 0;  // bytes/s, P2P within a node (per direction)
   double bw_inter_node = 0;  // bytes/s, P2P across nodes (per rank)
+  // --- measured or published hardware figures (docs/simulator.md) ---
+  double hbm_bytes_per_s = 3.2e12;  // sustained device-memory bandwidth
+  double latency_intra_s = 8e-6;    // per P2P message / collective step, in a node
+  double latency_inter_s = 20e-6;   // the same across nodes
+  double launch_s = 8e-6;           // per kernel launch (host + device gap)
+  // Sustained efficiency (fraction of peak_flops) of kernels of the size a
+  // rank runs: eff(n) = max · n / (n + half), n = rows (GEMM) or query
+  // tokens of one attention block. Attention: FlashAttention-3 style kernels;
+  // forward and backward on their own curves, both without a causal mask; a
+  // causal block of n tokens is slower by 1 + causal_gain · (n/512)^-causal_exponent.
+  double gemm_eff_max = 0.63;
+  double gemm_eff_half_rows = 256;
+  double attn_fwd_eff_max = 0.676;
+  double attn_fwd_half_tokens = 209;
+  double attn_bwd_eff_max = 0.598;
+  double attn_bwd_half_tokens = 427;
+  double attn_causal_gain = 0.594;
+  double attn_causal_exponent = 0.794;
 };
 
 struct ModelPreset {

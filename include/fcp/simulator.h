@@ -3,11 +3,14 @@
 // models per-layer GEMM and attention FLOPs at length-dependent efficiencies,
 // ring attention step by step (compute/transfer overlap per step, per-step
 // latency, intra- vs inter-node links by actual placement), Ulysses all-to-all,
-// zigzag chunking with padding, kernel-launch costs, full activation recompute,
-// memory-bound elementwise traffic, the MLLM vision encoder (frozen/unfrozen),
-// communicator creation, gradient reduction once per global batch, per-rank
-// memory (a group that does not fit is reported as OOM and never "run") and
-// optional seeded multiplicative noise. Every figure it produces is simulated.
+// zigzag chunking with padding, kernel-launch costs, activation recompute
+// (full, selective or none), memory-bound elementwise traffic, the MLLM vision
+// encoder (frozen/unfrozen), communicator creation, gradient reduction once per
+// global batch (overlapped with the backward as Megatron does, or serial),
+// per-rank memory (a group that does not fit is reported as OOM and never
+// "run") and optional seeded multiplicative noise. Every figure it produces is
+// simulated. Its constants and their sources: docs/simulator.md; its check
+// against published measurements: docs/calibration.md (`fcp eval calibrate`).
 //
 // Units: seconds, bytes, FLOPs, tokens. Thread-safety: all functions are pure
 // functions of their arguments (safe to call concurrently).
@@ -20,6 +23,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fcp/io.h"
@@ -28,33 +32,56 @@
 
 namespace fcp::sim {
 
+// Activation recompute policy (Megatron-LM --recompute-granularity):
+//  full: every layer is recomputed in the backward from a checkpoint of its
+//        input (one extra forward of everything);
+//  selective: only core attention is recomputed (megatron-core's default
+//        recompute_modules = ["core_attn"]); activations are kept;
+//  none: nothing is recomputed; every layer's activations are kept.
+enum class Recompute { kFull, kSelective, kNone };
+// "full" | "selective" | "none"; throws InputError("recompute") otherwise.
+Recompute ParseRecompute(std::string_view name);
+std::string_view RecomputeName(Recompute policy);
+
 // Everything the simulator knows about the hardware and the model. Build it
-// with MakeHardwareModel and adjust fields as needed (tests do).
+// with MakeHardwareModel (which copies the cluster preset's figures) and
+// adjust fields as needed (tests and `fcp eval calibrate` do).
 struct HardwareModel {
   // --- cluster ---
   int num_ranks = 64;
   int ranks_per_node = 16;
   double peak_flops = 376e12;        // dense bf16 FLOP/s per rank
-  double hbm_bytes_per_s = 3.2e12;   // device memory bandwidth
+  double hbm_bytes_per_s = 3.2e12;   // sustained device memory bandwidth
   double mem_capacity_bytes = 64e9;  // per rank
   double bw_intra_node = 196e9;      // bytes/s per direction, P2P within a node
   double bw_inter_node = 50e9;       // bytes/s per rank across nodes
   double latency_intra_s = 8e-6;     // per P2P message / collective step
   double latency_inter_s = 20e-6;
-  double launch_s = 6e-6;            // per kernel launch (host + device gap)
+  double launch_s = 8e-6;            // per kernel launch (host + device gap)
   int kernels_per_layer_pass = 14;   // kernels of one transformer layer, one pass
   double group_create_s = 1e-3;      // new communicator (paper: ≈ 1 ms), cached
   double framework_reserve_bytes = 1.5e9;  // runtime context, collectives buffers
-  // --- efficiency curves: eff(n) = max · n / (n + half_tokens) ---
-  // Attention (FlashAttention-3-like, causal): ≈30% of peak at 512 tokens,
-  // ≈62% at 16k. Blocks without a mask (off-diagonal ring steps) run
-  // attn_dense_bonus times faster (capped at 0.95 of peak).
-  double attn_eff_max = 0.642;
-  double attn_eff_half_tokens = 584;
-  double attn_dense_bonus = 1.08;
-  // GEMMs by rows (tokens on the rank): ≈40% at 256 rows, ≈77% at 16k.
-  double gemm_eff_max = 0.80;
+  // --- efficiency curves: eff(n) = max · n / (n + half), capped at 0.95 ---
+  // Attention (FlashAttention-3 fits, ClusterPreset): forward and backward
+  // each on its own curve, both for an unmasked block of n query tokens; a
+  // causal block is slower by CausalSlowdown(n) = 1 + gain·(n/512)^-exponent
+  // (≈1.6 at 512 tokens, 1.34 at 1k, 1.04 at 16k; capped at 2).
+  double attn_fwd_eff_max = 0.676;
+  double attn_fwd_half_tokens = 209;
+  double attn_bwd_eff_max = 0.598;
+  double attn_bwd_half_tokens = 427;
+  double attn_causal_gain = 0.594;
+  double attn_causal_exponent = 0.794;
+  // GEMMs by rows (tokens on the rank).
+  double gemm_eff_max = 0.63;
   double gemm_eff_half_tokens = 256;
+  // --- training recipe ---
+  Recompute recompute = Recompute::kFull;
+  // Fraction of the linear layers' forward FLOPs recomputed in the backward;
+  // < 0 = from the policy (full 1, selective and none 0). For recipes between
+  // the policies, e.g. TorchTitan's op-level selective checkpointing, which
+  // recomputes every second matmul (3 of a Llama layer's 7).
+  double linear_recompute_fraction = -1;
   // --- model ---
   ModelShape shape;
   bool multimodal = false;
@@ -64,9 +91,9 @@ struct HardwareModel {
   bool vision_frozen = false;  // frozen: encoder forward only, no encoder grads
 };
 
-// The simulator's hardware for `model` on `cluster`; `num_ranks` > 0 overrides
-// the preset's rank count (ranks_per_node becomes min(R, N)). HBM bandwidth:
-// 3.2 TB/s (Ascend 910C), 3.35 TB/s (H100). Throws InputError("ranks") when
+// The simulator's hardware for `model` on `cluster` (every hardware figure
+// from the preset); `num_ranks` > 0 overrides the preset's rank count
+// (ranks_per_node becomes min(R, N)). Throws InputError("ranks") when
 // num_ranks < 0.
 HardwareModel MakeHardwareModel(const ModelPreset& model,
                                 const ClusterPreset& cluster, int num_ranks = 0);
@@ -85,14 +112,22 @@ double LayerGemmFlopsForward(const ModelShape& shape, double tokens);
 // (1 + eta)·len²/2 (0 = causal, 1 = full).
 double LayerAttentionFlopsForward(const ModelShape& shape, double len, double eta);
 
-// Efficiency (fraction of peak) of an attention block with `tokens` query
-// tokens, causal curve, and of a GEMM with `rows` rows.
-double AttentionEfficiency(const HardwareModel& hw, double tokens);
+// Efficiency (fraction of peak) of attention over a block of `tokens` query
+// tokens with mask factor eta (0 = causal: the unmasked rate / CausalSlowdown;
+// 1 = full: the unmasked rate; in between, linear in eta), forward or
+// backward; and of a GEMM with `rows` rows.
+double AttentionForwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);
+double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);
+// How much slower a causal block of `tokens` tokens runs than an unmasked one
+// (per FLOP): 1 + attn_causal_gain · (tokens/512)^-attn_causal_exponent, in [1, 2].
+double CausalSlowdown(const HardwareModel& hw, double tokens);
 double GemmEfficiency(const HardwareModel& hw, double rows);
 
 // One CP group's forward + recompute + backward on its ranks, per rank.
 struct GroupSimResult {
   double time_s = 0;            // wall time of the group (all ranks symmetric)
+  double forward_s = 0;         // of time_s: the first forward pass
+  double backward_s = 0;        // of time_s: the backward phase (incl. recompute)
   double gemm_s = 0;            // linear layers incl. LM head
   double attention_s = 0;       // attention kernels (compute only)
   double elementwise_s = 0;     // norms, activations, residuals (HBM-bound)
@@ -146,6 +181,12 @@ struct SimOptions {
   // Add the gradient reduce-scatter/all-gather and optimizer step (once per
   // global batch).
   bool include_grad_sync = true;
+  // Megatron's --overlap-grad-reduce / --overlap-param-gather: gradients are
+  // reduce-scattered bucket by bucket while the last micro-batch's backward
+  // runs, and the parameter all-gather hides behind the first forward; only
+  // what does not fit behind them, and at least one bucket each, is exposed.
+  // false: the whole sync runs after compute.
+  bool overlap_grad_reduce = true;
   // Communicators already created (sorted rank sets); when set, it is read and
   // extended, so creation is charged once across several global batches.
   // Not owned; not thread-safe.
@@ -158,7 +199,8 @@ struct SimResult {
   std::string oom_message;   // "micro_batches[i].groups[j]: needs X GB > Y GB"
   double iter_s = 0;         // wall time of the global batch (0 when oom)
   double compute_s = 0;      // until the last rank finishes its last group
-  double grad_sync_s = 0;    // gradient reduction + optimizer step
+  double grad_sync_s = 0;    // exposed gradient reduction + optimizer step
+  double grad_sync_total_s = 0;  // the whole reduction + optimizer, hidden or not
   double group_create_s = 0; // communicator creation on the critical path (sum)
   int new_groups = 0;        // distinct rank sets created (first use)
   double tokens = 0;         // unpadded tokens of the batch
@@ -193,6 +235,18 @@ struct OverlapReport {
 // length mismatch.
 OverlapReport OverlapScheduling(std::span<const double> solver_s,
                                 std::span<const double> iter_s);
+
+// The physical lower bound of one global batch of `sequences` (s): every
+// token's work (GEMMs, attention, elementwise traffic, vision encoder, with
+// the recompute policy's extra passes) spread perfectly over all hw.num_ranks
+// at the simulator's best efficiencies (the curves' ceilings, unmasked
+// attention, no padding, no communication), plus the gradient sync's part that
+// no schedule can hide (with overlap: one bucket of each collective; without:
+// all of it) and the optimizer step. No plan simulates faster. `vision_tokens`
+// as in SimOptions.
+double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> sequences,
+                           bool overlap_grad_reduce = true,
+                           std::span<const int64_t> vision_tokens = {});
 
 // --- Gantt chart of a plan (gnuplot) ---
 struct GanttOptions {
@@ -229,6 +283,14 @@ struct ExperimentConfig {
   double noise_rel = 0;            // simulator noise (SimOptions::noise_rel)
   double time_limit_s = 10;        // PlanOptions::time_limit_s (MILP strategies)
   std::optional<CostModel> cost_model;  // planner coefficients; default derived
+  // Static strategies (megatron, deepspeed): 0 = tune the degree on the warmup
+  // batches; > 0 = this degree, forced (must divide the ranks).
+  int cp_degree = 0;
+  // Static strategies: sequences per micro-batch per replica (0 = as many as
+  // fit in memory, the strategies' own packing).
+  int micro_batch_sequences = 0;
+  Recompute recompute = Recompute::kFull;
+  bool overlap_grad_reduce = true;  // SimOptions::overlap_grad_reduce
   // Replace the planner's memory coefficients by the simulator's own
   // (CalibrateMemory), as a profiled deployment would. Timing coefficients
   // are never taken from the simulator.
@@ -261,11 +323,14 @@ struct StrategyResult {
   OverlapReport overlap;    // asynchronous scheduling over the measured steps
   std::vector<double> step_iter_s;
   std::map<std::string, double> speedup_vs;  // other strategy -> its iter / ours
+  double vs_bound = 0;      // iter_s / ExperimentResult::lower_bound_s (>= 1)
 };
 
 struct ExperimentResult {
   ExperimentConfig config;  // with ranks resolved
   double mean_tokens_per_batch = 0;
+  // Mean PhysicalLowerBoundS over the measured batches (simulated seconds).
+  double lower_bound_s = 0;
   std::vector<StrategyResult> results;
 };
 

@@ -1,196 +1,564 @@
-"""fcp.megatron: let a Megatron-LM training loop change its context-parallel
-(CP) group every micro-batch, as an fcp plan asks.
+"""fcp.megatron: fcp plans through Megatron-Core's own per-micro-batch CP path.
 
-Importable without Megatron; Megatron is imported only when an adapter is
-built without an explicit ``parallel_state`` module.
+Supported Megatron-Core: 0.16.1 (``SUPPORTED_MEGATRON_CORE``). Usage and limits:
+docs/megatron.md. Nothing here assigns Megatron's module globals.
 
-What Megatron-Core does, and what this adapter changes
-------------------------------------------------------
-Megatron-Core builds one static CP group in ``initialize_model_parallel`` and
-keeps it in module globals of ``megatron.core.parallel_state``:
+How the pieces meet Megatron-Core 0.16.1 (file and function cited):
 
-* ``_CONTEXT_PARALLEL_GROUP`` -- read by ``get_context_parallel_group()``,
-  and through it by ``get_context_parallel_world_size()`` and
-  ``get_context_parallel_rank()``;
-* ``_CONTEXT_PARALLEL_GLOBAL_RANKS`` -- read by
-  ``get_context_parallel_global_ranks()``.
+* Scheduler interface. Megatron's hybrid CP data path
+  (``datasets/data_schedule.py``, ``HybridCPDataLoaderWrapper``) asks its
+  scheduler ``BalancedCPScheduler.get_groups_and_subsamples(sample_id_seqlens,
+  config)`` for ``sample_id_groups[micro_batch][dp_cp_rank] -> [sample ids]``.
+  :class:`FcpCPScheduler` answers the same call from an fcp plan. (That
+  path's schedule, ``hybrid_context_parallel_forward_backward``, looks groups
+  up by size in power-of-two blocks and has no PP; fcp's groups go through
+  the standard schedule instead, below.)
+* Per-micro-batch CP group. ``TEDotProductAttention.forward``
+  (``extensions/transformer_engine.py``) re-points TE's attention at
+  ``PackedSeqParams.cp_group`` on every call, and turns CP off when
+  ``cp_group`` is None and ``local_cp_size == 1``; ``GPTModel.forward`` hands
+  the same group to its rotary embedding. :class:`MicroBatchPacker` fills
+  ``PackedSeqParams`` (THD: ``cu_seqlens``, ``cu_seqlens_padded`` with every
+  sequence padded to a multiple of ``2*degree``, ``max_seqlen``,
+  ``local_cp_size``, ``cp_group``; degree-1 groups are not padded) and cuts
+  each sequence the way TE's THD context parallelism expects it (``tex.thd_get_partitioned_indices``: 2*d
+  equal chunks of the padded sequence, CP rank ``r`` holds chunks ``r`` and
+  ``2d-1-r``).
+* RoPE. ``Attention.forward`` (``transformer/attention.py``) applies THD RoPE
+  with ``self.pg_collection.cp``, the group the layer was built with
+  (``models/common/embeddings/rope_utils.py``, ``_apply_rotary_pos_emb_thd``
+  reads size and rank from it). :func:`prepare_model` registers a forward
+  pre-hook on each attention layer that gives that layer, for the duration of
+  its call, a copy of its ``pg_collection`` whose ``cp`` is the micro-batch's
+  ``PackedSeqParams.cp_group``; the post-hook restores it.
+* CP stream. ``TEDotProductAttention`` creates its shared ``cp_stream`` only
+  when ``config.context_parallel_size > 1``; with fcp the static size is 1, so
+  :func:`prepare_model` creates it once (a CUDA stream, as Megatron would).
+* Schedule and gradients. The data iterator yields one THD micro-batch per
+  plan micro-batch on every rank (the same count everywhere), so Megatron's
+  ``get_forward_backward_func()`` runs it unchanged (TP and PP included) and
+  reduces gradients once per global batch in ``finalize_model_grads``; with
+  ``config.calculate_per_token_loss = True`` the loss is a per-token mean
+  over the whole global batch whatever the degrees.
+* Rank grid. Plan rank ``p`` is position ``p`` of this rank's data-parallel
+  group *with context parallelism* (``parallel_state.get_data_parallel_group(
+  with_context_parallel=True)``): TP and PP coordinates stay intact, each
+  (TP, PP) coordinate gets its own copy of every CP group.
 
-Every consumer calls these getters at run time, so :meth:`MegatronCPAdapter.use`
-swaps the two *globals* for the duration of a micro-batch (patching the getter
-functions would miss modules that did ``from ... import get_...``), and
-restores them afterwards. Models whose attention was built with a CP group
-baked in -- TransformerEngine's ``DotProductAttention`` (wrapped by
-Megatron's ``TEDotProductAttention``) -- are re-pointed with TE's
-``set_context_parallel_group(cp_group, cp_global_ranks, cp_stream[, cp_comm_type])``,
-called on every module of ``model`` that has it.
-
-The batch: Megatron's ``get_batch_on_this_cp_rank`` (``megatron.training.utils``,
-``megatron.core.utils`` in newer releases) cuts each sequence into ``2*cp``
-*equal* chunks. :meth:`MegatronCPAdapter.shard_batch` replaces it with
-:func:`fcp.torch.shard` (zigzag, uneven tail allowed) over the current group.
-TransformerEngine's ring attention still requires the sequence length to be
-a multiple of ``2*cp``: use ``pad_to_multiple`` for it (pad tokens must carry
-``loss_mask = 0``).
-
-Ring order: Megatron/TE derive a rank's CP position from
-``torch.distributed.get_rank(cp_group)`` -- the position in the *sorted* rank
-list -- so the adapter always uses the group's ranks in ascending order.
-
-Loss and gradients: let the loss function return per-token sums and set
-``calculate_per_token_loss=True`` in the Megatron config (or scale with
-:func:`fcp.torch.per_token_loss`), so groups of different degrees weigh tokens
-equally; gradients are reduced once per global batch over all ranks
-(Megatron's data-parallel group with CP, when TP = PP = 1 per fcp rank).
-
-Typical loop::
-
-    adapter = fcp.megatron.MegatronCPAdapter(model)
-    plan = fcp.Scheduler(cluster=..., model=...).plan(lengths)   # same on all ranks
-    adapter.prepare(plan)                                        # collective, cached
-    for mb in plan.micro_batches:
-        with adapter.use(mb) as group:
-            seqs = [s for g in mb.groups if rank in g.ranks for s in g.sequences]
-            batch = adapter.shard_batch(make_batch(seqs), seq_dim=1)
-            forward_backward(model, batch)
-    optimizer.step()
-
-Not thread-safe (module globals are process-wide).
+Thread-safety: planning runs on a background thread (the C++ planner
+releases the GIL); process groups are created only on the calling thread.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Dict, Iterable, List, Optional
+import concurrent.futures
+import copy
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-__all__ = ["MegatronCPAdapter", "PATCHED_GLOBALS", "PATCHED_GETTERS", "pad_to_multiple"]
+__all__ = [
+    "SUPPORTED_MEGATRON_CORE", "check_megatron_version", "padded_length", "thd_partition_indices",
+    "RankGrid", "CPGroupCache", "Assignment", "FcpCPScheduler", "MicroBatchPacker", "GlobalBatch",
+    "FcpMegatronLoader", "prepare_model", "loss_func",
+]
 
-# The megatron.core.parallel_state globals swapped per micro-batch ...
-PATCHED_GLOBALS = ("_CONTEXT_PARALLEL_GROUP", "_CONTEXT_PARALLEL_GLOBAL_RANKS")
-# ... and the public getters whose results change through them.
-PATCHED_GETTERS = (
-    "get_context_parallel_group",
-    "get_context_parallel_global_ranks",
-    "get_context_parallel_world_size",
-    "get_context_parallel_rank",
-)
-# Method of TransformerEngine attention modules re-pointed per micro-batch.
-TE_SET_CP_GROUP = "set_context_parallel_group"
+SUPPORTED_MEGATRON_CORE = "0.16.1"
+
+log = logging.getLogger("fcp.megatron")
 
 
-def pad_to_multiple(seq_len: int, degree: int) -> int:
-    """Smallest length >= seq_len divisible by 2*degree (TransformerEngine's
-    ring attention needs it; fcp.torch.ring_attention does not)."""
-    if seq_len < 0 or degree < 1:
-        raise ValueError(f"seq_len/degree: need seq_len >= 0 and degree >= 1, got {seq_len}, {degree}")
-    m = 2 * degree
+def check_megatron_version(strict: bool = False) -> str:
+    """The installed megatron-core version; logs a warning (or raises
+    RuntimeError when ``strict``) if it is not ``SUPPORTED_MEGATRON_CORE``."""
+    from importlib.metadata import version
+    found = version("megatron-core")
+    if found != SUPPORTED_MEGATRON_CORE:
+        msg = (f"megatron-core {found} is installed; fcp.megatron is tested against "
+               f"{SUPPORTED_MEGATRON_CORE}")
+        if strict:
+            raise RuntimeError(msg)
+        log.warning(msg)
+    return found
+
+
+# --------------------------------------------------------------------------- THD layout
+
+def padded_length(seq_len: int, degree: int, multiple: int = 1) -> int:
+    """Length of a sequence once padded for TE's THD path (tokens): for a
+    group of degree > 1, the smallest length >= seq_len divisible by
+    2*degree*multiple (TE's THD context parallelism cuts it into 2*degree equal
+    chunks); for degree 1 only a multiple of ``multiple`` (no padding between
+    sequences, which TE's non-CP THD kernels need not handle). ``multiple`` =
+    the TP size under sequence parallelism, else 1."""
+    if seq_len < 1 or degree < 1 or multiple < 1:
+        raise ValueError(f"seq_len/degree/multiple: must be >= 1, got {seq_len}, {degree}, {multiple}")
+    m = multiple if degree == 1 else 2 * degree * multiple
     return -(-seq_len // m) * m
 
 
-def _import_parallel_state():
-    try:
-        from megatron.core import parallel_state  # type: ignore
-    except ImportError as e:
-        raise ImportError("fcp.megatron: Megatron-Core is not installed; pass parallel_state= "
-                          "explicitly to use the adapter without it") from e
-    return parallel_state
+def thd_partition_indices(padded_lengths: Sequence[int], degree: int, cp_rank: int):
+    """Indices into the packed, padded sequences that CP rank ``cp_rank`` of a
+    group of ``degree`` holds: each padded sequence is cut into 2*degree equal
+    chunks and the rank takes chunks ``cp_rank`` and ``2*degree-1-cp_rank``
+    (the rule of TE's ``thd_get_partitioned_indices``); degree 1: all
+    tokens. int64 tensor."""
+    import torch
+    if not 0 <= cp_rank < degree:
+        raise ValueError(f"cp_rank: must be in [0, {degree}), got {cp_rank}")
+    if degree == 1:  # no CP: everything, in order
+        return torch.arange(sum(int(n) for n in padded_lengths))
+    parts = []
+    offset = 0
+    for n in padded_lengths:
+        if n % (2 * degree):
+            raise ValueError(f"padded_lengths: {n} is not divisible by 2*degree = {2 * degree}")
+        c = n // (2 * degree)
+        parts.append(torch.arange(offset + cp_rank * c, offset + (cp_rank + 1) * c))
+        hi = 2 * degree - 1 - cp_rank
+        parts.append(torch.arange(offset + hi * c, offset + (hi + 1) * c))
+        offset += n
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
 
 
-class MegatronCPAdapter:
-    """Swaps Megatron's CP group per micro-batch (see the module docstring).
+# --------------------------------------------------------------------------- rank grid
 
-    ``model``: a module or list of modules (Megatron's model chunks); every
-    submodule with ``set_context_parallel_group`` is re-pointed. ``parallel_state``:
-    the ``megatron.core.parallel_state`` module (imported when None).
-    ``cache``: an :class:`fcp.torch.GroupCache` (new when None). ``rank``:
-    this process's global rank (``torch.distributed.get_rank()`` when None).
-    ``cp_stream``: passed to TE (a CUDA stream; None on CPU).
-    """
+class RankGrid:
+    """Plan ranks onto Megatron global ranks.
 
-    def __init__(self, model=None, parallel_state=None, cache=None, rank: Optional[int] = None,
-                 cp_stream=None, cp_comm_type: Optional[str] = None):
-        from . import torch as fcp_torch
-        self._ft = fcp_torch
-        self.parallel_state = parallel_state if parallel_state is not None else _import_parallel_state()
-        self.cache = cache if cache is not None else fcp_torch.GroupCache()
-        if model is None:
-            model = []
-        self._models = list(model) if isinstance(model, (list, tuple)) else [model]
-        self._rank = rank
-        self._cp_stream = cp_stream
-        self._cp_comm_type = cp_comm_type
-        self.current = None  # the CPGroup of the micro-batch in progress
+    ``coordinates``: one list per (TP, PP, ...) coordinate: the global ranks of
+    that coordinate's DP x CP group, in Megatron's order (plan rank p =
+    position p). ``rank``: this process's global rank. Plain data: usable
+    without torch.distributed (tests build it by hand)."""
+
+    def __init__(self, coordinates: Sequence[Sequence[int]], rank: int):
+        coords = sorted({tuple(int(r) for r in c) for c in coordinates})
+        if not coords or len({len(c) for c in coords}) != 1:
+            raise ValueError("coordinates: need lists of equal length (one per TP x PP coordinate)")
+        seen = [r for c in coords for r in c]
+        if len(seen) != len(set(seen)):
+            raise ValueError("coordinates: a global rank appears twice")
+        mine = [c for c in coords if rank in c]
+        if len(mine) != 1:
+            raise ValueError(f"rank: {rank} is not in the grid")
+        self.coordinates: List[Tuple[int, ...]] = coords
+        self.rank = int(rank)
+        self.dp_cp_ranks: Tuple[int, ...] = mine[0]
+        self.plan_rank = self.dp_cp_ranks.index(self.rank)
 
     @property
-    def rank(self) -> int:
-        if self._rank is None:
-            import torch.distributed as dist
-            self._rank = dist.get_rank()
-        return self._rank
+    def size(self) -> int:
+        """N: the number of plan ranks (the DP x CP size)."""
+        return len(self.dp_cp_ranks)
 
-    def _attention_modules(self) -> List[object]:
-        mods = []
-        for m in self._models:
-            it = m.modules() if hasattr(m, "modules") else [m]
-            mods.extend(x for x in it if callable(getattr(x, TE_SET_CP_GROUP, None)))
-        return mods
+    @classmethod
+    def from_parallel_state(cls) -> "RankGrid":
+        """Collective over the world: gathers every rank's DP x CP group from
+        ``megatron.core.parallel_state`` (must be initialised)."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+        group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+        mine = dist.get_process_group_ranks(group)
+        everyone: List[Optional[List[int]]] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        return cls(everyone, dist.get_rank())
 
-    def prepare(self, plan) -> int:
-        """Collective: creates the process groups of every micro-batch of
-        ``plan`` (same plan on all ranks). Returns the number created now."""
-        return self.cache.prepare(plan)
+    def global_ranks(self, plan_ranks: Sequence[int], coordinate: Optional[int] = None) -> List[int]:
+        """Global ranks of ``plan_ranks`` at a coordinate (default: this rank's)."""
+        coord = self.dp_cp_ranks if coordinate is None else self.coordinates[coordinate]
+        return [coord[p] for p in plan_ranks]
 
-    def group_for(self, micro_batch) -> "object":
-        """Collective on a cache miss: the CPGroup (sorted ranks) of this rank
-        in ``micro_batch`` (plan object, dict, or list of rank lists)."""
-        group = self.cache.for_micro_batch(micro_batch, self.rank)
-        return self._ft.CPGroup(sorted(group.ranks), group.process_group)
 
-    def _point_attention(self, group) -> None:
-        for mod in self._attention_modules():
-            args = [group.process_group, list(group.ranks), self._cp_stream]
-            if self._cp_comm_type is not None:
-                args.append(self._cp_comm_type)
-            getattr(mod, TE_SET_CP_GROUP)(*args)
+class CPGroupCache:
+    """torch.distributed groups of plan-rank sets, one per grid coordinate.
 
-    @contextlib.contextmanager
-    def use(self, micro_batch):
-        """Context manager: during the block Megatron's CP getters return this
-        rank's group of ``micro_batch`` and TE attention uses it; the previous
-        globals (and TE groups) are restored on exit, also on error."""
-        ps = self.parallel_state
-        group = self.group_for(micro_batch)
-        saved = {name: getattr(ps, name, None) for name in PATCHED_GLOBALS}
-        previous = self.current
-        setattr(ps, "_CONTEXT_PARALLEL_GROUP", group.process_group)
-        setattr(ps, "_CONTEXT_PARALLEL_GLOBAL_RANKS", list(group.ranks))
-        self._point_attention(group)
-        self.current = group
-        try:
-            yield group
-        finally:
-            for name, value in saved.items():
-                setattr(ps, name, value)
-            self.current = previous
-            if saved["_CONTEXT_PARALLEL_GROUP"] is not None and saved["_CONTEXT_PARALLEL_GLOBAL_RANKS"] is not None:
-                prev = self._ft.CPGroup(saved["_CONTEXT_PARALLEL_GLOBAL_RANKS"],
-                                        saved["_CONTEXT_PARALLEL_GROUP"])
-                self._point_attention(prev)
+    ``new_group`` is collective over the world, so every process creates the
+    same groups in the same order: sets are created in plan order (micro-batch,
+    then group) and, for each set, coordinates in grid order. Degree-1 sets
+    need no group. Groups are kept for the whole run (fcp plans reuse few
+    distinct contiguous ranges: at most N*(N+1)/2). Training thread only."""
 
-    def shard_batch(self, batch: Dict[str, object], seq_dim: int = 1,
-                    group=None) -> Dict[str, object]:
-        """Replacement for Megatron's ``get_batch_on_this_cp_rank``: every
-        tensor of ``batch`` with a sequence dimension ``seq_dim`` (tokens,
-        labels, loss_mask, position_ids; attention_mask is left as is) is cut
-        to this rank's zigzag shard of ``group`` (default: the current one).
-        Position ids stay global. Non-tensors pass through."""
+    def __init__(self, grid: RankGrid, new_group: Optional[Callable] = None):
+        import torch.distributed as dist
+        self.grid = grid
+        self._new_group = new_group or (lambda ranks: dist.new_group(ranks))
+        self._mine: Dict[Tuple[int, ...], object] = {}
+
+    def __len__(self) -> int:
+        return len(self._mine)
+
+    def get(self, plan_ranks: Sequence[int]):
+        """This rank's process group for the set ``plan_ranks`` (None when the
+        set has one rank or does not contain this rank). Collective on a miss."""
+        key = tuple(sorted(int(p) for p in plan_ranks))
+        if len(key) < 2:
+            return None
+        if key not in self._mine:
+            mine = None
+            for ci in range(len(self.grid.coordinates)):
+                ranks = self.grid.global_ranks(key, ci)
+                pg = self._new_group(ranks)
+                if self.grid.rank in ranks:
+                    mine = pg
+            self._mine[key] = mine
+        return self._mine[key] if self.grid.plan_rank in key else None
+
+
+# --------------------------------------------------------------------------- scheduler
+
+@dataclass
+class Assignment:
+    """What one rank does in one micro-batch: ``sequences`` (indices into the
+    global batch, planner order), ``plan_ranks`` of its CP group (ascending),
+    ``degree``, ``cp_rank`` (this rank's position in the group: Megatron and
+    TE use the rank within the process group, i.e. ascending global rank), and
+    ``cp_group`` (None for degree 1). Empty ``sequences``: the rank idles."""
+    sequences: List[int]
+    plan_ranks: List[int]
+    degree: int
+    cp_rank: int
+    cp_group: object = None
+
+
+def _plan_digest(plan) -> int:
+    h = hashlib.sha256()
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            h.update(repr((list(g.ranks), list(g.sequences))).encode())
+        h.update(b"|")
+    return int.from_bytes(h.digest()[:7], "little")
+
+
+class FcpCPScheduler:
+    """fcp as a Megatron-Core CP scheduler.
+
+    ``scheduler``: an ``fcp.Scheduler`` whose cluster has exactly N = DP x CP
+    ranks (``ranks_per_node`` = DP x CP ranks per node). ``grid``: a
+    :class:`RankGrid` (default: from parallel_state, collective). ``verify``:
+    check once per global batch that all ranks hold the same plan (an
+    all-reduce of a digest over ``verify_group``, default the world; needs a
+    CPU-capable backend such as gloo, or pass a group). ``background``: plan
+    the next batch on a worker thread while this one trains.
+
+    Two ways in:
+    * :meth:`get_groups_and_subsamples` -- the call and answer format of
+      Megatron's ``BalancedCPScheduler`` (what ``HybridCPDataLoaderWrapper``
+      asks its ``cp_balancing_scheduler``). Megatron 0.16.1's hybrid schedule
+      then finds each sample's group by size alone (power-of-two aligned
+      blocks), which cannot carry fcp's groups: train through the loader;
+    * :meth:`submit` / :meth:`take` / :meth:`assignments` -- used by
+      :class:`FcpMegatronLoader`, which feeds Megatron's standard schedule.
+    """
+
+    def __init__(self, scheduler, grid: Optional[RankGrid] = None, cache: Optional[CPGroupCache] = None,
+                 background: bool = True, verify: bool = True, verify_group=None):
+        self.scheduler = scheduler
+        self.grid = grid if grid is not None else RankGrid.from_parallel_state()
+        n = int(scheduler.cluster.num_ranks)
+        if n != self.grid.size:
+            raise ValueError(f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
+                             f"group has {self.grid.size}")
+        self.cache = cache if cache is not None else CPGroupCache(self.grid)
+        self.verify = verify
+        self._verify_group = verify_group
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-plan") if background else None
+        self._pending: List[Tuple[Tuple[int, ...], object]] = []
+        self.exposed_planning_s: List[float] = []   # per global batch: time the training waited
+        self.planning_s: List[float] = []           # per global batch: planner wall time
+
+    # -- Megatron's BalancedCPScheduler interface ------------------------------
+    def get_groups_and_subsamples(self, sample_id_seqlens, config=None):
+        """``sample_id_seqlens``: [(sample_id, seq_len)], the whole global batch.
+        Returns ``(groups, sample_id_groups)`` as Megatron's scheduler does:
+        ``sample_id_groups[j][p]`` = sample ids plan rank p runs in micro-batch
+        j (a sample on d ranks is listed on each of them, so Megatron derives
+        ``local_cp_size`` = d); ``groups[j][p]`` = their lengths (tokens)."""
+        ids = [int(i) for i, _ in sample_id_seqlens]
+        lengths = [int(s) for _, s in sample_id_seqlens]
+        plan = self._plan_now(lengths)
+        groups, sample_id_groups = [], []
+        for mb in plan.micro_batches:
+            per_rank = [[] for _ in range(self.grid.size)]
+            for g in mb.groups:
+                for p in g.ranks:
+                    per_rank[p].extend(ids[s] for s in g.sequences)
+            sample_id_groups.append(per_rank)
+            groups.append([[lengths[ids.index(i)] for i in r] for r in per_rank])
+        return groups, sample_id_groups
+
+    # -- planning pipeline ---------------------------------------------------
+    def _plan_now(self, lengths):
+        return self._plan_timed(lengths)[0]
+
+    def _plan_timed(self, lengths):
+        t0 = time.perf_counter()
+        plan = self.scheduler.plan(list(lengths))
+        if plan.status.name != "OK":
+            raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
+        return plan, time.perf_counter() - t0
+
+    def submit(self, lengths: Sequence[int]) -> None:
+        """Starts planning a global batch (on the worker thread when
+        ``background``). Batches are taken back in submission order."""
+        key = tuple(int(x) for x in lengths)
+        if self._pool is not None:
+            self._pending.append((key, self._pool.submit(self._plan_timed, key)))
+        else:
+            self._pending.append((key, None))
+
+    def take(self, lengths: Sequence[int]):
+        """The plan of the oldest submitted batch (which must have these
+        lengths); waits for it if needed and records the exposed time."""
+        key = tuple(int(x) for x in lengths)
+        if not self._pending:
+            self.submit(key)
+        pending_key, fut = self._pending.pop(0)
+        if pending_key != key:
+            raise ValueError("lengths: differ from the batch submitted first")
+        t0 = time.perf_counter()
+        plan, spent = fut.result() if fut is not None else self._plan_timed(key)
+        exposed = time.perf_counter() - t0
+        self.exposed_planning_s.append(exposed)
+        self.planning_s.append(spent)
+        log.info("fcp plan: %d micro-batches, est %.3f ms, planning %.3f ms, exposed %.3f ms",
+                 len(plan.micro_batches), plan.est_ms, spent * 1e3, exposed * 1e3)
+        if self.verify:
+            self._check_agreement(plan)
+        return plan
+
+    def _check_agreement(self, plan) -> None:
         import torch
-        group = group if group is not None else self.current
-        if group is None:
-            raise ValueError("group: no micro-batch in progress (use `with adapter.use(mb):`)")
-        out = {}
-        for key, value in batch.items():
-            if key != "attention_mask" and isinstance(value, torch.Tensor) and value.dim() > seq_dim:
-                out[key] = self._ft.shard(value, group, self.rank, dim=seq_dim)
-            else:
-                out[key] = value
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            return
+        d = _plan_digest(plan)
+        t = torch.tensor([d, -d], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._verify_group)
+        if int(t[0]) != d or int(t[1]) != -d:
+            raise RuntimeError("fcp: ranks planned different global batches (planning is not "
+                               "deterministic here: pass the same lengths and seed everywhere)")
+
+    def assignments(self, plan) -> List[Assignment]:
+        """This rank's :class:`Assignment` in every micro-batch of ``plan``.
+        Collective the first time a rank set occurs (creates its groups)."""
+        out = []
+        me = self.grid.plan_rank
+        for mb in plan.micro_batches:
+            mine = Assignment([], [me], 1, 0, None)
+            for g in mb.groups:
+                ranks = sorted(int(p) for p in g.ranks)
+                pg = self.cache.get(ranks)  # every rank creates every group, same order
+                if me in ranks:
+                    mine = Assignment([int(s) for s in g.sequences], ranks, len(ranks),
+                                      ranks.index(me), pg)
+            out.append(mine)
         return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+# --------------------------------------------------------------------------- data path
+
+class MicroBatchPacker:
+    """Packs one rank's sequences of a micro-batch in THD format.
+
+    Samples are dicts of 1-D tensors of one sequence (``tokens``, ``labels``,
+    ``loss_mask``; other keys of the same length are carried along).
+    ``multiple``: extra divisibility of every padded sequence (the TP size
+    under sequence parallelism). ``pad_token``: token id of padding (labels
+    of padding are ``pad_token`` too; their loss_mask is 0).
+    ``device``: where the output tensors go."""
+
+    def __init__(self, multiple: int = 1, pad_token: int = 0, device=None):
+        if multiple < 1:
+            raise ValueError(f"multiple: must be >= 1, got {multiple}")
+        self.multiple = multiple
+        self.pad_token = pad_token
+        self.device = device
+
+    def pack(self, samples: Sequence[Dict[str, object]], degree: int = 1, cp_rank: int = 0,
+             cp_group=None):
+        """Returns ``(batch, packed_seq_params)``: ``batch`` holds ``tokens``,
+        ``labels``, ``loss_mask``, ``position_ids`` (global positions inside
+        each sequence) and any other per-token key, each ``[1, local_tokens]``;
+        ``packed_seq_params`` is Megatron's ``PackedSeqParams`` (THD)."""
+        import torch
+        from megatron.core.packed_seq_params import PackedSeqParams
+        if not samples:
+            raise ValueError("samples: need at least one sequence")
+        lengths = [int(s["tokens"].numel()) for s in samples]
+        padded = [padded_length(n, degree, self.multiple) for n in lengths]
+        keys = list(samples[0].keys())
+        full: Dict[str, List[object]] = {k: [] for k in keys}
+        full["position_ids"] = []
+        for s, n, p in zip(samples, lengths, padded):
+            for k in keys:
+                v = s[k].reshape(-1)
+                if v.numel() != n:
+                    raise ValueError(f"samples[{k}]: length {v.numel()} != tokens length {n}")
+                fill = 0 if k == "loss_mask" else self.pad_token
+                full[k].append(torch.cat([v, v.new_full((p - n,), fill)]))
+            full["position_ids"].append(torch.arange(p, dtype=torch.int64))
+        idx = thd_partition_indices(padded, degree, cp_rank) if degree > 1 else None
+        batch = {}
+        for k, parts in full.items():
+            t = torch.cat(parts)
+            if idx is not None:
+                t = t.index_select(0, idx)
+            batch[k] = t.unsqueeze(0).to(self.device) if self.device is not None else t.unsqueeze(0)
+        cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        cu_padded = torch.tensor([0] + padded, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        if self.device is not None:
+            cu, cu_padded = cu.to(self.device), cu_padded.to(self.device)
+        max_len = max(padded)
+        params = PackedSeqParams(
+            qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu_padded,
+            cu_seqlens_kv_padded=cu_padded, max_seqlen_q=max_len, max_seqlen_kv=max_len,
+            local_cp_size=degree, cp_group=cp_group if degree > 1 else None)
+        return batch, params
+
+    def idle(self, like: Dict[str, object]):
+        """A micro-batch for a rank that has no sequence: 2*multiple padding
+        tokens on degree 1, loss_mask 0 (zero loss, zero gradient)."""
+        import torch
+        n = 2 * self.multiple
+        sample = {k: v.reshape(-1)[:1].new_full((n,), 0 if k == "loss_mask" else self.pad_token)
+                  for k, v in like.items()}
+        return self.pack([sample], 1, 0, None)
+
+
+@dataclass
+class GlobalBatch:
+    """One global batch: ``lengths`` (tokens per sequence, the same list on
+    every rank) and ``get_sample(i)`` returning sequence i as a dict of 1-D
+    tensors (called only for the sequences this rank runs)."""
+    lengths: List[int]
+    get_sample: Callable[[int], Dict[str, object]]
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Dict[str, object]]) -> "GlobalBatch":
+        samples = list(samples)
+        return cls([int(s["tokens"].numel()) for s in samples], samples.__getitem__)
+
+
+class FcpMegatronLoader:
+    """Global batches -> Megatron micro-batches, planned one batch ahead.
+
+    ``batches``: an iterable of :class:`GlobalBatch`. :meth:`next_global_batch`
+    returns ``(data_iterator, num_microbatches)`` for Megatron's
+    ``forward_backward_func``; the iterator yields dicts with ``tokens``,
+    ``labels``, ``loss_mask``, ``position_ids`` ([1, T] each) and
+    ``packed_seq_params``. When a batch is handed out, the next one is read
+    and its plan starts on the worker thread, so planning overlaps training.
+    """
+
+    def __init__(self, scheduler: FcpCPScheduler, batches, packer: Optional[MicroBatchPacker] = None):
+        self.scheduler = scheduler
+        self.packer = packer or MicroBatchPacker()
+        self._batches = iter(batches)
+        self._next: Optional[GlobalBatch] = self._read_ahead()
+
+    def _read_ahead(self) -> Optional[GlobalBatch]:
+        try:
+            b = next(self._batches)
+        except StopIteration:
+            return None
+        self.scheduler.submit(b.lengths)
+        return b
+
+    def next_global_batch(self) -> Tuple[Iterator[Dict[str, object]], int]:
+        """Raises StopIteration after the last batch. Collective (verification
+        and, for new rank sets, group creation)."""
+        batch = self._next
+        if batch is None:
+            raise StopIteration
+        plan = self.scheduler.take(batch.lengths)
+        self._next = self._read_ahead()   # plan i+1 while i trains
+        steps = self.scheduler.assignments(plan)
+        return self._micro_batches(batch, steps), len(steps)
+
+    def _micro_batches(self, batch: GlobalBatch, steps: List[Assignment]):
+        like = None
+        for a in steps:
+            if a.sequences:
+                samples = [batch.get_sample(i) for i in a.sequences]
+                like = samples[0]
+                data, params = self.packer.pack(samples, a.degree, a.cp_rank, a.cp_group)
+            else:
+                if like is None:
+                    like = batch.get_sample(0)
+                data, params = self.packer.idle(like)
+            data["packed_seq_params"] = params
+            yield data
+
+
+# --------------------------------------------------------------------------- model side
+
+def _attention_layers(model):
+    from megatron.core.transformer.attention import Attention
+    models = model if isinstance(model, (list, tuple)) else [model]
+    return [m for chunk in models for m in chunk.modules() if isinstance(m, Attention)]
+
+
+def prepare_model(model) -> int:
+    """Makes a Megatron model follow ``PackedSeqParams.cp_group`` everywhere:
+    a forward pre-hook on each attention layer gives it, for its call, a copy
+    of its ``pg_collection`` with ``cp`` = the micro-batch's group (RoPE on
+    THD reads it); on CUDA with TransformerEngine, creates TE's shared
+    ``cp_stream`` if Megatron did not (it only does for static CP > 1).
+    Returns the number of attention layers hooked. Call once, after building
+    the model."""
+    layers = _attention_layers(model)
+    for layer in layers:
+        layer.register_forward_pre_hook(_use_packed_cp_group, with_kwargs=True)
+        layer.register_forward_hook(_restore_cp_group, always_call=True)
+    try:
+        import torch
+        from megatron.core.extensions.transformer_engine import TEDotProductAttention
+        if torch.cuda.is_available() and TEDotProductAttention.cp_stream is None:
+            TEDotProductAttention.cp_stream = torch.cuda.Stream()
+    except ImportError:  # no TransformerEngine: no TE attention to serve
+        pass
+    return len(layers)
+
+
+def _use_packed_cp_group(module, args, kwargs):
+    params = kwargs.get("packed_seq_params")
+    group = getattr(params, "cp_group", None) if params is not None else None
+    if group is None:
+        return None
+    module._fcp_saved_pg_collection = module.pg_collection
+    pgs = copy.copy(module.pg_collection)
+    pgs.cp = group
+    module.pg_collection = pgs
+    return None
+
+
+def _restore_cp_group(module, args, output):
+    saved = module.__dict__.pop("_fcp_saved_pg_collection", None)
+    if saved is not None:
+        module.pg_collection = saved
+    return None
+
+
+def loss_func(loss_mask, output_tensor):
+    """Megatron loss function for per-token loss (use with
+    ``config.calculate_per_token_loss = True``): returns ``(sum of masked
+    token losses, number of tokens, {"lm loss": [sum, tokens]})``; Megatron
+    adds the token counts of all micro-batches and ranks and divides the
+    gradients once per global batch (``finalize_model_grads``)."""
+    import torch
+    # fp32 at least (Megatron's own loss functions do the same); fp64 stays.
+    losses = output_tensor.reshape(-1)
+    if losses.dtype != torch.float64:
+        losses = losses.float()
+    mask = loss_mask.reshape(-1).to(losses.dtype)
+    # where, not a product: whatever a kernel leaves at padding (even NaN) stays out
+    total = torch.sum(torch.where(mask > 0, losses, torch.zeros_like(losses)))
+    num_tokens = mask.sum().to(torch.int)
+    report = torch.cat([total.detach().view(1), num_tokens.detach().float().view(1)])
+    return total, num_tokens, {"lm loss": report}

@@ -18,7 +18,7 @@ double LogUniform(std::mt19937_64& rng, double lo, double hi) {
 
 CostModel RandomCostModel(std::mt19937_64& rng) {
   CostModel cm;
-  // Base magnitudes: qwen3-8b on a 376 TFLOPS rank (see src/cost/presets.cc).
+  // Base magnitudes: qwen3-8b on a 376 TFLOPS rank (see src/presets/presets.cc).
   cm.alpha1 = 5.5e-9 * LogUniform(rng, 0.2, 5.0);
   cm.alpha2 = 2.6e-4 * LogUniform(rng, 0.2, 5.0);
   cm.beta1 = LogUniform(rng, 1e-5, 2e-2);

@@ -6,7 +6,7 @@
 // head-sharded (dq + 2*dkv values per token, dq = q_heads*head_dim,
 // dkv = kv_heads*head_dim), after attention the output O goes back (dq values).
 // One pass therefore moves 2*(dq + dkv) values per token per layer. With the
-// recompute policy the presets assume (src/cost/presets.cc: full activation
+// recompute policy the presets assume (src/presets/presets.cc: full activation
 // recompute), a training step has three such passes: forward, recompute
 // forward, and backward (dO in, dQ/dK/dV out: again 2*(dq + dkv) values).
 // In bf16 that is 3 * L * 2*(dq + dkv) * 2 bytes per token.

@@ -102,10 +102,18 @@ TEST(CostModelTest, ValidationNamesTheField) {
 }
 
 TEST(PresetsTest, EveryPresetDerivesAValidModel) {
-  EXPECT_EQ(ModelPresets().size(), 12u);
+  EXPECT_EQ(ModelPresets().size(), 14u);
   for (const auto& cluster : ClusterPresets()) {
     for (const auto& model : ModelPresets()) {
       const CostModel cm = DeriveCostModel(model, cluster);
+      // Replicated bf16 weights + gradients (4 B/param) of a 32B or 70B model
+      // exceed one device: without tensor/pipeline parallelism or FSDP (out of
+      // scope) they are rejected, naming the memory field.
+      if (4.0 * static_cast<double>(model.params()) > cluster.mem_bytes) {
+        ASSERT_TRUE(ValidateCostModel(cm).has_value()) << model.shape.name;
+        EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.mem_capacity:", 0), 0u);
+        continue;
+      }
       EXPECT_FALSE(ValidateCostModel(cm).has_value()) << model.shape.name << " on " << cluster.name;
       // A 32k sequence must fit on at most a handful of ranks for every preset.
       EXPECT_LE(MinDegree(cm, GroupLoad::Of({32768, 0.0})), 4) << model.shape.name;
@@ -118,8 +126,9 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
   ASSERT_TRUE(m && c);
   const CostModel cm = DeriveCostModel(*m, *c);
-  // 9 * L * dq / (peak * 0.5) with L = 36, dq = 32 * 128.
-  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * 0.5));
+  // 9 * L * dq / (peak * 0.60) with L = 36, dq = 32 * 128 (attention
+  // efficiency of the calibrated simulator, src/presets/presets.cc).
+  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * 0.60));
   // KV bytes: 4 passes * L * 2 * (8 * 128) * 2 bytes.
   ExpectRel(cm.alpha3, 4.0 * 36 * 2 * 1024 * 2);
   EXPECT_EQ(cm.bw_intra_node, 196e9);

@@ -40,6 +40,10 @@ class Communicator {
                           int tag) = 0;
   // Blocks until the request completes; the id is then invalid.
   virtual void Wait(RequestId request) = 0;
+  // Lets pending requests advance without blocking (MPI: MPI_Test on each;
+  // large messages move only while MPI is called). The fake delivers at
+  // Isend time, so it has nothing to do.
+  virtual void Progress() {}
   void WaitAll(const std::vector<RequestId>& requests) {
     for (RequestId r : requests) Wait(r);
   }

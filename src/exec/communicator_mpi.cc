@@ -2,12 +2,98 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "fcp/check.h"
 
 namespace fcp::exec {
 namespace {
+
+// Process-wide owner of every pending request of every MpiCommunicator when
+// the progress thread runs. Only the progress thread touches a posted
+// MPI_Request; Wait() sleeps until the thread marks it done. std::map nodes
+// are stable, so the thread may test an entry while others are inserted.
+class ProgressEngine {
+ public:
+  ProgressEngine() : thread_([this] { Loop(); }) {}
+  ~ProgressEngine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    posted_.notify_all();
+    thread_.join();
+  }
+
+  RequestId Post(MPI_Request req) {
+    RequestId id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = next_++;
+      pending_[id] = Entry{req, false};
+    }
+    posted_.notify_one();
+    return id;
+  }
+
+  void Wait(RequestId id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    FCP_CHECK(it != pending_.end());
+    done_.wait(lock, [&] { return it->second.done; });
+    pending_.erase(it);
+  }
+
+ private:
+  struct Entry {
+    MPI_Request req;
+    bool done;
+  };
+
+  void Loop() {
+    std::vector<Entry*> batch;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      batch.clear();
+      for (auto& [id, e] : pending_)
+        if (!e.done) batch.push_back(&e);
+      if (batch.empty()) {
+        if (stop_) return;
+        posted_.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      std::vector<Entry*> finished;
+      for (Entry* e : batch) {
+        int flag = 0;
+        MPI_Test(&e->req, &flag, MPI_STATUS_IGNORE);
+        if (flag) finished.push_back(e);
+      }
+      lock.lock();
+      for (Entry* e : finished) e->done = true;
+      if (!finished.empty()) done_.notify_all();
+      if (finished.size() < batch.size())
+        posted_.wait_for(lock, std::chrono::microseconds(kProgressPeriodUs));
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable posted_, done_;
+  std::map<RequestId, Entry> pending_;
+  RequestId next_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+ProgressEngine* g_engine = nullptr;  // set by MpiInit in thread mode
+bool g_no_progress = false;          // FCP_MPI_PROGRESS=none (a control)
 
 class MpiCommunicator : public Communicator {
  public:
@@ -30,7 +116,7 @@ class MpiCommunicator : public Communicator {
     MPI_Request req;
     MPI_Isend(data, static_cast<int>(num_bytes), MPI_BYTE, dest, tag, comm_,
               &req);
-    return Store(req);
+    return g_engine ? g_engine->Post(req) : Store(req);
   }
 
   RequestId Irecv(void* data, size_t num_bytes, int source, int tag) override {
@@ -39,14 +125,24 @@ class MpiCommunicator : public Communicator {
     MPI_Request req;
     MPI_Irecv(data, static_cast<int>(num_bytes), MPI_BYTE, source, tag, comm_,
               &req);
-    return Store(req);
+    return g_engine ? g_engine->Post(req) : Store(req);
   }
 
   void Wait(RequestId request) override {
+    if (g_engine) return g_engine->Wait(request);
     auto it = requests_.find(request);
     FCP_CHECK(it != requests_.end());
     MPI_Wait(&it->second, MPI_STATUS_IGNORE);
     requests_.erase(it);
+  }
+
+  void Progress() override {
+    if (g_no_progress) return;
+    for (auto& [id, req] : requests_) {
+      if (req == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // sets req to NULL if done
+    }
   }
 
   void AllReduceSum(float* data, size_t count) override {
@@ -87,13 +183,27 @@ class MpiCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> MpiInit(int* argc, char*** argv) {
+  const char* mode = std::getenv("FCP_MPI_PROGRESS");
+  const bool want_thread = !(mode && (std::strcmp(mode, "poll") == 0 ||
+                                      std::strcmp(mode, "none") == 0));
+  g_no_progress = mode && std::strcmp(mode, "none") == 0;
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  if (want_thread && provided == MPI_THREAD_MULTIPLE)
+    g_engine = new ProgressEngine();
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }
 
-void MpiFinalize() { MPI_Finalize(); }
+std::string MpiProgressMode() {
+  return g_engine ? "thread" : g_no_progress ? "none" : "poll";
+}
+
+void MpiFinalize() {
+  delete g_engine;  // joins the thread; every request was waited for
+  g_engine = nullptr;
+  MPI_Finalize();
+}
 
 void MpiAbort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);

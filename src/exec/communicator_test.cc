@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "exec/comm_cache.h"
@@ -83,17 +84,19 @@ TEST(CommCache, RecurringGroupsHitTheCache) {
 
 TEST(Zigzag, ChunksCoverEverySequenceOnceWithGlobalPositions) {
   const std::vector<int64_t> lengths = {1, 7, 23, 40, 5};
-  const std::vector<bool> causal = {true, true, false, true, true};
+  const std::vector<double> eta = {0.0, 0.0, 1.0, 0.0, 0.25};
   for (int d = 1; d <= 6; ++d) {
     const std::vector<int> ids = {4, 0, 2, 1, 3};
-    auto layouts = ZigzagLayouts(lengths, causal, ids, d);
+    auto layouts = ZigzagLayouts(lengths, eta, ids, d);
     ASSERT_EQ(layouts.size(), static_cast<size_t>(d));
     for (size_t k = 0; k < ids.size(); ++k) {
       std::vector<int> count(lengths[ids[k]], 0);
       for (int r = 0; r < d; ++r) {
         const SeqShard& s = layouts[r].seqs[k];
         EXPECT_EQ(s.seq, ids[k]);
-        EXPECT_EQ(s.causal, causal[ids[k]]);
+        // Prefix of round(sqrt(eta)·s) tokens, recounted here.
+        EXPECT_EQ(s.prefix_len,
+                  std::llround(std::sqrt(eta[ids[k]]) * lengths[ids[k]]));
         EXPECT_TRUE(std::is_sorted(s.pos.begin(), s.pos.end()));
         for (int64_t p : s.pos) count[p]++;
         // Rank r holds exactly chunks r and 2d-1-r (independent recount).

@@ -12,10 +12,10 @@
 
 namespace fcp::exec::testing {
 
-// `num` random byte sequences of 2..max_len tokens; sequence i is causal when
-// causal(i) is true, otherwise full-mask.
+// `num` random byte sequences of 2..max_len tokens; sequence i has mask
+// factor eta(i) (0 causal, 1 full, between: bidirectional prefix).
 inline GlobalBatch RandomByteBatch(uint64_t seed, int num, int max_len,
-                                   const std::function<bool(int)>& causal) {
+                                   const std::function<double(int)>& eta) {
   std::mt19937_64 rng(seed);
   GlobalBatch b;
   for (int i = 0; i < num; ++i) {
@@ -23,7 +23,7 @@ inline GlobalBatch RandomByteBatch(uint64_t seed, int num, int max_len,
     std::vector<uint8_t> s(len);
     for (auto& x : s) x = static_cast<uint8_t>(rng() % 256);
     b.sequences.push_back(s);
-    b.causal.push_back(causal(i));
+    b.eta.push_back(eta(i));
   }
   return b;
 }

@@ -194,13 +194,14 @@ ExecStats AccumulateGradients(Communicator& world, CommCache& cache,
         mine = &g;
     FCP_CHECK(mine != nullptr);
     const std::vector<ShardLayout> layouts =
-        ZigzagLayouts(lengths, batch.causal, mine->sequences, mine->degree());
+        ZigzagLayouts(lengths, batch.eta, mine->sequences, mine->degree());
     const ShardBatch shard = MakeShardBatch(layouts[group->rank()],
                                             batch.sequences);
     RingAttentionArgs attn;
     attn.comm = group->size() > 1 ? group : nullptr;
     attn.layouts = &layouts;
     attn.kernels = kernels;
+    attn.comm_kind = mine->comm;
     stats.loss_sum += ForwardBackward(cfg, layout, params, shard, attn,
                                       loss_scale, grads);
     stats.num_tokens += static_cast<int64_t>(shard.tokens.size());
@@ -235,7 +236,7 @@ double ReferenceGradients(const ModelConfig& cfg, const ParamLayout& layout,
   double loss = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
     const std::vector<ShardLayout> layouts =
-        ZigzagLayouts(lengths, batch.causal, {static_cast<int>(s)}, 1);
+        ZigzagLayouts(lengths, batch.eta, {static_cast<int>(s)}, 1);
     const ShardBatch shard = MakeShardBatch(layouts[0], batch.sequences);
     RingAttentionArgs attn;
     attn.layouts = &layouts;

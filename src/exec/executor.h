@@ -21,7 +21,9 @@ namespace fcp::exec {
 // A global batch: byte sequences (length >= 1) and their masks.
 struct GlobalBatch {
   std::vector<std::vector<uint8_t>> sequences;
-  std::vector<bool> causal;  // true: causal (eta = 0); false: full (eta = 1)
+  // Mask factor per sequence in [0, 1]: 0 causal, 1 full, between: a
+  // bidirectional prefix over a causal rest (dispatch.h says which).
+  std::vector<double> eta;
   std::vector<int64_t> lengths() const;
   // Next-token targets of the whole batch: Σ (len - 1).
   int64_t num_targets() const;

@@ -238,8 +238,8 @@ double ForwardBackward(const ModelConfig& cfg, const ParamLayout& lay,
     ToHeads(q.data(), T, H, dh, A.qh.data());
     ToHeads(k.data(), T, H, dh, A.kh.data());
     ToHeads(v.data(), T, H, dh, A.vh.data());
-    RingAttentionForward(attn, A.qh.data(), A.kh.data(), A.vh.data(),
-                         A.oh.data(), A.lse.data());
+    GroupAttentionForward(attn, A.qh.data(), A.kh.data(), A.vh.data(),
+                          A.oh.data(), A.lse.data());
     A.o.resize(TD);
     FromHeads(A.oh.data(), T, H, dh, A.o.data());
     MatMul(A.o.data(), w + P.wo, T, D, D, x.data(), true);
@@ -309,9 +309,9 @@ double ForwardBackward(const ModelConfig& cfg, const ParamLayout& lay,
     MatMulBt(dx.data(), w + P.wo, T, D, D, dtmp.data(), false);
     AccumWeightGrad(A.o.data(), dx.data(), T, D, D, grads + P.wo);
     ToHeads(dtmp.data(), T, H, dh, doh.data());
-    RingAttentionBackward(attn, A.qh.data(), A.kh.data(), A.vh.data(),
-                          A.oh.data(), A.lse.data(), doh.data(), dqh.data(),
-                          dkh.data(), dvh.data());
+    GroupAttentionBackward(attn, A.qh.data(), A.kh.data(), A.vh.data(),
+                           A.oh.data(), A.lse.data(), doh.data(), dqh.data(),
+                           dkh.data(), dvh.data());
     // dq, dk back to [T, D], undo RoPE, then through the projections.
     Vec dq(TD), dk(TD), dv(TD);
     FromHeads(dqh.data(), T, H, dh, dq.data());

@@ -11,9 +11,11 @@
 namespace fcp::exec {
 namespace {
 
-// One full-mask sequence (index 1), the rest causal.
+// One full-mask sequence (index 1), one mixed (index 2), the rest causal.
 GlobalBatch SmallBatch(uint64_t seed, int num, int max_len) {
-  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i != 1; });
+  return testing::RandomByteBatch(seed, num, max_len, [](int i) {
+    return i == 1 ? 1.0 : i == 2 ? 0.5 : 0.0;
+  });
 }
 
 double Loss(const ModelConfig& cfg, const ParamLayout& layout,
@@ -21,7 +23,7 @@ double Loss(const ModelConfig& cfg, const ParamLayout& layout,
   double loss = 0;
   const auto lengths = batch.lengths();
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    auto layouts = ZigzagLayouts(lengths, batch.causal, {static_cast<int>(s)}, 1);
+    auto layouts = ZigzagLayouts(lengths, batch.eta, {static_cast<int>(s)}, 1);
     RingAttentionArgs attn;
     attn.layouts = &layouts;
     attn.kernels = AttentionKernels::kReference;

@@ -1,11 +1,13 @@
 #include "exec/ring_attention.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "fcp/check.h"
+#include "exec/ulysses_attention.h"
 #include "kernels/attention.h"
 
 namespace fcp::exec {
@@ -39,9 +41,31 @@ Ring MakeRing(const RingAttentionArgs& a) {
   return ring;
 }
 
-// True when no query of `q` can see any key of `k` (causal, all keys later).
+double NowS() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// True when no query of `q` can see any key of `k` (all keys later than the
+// last query's mask position).
 bool FullyMasked(const SeqShard& q, const SeqShard& k) {
-  return q.causal && k.pos.front() > q.pos.back();
+  return q.causal() && k.pos.front() > q.mask_pos.back();
+}
+
+// Drives the transfers in flight between two compute slices.
+void Poll(const RingAttentionArgs& a) {
+  if (!a.comm || !a.drive_progress) return;
+  const double t0 = a.timing ? NowS() : 0;
+  a.comm->Progress();
+  if (a.timing) a.timing->progress_s += NowS() - t0;
+}
+
+void TimedWait(const RingAttentionArgs& a, RequestId send, RequestId recv) {
+  const double t0 = a.timing ? NowS() : 0;
+  if (send >= 0) a.comm->Wait(send);
+  if (recv >= 0) a.comm->Wait(recv);
+  if (a.timing) a.timing->wait_s += NowS() - t0;
 }
 
 void PackKv(const Ring& ring, const float* k, const float* v, float* buf) {
@@ -72,6 +96,7 @@ void RingAttentionForward(const RingAttentionArgs& args, const float* q,
   PackKv(ring, k, v, cur.data());
   int64_t max_piece = 0;
   for (const auto& s : mine.seqs) max_piece = std::max(max_piece, s.size());
+  max_piece = std::min<int64_t>(max_piece, kProgressRows);
   std::vector<float> part_out(static_cast<size_t>(max_piece) * dh);
   std::vector<float> part_lse(max_piece);
 
@@ -90,35 +115,39 @@ void RingAttentionForward(const RingAttentionArgs& args, const float* q,
     const int64_t To = theirs.num_tokens;
     const float* kb = cur.data();
     const float* vb = cur.data() + static_cast<size_t>(H) * To * dh;
+    const double c0 = args.timing ? NowS() : 0;
+    const double polled_s = args.timing ? args.timing->progress_s : 0;
     for (size_t i = 0; i < mine.seqs.size(); ++i) {
       const SeqShard& qs = mine.seqs[i];
       const SeqShard& ks = theirs.seqs[i];
       if (qs.size() == 0 || ks.size() == 0 || FullyMasked(qs, ks)) continue;
+      const int nq = static_cast<int>(qs.size());
+      const int nk = static_cast<int>(ks.size());
+      auto fn = args.kernels == AttentionKernels::kFast
+                    ? &kernels::AttentionForward
+                    : &kernels::ReferenceAttentionForward;
       for (int h = 0; h < H; ++h) {
-        const float* qp = q + (static_cast<size_t>(h) * T + qs.offset) * dh;
         const float* kp = kb + (static_cast<size_t>(h) * To + ks.offset) * dh;
         const float* vp = vb + (static_cast<size_t>(h) * To + ks.offset) * dh;
-        const int nq = static_cast<int>(qs.size());
-        const int nk = static_cast<int>(ks.size());
-        if (args.kernels == AttentionKernels::kFast) {
-          kernels::AttentionForward(qp, kp, vp, nq, nk, dh, qs.pos.data(),
-                                    ks.pos.data(), qs.causal, scale,
-                                    part_out.data(), part_lse.data());
-        } else {
-          kernels::ReferenceAttentionForward(qp, kp, vp, nq, nk, dh,
-                                             qs.pos.data(), ks.pos.data(),
-                                             qs.causal, scale, part_out.data(),
-                                             part_lse.data());
+        for (int r0 = 0; r0 < nq; r0 += kProgressRows) {
+          const int rows = std::min(kProgressRows, nq - r0);
+          const size_t row = static_cast<size_t>(h) * T + qs.offset + r0;
+          fn(q + row * dh, kp, vp, rows, nk, dh, qs.mask_pos.data() + r0,
+             ks.pos.data(), qs.causal(), scale, part_out.data(),
+             part_lse.data());
+          kernels::MergePartial(out + row * dh, lse + row, part_out.data(),
+                                part_lse.data(), rows, dh);
+          if (t < d - 1) Poll(args);
         }
-        kernels::MergePartial(
-            out + (static_cast<size_t>(h) * T + qs.offset) * dh,
-            lse + static_cast<size_t>(h) * T + qs.offset, part_out.data(),
-            part_lse.data(), nq, dh);
       }
     }
+    if (args.timing) {
+      const double c = NowS() - c0 - (args.timing->progress_s - polled_s);
+      args.timing->compute_s += c;
+      args.timing->forward_step_compute_s.push_back(c);
+    }
     if (t < d - 1) {
-      args.comm->Wait(send);
-      args.comm->Wait(recv);
+      TimedWait(args, send, recv);
       std::swap(cur, nxt);
     }
   }
@@ -172,6 +201,11 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
     const size_t half = static_cast<size_t>(H) * To * dh;
     const float* kb = cur.data();
     const float* vb = cur.data() + half;
+    const double c0 = args.timing ? NowS() : 0;
+    const double polled_s = args.timing ? args.timing->progress_s : 0;
+    auto fn = args.kernels == AttentionKernels::kFast
+                  ? &kernels::AttentionBackward
+                  : &kernels::ReferenceAttentionBackward;
     for (size_t i = 0; i < mine.seqs.size(); ++i) {
       const SeqShard& qs = mine.seqs[i];
       const SeqShard& ks = theirs.seqs[i];
@@ -179,19 +213,23 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
       const int nq = static_cast<int>(qs.size());
       const int nk = static_cast<int>(ks.size());
       for (int h = 0; h < H; ++h) {
-        const size_t qo = (static_cast<size_t>(h) * T + qs.offset) * dh;
         const size_t ko = (static_cast<size_t>(h) * To + ks.offset) * dh;
-        const float* lp = lse + static_cast<size_t>(h) * T + qs.offset;
-        auto fn = args.kernels == AttentionKernels::kFast
-                      ? &kernels::AttentionBackward
-                      : &kernels::ReferenceAttentionBackward;
-        fn(q + qo, kb + ko, vb + ko, out + qo, dout + qo, lp, nq, nk, dh,
-           qs.pos.data(), ks.pos.data(), qs.causal, scale, dq + qo,
-           acc.data() + ko, acc.data() + half + ko);
+        for (int r0 = 0; r0 < nq; r0 += kProgressRows) {
+          const int rows = std::min(kProgressRows, nq - r0);
+          const size_t row = static_cast<size_t>(h) * T + qs.offset + r0;
+          const size_t qo = row * dh;
+          fn(q + qo, kb + ko, vb + ko, out + qo, dout + qo, lse + row, rows,
+             nk, dh, qs.mask_pos.data() + r0, ks.pos.data(), qs.causal(),
+             scale, dq + qo, acc.data() + ko, acc.data() + half + ko);
+          Poll(args);
+        }
       }
     }
+    if (args.timing)
+      args.timing->compute_s +=
+          NowS() - c0 - (args.timing->progress_s - polled_s);
     if (t > 0) {
-      args.comm->Wait(dkv_recv);
+      TimedWait(args, -1, dkv_recv);
       const size_t n = ring.kv_floats(owner);
       for (size_t j = 0; j < n; ++j) acc[j] += incoming_dkv[j];
     }
@@ -204,8 +242,7 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
       std::memcpy(dv, acc.data() + half, half * sizeof(float));
     }
     if (t < d - 1) {
-      args.comm->Wait(kv_send);
-      args.comm->Wait(kv_recv);
+      TimedWait(args, kv_send, kv_recv);
       std::swap(cur, nxt);
     }
   }
@@ -213,14 +250,33 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
     // Our own block's accumulator returns from prev after d hops.
     const size_t n = ring.kv_floats(ring.me);
     std::vector<float> final_dkv(n);
-    args.comm->Wait(
-        args.comm->Irecv(final_dkv.data(), n * 4, prev, kTagDkv));
+    TimedWait(args, -1,
+              args.comm->Irecv(final_dkv.data(), n * 4, prev, kTagDkv));
     const size_t half = n / 2;
     std::memcpy(dk, final_dkv.data(), half * sizeof(float));
     std::memcpy(dv, final_dkv.data() + half, half * sizeof(float));
     for (RequestId& r : contrib_send)
       if (r >= 0) args.comm->Wait(r);
   }
+}
+
+void GroupAttentionForward(const RingAttentionArgs& args, const float* q,
+                           const float* k, const float* v, float* out,
+                           float* lse) {
+  if (args.comm_kind == CommKind::kAllToAll && args.comm)
+    UlyssesAttentionForward(args, q, k, v, out, lse);
+  else
+    RingAttentionForward(args, q, k, v, out, lse);
+}
+
+void GroupAttentionBackward(const RingAttentionArgs& args, const float* q,
+                            const float* k, const float* v, const float* out,
+                            const float* lse, const float* dout, float* dq,
+                            float* dk, float* dv) {
+  if (args.comm_kind == CommKind::kAllToAll && args.comm)
+    UlyssesAttentionBackward(args, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    RingAttentionBackward(args, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 }  // namespace fcp::exec

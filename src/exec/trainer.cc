@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <random>
-#include <cstdio>
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
@@ -49,6 +50,30 @@ TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes) {
   return c;
 }
 
+TextCorpus LengthsCorpus(const std::vector<int64_t>& lengths,
+                         const TextCorpus& text) {
+  if (lengths.empty()) throw InputError("lengths", "no sequence length");
+  FCP_CHECK(!text.paths.empty());
+  std::vector<int> by_size(text.paths.size());
+  std::iota(by_size.begin(), by_size.end(), 0);
+  std::stable_sort(by_size.begin(), by_size.end(), [&](int a, int b) {
+    return text.sizes_bytes[a] < text.sizes_bytes[b];
+  });
+  TextCorpus c;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t want = std::min(lengths[i], text.sizes_bytes[by_size.back()]);
+    // First file (by size) that is long enough; then one of those in turn.
+    const auto first = std::lower_bound(
+        by_size.begin(), by_size.end(), want,
+        [&](int f, int64_t len) { return text.sizes_bytes[f] < len; });
+    const auto long_enough = static_cast<size_t>(by_size.end() - first);
+    const int f = *(first + static_cast<std::ptrdiff_t>(i % long_enough));
+    c.paths.push_back(text.paths[f]);
+    c.sizes_bytes.push_back(want);
+  }
+  return c;
+}
+
 std::vector<int> BatchFiles(const TextCorpus& corpus, int step, int gbs,
                             uint64_t seed) {
   const int n = static_cast<int>(corpus.paths.size());
@@ -76,7 +101,7 @@ GlobalBatch LoadBatch(const TextCorpus& corpus, const std::vector<int>& files,
     if (in.gcount() != len)
       throw InputError("data_dir", "cannot read " + corpus.paths[f]);
     b.sequences.push_back(std::move(bytes));
-    b.causal.push_back(true);
+    b.eta.push_back(0.0);
   }
   return b;
 }
@@ -125,8 +150,8 @@ CostModel CalibrateCpuCostModel(const ModelConfig& cfg,
     GlobalBatch b;
     b.sequences.push_back(std::vector<uint8_t>(len));
     for (int64_t i = 0; i < len; ++i) b.sequences[0][i] = static_cast<uint8_t>(i * 31);
-    b.causal.push_back(true);
-    const auto layouts = ZigzagLayouts(b.lengths(), b.causal, {0}, 1);
+    b.eta.push_back(0.0);
+    const auto layouts = ZigzagLayouts(b.lengths(), b.eta, {0}, 1);
     const ShardBatch shard = MakeShardBatch(layouts[0], b.sequences);
     RingAttentionArgs attn;
     attn.layouts = &layouts;
@@ -167,14 +192,71 @@ std::optional<std::string> ValidateTrainOptions(const TrainOptions& o) {
   return std::nullopt;
 }
 
+std::optional<std::string> PreflightCheck(const TrainOptions& o,
+                                          const TextCorpus& corpus,
+                                          int world_size) {
+  if (auto e = ValidateTrainOptions(o)) return e;
+  const CostModel cost =
+      o.cost ? *o.cost : CpuCostModel(o.model, o.mem_capacity_bytes);
+  constexpr double kMiB = 1 << 20;
+  char buf[400];
+  if (!(cost.mem_capacity > cost.mem_static)) {
+    std::snprintf(buf, sizeof buf,
+                  "mem_mb: %.3f MiB per rank is below the model states "
+                  "(%.3f MiB: weights, gradients, two AdamW moments)",
+                  cost.mem_capacity / kMiB, cost.mem_static / kMiB);
+    return std::string(buf);
+  }
+  int64_t longest = 0;
+  for (int64_t s : corpus.sizes_bytes) longest = std::max(longest, s);
+  longest = std::min(longest, o.max_len);
+  const double need_ranks = std::ceil(cost.mem_per_token * longest /
+                                      (cost.mem_capacity - cost.mem_static));
+  if (need_ranks > world_size) {
+    std::snprintf(buf, sizeof buf,
+                  "mem_mb: a sequence of %lld tokens needs %.0f ranks of "
+                  "%.3f MiB, only %d ranks (raise --mem-mb or lower --max-len)",
+                  static_cast<long long>(longest), need_ranks,
+                  cost.mem_capacity / kMiB, world_size);
+    return std::string(buf);
+  }
+  PlanRequest req;
+  req.cluster = {world_size, world_size};
+  req.cost = cost;
+  for (int f : BatchFiles(corpus, 0, o.gbs, o.seed))
+    req.sequences.push_back({std::min(corpus.sizes_bytes[f], o.max_len), 0.0});
+  PlanOptions po;
+  po.strategy = o.strategy;
+  po.cp_degree = o.cp_degree;
+  po.seed = o.seed;
+  try {
+    const Plan plan = MakePlan(req, po);
+    if (plan.status != PlanStatus::kOk)
+      return "strategy: " + o.strategy + " finds no feasible plan for global "
+             "batch 0" + (plan.message.empty() ? "" : ": " + plan.message);
+  } catch (const InputError& e) {
+    // Planner fields are named as the plan request sees them; say which
+    // flag sets them where it is not obvious.
+    std::string msg = e.what();
+    if (e.field() == "sequences")
+      msg = "gbs: " + msg.substr(e.field().size() + 2);
+    return msg;
+  }
+  return std::nullopt;
+}
+
 Trainer::Trainer(Communicator& world, TrainOptions options, TextCorpus corpus)
     : world_(world),
       opt_(std::move(options)),
       corpus_(std::move(corpus)),
-      layout_(MakeParamLayout(opt_.model)),
+      // Checked before anything is sized from the options.
+      layout_(MakeParamLayout([this]() -> const ModelConfig& {
+        if (auto e = PreflightCheck(opt_, corpus_, world_.size()))
+          throw InputError::FromMessage(*e);
+        return opt_.model;
+      }())),
       adam_(layout_, opt_.adam),
       cache_(world) {
-  if (auto e = ValidateTrainOptions(opt_)) throw InputError::FromMessage(*e);
   if (opt_.cost) {
     cost_ = *opt_.cost;
   } else if (opt_.calibrate) {
@@ -217,7 +299,9 @@ StepReport Trainer::Step(int step) {
   StepReport rep;
   rep.step = step;
   // ---- plan: rank 0 plans (one step ahead when async), then broadcast ----
+  if (opt_.on_progress) opt_.on_progress(step);
   std::vector<int64_t> code;
+  std::string failure;  // rank 0: the planner's reason when not ok
   if (world_.rank() == 0) {
     Planned planned;
     try {
@@ -232,11 +316,10 @@ StepReport Trainer::Step(int step) {
       }
     } catch (const std::exception& e) {
       // Never leave the other ranks waiting in the broadcast: send a failed
-      // plan, every rank throws below.
+      // plan and the reason, every rank throws below.
       planned.plan = Plan{};
       planned.plan.status = PlanStatus::kInfeasible;
-      std::fprintf(stderr, "rank 0: planner failed at step %d: %s\n", step,
-                   e.what());
+      planned.plan.message = e.what();
     }
     pending_step_ = -1;
     rep.plan_s = planned.plan_s;
@@ -248,6 +331,7 @@ StepReport Trainer::Step(int step) {
                             [this, s = step + 1] { return PlanFor(s); });
     }
     code = EncodePlan(planned.plan);
+    failure = planned.plan.message;
   }
   int64_t n = static_cast<int64_t>(code.size());
   world_.Broadcast(&n, sizeof n, 0);
@@ -261,24 +345,32 @@ StepReport Trainer::Step(int step) {
   rep.plan_hidden_s = plan_info[2];
   rep.est_ms = plan_info[3];
   const Plan plan = DecodePlan(code);
+  if (plan.status != PlanStatus::kOk) {
+    int64_t len = static_cast<int64_t>(failure.size());
+    world_.Broadcast(&len, sizeof len, 0);
+    failure.resize(len);
+    if (len > 0) world_.Broadcast(failure.data(), len, 0);
+    throw CollectiveError("step " + std::to_string(step) +
+                          ": planner found no feasible plan: " +
+                          (failure.empty() ? "no reason given" : failure));
+  }
+  if (opt_.on_progress) opt_.on_progress(step);
 
   const std::vector<int> files = BatchFiles(corpus_, step, opt_.gbs, opt_.seed);
   const GlobalBatch batch = LoadBatch(corpus_, files, opt_.max_len);
-  if (plan.status != PlanStatus::kOk)
-    throw std::runtime_error("step " + std::to_string(step) +
-                             ": planner found no feasible plan (" +
-                             plan.message + ")");
   const std::string bad =
       CheckExecutablePlan(plan, world_.size(), static_cast<int>(files.size()));
   if (!bad.empty())
-    throw std::runtime_error("step " + std::to_string(step) +
-                             ": plan not executable: " + bad);
+    throw CollectiveError("step " + std::to_string(step) +
+                          ": plan not executable: " + bad);
   for (const auto& mb : plan.micro_batches) {
     rep.layout += rep.layout.empty() ? "[" : " [";
     for (size_t g = 0; g < mb.groups.size(); ++g)
       {
         if (g) rep.layout += ',';
         rep.layout += std::to_string(mb.groups[g].degree());
+        // Ulysses (all-to-all) groups are marked: "[2u,2u]".
+        if (mb.groups[g].comm == CommKind::kAllToAll) rep.layout += 'u';
       }
     rep.layout += "]";
   }
@@ -289,7 +381,9 @@ StepReport Trainer::Step(int step) {
   rep.loss = GlobalGradients(world_, cache_, opt_.model, layout_,
                              params_.data(), batch, plan, opt_.kernels, grads_,
                              &stats);
+  if (opt_.on_progress) opt_.on_progress(step);
   adam_.Step(params_.data(), grads_.data());
+  if (opt_.on_progress) opt_.on_progress(step);
   rep.group_setup_s = stats.group_setup_s;
   for (const auto& s : batch.sequences)
     rep.global_tokens += static_cast<int64_t>(s.size());

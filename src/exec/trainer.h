@@ -14,6 +14,7 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct TextCorpus {
 // Throws InputError("data_dir", ...) when the directory has no file of at
 // least `min_bytes` bytes.
 TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes = 16);
+
+// A corpus with the given sequence lengths (e.g. real token counts, so that
+// the length mix is a real one) whose bytes are real text: sequence i is the
+// first `lengths[i]` bytes of a file of `text` at least that long (files
+// taken in turn among those long enough); a length above the longest file is
+// cut to it. Throws InputError("lengths", ...) when `lengths` is empty.
+TextCorpus LengthsCorpus(const std::vector<int64_t>& lengths,
+                         const TextCorpus& text);
 
 // Indices of the files of global batch `step` (a seeded sample without
 // replacement, the same on every rank).
@@ -78,10 +87,30 @@ struct TrainOptions {
   // Called on every rank at the start of each step's compute (fault
   // injection in tests; fcp-train's --die-at). May not return.
   std::function<void(int rank, int step)> on_step_start;
+  // Called on every rank whenever the step makes progress (start, plan
+  // received, gradients reduced, optimizer done): the watchdog's marks.
+  std::function<void(int step)> on_progress;
 };
 
 // Error naming the field, or nullopt.
 std::optional<std::string> ValidateTrainOptions(const TrainOptions& o);
+
+// Everything about a configuration that can be known before training, on any
+// rank without communication (every rank gets the same answer): the options,
+// the memory of the model states and of the longest sequence the corpus can
+// give on `world_size` ranks, and the strategy's plan of global batch 0 with
+// the cost model the run will use (a fitted model only changes compute
+// coefficients, not feasibility). Returns "field: what" or nullopt.
+std::optional<std::string> PreflightCheck(const TrainOptions& o,
+                                          const TextCorpus& corpus,
+                                          int world_size);
+
+// A failure every rank raises together at the same step (the planner's
+// reason is broadcast), so the job can end cleanly without MPI_Abort.
+class CollectiveError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct StepReport {
   int step = 0;
@@ -93,7 +122,8 @@ struct StepReport {
   double est_ms = 0;           // planner's estimate for the step
   double group_setup_s = 0;    // CommCache::Acquire time this step
   int64_t global_tokens = 0;
-  std::string layout;          // "[3,1] [2,2]": degrees per micro-batch
+  std::string layout;          // "[3,1] [2u,2u]": degrees per micro-batch
+                               // (u: all-to-all group)
   CommCacheStats cache;        // cumulative, this rank
 };
 

@@ -126,5 +126,56 @@ TEST(Trainer, CorpusErrorsNameTheField) {
   }
 }
 
+// Each configuration the issue found ending in MPI_Abort is a pre-flight
+// error naming the flag's field, on any rank, without communication.
+TEST(Trainer, PreflightNamesTheFieldOfEachBadConfiguration) {
+  const std::string dir = MakeCorpusDir();
+  const TextCorpus corpus = ListCorpus(dir);
+  std::filesystem::remove_all(dir);
+  auto field_of = [&](TrainOptions o, int ranks) -> std::string {
+    const auto e = PreflightCheck(o, corpus, ranks);
+    return e ? e->substr(0, e->find(':')) : "";
+  };
+  TrainOptions ok = WithMem(SmallOptions());
+  EXPECT_EQ(field_of(ok, 4), "");
+  TrainOptions o = ok;
+  o.model.dim = -8;
+  EXPECT_EQ(field_of(o, 4), "model.dim");
+  o = ok;
+  o.mem_capacity_bytes = 0.01 * (1 << 20);
+  EXPECT_EQ(field_of(o, 4), "mem_mb");
+  o = ok;
+  o.strategy = "optimal";
+  o.gbs = 16;
+  EXPECT_EQ(field_of(o, 4), "gbs");
+  o = ok;
+  o.strategy = "megatron";
+  o.cp_degree = 3;
+  EXPECT_EQ(field_of(o, 4), "cp_degree");
+  // The longest sequence cannot fit on the ranks there are.
+  o = ok;
+  const CostModel cm = CpuCostModel(o.model, o.mem_capacity_bytes);
+  o.mem_capacity_bytes = cm.mem_static + cm.mem_per_token * 2;  // 2 tokens/rank
+  EXPECT_EQ(field_of(o, 4), "mem_mb");
+}
+
+TEST(Trainer, LengthsCorpusTakesTheLengthsAndRealBytes) {
+  const std::string dir = MakeCorpusDir();
+  const TextCorpus text = ListCorpus(dir);
+  int64_t longest = 0;
+  for (int64_t s : text.sizes_bytes) longest = std::max(longest, s);
+  const std::vector<int64_t> want = {5, 17, longest + 1000, 3};
+  const TextCorpus c = LengthsCorpus(want, text);
+  ASSERT_EQ(c.sizes_bytes.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(c.sizes_bytes[i], std::min(want[i], longest));
+    EXPECT_GE(std::filesystem::file_size(c.paths[i]),
+              static_cast<uintmax_t>(c.sizes_bytes[i]));
+  }
+  const GlobalBatch b = LoadBatch(c, {0, 1, 2, 3}, 1 << 20);
+  EXPECT_EQ(b.sequences[2].size(), static_cast<size_t>(longest));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace fcp::exec

@@ -57,7 +57,8 @@ int64_t ParseLength(std::string_view text, const std::string& field) {
                                 std::string(text.substr(0, 40)) + "\"");
   }
   if (v < 0) throw InputError(field, "length must be >= 0");
-  if (v > kMaxLength) throw InputError(field, "length must be <= 2^40");
+  if (v > kMaxLength)
+    throw InputError(field, "length " + std::to_string(v) + " exceeds the limit of 2^40 tokens");
   return v;
 }
 

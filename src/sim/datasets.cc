@@ -266,6 +266,11 @@ std::vector<Sequence> SampleFromLengths(std::span<const int64_t> lengths,
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] <= 0)
       throw InputError("lengths[" + std::to_string(i) + "]", "must be > 0");
+    // Never truncate silently: a length the simulator does not take is an error.
+    if (lengths[i] > max_length_tokens)
+      throw InputError("lengths[" + std::to_string(i) + "]",
+                       std::to_string(lengths[i]) + " tokens exceeds the limit of " +
+                           std::to_string(max_length_tokens) + " tokens");
   }
   DeterministicRng rng(seed ^ 0x6C656E6774687321ULL);
   std::vector<Sequence> out;
@@ -273,7 +278,7 @@ std::vector<Sequence> SampleFromLengths(std::span<const int64_t> lengths,
   const int64_t n = static_cast<int64_t>(lengths.size());
   for (int64_t i = 0; i < count; ++i) {
     const int64_t len = lengths[static_cast<size_t>(rng.UniformInt(0, n - 1))];
-    out.push_back(Sequence{std::min(len, max_length_tokens), 0.0});
+    out.push_back(Sequence{len, 0.0});
   }
   return out;
 }

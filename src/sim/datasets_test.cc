@@ -172,21 +172,31 @@ TEST(Datasets, MsrvttFramesFollowDurationAndRate) {
   EXPECT_NEAR(static_cast<double>(frames[frames.size() / 2]), 30.0, 1.0);
 }
 
-TEST(Datasets, SampleFromLengths) {
-  const std::vector<int64_t> lengths = {10, 20, 300000};
+TEST(Datasets, SampleFromLengthsKeepsLongLengthsUncut) {
+  // A 1M-token length is drawn as it is (nothing truncated silently).
+  const std::vector<int64_t> lengths = {10, 20, 1048576};
   const auto a = SampleFromLengths(lengths, 1000, 1);
   const auto b = SampleFromLengths(lengths, 1000, 1);
-  int capped = 0;
+  int longest = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].length_tokens, b[i].length_tokens);
     const int64_t l = a[i].length_tokens;
-    EXPECT_TRUE(l == 10 || l == 20 || l == kMaxDatasetLengthTokens);
-    capped += l == kMaxDatasetLengthTokens;
+    EXPECT_TRUE(l == 10 || l == 20 || l == 1048576);
+    longest += l == 1048576;
   }
-  EXPECT_GT(capped, 250);
-  EXPECT_LT(capped, 420);
+  EXPECT_GT(longest, 250);
+  EXPECT_LT(longest, 420);
   EXPECT_THROW(SampleFromLengths(std::vector<int64_t>{}, 3, 1), InputError);
   EXPECT_THROW(SampleFromLengths(std::vector<int64_t>{5, 0}, 3, 1), InputError);
+  // Over the limit: an error naming the entry and the length.
+  try {
+    SampleFromLengths(std::vector<int64_t>{5, kMaxSampledLengthTokens + 1}, 3, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "lengths[1]");
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxSampledLengthTokens + 1)),
+              std::string::npos);
+  }
 }
 
 }  // namespace

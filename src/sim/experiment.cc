@@ -29,6 +29,45 @@ struct Setup {
 
 bool IsStatic(const Plan& plan) { return plan.notes.count("cp_degree") > 0; }
 
+// Re-packs a static plan into micro-batches of `per_micro_batch` sequences per
+// replica (--mbs), keeping each replica's ranks and sequence order. Estimates
+// are refreshed by EvaluatePlan.
+void RepackStatic(const PlanRequest& req, int per_micro_batch, Plan& plan) {
+  std::vector<std::vector<int>> replica_ranks;
+  std::vector<std::vector<int>> replica_seqs;
+  std::vector<CommKind> replica_comm;
+  for (const auto& mb : plan.micro_batches) {
+    for (const auto& g : mb.groups) {
+      size_t j = 0;
+      while (j < replica_ranks.size() && replica_ranks[j] != g.ranks) ++j;
+      if (j == replica_ranks.size()) {
+        replica_ranks.push_back(g.ranks);
+        replica_seqs.emplace_back();
+        replica_comm.push_back(g.comm);
+      }
+      replica_seqs[j].insert(replica_seqs[j].end(), g.sequences.begin(), g.sequences.end());
+    }
+  }
+  size_t num_mb = 0;
+  const size_t m = static_cast<size_t>(per_micro_batch);
+  for (const auto& seqs : replica_seqs) num_mb = std::max(num_mb, (seqs.size() + m - 1) / m);
+  plan.micro_batches.assign(num_mb, MicroBatchPlan{});
+  for (size_t i = 0; i < num_mb; ++i) {
+    for (size_t j = 0; j < replica_ranks.size(); ++j) {
+      const auto& seqs = replica_seqs[j];
+      if (i * m >= seqs.size()) continue;
+      GroupPlan g;
+      g.ranks = replica_ranks[j];
+      g.comm = replica_comm[j];
+      g.sequences.assign(seqs.begin() + static_cast<std::ptrdiff_t>(i * m),
+                         seqs.begin() + static_cast<std::ptrdiff_t>(std::min(seqs.size(), (i + 1) * m)));
+      plan.micro_batches[i].groups.push_back(std::move(g));
+    }
+  }
+  plan.notes["micro_batch_sequences"] = std::to_string(per_micro_batch) + " (fixed, --mbs)";
+  EvaluatePlan(req, plan);
+}
+
 std::map<int, int> Histogram(const MicroBatchPlan& mb) {
   std::map<int, int> h;
   for (const auto& g : mb.groups)
@@ -61,7 +100,10 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
     run.message = run.plan.message;
     return run;
   }
+  if (cfg.micro_batch_sequences > 0 && IsStatic(run.plan))
+    RepackStatic(req, cfg.micro_batch_sequences, run.plan);
   SimOptions so;
+  so.overlap_grad_reduce = cfg.overlap_grad_reduce;
   so.noise_rel = cfg.noise_rel;
   so.noise_seed = cfg.seed * 1000003ULL + step;
   so.vision_tokens = setup.batches[step].vision;
@@ -88,6 +130,8 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.warmup < 0) throw InputError("warmup", "must be >= 0");
   if (cfg.noise_rel < 0 || !std::isfinite(cfg.noise_rel)) throw InputError("noise", "must be >= 0");
   if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
+  if (cfg.cp_degree < 0) throw InputError("cp", "must be >= 1 (0 = tune)");
+  if (cfg.micro_batch_sequences < 0) throw InputError("mbs", "must be >= 1 (0 = fill memory)");
   for (const auto& s : cfg.strategies) {
     if (!FindStrategy(s)) {
       std::string known;
@@ -102,10 +146,21 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.ranks > 0) cp.num_ranks = cfg.ranks;
   cp.ranks_per_node = std::max(1, std::min(cp.ranks_per_node, cp.num_ranks));
   cfg.ranks = cp.num_ranks;
+  if (cfg.cp_degree > 0 && cp.num_ranks % cfg.cp_degree != 0)
+    throw InputError("cp", "degree " + std::to_string(cfg.cp_degree) + " does not divide " +
+                               std::to_string(cp.num_ranks) + " ranks");
 
+  // DP x CP replicates bf16 weights and gradients on every rank (4 B/param).
+  const double states = 4.0 * static_cast<double>(model->params() + model->vision_params());
+  if (states >= cp.mem_bytes)
+    throw InputError("model", fmt::format("{}: replicated bf16 weights and gradients need {:.0f} "
+                                          "GB per rank > {:.0f} GB on {}; this model needs "
+                                          "tensor/pipeline parallelism or FSDP (out of scope)",
+                                          cfg.model, states / 1e9, cp.mem_bytes / 1e9, cp.name));
   Setup setup;
   setup.hw = MakeHardwareModel(*model, cp);
   setup.hw.vision_frozen = cfg.vision_frozen;
+  setup.hw.recompute = cfg.recompute;
   setup.base.cluster = Cluster{cp.num_ranks, cp.ranks_per_node};
   setup.base.cost = cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
   if (cfg.calibrate_memory) setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
@@ -156,9 +211,14 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
   const Setup setup = MakeSetup(cfg);
   const size_t total = setup.batches.size();
   const size_t first_measured = static_cast<size_t>(cfg.warmup);
-  double tokens_sum = 0;
-  for (size_t i = first_measured; i < total; ++i) tokens_sum += setup.batches[i].tokens;
+  double tokens_sum = 0, bound_sum = 0;
+  for (size_t i = first_measured; i < total; ++i) {
+    tokens_sum += setup.batches[i].tokens;
+    bound_sum += PhysicalLowerBoundS(setup.hw, setup.batches[i].seqs, cfg.overlap_grad_reduce,
+                                     setup.batches[i].vision);
+  }
   result.mean_tokens_per_batch = tokens_sum / cfg.steps;
+  result.lower_bound_s = bound_sum / cfg.steps;
 
   for (const auto& strategy : cfg.strategies) {
     StrategyResult r;
@@ -167,7 +227,11 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
     // Static baselines: tune the degree by simulated time on the warmup batches.
     {
       const StepRun probe = RunStep(setup, cfg, strategy, 0, 0, nullptr);
-      if (IsStatic(probe.plan)) {
+      if (IsStatic(probe.plan) && cfg.cp_degree > 0) {
+        degree = cfg.cp_degree;
+        r.cp_degree = degree;
+        r.degree_candidates = "forced (--cp)";
+      } else if (IsStatic(probe.plan)) {
         const size_t tune_end = cfg.warmup > 0 ? first_measured : 1;
         double best = std::numeric_limits<double>::infinity();
         for (int c = 1; c <= cfg.ranks; ++c) {
@@ -252,6 +316,7 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       r.busy_fraction = sum_busy / n;
       r.step_iter_s = iter_s;
       r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
+      if (result.lower_bound_s > 0) r.vs_bound = r.iter_s / result.lower_bound_s;
     }
     if (cfg.progress) {
       cfg.progress(Progress(
@@ -286,8 +351,14 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"seed", c.seed},
                  {"vision_frozen", c.vision_frozen},
                  {"noise", c.noise_rel},
+                 {"recompute", std::string(RecomputeName(c.recompute))},
+                 {"overlap_grad_reduce", c.overlap_grad_reduce},
+                 {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
+                 {"mbs", c.micro_batch_sequences > 0 ? json(c.micro_batch_sequences)
+                                                     : json("memory-packed")},
                  {"planner_memory", c.calibrate_memory ? "calibrated to the simulator" : "as given"},
-                 {"mean_tokens_per_batch", res.mean_tokens_per_batch}};
+                 {"mean_tokens_per_batch", res.mean_tokens_per_batch},
+                 {"lower_bound_s", res.lower_bound_s}};
   json results = json::array();
   for (const auto& r : res.results) {
     const bool ok = !r.oom && !r.infeasible;
@@ -295,6 +366,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
               {"iter_s", ok ? json(r.iter_s) : json(nullptr)},
               {"tokens_per_s", ok ? json(r.tokens_per_s) : json(nullptr)},
               {"speedup_vs", r.speedup_vs},
+              {"vs_bound", ok ? json(r.vs_bound) : json(nullptr)},
               {"oom", r.oom},
               {"infeasible", r.infeasible},
               {"solver_ms", r.solver_ms},
@@ -327,9 +399,17 @@ std::string ExperimentToTable(const ExperimentResult& res) {
       "SIMULATED: {} on {} x {} ({} ranks), gbs {}, {} steps after {} warmup, seed {}{}\n",
       c.lengths.empty() ? c.dataset : "lengths file", c.model, c.cluster, c.ranks,
       c.global_batch, c.steps, c.warmup, c.seed, c.vision_frozen ? ", vision frozen" : "");
+  out += fmt::format("recompute {}, gradient sync {}, static cp {}, static mbs {}\n",
+                     RecomputeName(c.recompute),
+                     c.overlap_grad_reduce ? "overlapped with backward" : "after compute",
+                     c.cp_degree > 0 ? std::to_string(c.cp_degree) + " (forced)" : "tuned",
+                     c.micro_batch_sequences > 0 ? std::to_string(c.micro_batch_sequences)
+                                                 : "memory-packed");
   out += fmt::format("mean tokens per global batch: {:.0f}\n", res.mean_tokens_per_batch);
-  out += fmt::format("{:<13} {:>9} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7}  {}\n",
-                     "strategy", "iter_s", "ktok/s", "vs_meg", "vs_ds", "solver_ms",
+  out += fmt::format("physical lower bound: {:.3f} s per global batch (simulated)\n",
+                     res.lower_bound_s);
+  out += fmt::format("{:<13} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7}  {}\n",
+                     "strategy", "iter_s", "vs_bound", "ktok/s", "vs_meg", "vs_ds", "solver_ms",
                      "hidden_%", "mbs", "degree", "first micro-batch degrees");
   for (const auto& r : res.results) {
     if (r.oom || r.infeasible) {
@@ -341,13 +421,13 @@ std::string ExperimentToTable(const ExperimentResult& res) {
       auto it = r.speedup_vs.find(k);
       return it == r.speedup_vs.end() ? std::string("-") : fmt::format("{:.2f}x", it->second);
     };
-    out += fmt::format("{:<13} {:>9.3f} {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7}  {}\n",
-                       r.strategy, r.iter_s, r.tokens_per_s / 1e3, sp("megatron"),
+    out += fmt::format("{:<13} {:>9.3f} {:>7.3f}x {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7}  {}\n",
+                       r.strategy, r.iter_s, r.vs_bound, r.tokens_per_s / 1e3, sp("megatron"),
                        sp("deepspeed"), r.solver_ms, 100.0 * r.overlap.hidden_fraction(),
                        r.micro_batches, r.cp_degree > 0 ? std::to_string(r.cp_degree) : "-",
                        r.first_micro_batch_mix);
   }
-  out += "iter_s/ktok/s: simulated hardware; solver_ms: measured planner wall time on this "
+  out += "iter_s/ktok/s: simulated hardware; vs_bound: iter_s / physical lower bound; solver_ms: measured planner wall time on this "
          "machine; hidden_%: solver time hidden behind the previous step (async scheduling).\n";
   return out;
 }

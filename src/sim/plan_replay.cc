@@ -121,6 +121,7 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
   cp.ranks_per_node = batches[0].batch.request.cluster.ranks_per_node;
   HardwareModel hw = MakeHardwareModel(*model, cp);
   hw.vision_frozen = cfg.vision_frozen;
+  hw.recompute = cfg.recompute;
   cfg.ranks = cp.num_ranks;
   cfg.dataset = "plan";
   cfg.strategies = {"plan"};
@@ -132,10 +133,12 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
   std::vector<double> solver_s, iter_s;
   double prev_iter_s = 0;
   double sum_compute = 0, sum_sync = 0, sum_sched = 0, sum_mb = 0, sum_busy = 0, tokens = 0;
+  double bound_sum = 0;
   int64_t gbs = 0;
   for (size_t i = 0; i < batches.size(); ++i) {
     const PlannedBatch& pb = batches[i];
     SimOptions so;
+    so.overlap_grad_reduce = cfg.overlap_grad_reduce;
     so.noise_rel = cfg.noise_rel;
     so.noise_seed = cfg.seed * 1000003ULL + i;
     so.communicator_cache = &cache;
@@ -166,6 +169,7 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     sum_mb += static_cast<double>(pb.plan.micro_batches.size());
     sum_busy += sim.busy_fraction;
     tokens += sim.tokens;
+    bound_sum += PhysicalLowerBoundS(hw, pb.batch.request.sequences, cfg.overlap_grad_reduce, {});
     gbs += static_cast<int64_t>(pb.batch.request.sequences.size());
     for (const auto& mb : pb.plan.micro_batches) {
       for (const auto& g : mb.groups) ++r.degree_histogram[g.degree()];
@@ -187,6 +191,8 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     r.step_iter_s = iter_s;
     r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
     result.mean_tokens_per_batch = tokens / n;
+    result.lower_bound_s = bound_sum / n;
+    if (result.lower_bound_s > 0) r.vs_bound = r.iter_s / result.lower_bound_s;
     cfg.global_batch = static_cast<int64_t>(static_cast<double>(gbs) / n + 0.5);
   }
   result.results.push_back(std::move(r));

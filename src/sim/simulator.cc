@@ -1,49 +1,61 @@
 // The hardware simulator (DESIGN.md §5). See include/fcp/simulator.h for the
 // contract and docs/simulator.md for the model in prose.
 //
-// Per group of d ranks holding sequences s_k (all ranks symmetric):
+// Per group of d ranks holding sequences s_k (all ranks symmetric). P = the
+// recompute policy's passes: forward-equivalent passes of the linear layers
+// and elementwise ops (full 4: forward, recompute, backward 2×; selective and
+// none 3) and attention forwards (full and selective 2, none 1).
 //  * Zigzag: each sequence is cut into 2d chunks (ring) or d chunks (Ulysses),
 //    padded up to a multiple; a rank holds c_k tokens of sequence k, m = Σ c_k.
 //  * Linear layers: 2·m·LayerParams FLOPs per layer forward, at
-//    GemmEfficiency(m); passes forward + recompute forward + backward (2×): 4×.
-//    LM head 2·m·h·V forward, not recomputed: 3×.
+//    GemmEfficiency(m), P passes. LM head 2·m·h·V forward, not recomputed: 3×.
 //  * Elementwise (norms, RoPE, SwiGLU, residuals): 2·(8h + 3f + 2dq + 2dkv)
-//    bytes per token per layer per forward-equivalent pass, HBM-bound, 4×.
+//    bytes per token per layer per pass, HBM-bound.
 //  * Attention forward FLOPs 4·dq per visible pair, (1 + eta)·s²/2 pairs;
-//    backward 2.5× forward; forward runs twice (recompute): 4.5× in all.
-//    d = 1: one kernel per sequence at AttentionEfficiency(s).
+//    backward 2.5× forward FLOPs. Forward at AttentionForwardEfficiency,
+//    backward at AttentionBackwardEfficiency (each its own curve; a causal
+//    block is slower by CausalSlowdown of its length).
+//    d = 1: one kernel per sequence of length s.
 //    Ring: d steps per layer and pass; each step computes 1/d² of every
-//    sequence's pairs (zigzag balances the causal mask exactly) at
-//    AttentionEfficiency(c_k) (×attn_dense_bonus off the diagonal) while the
-//    next KV block (Σ c_k · 2·dkv bf16) travels one hop; a step takes
-//    max(compute, transfer + latency); the last step has nothing to wait for.
-//    Backward sends KV (bf16) + dKV (fp32) per hop (3× bytes) and one final
-//    dKV hop home. The link is intra-node only if all ranks share a node.
-//    Ulysses: all-to-all of Q, K, V in and O out (backward: dO in, dQ dK dV
-//    out); a rank computes the full sequence for ceil(q_heads/d) heads at
-//    AttentionEfficiency(s) (head padding when d does not divide the heads);
-//    KV heads are replicated when d > kv_heads. Not overlapped with compute.
-//    Traffic to same-node peers uses the intra-node link, to other nodes the
-//    inter-node link (both concurrently).
-//  * Launches: kernels_per_layer_pass × 3 passes per layer, + 2 (forward) /
-//    3 (backward) per ring step, + 2 per all-to-all.
+//    sequence's pairs (zigzag balances the causal mask exactly): the first
+//    (diagonal) step a causal block of c_k tokens, the others unmasked blocks
+//    of c_k tokens, while the next KV block (Σ c_k · 2·dkv bf16) travels one
+//    hop; a step takes max(compute, transfer + latency); the last step has
+//    nothing to wait for. Backward sends KV (bf16) + dKV (fp32) per hop (3×
+//    bytes) and one final dKV hop home. Intra-node link only if all ranks
+//    share a node.
+//    Ulysses: all-to-all of Q, K, V in and O out per forward (backward: dO in,
+//    dQ dK dV out); a rank computes the full sequence for ceil(q_heads/d)
+//    heads (head padding when d does not divide the heads); KV heads are
+//    replicated when d > kv_heads. Not overlapped with compute. Traffic to
+//    same-node peers uses the intra-node link, to other nodes the inter-node
+//    link (both concurrently).
+//  * Launches: kernels_per_layer_pass per layer and pass (full 3 passes,
+//    otherwise 2), + 2 per ring step forward, 3 backward, + 2 per all-to-all.
 //  * Vision encoder (MLLMs): patches = vision tokens × patches_per_token,
 //    split over the d ranks; 2·12·vh² FLOPs per patch per layer plus full
 //    attention inside each tile; frozen: forward only; unfrozen: forward +
 //    recompute + backward (4×); the projector always trains (3×).
 //  * Memory per rank: bf16 weights + bf16 grads (4 B/param; frozen vision
 //    encoder weights only 2 B/param), fp32 master + Adam moments (12 B/param)
-//    sharded over all N ranks, framework_reserve_bytes, plus activations:
-//    checkpoints 2·L·h bytes per token, one layer's recompute working set
-//    2·(4h + 2dq + 2dkv + 4f) bytes per token, ring receive buffer
+//    sharded over all N ranks, framework_reserve_bytes, plus activations per
+//    token: one layer's working set W = 2·(4h + 2dq + 2dkv + 4f) bytes; full
+//    recompute keeps a 2·h checkpoint per layer and one layer's W, selective
+//    and none keep W for every layer (with flash attention there is no s²
+//    term for selective recompute to save); plus the ring receive buffer
 //    2·dkv·2 bytes per token (Ulysses: all-to-all output buffer
 //    (dq + 2dkv)·2 bytes per token), and for the vision encoder, run over
 //    chunks of 16 tiles and recomputed from pixels in the backward: the pixel
 //    patches (3·14² uint8 each) plus one chunk's layer working set (16·vh B
 //    per patch) and, unfrozen, its checkpoints (2·vl·vh B per patch).
 //  * Per global batch: reduce-scatter of bf16 gradients + all-gather of bf16
-//    weights over all N ranks (2 · 2 B · P · (N-1)/N bytes per rank, ring
-//    latency 2(N-1) messages) and the Adam step over P/N parameters (HBM-bound).
+//    weights over all N ranks (2 B · P · (N-1)/N bytes each per rank, ring
+//    latency (N-1) messages each) and the Adam step over P/N parameters
+//    (HBM-bound). With overlap (Megatron --overlap-grad-reduce), both are cut
+//    into buckets of max(40M, 1M·N) parameters (megatron-core
+//    DistributedDataParallel): the reduce-scatter hides behind the backward of
+//    the last group on the last rank to finish, the all-gather behind the
+//    first forward; one bucket of each is always exposed.
 #include "fcp/simulator.h"
 
 #include <algorithm>
@@ -52,6 +64,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -66,14 +79,63 @@ namespace {
 
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
-constexpr double kAttnBackwardFactor = 2.5;
+constexpr double kAttnBackwardFactor = 2.5;  // backward FLOPs / forward (5 vs 2 GEMMs)
 constexpr double kMaxEfficiency = 0.95;
+constexpr double kMaxCausalSlowdown = 2.0;  // a causal block does half the work
 constexpr double kVisionChunkTiles = 16;
+// megatron-core DistributedDataParallel: bucket_size = max(40M, 1M · dp) params.
+constexpr double kMinBucketParams = 40e6;
+constexpr double kBucketParamsPerRank = 1e6;
 
 double Dq(const ModelShape& s) { return static_cast<double>(s.q_heads) * s.head_dim; }
 double Dkv(const ModelShape& s) { return static_cast<double>(s.kv_heads) * s.head_dim; }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Passes of the recompute policy (file comment).
+struct Passes {
+  double linear = 4;      // forward-equivalent passes of linear layers / elementwise
+  double attn_fwd = 2;    // attention forwards
+  double kernel = 3;      // passes of a layer's kernel launches
+};
+
+Passes PassesOf(const HardwareModel& hw) {
+  Passes p;
+  switch (hw.recompute) {
+    case Recompute::kFull: p = {4, 2, 3}; break;
+    case Recompute::kSelective: p = {3, 2, 2}; break;
+    case Recompute::kNone: p = {3, 1, 2}; break;
+  }
+  if (hw.linear_recompute_fraction >= 0) p.linear = 3.0 + std::min(1.0, hw.linear_recompute_fraction);
+  return p;
+}
+
+double Hyperbolic(double max, double half, double n) {
+  if (n <= 0) return max * 1e-3;
+  return std::min(kMaxEfficiency, max * n / (n + half));
+}
+
+// Efficiency of a block with mask factor eta: causal (eta 0) runs slower than
+// unmasked by `slowdown`; full (eta 1) not at all; block masks in between
+// (e.g. full attention inside video frames) interpolate linearly.
+double MixedEfficiency(double unmasked_eff, double slowdown, double eta) {
+  eta = std::clamp(eta, 0.0, 1.0);
+  return unmasked_eff / (1.0 + (slowdown - 1.0) * (1.0 - eta));
+}
+
+// Bytes of one layer's activations per token that a backward needs.
+double LayerWorkingSetBytes(const ModelShape& s) {
+  const double h = s.hidden, f = s.ffn;
+  return kBf16 * (4.0 * h + 2.0 * Dq(s) + 2.0 * Dkv(s) + 4.0 * f);
+}
+
+// Activation bytes per token kept by the recompute policy (backbone only).
+double ActivationBytesPerToken(const HardwareModel& hw) {
+  const ModelShape& s = hw.shape;
+  if (hw.recompute == Recompute::kFull)
+    return kBf16 * s.layers * s.hidden + LayerWorkingSetBytes(s);
+  return s.layers * LayerWorkingSetBytes(s);
+}
 
 // Placement facts of a rank list.
 struct Placement {
@@ -129,7 +191,54 @@ double StaticMemBytes(const HardwareModel& hw) {
   return bytes;
 }
 
+// The gradient sync of one global batch.
+struct GradSync {
+  double collective_s = 0;  // one of reduce-scatter / all-gather, whole
+  double buckets = 1;
+  double optimizer_s = 0;
+};
+
+GradSync GradSyncOf(const HardwareModel& hw) {
+  GradSync g;
+  const int n = hw.num_ranks;
+  double vision = 0;
+  double params = TotalParamsForMemory(hw, &vision);
+  if (!hw.vision_frozen) params += vision;
+  const bool one_node = n <= hw.ranks_per_node;
+  const double bw = one_node ? hw.bw_intra_node : hw.bw_inter_node;
+  const double lat = one_node ? hw.latency_intra_s : hw.latency_inter_s;
+  if (n > 1) g.collective_s = kBf16 * params * (n - 1.0) / n / bw + (n - 1.0) * lat;
+  g.buckets = std::max(1.0, std::ceil(params / std::max(kMinBucketParams,
+                                                         kBucketParamsPerRank * n)));
+  g.optimizer_s = (12.0 + 12.0 + kBf16) * params / std::max(1, n) / hw.hbm_bytes_per_s;
+  return g;
+}
+
+// Exposed part of a bucketed collective of `total_s` that may hide behind
+// `window_s` of compute: at least its last bucket.
+double ExposedBucketed(double total_s, double buckets, double window_s) {
+  const double bucket = total_s / buckets;
+  return bucket + std::max(0.0, total_s - bucket - window_s);
+}
+
 }  // namespace
+
+Recompute ParseRecompute(std::string_view name) {
+  if (name == "full") return Recompute::kFull;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "none") return Recompute::kNone;
+  throw InputError("recompute", "expected full, selective or none, got '" +
+                                    std::string(name.substr(0, 40)) + "'");
+}
+
+std::string_view RecomputeName(Recompute policy) {
+  switch (policy) {
+    case Recompute::kFull: return "full";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kNone: return "none";
+  }
+  return "full";
+}
 
 double LayerParams(const ModelShape& s) {
   const double h = s.hidden;
@@ -152,16 +261,24 @@ double LayerAttentionFlopsForward(const ModelShape& s, double len, double eta) {
   return 4.0 * Dq(s) * (1.0 + eta) * len * len / 2.0;
 }
 
-double AttentionEfficiency(const HardwareModel& hw, double tokens) {
-  if (tokens <= 0) return hw.attn_eff_max * 1e-3;
-  return std::min(kMaxEfficiency,
-                  hw.attn_eff_max * tokens / (tokens + hw.attn_eff_half_tokens));
+double CausalSlowdown(const HardwareModel& hw, double tokens) {
+  if (tokens <= 0) return kMaxCausalSlowdown;
+  return std::clamp(1.0 + hw.attn_causal_gain * std::pow(tokens / 512.0, -hw.attn_causal_exponent),
+                    1.0, kMaxCausalSlowdown);
+}
+
+double AttentionForwardEfficiency(const HardwareModel& hw, double tokens, double eta) {
+  return MixedEfficiency(Hyperbolic(hw.attn_fwd_eff_max, hw.attn_fwd_half_tokens, tokens),
+                         CausalSlowdown(hw, tokens), eta);
+}
+
+double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens, double eta) {
+  return MixedEfficiency(Hyperbolic(hw.attn_bwd_eff_max, hw.attn_bwd_half_tokens, tokens),
+                         CausalSlowdown(hw, tokens), eta);
 }
 
 double GemmEfficiency(const HardwareModel& hw, double rows) {
-  if (rows <= 0) return hw.gemm_eff_max * 1e-3;
-  return std::min(kMaxEfficiency,
-                  hw.gemm_eff_max * rows / (rows + hw.gemm_eff_half_tokens));
+  return Hyperbolic(hw.gemm_eff_max, hw.gemm_eff_half_tokens, rows);
 }
 
 HardwareModel MakeHardwareModel(const ModelPreset& model, const ClusterPreset& cluster,
@@ -174,11 +291,18 @@ HardwareModel MakeHardwareModel(const ModelPreset& model, const ClusterPreset& c
   hw.mem_capacity_bytes = cluster.mem_bytes;
   hw.bw_intra_node = cluster.bw_intra_node;
   hw.bw_inter_node = cluster.bw_inter_node;
-  const bool h100 = cluster.name.find("h100") != std::string::npos;
-  hw.hbm_bytes_per_s = h100 ? 3.35e12 : 3.2e12;
-  hw.latency_intra_s = h100 ? 5e-6 : 8e-6;
-  hw.latency_inter_s = h100 ? 15e-6 : 20e-6;
-  hw.launch_s = h100 ? 5e-6 : 8e-6;
+  hw.hbm_bytes_per_s = cluster.hbm_bytes_per_s;
+  hw.latency_intra_s = cluster.latency_intra_s;
+  hw.latency_inter_s = cluster.latency_inter_s;
+  hw.launch_s = cluster.launch_s;
+  hw.gemm_eff_max = cluster.gemm_eff_max;
+  hw.gemm_eff_half_tokens = cluster.gemm_eff_half_rows;
+  hw.attn_fwd_eff_max = cluster.attn_fwd_eff_max;
+  hw.attn_fwd_half_tokens = cluster.attn_fwd_half_tokens;
+  hw.attn_bwd_eff_max = cluster.attn_bwd_eff_max;
+  hw.attn_bwd_half_tokens = cluster.attn_bwd_half_tokens;
+  hw.attn_causal_gain = cluster.attn_causal_gain;
+  hw.attn_causal_exponent = cluster.attn_causal_exponent;
   hw.shape = model.shape;
   hw.multimodal = model.multimodal;
   hw.vision_tokens_per_tile = model.vision_tokens_per_tile;
@@ -206,6 +330,7 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   const Placement place = Place(hw, ranks);
   const double bw = place.one_node ? hw.bw_intra_node : hw.bw_inter_node;
   const double lat = place.one_node ? hw.latency_intra_s : hw.latency_inter_s;
+  const Passes passes = PassesOf(hw);
 
   GroupSimResult r;
 
@@ -229,71 +354,90 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   r.padded_tokens_per_rank = m;
 
   // Linear layers and LM head.
-  const double gemm_eff = GemmEfficiency(hw, m);
-  r.gemm_s = (L * 4.0 * LayerGemmFlopsForward(s, m) +
-              3.0 * 2.0 * m * h * static_cast<double>(s.vocab)) /
-             (hw.peak_flops * gemm_eff);
+  const double gemm_rate = hw.peak_flops * GemmEfficiency(hw, m);
+  const double layer_gemm_fwd_s = L * LayerGemmFlopsForward(s, m) / gemm_rate;
+  const double head_fwd_s = 2.0 * m * h * static_cast<double>(s.vocab) / gemm_rate;
+  r.gemm_s = passes.linear * layer_gemm_fwd_s + 3.0 * head_fwd_s;
   // Elementwise, HBM-bound.
-  r.elementwise_s =
-      L * 4.0 * m * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) / hw.hbm_bytes_per_s;
-  double launches = L * 3.0 * hw.kernels_per_layer_pass;
+  const double elementwise_pass_s =
+      L * m * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) / hw.hbm_bytes_per_s;
+  r.elementwise_s = passes.linear * elementwise_pass_s;
+  double launches = L * passes.kernel * hw.kernels_per_layer_pass;
+  double launches_fwd = L * hw.kernels_per_layer_pass;
 
   // Attention (per layer, then × L).
   double attn_compute_layer = 0, attn_wall_layer = 0, comm_layer = 0, bytes_layer = 0;
+  double attn_fwd_wall_layer = 0;  // one forward pass
   if (d == 1) {
+    double fwd = 0, bwd = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
-      const double fwd = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) /
-                         (hw.peak_flops * AttentionEfficiency(hw, padded_len[k]));
-      attn_compute_layer += (2.0 + kAttnBackwardFactor) * fwd;
+      const double flops = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta);
+      const double eta = sequences[k].eta;
+      fwd += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, padded_len[k], eta));
+      bwd += kAttnBackwardFactor * flops /
+             (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
     }
+    attn_compute_layer = passes.attn_fwd * fwd + bwd;
     attn_wall_layer = attn_compute_layer;
+    attn_fwd_wall_layer = fwd;
   } else if (ring) {
-    // Per-step forward compute: diagonal (masked) step and off-diagonal steps.
-    double step_diag = 0, step_off = 0, kv_bytes = 0;
+    // Per-step compute: the diagonal (causal) step and the unmasked steps.
+    double fwd_diag = 0, fwd_off = 0, bwd_diag = 0, bwd_off = 0, kv_bytes = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
       const double flops =
           LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) / (double(d) * d);
-      const double eff = AttentionEfficiency(hw, chunk[k]);
-      step_diag += flops / (hw.peak_flops * eff);
-      step_off += flops / (hw.peak_flops * std::min(kMaxEfficiency, eff * hw.attn_dense_bonus));
-      kv_bytes += chunk[k] * 2.0 * dkv * kBf16;
+      const double c = chunk[k], eta = sequences[k].eta;
+      fwd_diag += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, eta));
+      fwd_off += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, 1.0));
+      bwd_diag += kAttnBackwardFactor * flops /
+                  (hw.peak_flops * AttentionBackwardEfficiency(hw, c, eta));
+      bwd_off += kAttnBackwardFactor * flops /
+                 (hw.peak_flops * AttentionBackwardEfficiency(hw, c, 1.0));
+      kv_bytes += c * 2.0 * dkv * kBf16;
     }
     const double x_fwd = kv_bytes / bw + lat;
     const double x_bwd = kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;  // KV + dKV fp32
     const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;          // dKV back home
-    // Forward: steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
-    auto pass = [&](double factor, double x) {
-      double t = std::max(step_diag * factor, x);  // step 0 (diagonal)
-      t += (d - 2) * std::max(step_off * factor, x);
-      t += step_off * factor;  // last step: nothing left to receive
+    // Steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
+    auto pass = [&](double diag, double off, double x) {
+      double t = std::max(diag, x);            // step 0 (diagonal)
+      t += (d - 2) * std::max(off, x);
+      t += off;  // last step: nothing left to receive
       return t;
     };
-    const double fwd_wall = pass(1.0, x_fwd);
-    const double bwd_wall = pass(kAttnBackwardFactor, x_bwd) + x_home;
-    attn_wall_layer = 2.0 * fwd_wall + bwd_wall;
+    attn_fwd_wall_layer = pass(fwd_diag, fwd_off, x_fwd);
+    const double bwd_wall = pass(bwd_diag, bwd_off, x_bwd) + x_home;
+    attn_wall_layer = passes.attn_fwd * attn_fwd_wall_layer + bwd_wall;
     attn_compute_layer =
-        (2.0 + kAttnBackwardFactor) * (step_diag + (d - 1) * step_off);
-    comm_layer = 2.0 * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
-    bytes_layer = kv_bytes * (2.0 * (d - 1) + 3.0 * (d - 1) + 2.0);
-    launches += L * (2.0 * 2.0 * d + 3.0 * d + 1.0);
+        passes.attn_fwd * (fwd_diag + (d - 1) * fwd_off) + bwd_diag + (d - 1) * bwd_off;
+    comm_layer = passes.attn_fwd * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
+    bytes_layer = kv_bytes * (passes.attn_fwd * (d - 1) + 3.0 * (d - 1) + 2.0);
+    launches += L * (2.0 * passes.attn_fwd * d + 3.0 * d + 1.0);
+    launches_fwd += L * 2.0 * d;
   } else {
     // Ulysses all-to-all.
     const double hq = static_cast<double>(CeilDiv(s.q_heads, d));
     const double hkv = static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
+    double fwd = 0, bwd = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
-      const double fwd = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) *
-                         hq / s.q_heads /
-                         (hw.peak_flops * AttentionEfficiency(hw, padded_len[k]));
-      attn_compute_layer += (2.0 + kAttnBackwardFactor) * fwd;
+      const double flops =
+          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) * hq / s.q_heads;
+      const double eta = sequences[k].eta;
+      fwd += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, padded_len[k], eta));
+      bwd += kAttnBackwardFactor * flops /
+             (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
     }
+    attn_compute_layer = passes.attn_fwd * fwd + bwd;
     const double hd = s.head_dim;
     const double bytes_qkv = (d - 1) * m * (hq + 2.0 * hkv) * hd * kBf16;
     const double bytes_o = (d - 1) * m * hq * hd * kBf16;
     const double t_pass = AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
-    comm_layer = 3.0 * t_pass;
-    bytes_layer = 3.0 * (bytes_qkv + bytes_o);
+    comm_layer = (passes.attn_fwd + 1.0) * t_pass;
+    bytes_layer = (passes.attn_fwd + 1.0) * (bytes_qkv + bytes_o);
     attn_wall_layer = attn_compute_layer + comm_layer;
-    launches += L * 3.0 * 2.0;
+    attn_fwd_wall_layer = fwd + t_pass;
+    launches += L * (passes.attn_fwd + 1.0) * 2.0;
+    launches_fwd += L * 2.0;
   }
   r.attention_s = L * attn_compute_layer;
   r.comm_s = L * comm_layer;
@@ -301,7 +445,7 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   r.exposed_comm_s = L * std::max(0.0, attn_wall_layer - attn_compute_layer);
 
   // Vision encoder and projector.
-  double patches_per_rank = 0;
+  double patches_per_rank = 0, vision_fwd_s = 0;
   if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
     double vt = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
@@ -320,21 +464,35 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
       const double vit_attn_fwd = 4.0 * vh * hw.vision_patches_per_tile * vl * patches_per_rank;
       const double proj_fwd =
           2.0 * tokens_per_rank * (vh * hw.vision_patches_per_token * h + h * h);
-      const double passes = hw.vision_frozen ? 1.0 : 4.0;
-      r.vision_s =
-          passes * (vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, patches_per_rank)) +
-                    vit_attn_fwd / (hw.peak_flops *
-                                    AttentionEfficiency(hw, hw.vision_patches_per_tile))) +
-          3.0 * proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
-      launches += vl * passes * hw.kernels_per_layer_pass;
+      const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
+      // Full attention inside a tile: forward rate for the forward passes, the
+      // backward rate for the backward's 2.5× FLOPs.
+      const double vit_attn_fwd_s =
+          vit_attn_fwd /
+          (hw.peak_flops * AttentionForwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
+      const double vit_attn_bwd_s =
+          kAttnBackwardFactor * vit_attn_fwd /
+          (hw.peak_flops * AttentionBackwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
+      const double vit_gemm_s =
+          vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, patches_per_rank));
+      const double proj_s = proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
+      vision_fwd_s = vit_gemm_s + vit_attn_fwd_s + proj_s;
+      r.vision_s = vision_passes * vit_gemm_s +
+                   (hw.vision_frozen ? vit_attn_fwd_s : 2.0 * vit_attn_fwd_s + vit_attn_bwd_s) +
+                   3.0 * proj_s;
+      launches += vl * vision_passes * hw.kernels_per_layer_pass;
+      launches_fwd += vl * hw.kernels_per_layer_pass;
     }
   }
   r.launch_s = launches * hw.launch_s;
 
   r.time_s = r.gemm_s + r.elementwise_s + L * attn_wall_layer + r.launch_s + r.vision_s;
+  r.forward_s = layer_gemm_fwd_s + head_fwd_s + elementwise_pass_s +
+                L * attn_fwd_wall_layer + launches_fwd * hw.launch_s + vision_fwd_s;
+  r.backward_s = std::max(0.0, r.time_s - r.forward_s);
 
   // Memory per rank.
-  double act = m * (2.0 * L * h + kBf16 * (4.0 * h + 2.0 * dq + 2.0 * dkv + 4.0 * f));
+  double act = m * ActivationBytesPerToken(hw);
   if (d > 1) {
     act += ring ? m * 2.0 * dkv * kBf16 : m * (dq + 2.0 * dkv) * kBf16;
   }
@@ -356,9 +514,9 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
 
 CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
   const ModelShape& s = hw.shape;
-  const double h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
-  double per_token = 2.0 * s.layers * h + kBf16 * (4.0 * h + 2.0 * dq + 2.0 * dkv + 4.0 * f) +
-                     std::max(2.0 * dkv * kBf16, (dq + 2.0 * dkv) * kBf16);
+  const double dq = Dq(s), dkv = Dkv(s);
+  double per_token =
+      ActivationBytesPerToken(hw) + std::max(2.0 * dkv * kBf16, (dq + 2.0 * dkv) * kBf16);
   double fixed = StaticMemBytes(hw);
   if (hw.multimodal && s.vision_layers > 0) {
     per_token += hw.vision_patches_per_token * 3.0 * 14.0 * 14.0;
@@ -388,6 +546,10 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   const int n = hw.num_ranks;
   SimResult res;
   std::vector<double> ready(static_cast<size_t>(n), 0.0), busy(static_cast<size_t>(n), 0.0);
+  // Per rank: the backward phase of its last group, the forward of its first
+  // (the windows a bucketed gradient sync hides behind).
+  std::vector<double> last_backward(static_cast<size_t>(n), 0.0);
+  std::vector<double> first_forward(static_cast<size_t>(n), -1.0);
   std::set<std::vector<int>> local_communicators;
   std::set<std::vector<int>>& communicators =
       options.communicator_cache ? *options.communicator_cache : local_communicators;
@@ -430,9 +592,11 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         return res;
       }
       double dur = gr.time_s;
+      double noise = 1.0;
       if (options.noise_rel > 0) {
         const double sigma = options.noise_rel;
-        dur *= std::exp(sigma * rng.Normal() - 0.5 * sigma * sigma);
+        noise = std::exp(sigma * rng.Normal() - 0.5 * sigma * sigma);
+        dur *= noise;
       }
       double start = 0;
       for (int rank : gp.ranks) start = std::max(start, ready[static_cast<size_t>(rank)]);
@@ -447,8 +611,11 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       }
       const double end = start + dur;
       for (int rank : gp.ranks) {
-        ready[static_cast<size_t>(rank)] = end;
-        busy[static_cast<size_t>(rank)] += dur;
+        const auto r = static_cast<size_t>(rank);
+        ready[r] = end;
+        busy[r] += dur;
+        last_backward[r] = gr.backward_s * noise;
+        if (first_forward[r] < 0) first_forward[r] = gr.forward_s * noise;
       }
       res.exposed_comm_s += gr.exposed_comm_s;
       mb_end = std::max(mb_end, end);
@@ -458,22 +625,70 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   res.compute_s = ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
 
   if (options.include_grad_sync) {
-    double vision = 0;
-    double params = TotalParamsForMemory(hw, &vision);
-    if (!hw.vision_frozen) params += vision;
-    const bool one_node = n <= hw.ranks_per_node;
-    const double bw = one_node ? hw.bw_intra_node : hw.bw_inter_node;
-    const double lat = one_node ? hw.latency_intra_s : hw.latency_inter_s;
-    double sync = 0;
-    if (n > 1) sync = 2.0 * kBf16 * params * (n - 1.0) / n / bw + 2.0 * (n - 1.0) * lat;
-    const double optimizer = (12.0 + 12.0 + kBf16) * params / n / hw.hbm_bytes_per_s;
-    res.grad_sync_s = sync + optimizer;
+    const GradSync gs = GradSyncOf(hw);
+    res.grad_sync_total_s = 2.0 * gs.collective_s + gs.optimizer_s;
+    if (options.overlap_grad_reduce && n > 0) {
+      const size_t last = static_cast<size_t>(
+          std::max_element(ready.begin(), ready.end()) - ready.begin());
+      double forward_window = std::numeric_limits<double>::infinity();
+      for (double w : first_forward)
+        if (w >= 0) forward_window = std::min(forward_window, w);
+      if (!std::isfinite(forward_window)) forward_window = 0;
+      res.grad_sync_s = ExposedBucketed(gs.collective_s, gs.buckets, last_backward[last]) +
+                        ExposedBucketed(gs.collective_s, gs.buckets, forward_window) +
+                        gs.optimizer_s;
+    } else {
+      res.grad_sync_s = res.grad_sync_total_s;
+    }
   }
   res.iter_s = res.compute_s + res.grad_sync_s;
   res.tokens_per_s = res.iter_s > 0 ? res.tokens / res.iter_s : 0.0;
   const double total_busy = std::accumulate(busy.begin(), busy.end(), 0.0);
   res.busy_fraction = res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
   return res;
+}
+
+double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> sequences,
+                           bool overlap_grad_reduce, std::span<const int64_t> vision_tokens) {
+  if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
+    throw InputError("vision_tokens", "must have one entry per sequence");
+  const ModelShape& s = hw.shape;
+  const Passes passes = PassesOf(hw);
+  const double L = s.layers, h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
+  const double gemm_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.gemm_eff_max);
+  const double fwd_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.attn_fwd_eff_max);
+  const double bwd_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.attn_bwd_eff_max);
+  double work_s = 0;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    const double len = static_cast<double>(sequences[k].length_tokens);
+    work_s += (passes.linear * L * LayerGemmFlopsForward(s, len) +
+               3.0 * 2.0 * len * h * static_cast<double>(s.vocab)) / gemm_rate;
+    work_s += passes.linear * L * len * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) /
+              hw.hbm_bytes_per_s;
+    const double attn = L * LayerAttentionFlopsForward(s, len, sequences[k].eta);
+    work_s += passes.attn_fwd * attn / fwd_rate + kAttnBackwardFactor * attn / bwd_rate;
+    if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
+      double vt = 0;
+      if (!vision_tokens.empty()) {
+        vt = static_cast<double>(std::min(vision_tokens[k], sequences[k].length_tokens));
+      } else if (hw.vision_tokens_per_tile > 0) {
+        vt = std::min(len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
+      }
+      const double vh = s.vision_hidden, vl = s.vision_layers;
+      const double patches = vt * hw.vision_patches_per_token;
+      const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
+      const double vit_attn = 4.0 * vh * hw.vision_patches_per_tile * vl * patches;
+      work_s += vision_passes * 2.0 * 12.0 * vh * vh * vl * patches / gemm_rate +
+                (hw.vision_frozen ? vit_attn / fwd_rate
+                                  : 2.0 * vit_attn / fwd_rate +
+                                        kAttnBackwardFactor * vit_attn / bwd_rate) +
+                3.0 * 2.0 * vt * (vh * hw.vision_patches_per_token * h + h * h) / gemm_rate;
+    }
+  }
+  const GradSync gs = GradSyncOf(hw);
+  const double sync = overlap_grad_reduce ? 2.0 * gs.collective_s / gs.buckets
+                                          : 2.0 * gs.collective_s;
+  return work_s / std::max(1, hw.num_ranks) + sync + gs.optimizer_s;
 }
 
 OverlapReport OverlapScheduling(std::span<const double> solver_s,

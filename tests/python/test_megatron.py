@@ -1,111 +1,229 @@
-"""fcp.megatron without Megatron: the adapter against a stand-in
-parallel_state module that has Megatron-Core's globals and getters."""
+"""fcp.megatron in one process, against the real megatron-core classes.
 
-import types
+Multi-process checks (process groups, RoPE, loss) are in test_megatron_dist.py.
+"""
+
+import inspect
+import threading
 
 import pytest
 import torch
 
-import fcp.megatron as fm
-import fcp.torch as ft
+pytest.importorskip("megatron.core")
+import fcp  # noqa: E402
+import fcp.megatron as fm  # noqa: E402
+from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
+
+if fcp._fcp is None:
+    pytest.skip("fcp._fcp is not built", allow_module_level=True)
+
+TOY_COST = {"mem_per_token": 1.0, "mem_static": 1.0, "mem_capacity": 65.0}
+LENGTHS = [150, 20, 33, 7, 90, 12, 40, 64, 5, 100]
 
 
-def _fake_parallel_state():
-    ps = types.ModuleType("parallel_state")
-    ps._CONTEXT_PARALLEL_GROUP = "static-cp"
-    ps._CONTEXT_PARALLEL_GLOBAL_RANKS = [0, 1, 2, 3]
-    # Megatron-Core's getters read the globals at call time, like these.
-    ps.get_context_parallel_group = lambda: ps._CONTEXT_PARALLEL_GROUP
-    ps.get_context_parallel_global_ranks = lambda: ps._CONTEXT_PARALLEL_GLOBAL_RANKS
-    ps.get_context_parallel_world_size = lambda: len(ps._CONTEXT_PARALLEL_GLOBAL_RANKS)
-    return ps
+def toy_scheduler(ranks=4):
+    return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
+                         cost_model=TOY_COST)
 
 
-class _TEAttention(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def set_context_parallel_group(self, group, ranks, stream):
-        self.calls.append((group, list(ranks), stream))
+def test_supported_version_is_installed():
+    assert fm.SUPPORTED_MEGATRON_CORE == "0.16.1"
+    assert fm.check_megatron_version(strict=True) == "0.16.1"
 
 
-class _Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([_TEAttention(), torch.nn.Linear(2, 2), _TEAttention()])
+@pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 1), (7, 1, 1, 7), (7, 1, 4, 8), (5, 2, 1, 8),
+                                        (8, 2, 1, 8), (9, 3, 1, 12), (9, 3, 2, 12), (13, 3, 2, 24)])
+def test_padded_length(n, d, m, want):
+    assert fm.padded_length(n, d, m) == want
 
 
-def _adapter(rank):
+def test_padded_length_rejects_bad_input():
+    with pytest.raises(ValueError, match="seq_len/degree/multiple"):
+        fm.padded_length(0, 2)
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 5])
+def test_partition_is_te_rule_and_covers_everything(degree):
+    padded = [fm.padded_length(n, degree) for n in (3, 17, 40)]
+    seen = []
+    for r in range(degree):
+        idx = fm.thd_partition_indices(padded, degree, r)
+        # Oracle: each sequence viewed as [2d, n/(2d)]; rows r and 2d-1-r.
+        want, off = [], 0
+        for n in padded:
+            if degree == 1:
+                want += list(range(off, off + n))
+                off += n
+                continue
+            rows = torch.arange(off, off + n).view(2 * degree, -1)
+            want += rows[r].tolist() + rows[2 * degree - 1 - r].tolist()
+            off += n
+        assert idx.tolist() == want
+        seen += want
+    assert sorted(seen) == list(range(sum(padded)))
+
+
+def test_partition_rejects_undivisible_lengths():
+    with pytest.raises(ValueError, match="padded_lengths"):
+        fm.thd_partition_indices([10], 3, 0)
+
+
+def _samples(lengths):
+    return [{"tokens": torch.arange(n) + 1000 * i, "labels": torch.arange(n) + 1,
+             "loss_mask": torch.ones(n)} for i, n in enumerate(lengths)]
+
+
+def test_packer_fills_megatron_packed_seq_params():
+    batch, p = fm.MicroBatchPacker(pad_token=7).pack(_samples([5, 9]), degree=2, cp_rank=1,
+                                                     cp_group="group-object")
+    assert isinstance(p, PackedSeqParams)
+    assert p.qkv_format == "thd" and p.local_cp_size == 2 and p.cp_group == "group-object"
+    assert p.cu_seqlens_q.tolist() == [0, 5, 14] and p.cu_seqlens_kv.tolist() == [0, 5, 14]
+    assert p.cu_seqlens_q_padded.tolist() == [0, 8, 20] == p.cu_seqlens_kv_padded.tolist()
+    assert p.cu_seqlens_q.dtype == torch.int32
+    assert p.max_seqlen_q == p.max_seqlen_kv == 12
+    # rank 1 of 2: chunks 1 and 2 of 4 of each padded sequence
+    assert batch["position_ids"].tolist() == [[2, 3, 4, 5, 3, 4, 5, 6, 7, 8]]
+    assert batch["tokens"].tolist() == [[2, 3, 4, 7, 1003, 1004, 1005, 1006, 1007, 1008]]
+    assert batch["loss_mask"].tolist() == [[1, 1, 1, 0, 1, 1, 1, 1, 1, 1]]
+    assert all(v.shape == (1, 10) for v in batch.values())
+
+
+def test_packer_degree_one_has_no_group_and_idle_is_masked():
+    pk = fm.MicroBatchPacker(multiple=2)
+    batch, p = pk.pack(_samples([3, 5]), 1, 0, cp_group="ignored")
+    assert p.cp_group is None and p.local_cp_size == 1          # TE turns CP off
+    assert batch["tokens"].shape == (1, 10)                     # padded to multiple=2 only
+    assert p.cu_seqlens_q.tolist() == [0, 3, 8] and p.cu_seqlens_q_padded.tolist() == [0, 4, 10]
+    _, q1 = fm.MicroBatchPacker().pack(_samples([3, 5]))
+    assert q1.cu_seqlens_q_padded.tolist() == q1.cu_seqlens_q.tolist() == [0, 3, 8]
+    idle, q = pk.idle(_samples([3])[0])
+    assert q.local_cp_size == 1 and idle["loss_mask"].sum() == 0 and idle["tokens"].shape == (1, 4)
+
+
+def test_packer_rejects_mismatched_sample():
+    s = _samples([4])
+    s[0]["labels"] = torch.arange(3)
+    with pytest.raises(ValueError, match="samples\\[labels\\]"):
+        fm.MicroBatchPacker().pack(s)
+
+
+def test_rank_grid_validation():
+    with pytest.raises(ValueError, match="rank"):
+        fm.RankGrid([[0, 2], [1, 3]], 5)
+    with pytest.raises(ValueError, match="coordinates"):
+        fm.RankGrid([[0, 2], [1]], 0)
+    with pytest.raises(ValueError, match="coordinates"):
+        fm.RankGrid([[0, 1], [1, 3]], 0)
+    g = fm.RankGrid([[1, 3, 5, 7], [0, 2, 4, 6]], 5)
+    assert g.coordinates == [(0, 2, 4, 6), (1, 3, 5, 7)] and g.plan_rank == 2 and g.size == 4
+    assert g.global_ranks([0, 3]) == [1, 7] and g.global_ranks([0, 3], 0) == [0, 6]
+
+
+def _scheduler_on(grid, created, **kw):
+    cache = fm.CPGroupCache(grid, new_group=lambda r: created.append(tuple(r)) or ("pg", tuple(r)))
+    return fm.FcpCPScheduler(toy_scheduler(grid.size), grid=grid, cache=cache, verify=False, **kw)
+
+
+def test_cluster_must_match_dp_cp_size():
+    with pytest.raises(ValueError, match="cluster.ranks"):
+        fm.FcpCPScheduler(toy_scheduler(4), grid=fm.RankGrid([[0, 1]], 0), verify=False)
+
+
+def test_megatron_scheduler_interface_follows_the_plan():
+    sched = _scheduler_on(fm.RankGrid([[0, 1, 2, 3]], 0), [], background=False)
+    ids = [10 + i for i in range(len(LENGTHS))]
+    groups, sample_id_groups = sched.get_groups_and_subsamples(list(zip(ids, LENGTHS)), None)
+    plan = toy_scheduler().plan(LENGTHS)
+    assert len(sample_id_groups) == len(plan.micro_batches) == len(groups)
+    for j, mb in enumerate(plan.micro_batches):
+        assert len(sample_id_groups[j]) == 4
+        for g in mb.groups:
+            for s in g.sequences:
+                # Megatron's hybrid schedule derives local_cp_size as the number
+                # of ranks listing a sample in the micro-batch.
+                holders = [p for p in range(4) if ids[s] in sample_id_groups[j][p]]
+                assert holders == sorted(g.ranks)
+        for p in range(4):
+            assert groups[j][p] == [LENGTHS[ids.index(i)] for i in sample_id_groups[j][p]]
+    assert sorted(i for mb in sample_id_groups for i in set().union(*map(set, mb))) == ids
+
+
+def test_groups_created_once_per_set_and_coordinate_in_plan_order():
     created = []
-    cache = ft.GroupCache(new_group=lambda r: created.append(tuple(r)) or ("pg", tuple(r)))
-    model = _Model()
-    return fm.MegatronCPAdapter(model, parallel_state=_fake_parallel_state(), cache=cache,
-                                rank=rank), model, created
+    grid = fm.RankGrid([[0, 2, 4, 6], [1, 3, 5, 7]], 3)   # TP = 2: two coordinates
+    sched = _scheduler_on(grid, created, background=False)
+    plan = sched.take(LENGTHS)
+    steps = sched.assignments(plan)
+    sets = []
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            key = tuple(sorted(g.ranks))
+            if len(key) > 1 and key not in sets:
+                sets.append(key)
+    assert created == [tuple(c[p] for p in key) for key in sets for c in grid.coordinates]
+    sched.assignments(plan)
+    assert len(created) == 2 * len(sets)                       # cached on the second pass
+    for a, mb in zip(steps, plan.micro_batches):
+        g = [g for g in mb.groups if 1 in g.ranks]
+        if not g:
+            assert a.sequences == [] and a.degree == 1
+            continue
+        assert a.sequences == list(g[0].sequences) and a.plan_ranks == sorted(g[0].ranks)
+        assert a.cp_rank == a.plan_ranks.index(1)
+        want = None if a.degree == 1 else ("pg", tuple(grid.global_ranks(a.plan_ranks)))
+        assert a.cp_group == want                              # this rank's TP coordinate
 
 
-def test_named_patch_points():
-    assert fm.PATCHED_GLOBALS == ("_CONTEXT_PARALLEL_GROUP", "_CONTEXT_PARALLEL_GLOBAL_RANKS")
-    assert "get_context_parallel_group" in fm.PATCHED_GETTERS
-    assert fm.TE_SET_CP_GROUP == "set_context_parallel_group"
+class _BlockingScheduler:
+    """fcp.Scheduler that holds each plan until released, and notes the thread."""
+
+    def __init__(self):
+        self.inner = toy_scheduler()
+        self.cluster = self.inner.cluster
+        self.release = threading.Event()
+        self.threads = []
+
+    def plan(self, lengths):
+        self.threads.append(threading.current_thread().name)
+        self.release.wait(60)
+        return self.inner.plan(lengths)
 
 
-def test_swaps_cp_group_per_micro_batch_and_restores():
-    adapter, model, created = _adapter(rank=2)
-    ps = adapter.parallel_state
-    plan = [[[0], [3, 1, 2]], [[0, 1], [2, 3]]]
-    assert adapter.prepare(plan) == 4
-    with adapter.use(plan[0]) as g:
-        assert ps.get_context_parallel_group() == ("pg", (1, 2, 3))
-        assert ps.get_context_parallel_global_ranks() == [1, 2, 3]  # sorted, as TE's ring expects
-        assert ps.get_context_parallel_world_size() == 3
-        assert g.index(2) == 1
-    assert ps.get_context_parallel_group() == "static-cp"
-    assert ps.get_context_parallel_global_ranks() == [0, 1, 2, 3]
-    with adapter.use(plan[1]):
-        assert ps.get_context_parallel_world_size() == 2
-    attn = [m for m in model.modules() if isinstance(m, _TEAttention)]
-    # Each TE module: pointed at the group, then back at the static one, twice.
-    for m in attn:
-        assert [c[1] for c in m.calls] == [[1, 2, 3], [0, 1, 2, 3], [2, 3], [0, 1, 2, 3]]
-    assert created == [(0,), (0, 1), (2, 3), (1, 2, 3)]  # created once each
+def test_planning_runs_off_the_training_thread():
+    blocking = _BlockingScheduler()
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    sched = fm.FcpCPScheduler(blocking, grid=grid, verify=False,
+                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    loader = fm.FcpMegatronLoader(sched, [fm.GlobalBatch.from_samples(_samples(LENGTHS))] * 2)
+    # The constructor returned while batch 0 was still being planned.
+    assert not blocking.release.is_set()
+    blocking.release.set()
+    it, n = loader.next_global_batch()
+    assert n == len(list(it))
+    loader.next_global_batch()
+    with pytest.raises(StopIteration):
+        loader.next_global_batch()
+    sched.close()
+    assert blocking.threads and all(t.startswith("fcp-plan") for t in blocking.threads)
+    assert len(sched.exposed_planning_s) == 2 and len(sched.planning_s) == 2
 
 
-def test_restores_on_error():
-    adapter, _, _ = _adapter(rank=0)
-    with pytest.raises(RuntimeError):
-        with adapter.use([[0, 1, 2, 3]]):
-            raise RuntimeError("boom")
-    assert adapter.parallel_state.get_context_parallel_group() == "static-cp"
-    assert adapter.current is None
+def test_take_checks_submission_order():
+    sched = _scheduler_on(fm.RankGrid([[0, 1, 2, 3]], 0), [])
+    sched.submit(LENGTHS)
+    with pytest.raises(ValueError, match="lengths"):
+        sched.take(LENGTHS[:-1])
+    sched.close()
 
 
-def test_shard_batch_zigzag_keeps_global_positions():
-    adapter, _, _ = _adapter(rank=3)
-    tokens = torch.arange(2 * 11).view(2, 11)
-    batch = {"tokens": tokens, "position_ids": torch.arange(11).expand(2, 11),
-             "attention_mask": None, "labels": tokens + 1}
-    with pytest.raises(ValueError, match="group"):
-        adapter.shard_batch(batch)
-    with adapter.use([[1, 3]]) as g:
-        out = adapter.shard_batch(batch, seq_dim=1)
-    pos = ft.zigzag_positions(11, 2, g.index(3))
-    assert torch.equal(out["position_ids"][0], pos)
-    assert torch.equal(out["tokens"], tokens[:, pos])
-    assert out["attention_mask"] is None
+def test_loss_func_is_megatron_per_token_triple():
+    loss, n, report = fm.loss_func(torch.tensor([[1.0, 0.0, 1.0]]),
+                                   torch.tensor([[2.0, float("nan"), 3.0]], dtype=torch.float64))
+    assert float(loss) == 5.0 and int(n) == 2 and report["lm loss"].tolist() == [5.0, 2.0]
 
 
-def test_pad_to_multiple():
-    assert [fm.pad_to_multiple(s, 3) for s in (0, 1, 6, 7, 12)] == [0, 6, 6, 12, 12]
-    with pytest.raises(ValueError):
-        fm.pad_to_multiple(5, 0)
-
-
-def test_without_megatron_installed():
-    try:
-        import megatron.core  # noqa: F401
-        pytest.skip("Megatron-Core is installed")
-    except ImportError:
-        pass
-    with pytest.raises(ImportError, match="Megatron"):
-        fm.MegatronCPAdapter()
+def test_no_megatron_globals_are_assigned():
+    src = inspect.getsource(fm)
+    assert not hasattr(fm, "MegatronCPAdapter")
+    assert "parallel_state._" not in src and "setattr(" not in src

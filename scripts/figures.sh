@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Regenerates every figure in the README and docs/: builds, rewrites results/
+# (the simulated paper evaluation and the "where flexible CP pays" study), then
+# reruns the command of every figure block and writes what it printed.
+#   scripts/figures.sh            # all figures (several minutes on 2 cores)
+#   scripts/figures.sh --check    # compare instead of write (what `make test` does for the cheap ones)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=--write
+if [ "${1:-}" = --check ]; then mode=--check; fi
+make build >/dev/null
+PY=.venv/bin/python
+[ -x "$PY" ] || PY=python3
+exec "$PY" scripts/figures.py "$mode"
