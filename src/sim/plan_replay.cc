@@ -12,6 +12,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {
@@ -130,9 +131,8 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
   StrategyResult r;
   r.strategy = "plan";
   std::set<std::vector<int>> cache;
-  std::vector<double> solver_s, iter_s;
+  StepTotals totals;
   double prev_iter_s = 0;
-  double sum_compute = 0, sum_sync = 0, sum_sched = 0, sum_mb = 0, sum_busy = 0, tokens = 0;
   double bound_sum = 0;
   int64_t gbs = 0;
   for (size_t i = 0; i < batches.size(); ++i) {
@@ -156,19 +156,12 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     const double hide_behind = prev_iter_s;
     prev_iter_s = sim.iter_s;
     if (i < static_cast<size_t>(cfg.warmup)) continue;
-    const double solver = pb.plan.solver_ms / 1e3;
-    r.overlap.solver_s += solver;
-    r.overlap.hidden_s += std::min(solver, hide_behind);
-    solver_s.push_back(solver);
-    iter_s.push_back(sim.iter_s);
-    r.solver_max_ms = std::max(r.solver_max_ms, pb.plan.solver_ms);
-    sum_compute += sim.compute_s;
-    sum_sync += sim.grad_sync_s;
-    sum_sched += pb.plan.solver_ms +
-                 1e3 * static_cast<double>(cache.size() - before) * hw.group_create_s;
-    sum_mb += static_cast<double>(pb.plan.micro_batches.size());
-    sum_busy += sim.busy_fraction;
-    tokens += sim.tokens;
+    double tokens = 0;
+    for (const Sequence& seq : pb.batch.request.sequences) {
+      tokens += static_cast<double>(seq.length_tokens);
+    }
+    totals.Add(pb.plan, sim, hide_behind, static_cast<double>(cache.size()) - before,
+               hw.group_create_s, tokens, r);
     bound_sum += PhysicalLowerBoundS(hw, pb.batch.request.sequences, cfg.overlap_grad_reduce, {});
     gbs += static_cast<int64_t>(pb.batch.request.sequences.size());
     for (const auto& mb : pb.plan.micro_batches) {
@@ -176,23 +169,10 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     }
   }
   if (!r.oom) {
-    const double n = static_cast<double>(iter_s.size());
-    double total_iter = 0, total_solver = 0;
-    for (double t : iter_s) total_iter += t;
-    for (double t : solver_s) total_solver += t;
-    r.iter_s = total_iter / n;
-    r.tokens_per_s = tokens / total_iter;
-    r.compute_s = sum_compute / n;
-    r.grad_sync_s = sum_sync / n;
-    r.solver_ms = 1e3 * total_solver / n;
-    r.schedule_ms = sum_sched / n;
-    r.micro_batches = sum_mb / n;
-    r.busy_fraction = sum_busy / n;
-    r.step_iter_s = iter_s;
-    r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
-    result.mean_tokens_per_batch = tokens / n;
+    const double n = static_cast<double>(totals.iter_s.size());
+    result.mean_tokens_per_batch = totals.tokens / n;
     result.lower_bound_s = bound_sum / n;
-    if (result.lower_bound_s > 0) r.vs_bound = r.iter_s / result.lower_bound_s;
+    totals.Finish(result.lower_bound_s, r);
     cfg.global_batch = static_cast<int64_t>(static_cast<double>(gbs) / n + 0.5);
   }
   result.results.push_back(std::move(r));
