@@ -8,6 +8,7 @@
 
 #include "baselines/gap_eval.h"
 #include "command.h"
+#include "progress.h"
 #include "fcp/types.h"
 
 namespace fcp::cli {
@@ -35,6 +36,8 @@ int RunEvalGap(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--strategies", strategies,
                  "comma-separated strategies (default: every registered one but optimal)");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress on stderr");
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
@@ -44,7 +47,10 @@ int RunEvalGap(int argc, char** argv) {
     if (!item.empty()) options.strategies.push_back(item);
   }
   try {
+    Progress progress(!quiet);
+    options.progress = progress.Callback();
     const baselines::GapReport report = baselines::EvaluateGap(options);
+    progress.Finish();
     const std::string text = format == "json" ? baselines::GapReportToJson(report) + "\n"
                                               : baselines::GapReportToTable(report);
     std::fwrite(text.data(), 1, text.size(), stdout);

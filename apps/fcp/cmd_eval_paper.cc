@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "progress.h"
 #include "fcp/simulator.h"
 
 namespace fcp::cli {
@@ -31,12 +32,11 @@ int RunEvalPaper(int argc, char** argv) {
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   opt.plots = !no_plots;
   opt.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
-  opt.progress = [](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  };
+  Progress progress(true);
+  opt.progress = progress.Callback();
   try {
     sim::RunPaperEval(opt);
+    progress.Finish();
     std::printf("wrote %s/report.md (simulated results)\n", opt.out_dir.c_str());
     return 0;
   } catch (const InputError& e) {

@@ -56,7 +56,12 @@ int RunPlan(int argc, char** argv) {
       "Input JSON (file or stdin): {\"cluster\": \"ascend910c-4x16\" | {\"ranks\": N, "
       "\"ranks_per_node\": R}, \"model\": \"qwen3-8b\", \"cost_model\": {...}, "
       "\"sequences\": [131072, {\"length\": 2048, \"attention\": \"full\"}, ...]}.\n"
-      "Times in the output are milliseconds; memory in bytes (JSON) or GB (table).",
+      "Times in the output are milliseconds; memory in bytes (JSON) or GB (table).\n"
+      "lower_bound_ms: no ring plan of the batch is faster; all-to-all plans (deepspeed, "
+      "flexsp) can be, so theirs is computed with the cheaper of ring and all-to-all at "
+      "each degree (a bound for both kinds). `optimal` is "
+      "an exact enumeration/DP over one micro-batch of ring groups (<= 12 sequences, <= 32 "
+      "ranks), not a MILP.",
       "fcp plan"};
   std::string input = "-";
   std::string strategy = "fcp";
@@ -84,7 +89,8 @@ int RunPlan(int argc, char** argv) {
       ->check(CLI::IsMember({"balanced", "loader"}))
       ->capture_default_str();
   app.add_option("--time-limit", options.time_limit_s,
-                 "MILP strategies (flexsp, optimal): solver time limit, seconds")
+                 "flexsp: wall-clock limit of the whole planning (set-up included), seconds; "
+                 "other strategies ignore it")
       ->capture_default_str();
   app.add_option("--seed", options.seed, "seed for strategies with randomness")
       ->capture_default_str();

@@ -12,6 +12,7 @@
 
 #include "command.h"
 #include "fcp/io.h"
+#include "progress.h"
 #include "fcp/profiler.h"
 
 #if FCP_HAVE_MPI
@@ -119,6 +120,8 @@ int RunProfileCmd(int argc, char** argv) {
     if (mpi && !print && o.target != "cpu") return 0;
 #endif
     std::string summary;
+    Progress progress(print);
+    o.progress = progress.Callback();
     for (const std::string& m : model_list) {
       o.model = m;
 #if FCP_HAVE_MPI
@@ -127,6 +130,7 @@ int RunProfileCmd(int argc, char** argv) {
 #else
       const ProfileReport rep = RunProfile(o);
 #endif
+      progress.Finish();
       if (!print) continue;
       summary += fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", rep.model,
                              100 * rep.heldout.overall.mean, 100 * rep.heldout.overall.max,

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "progress.h"
 #include "fcp/datasets.h"
 #include "fcp/io.h"
 #include "fcp/plot.h"
@@ -95,31 +96,23 @@ int RunSimulate(int argc, char** argv) {
                  "write the same timelines as Chrome trace JSON (open in ui.perfetto.dev)");
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  std::string plan_file, save_plans_file;
+  app.add_option("--plan", plan_file,
+                 "simulate plans made elsewhere instead of --strategies: FILE (or - for "
+                 "stdin) is a JSON array or JSON lines of {\"batch\": <fcp plan input>, "
+                 "\"plan\": <fcp plan --format json output>}, simulated in order "
+                 "(--warmup first ones unmeasured); hardware = --model on --cluster");
+  app.add_option("--save-plans", save_plans_file,
+                 "write every step's {batch, plan} as JSON lines to FILE (one strategy "
+                 "only): the input format of --plan");
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
-    if (!dataset.empty() && !lengths_file.empty())
-      return InputErrorExit("--dataset/--lengths: give one, not both");
-    if (dataset.empty() && lengths_file.empty()) dataset = "github";
-    cfg.dataset = dataset;
-    plot::CheckOutputPaths(plot_file, trace_file);
-    if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
-    cfg.strategies = SplitComma(strategies);
+    Progress progress(!quiet);
+    if (!quiet) cfg.progress = progress.Callback();
     cfg.recompute = sim::ParseRecompute(recompute);
     cfg.overlap_grad_reduce = !serial_grad_sync;
     cfg.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
-    if (!cost_model_file.empty()) {
-      const ModelPreset* m = FindModelPreset(cfg.model);
-      const ClusterPreset* c = FindClusterPreset(cfg.cluster);
-      if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
-      if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
-      cfg.cost_model = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
-    }
-    if (!quiet) {
-      cfg.progress = [](const std::string& line) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-        std::fflush(stderr);
-      };
-    }
+    plot::CheckOutputPaths(plot_file, trace_file);
     std::vector<plot::Timeline> timelines;
     if (!plot_file.empty() || !trace_file.empty()) {
       cfg.on_first_measured_step = [&](const Plan& plan, std::span<const Sequence> batch,
@@ -127,7 +120,45 @@ int RunSimulate(int argc, char** argv) {
         timelines.push_back(plot::SimulatedTimeline(plan, batch, sim, ranks_per_node));
       };
     }
-    const sim::ExperimentResult res = sim::RunExperiment(cfg);
+    sim::ExperimentResult res;
+    if (!plan_file.empty()) {
+      if (!dataset.empty() || !lengths_file.empty())
+        return InputErrorExit("--plan: the batches come from the plan file; drop --dataset/--lengths");
+      const std::vector<sim::PlannedBatch> batches =
+          sim::ParsePlannedBatches(ReadFileOrStdin(plan_file));
+      res = sim::ReplayPlannedBatches(batches, cfg);
+    } else {
+      if (!dataset.empty() && !lengths_file.empty())
+        return InputErrorExit("--dataset/--lengths: give one, not both");
+      if (dataset.empty() && lengths_file.empty()) dataset = "github";
+      cfg.dataset = dataset;
+      if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
+      cfg.strategies = SplitComma(strategies);
+      if (!cost_model_file.empty()) {
+        const ModelPreset* m = FindModelPreset(cfg.model);
+        const ClusterPreset* c = FindClusterPreset(cfg.cluster);
+        if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
+        if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
+        cfg.cost_model = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
+      }
+      std::string saved;
+      if (!save_plans_file.empty()) {
+        if (cfg.strategies.size() != 1)
+          return InputErrorExit("save-plans: needs exactly one strategy in --strategies");
+        cfg.on_plan = [&saved](const std::string&, const PlanRequest& req, const Plan& plan) {
+          saved += sim::PlannedBatchToJson(req, plan) + "\n";
+        };
+      }
+      res = sim::RunExperiment(cfg);
+      if (!save_plans_file.empty()) {
+        std::FILE* f = std::fopen(save_plans_file.c_str(), "wb");
+        if (!f) return InputErrorExit("save-plans: cannot open '" + save_plans_file + "'");
+        const bool ok = std::fwrite(saved.data(), 1, saved.size(), f) == saved.size();
+        if (std::fclose(f) != 0 || !ok)
+          return InputErrorExit("save-plans: cannot write '" + save_plans_file + "'");
+      }
+    }
+    progress.Finish();
     if (!plot_file.empty() || !trace_file.empty()) {
       if (timelines.empty())
         return InputErrorExit("plot: no strategy produced a plan that runs (all OOM/infeasible)");

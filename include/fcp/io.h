@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 
@@ -45,6 +47,15 @@ std::string CostModelToJson(const CostModel& cm, int indent = 2);
 
 // The plan as the output JSON of `fcp plan` (README). `indent` < 0: one line.
 std::string PlanToJson(const Plan& plan, int indent = 2);
+
+// A plan as `fcp plan --format json` prints it, for `request` (the batch it
+// was made for). Checks structure only: status "ok", ranks == N, every rank
+// in [0, N) and used once per micro-batch, every sequence scheduled exactly
+// once, comm "ring"/"all-to-all"; unknown keys are errors. Estimates in the
+// text are ignored and recomputed (EvaluatePlan). Errors are InputError with
+// the field under `field` ("plan.micro_batches[0].groups[2].ranks").
+Plan ParsePlanJson(const nlohmann::json& plan_json, const PlanRequest& request,
+                   const std::string& field = "plan");
 
 // Lengths from text: one integer per line, or CSV whose header has a `tokens`
 // column. Blank lines, lines starting with '#' and zero lengths (empty

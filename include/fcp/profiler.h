@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct ProfileOptions {
   // copies. A multi-process transport (MPI) needs every rank to call
   // RunProfile with the same options (lockstep; see exec::RunProfileOnRing).
   profile::RingTransport* ring_transport = nullptr;
+  // Called once per grid length ("[profile] MODEL: length L (i/n)"); may be
+  // empty. Called from the calling thread.
+  std::function<void(const std::string&)> progress;
 };
 
 struct ProfileReport {

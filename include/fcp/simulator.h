@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
@@ -299,6 +300,9 @@ struct ExperimentConfig {
   std::function<void(const Plan&, std::span<const Sequence>, const SimResult&,
                      int ranks_per_node)>
       on_first_measured_step;
+  // Called with every measured and warm-up step's request and plan after the
+  // tuning (for `fcp simulate --save-plans`); may be empty.
+  std::function<void(const std::string& strategy, const PlanRequest&, const Plan&)> on_plan;
 };
 
 struct StrategyResult {
@@ -349,6 +353,27 @@ std::string ExperimentToTable(const ExperimentResult& result);
 
 // "<8>x1, <6>x2" from degree -> count, largest degree first.
 std::string DegreeMix(const std::map<int, int>& degree_counts);
+
+// --- `fcp simulate --plan FILE`: plans made elsewhere ---
+struct PlannedBatch {
+  BatchInput batch;  // an `fcp plan` input
+  Plan plan;         // its plan, estimates recomputed
+};
+// Parses a plan file: a JSON array, or JSON lines, of {"batch": <fcp plan
+// input>, "plan": <fcp plan --format json output for it>}. Every pair is
+// validated; errors name the field, e.g. "[3].plan.micro_batches[0].groups[2].ranks".
+// All batches must share one cluster (ranks, ranks_per_node).
+std::vector<PlannedBatch> ParsePlannedBatches(std::string_view text);
+// One line of such a file for `request` and its `plan`.
+std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan);
+// Simulates the batches in order as one run, with RunExperiment's rules: the
+// first config.warmup batches run but are not measured, one communicator
+// cache, gradient sync per batch, noise seed config.seed·1000003 + i. The
+// hardware is config.model on config.cluster sized to the batches' cluster.
+// The result has one entry, named "plan". MLLM vision tokens are estimated
+// from eta (the batch format carries no vision tokens). Throws InputError.
+ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
+                                      const ExperimentConfig& config);
 
 // --- `fcp eval paper`: the paper's evaluation on the simulator ---
 struct PaperEvalOptions {

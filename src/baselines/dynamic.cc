@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <queue>
 #include <string>
 
 #include "baselines/common.h"
@@ -25,245 +27,189 @@ int64_t DcpDegree(const CostModel& cm, int64_t length_tokens) {
   return d;
 }
 
-// ---------------------------------------------------------------- megatron-dcp
+// ---------------------------------------------------------------- bytescale
 //
-// Per micro-batch, the N ranks are carved into aligned power-of-two blocks
-// [j*c, (j+1)*c). Sequences are taken longest-work first (work = s^2 / cp).
-// A sequence of degree c joins the least-loaded (by work) group of size c
-// with memory room; a free aligned block of size c counts as a group of load
-// 0. If neither exists it may join the least-loaded larger group with room;
-// otherwise it waits for the next micro-batch. When a micro-batch is closed,
-// idle ranks are filled: the group with the most work whose aligned buddy
-// block is idle doubles its degree, repeatedly.
-Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
-                                const PlanOptions& /*options*/) const {
+// Data-aware sharding (ByteScale §4, our reading): every sequence runs on the
+// fewest ranks that hold it, d_min; sequences with d_min = 1 are packed,
+// longest first, next-fit into one-rank chunks up to a rank's memory.
+// Balance scheduler (§5, our reading): ranks synchronise only at the
+// end of the global batch, so each rank may run a different number of
+// micro-batches; the items (long sequences and short-sequence chunks) are
+// taken longest estimated time first and each goes to the aligned block of
+// d ranks that becomes free first (list scheduling on accumulated time). An
+// item's micro-batch index is one past the last one used on its ranks, so a
+// rank's items run back to back; the simulator starts a group as soon as its
+// ranks are free, which realises the list schedule.
+// O(K log K + Σ_items (d + B·log N)) where B is the number of distinct d.
+namespace {
+
+// Max over ranks with point updates (values only grow).
+class MaxTree {
+ public:
+  explicit MaxTree(int n) : size_(1) {
+    while (size_ < n) size_ *= 2;
+    tree_.assign(2 * size_, 0.0);
+  }
+  void Set(int i, double v) {
+    for (i += size_, tree_[i] = v, i /= 2; i >= 1; i /= 2)
+      tree_[i] = std::max(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  double Max(int lo, int hi) const {  // [lo, hi)
+    double m = 0;
+    for (lo += size_, hi += size_; lo < hi; lo /= 2, hi /= 2) {
+      if (lo & 1) m = std::max(m, tree_[lo++]);
+      if (hi & 1) m = std::max(m, tree_[--hi]);
+    }
+    return m;
+  }
+
+ private:
+  int size_;
+  std::vector<double> tree_;
+};
+
+// One schedule at per-rank token capacity `capacity_tokens` (ByteScale's
+// chunk size C: a sequence of s tokens gets max(d_min, ceil(s / C)) ranks,
+// short sequences are packed up to C tokens). Sets *makespan_s.
+Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, double* makespan_out) {
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
-  int64_t max_pow2 = 1;
-  while (max_pow2 * 2 <= n) max_pow2 *= 2;
-  std::vector<int64_t> cp(k_total);
-  std::vector<double> work(k_total);
-  for (int k = 0; k < k_total; ++k) {
-    const int64_t len = request.sequences[k].length_tokens;
-    cp[k] = DcpDegree(request.cost, len);
-    if (cp[k] > max_pow2) {
-      return InfeasiblePlan(name(), request, k,
-                            "sequences[" + std::to_string(k) + "] needs CP " +
-                                std::to_string(cp[k]) +
-                                " (power of two) but the largest power of two <= N is " +
-                                std::to_string(max_pow2));
-    }
-    work[k] = static_cast<double>(len) * static_cast<double>(len) / static_cast<double>(cp[k]);
-  }
-  std::vector<int> order(k_total);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return work[a] > work[b]; });
-
-  struct Group {
-    int first, size;
-    double work = 0, tokens = 0;
+  struct Item {
+    int degree;
     std::vector<int> members;
+    double time_s;
   };
+  std::vector<Item> items;
+  std::vector<int> shorts;
+  for (int k = 0; k < k_total; ++k) {
+    const double len = static_cast<double>(request.sequences[k].length_tokens);
+    const int64_t d = std::min<int64_t>(
+        n, std::max<int64_t>(MinDegree(request.cost, GroupLoad::Of(request.sequences[k])),
+                             static_cast<int64_t>(std::ceil(len / capacity_tokens))));
+    if (d > 1) items.push_back({static_cast<int>(d), {k}, 0});
+    else shorts.push_back(k);
+  }
+  std::stable_sort(shorts.begin(), shorts.end(), [&](int a, int b) {
+    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+  });
+  double chunk_tokens = 0;
+  for (int k : shorts) {
+    const double len = static_cast<double>(request.sequences[k].length_tokens);
+    if (items.empty() || items.back().degree != 1 ||
+        !FitsOnLoad(request.cost, chunk_tokens + len, 1) || chunk_tokens + len > capacity_tokens) {
+      items.push_back({1, {}, 0});
+      chunk_tokens = 0;
+    }
+    items.back().members.push_back(k);
+    chunk_tokens += len;
+  }
+  for (Item& it : items) {
+    GroupLoad load;
+    for (int k : it.members) load.Add(request.sequences[k]);
+    it.time_s = GroupTimeBestS(request.cost, request.cluster, load, it.degree);
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.time_s > b.time_s; });
+
+  MaxTree finish(n);
+  std::vector<double> finish_of(n, 0.0);
+  std::vector<int> last_mb(n, -1);
+  // Per degree, aligned blocks [j*d, (j+1)*d) keyed by when they are all free;
+  // keys are lower bounds refreshed lazily (finish times only grow).
+  using Entry = std::pair<double, int>;  // (free at, block)
+  std::map<int, std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>> blocks;
   Plan plan;
   plan.num_ranks = n;
-  std::vector<int> pending = order;
-  while (!pending.empty()) {
-    std::vector<Group> groups;
-    std::vector<char> busy(n, 0);
-    std::vector<int> deferred;
-    auto free_block = [&](int c) -> int {
-      for (int f = 0; f + c <= n; f += c) {
-        bool ok = true;
-        for (int r = f; r < f + c && ok; ++r) ok = !busy[r];
-        if (ok) return f;
-      }
-      return -1;
-    };
-    for (int k : pending) {
-      const double len = static_cast<double>(request.sequences[k].length_tokens);
-      const int c = static_cast<int>(cp[k]);
-      int pick = -1;
-      const int f = free_block(c);
-      if (f >= 0) {
-        groups.push_back({f, c, 0, 0, {}});
-        for (int r = f; r < f + c; ++r) busy[r] = 1;
-        pick = static_cast<int>(groups.size()) - 1;
-      } else {
-        for (int pass = 0; pass < 2 && pick < 0; ++pass) {
-          for (size_t g = 0; g < groups.size(); ++g) {
-            const bool size_ok = pass == 0 ? groups[g].size == c : groups[g].size > c;
-            if (!size_ok || !FitsOnLoad(request.cost, groups[g].tokens + len, groups[g].size))
-              continue;
-            if (pick < 0 || groups[g].work < groups[pick].work) pick = static_cast<int>(g);
-          }
-        }
-      }
-      if (pick < 0) {
-        deferred.push_back(k);
+  double makespan_s = 0;
+  for (Item& it : items) {
+    const int d = it.degree;
+    auto [pos, fresh] = blocks.try_emplace(d);
+    auto& heap = pos->second;
+    if (fresh) {
+      for (int j = 0; (j + 1) * d <= n; ++j) heap.push({finish.Max(j * d, (j + 1) * d), j});
+    }
+    int block = -1;
+    double free_at = 0;
+    while (true) {
+      const auto [key, j] = heap.top();
+      heap.pop();
+      const double actual = finish.Max(j * d, (j + 1) * d);
+      if (actual > key) {
+        heap.push({actual, j});
         continue;
       }
-      Group& g = groups[pick];
-      g.members.push_back(k);
-      g.tokens += len;
-      g.work += len * len / g.size;
+      block = j;
+      free_at = actual;
+      break;
     }
-    FCP_CHECK(deferred.size() < pending.size());  // the first always opens a block
-    // Fill idle ranks by doubling the busiest group whose buddy block is idle.
-    for (bool changed = true; changed;) {
-      changed = false;
-      std::vector<int> idx(groups.size());
-      std::iota(idx.begin(), idx.end(), 0);
-      std::stable_sort(idx.begin(), idx.end(),
-                       [&](int a, int b) { return groups[a].work > groups[b].work; });
-      for (int gi : idx) {
-        Group& g = groups[gi];
-        const int base = g.first - g.first % (2 * g.size);
-        if (base + 2 * g.size > n) continue;
-        const int buddy = base == g.first ? g.first + g.size : base;
-        bool idle = true;
-        for (int r = buddy; r < buddy + g.size && idle; ++r) idle = !busy[r];
-        if (!idle) continue;
-        for (int r = buddy; r < buddy + g.size; ++r) busy[r] = 1;
-        g.first = base;
-        g.work /= 2;
-        g.size *= 2;
-        changed = true;
-        break;
-      }
+    const std::vector<int> ranks = RankRange(block * d, d);
+    GroupLoad load;
+    for (int k : it.members) load.Add(request.sequences[k]);
+    const double end = free_at + GroupTimeOnRanksS(request.cost, request.cluster, load, ranks);
+    int mb = 0;
+    for (int r : ranks) mb = std::max(mb, last_mb[r] + 1);
+    for (int r : ranks) {
+      last_mb[r] = mb;
+      finish.Set(r, end);
     }
-    MicroBatchPlan mb;
-    for (Group& g : groups) {
-      if (g.members.empty()) continue;
-      mb.groups.push_back({RankRange(g.first, g.size), g.members, CommKind::kRing, 0, 0});
-    }
-    plan.micro_batches.push_back(std::move(mb));
-    pending = std::move(deferred);
+    heap.push({end, block});
+    makespan_s = std::max(makespan_s, end);
+    if (static_cast<int>(plan.micro_batches.size()) <= mb) plan.micro_batches.resize(mb + 1);
+    plan.micro_batches[mb].groups.push_back(
+        {ranks, std::move(it.members), CommKind::kRing, 0, 0});
   }
   plan.notes["micro_batches"] = std::to_string(plan.micro_batches.size());
+  plan.notes["items"] = std::to_string(items.size());
+  plan.notes["list_schedule_est_ms"] = FormatDouble(1000.0 * makespan_s, 9);
+  *makespan_out = makespan_s;
   return plan;
 }
 
-// ---------------------------------------------------------------- bytescale
-//
-// Long sequences (d_min > 1) are dealt, largest d_min first, first-fit into
-// micro-batches (Σ d_min <= N) and each gets exactly d_min ranks (its own ring
-// group, contiguous, largest first). The remaining ranks of a micro-batch are
-// single-rank groups. Short sequences (d_min == 1), longest first, then go to
-// the group (any micro-batch, long groups included) whose micro-batch
-// makespan grows least, ties to the smallest resulting group time, memory
-// permitting; if none has room, a new micro-batch of single ranks is opened.
+}  // namespace
+
+// C is ByteScale's setting; it is tuned like the static degrees: the memory
+// limit T_mem and T_mem / 2^j for 2^j <= 2N, not below the shortest
+// sequence, stopping after two successive worse makespans; the smallest
+// list-schedule makespan is kept. At most log2(N) + 2 schedules.
 Plan ByteScaleStrategy::Solve(const PlanRequest& request,
                               const PlanOptions& /*options*/) const {
   const int n = request.cluster.num_ranks;
-  const int k_total = static_cast<int>(request.sequences.size());
-  std::vector<int64_t> dmin(k_total);
-  std::vector<int> longs, shorts;
-  for (int k = 0; k < k_total; ++k) {
-    dmin[k] = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
-    if (dmin[k] > n) {
-      return InfeasiblePlan(name(), request, k,
-                            "sequences[" + std::to_string(k) + "] needs " +
-                                std::to_string(dmin[k]) + " ranks > N");
+  int64_t shortest = std::numeric_limits<int64_t>::max(), longest = 0;
+  for (size_t k = 0; k < request.sequences.size(); ++k) {
+    const int64_t d = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
+    if (d > n) {
+      return InfeasiblePlan(name(), request, static_cast<int>(k),
+                            "sequences[" + std::to_string(k) + "] needs " + std::to_string(d) +
+                                " ranks > N");
     }
-    (dmin[k] > 1 ? longs : shorts).push_back(k);
+    shortest = std::min(shortest, request.sequences[k].length_tokens);
+    longest = std::max(longest, request.sequences[k].length_tokens);
   }
-  std::stable_sort(longs.begin(), longs.end(),
-                   [&](int a, int b) { return dmin[a] > dmin[b]; });
-  struct Group {
-    std::vector<int> ranks;
-    std::vector<int> members;
-    GroupLoad load;
-    double time_s = 0;
-  };
-  struct Mb {
-    std::vector<Group> groups;
-    int used = 0;
+  const CostModel& cm = request.cost;
+  double t_mem = cm.mem_per_token > 0 ? (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
+                                      : static_cast<double>(longest);
+  t_mem = std::min(t_mem, static_cast<double>(longest));
+  Plan best;
+  double best_s = std::numeric_limits<double>::infinity(), best_c = 0;
+  std::string tried;
+  int worse = 0;
+  double prev_s = std::numeric_limits<double>::infinity();
+  for (int64_t p = 1; p <= 2 * static_cast<int64_t>(n); p *= 2) {
+    const double c = t_mem / static_cast<double>(p);
+    if (p > 1 && (c < static_cast<double>(shortest) || c < 1)) break;
     double makespan_s = 0;
-  };
-  std::vector<Mb> mbs;
-  std::vector<std::vector<int>> long_of_mb;
-  for (int k : longs) {
-    size_t m = 0;
-    while (m < mbs.size() && mbs[m].used + dmin[k] > n) ++m;
-    if (m == mbs.size()) mbs.emplace_back();
-    Group g;
-    g.ranks = RankRange(mbs[m].used, static_cast<int>(dmin[k]));
-    mbs[m].used += static_cast<int>(dmin[k]);
-    g.members.push_back(k);
-    g.load.Add(request.sequences[k]);
-    mbs[m].groups.push_back(std::move(g));
+    Plan plan = ScheduleByteScale(request, c, &makespan_s);
+    tried += (tried.empty() ? "" : ",") + FormatDouble(std::floor(c), 9) + ":" +
+             FormatDouble(1000.0 * makespan_s, 5) + "ms";
+    if (makespan_s < best_s) best_s = makespan_s, best = std::move(plan), best_c = c;
+    worse = makespan_s > prev_s ? worse + 1 : 0;
+    prev_s = makespan_s;
+    if (worse >= 2) break;
   }
-  auto add_singles = [&](Mb& mb) {
-    for (int r = mb.used; r < n; ++r) {
-      Group g;
-      g.ranks = {r};
-      mb.groups.push_back(std::move(g));
-    }
-    mb.used = n;
-  };
-  if (mbs.empty()) mbs.emplace_back();
-  for (Mb& mb : mbs) {
-    add_singles(mb);
-    for (Group& g : mb.groups) {
-      g.time_s = g.members.empty() ? 0
-                                   : GroupTimeOnRanksS(request.cost, request.cluster,
-                                                       g.load, g.ranks);
-      mb.makespan_s = std::max(mb.makespan_s, g.time_s);
-    }
-  }
-  std::vector<double> single_time(k_total, 0);
-  for (int k : shorts) {
-    single_time[k] = GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]), 1,
-                                Link::kIntraNode);
-  }
-  std::stable_sort(shorts.begin(), shorts.end(),
-                   [&](int a, int b) { return single_time[a] > single_time[b]; });
-  for (int k : shorts) {
-    const Sequence& s = request.sequences[k];
-    size_t best_m = 0, best_g = 0;
-    double best_inc = std::numeric_limits<double>::infinity(), best_t = 0;
-    for (size_t m = 0; m < mbs.size(); ++m) {
-      for (size_t gi = 0; gi < mbs[m].groups.size(); ++gi) {
-        Group& g = mbs[m].groups[gi];
-        GroupLoad load = g.load;
-        load.Add(s);
-        const int d = static_cast<int>(g.ranks.size());
-        if (GroupMemBytes(request.cost, load, d) > request.cost.mem_capacity) continue;
-        const double t = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
-        const double inc = std::max(0.0, t - mbs[m].makespan_s);
-        if (inc < best_inc || (inc == best_inc && t < best_t)) {
-          best_inc = inc, best_t = t, best_m = m, best_g = gi;
-        }
-      }
-    }
-    if (!std::isfinite(best_inc)) {
-      mbs.emplace_back();
-      add_singles(mbs.back());
-      best_m = mbs.size() - 1;
-      best_g = 0;
-      GroupLoad load = GroupLoad::Of(s);
-      best_t = GroupTimeOnRanksS(request.cost, request.cluster, load,
-                                 mbs[best_m].groups[0].ranks);
-    }
-    Group& g = mbs[best_m].groups[best_g];
-    g.members.push_back(k);
-    g.load.Add(s);
-    g.time_s = best_t;
-    mbs[best_m].makespan_s = std::max(mbs[best_m].makespan_s, best_t);
-  }
-  Plan plan;
-  plan.num_ranks = n;
-  for (Mb& mb : mbs) {
-    MicroBatchPlan out;
-    for (Group& g : mb.groups) {
-      if (g.members.empty()) continue;
-      out.groups.push_back({g.ranks, g.members, CommKind::kRing, 0, 0});
-    }
-    if (!out.groups.empty()) plan.micro_batches.push_back(std::move(out));
-  }
-  plan.notes["micro_batches"] = std::to_string(plan.micro_batches.size());
-  return plan;
+  best.notes["capacity_tokens"] = FormatDouble(std::floor(best_c), 9);
+  best.notes["capacity_source"] = "tuned (smallest list_schedule_est_ms)";
+  best.notes["capacity_candidates"] = tried;
+  return best;
 }
 
 }  // namespace fcp::baselines

@@ -92,6 +92,10 @@ GapReport EvaluateGap(const GapOptions& options) {
                              best.plan.message + best.violation);
     }
     opt_ms.push_back(best.ms);
+    if (options.progress) {
+      options.progress("[eval gap] instance " + std::to_string(i + 1) + "/" +
+                       std::to_string(options.instances));
+    }
     const double ref = best.plan.est_ms;
     double min_gap = std::numeric_limits<double>::infinity();
     for (size_t j = 0; j < strategies.size(); ++j) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct GapOptions {
   int max_ranks = 16;      // N in [1, max_ranks]; <= kOptimalMaxRanks
   double time_limit_s = 10.0;  // per plan, MILP strategies
   std::vector<std::string> strategies;  // empty: every registered one but optimal
+  // Called after each instance ("instance i/I"); may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 struct StrategyGap {

@@ -1,7 +1,6 @@
 #include "baselines/optimal.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -15,7 +14,6 @@ namespace fcp::baselines {
 
 Plan OptimalStrategy::Solve(const PlanRequest& request,
                             const PlanOptions& /*options*/) const {
-  const auto start = std::chrono::steady_clock::now();
   const int k_total = static_cast<int>(request.sequences.size());
   const int n = request.cluster.num_ranks;
   if (k_total > kOptimalMaxSequences) {
@@ -115,8 +113,6 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
   plan.micro_batches.push_back(std::move(mb));
   plan.notes["search"] = "exhaustive DP over (rank, unplaced set): proven optimal";
   plan.notes["optimal_makespan_ms"] = FormatDouble(1000.0 * f[at(0, full)], 12);
-  plan.notes["search_time_s"] = FormatDouble(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 4);
   return plan;
 }
 

@@ -104,7 +104,9 @@ std::vector<int> MegatronDegrees(int num_ranks) {
 
 std::vector<int> UlyssesDegrees(int num_ranks, int q_heads) {
   std::vector<int> out;
-  for (int c = 1; c <= num_ranks; c *= 2) {
+  // DeepSpeed-Ulysses splits attention heads across the group: the degree
+  // must divide the head count (no power-of-two rule); c | N for replicas.
+  for (int c = 1; c <= num_ranks; ++c) {
     if (num_ranks % c == 0 && q_heads % c == 0) out.push_back(c);
   }
   return out;
@@ -124,7 +126,7 @@ Plan DeepSpeedStrategy::Solve(const PlanRequest& request,
   Plan plan = SolveStatic(
       name(), request, options,
       UlyssesDegrees(request.cluster.num_ranks, shape.q_heads), CommKind::kAllToAll,
-      "a power of two dividing N = " + std::to_string(request.cluster.num_ranks) +
+      "a divisor of N = " + std::to_string(request.cluster.num_ranks) +
           " and q_heads = " + std::to_string(shape.q_heads));
   plan.notes["q_heads"] = std::to_string(shape.q_heads) +
                           (fallback ? " (model absent: default model preset " +

@@ -1,5 +1,5 @@
 // Static-degree baselines: `megatron` (ring CP, one degree, DP replicas) and
-// `deepspeed` (Ulysses all-to-all, power-of-two degree dividing q_heads).
+// `deepspeed` (Ulysses all-to-all, degree dividing N and q_heads).
 // Sequences are dealt to the DP replicas by work and packed into micro-batches
 // (planner/balanced_static.h, the yardstick) unless PlanOptions::dealing is
 // kLoader (data-loader order, baselines/common.h StaticDataParallelPlan).
@@ -17,8 +17,8 @@
 
 namespace fcp::baselines {
 
-// Allowed degrees: divisors of N (megatron); powers of two dividing both N
-// and q_heads (deepspeed). Ascending.
+// Allowed degrees: divisors of N (megatron); divisors of both N and q_heads
+// (deepspeed). Ascending.
 std::vector<int> MegatronDegrees(int num_ranks);
 std::vector<int> UlyssesDegrees(int num_ranks, int q_heads);
 
@@ -36,7 +36,7 @@ class DeepSpeedStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "deepspeed"; }
   std::string_view description() const override {
-    return "DeepSpeed-Ulysses static SP: power-of-two degree dividing the head "
+    return "DeepSpeed-Ulysses static SP: one degree dividing N and the head "
            "count, all-to-all, sequences dealt by work (--dealing loader: data-loader order)";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;

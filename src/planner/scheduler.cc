@@ -1,31 +1,21 @@
-// MakePlan: input check, strategy dispatch, estimates, lower bound, validation.
-#include "fcp/scheduler.h"
+// The planner core of MakePlan: input check, estimates, lower bound,
+// validation. The strategy table is src/strategies/registry.cc (above the
+// planner and the baselines).
+#include "planner/run_strategy.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 
-#include "baselines/register.h"
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
-#include "planner/fcp_strategies.h"
 
 namespace fcp {
 namespace {
 
 constexpr int64_t kMaxLength = int64_t{1} << 40;
 constexpr int kMaxRanks = 1 << 20;
-
-const std::vector<std::unique_ptr<Strategy>>& Registry() {
-  static const std::vector<std::unique_ptr<Strategy>> strategies = [] {
-    std::vector<std::unique_ptr<Strategy>> out;
-    planner::AppendFcpStrategies(out);
-    AppendBaselineStrategies(out);
-    return out;
-  }();
-  return strategies;
-}
 
 GroupLoad LoadOf(const PlanRequest& request, const std::vector<int>& sequences) {
   GroupLoad load;
@@ -45,19 +35,6 @@ double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
 }
 
 }  // namespace
-
-std::vector<std::string> StrategyNames() {
-  std::vector<std::string> names;
-  for (const auto& s : Registry()) names.emplace_back(s->name());
-  return names;
-}
-
-const Strategy* FindStrategy(std::string_view name) {
-  for (const auto& s : Registry()) {
-    if (s->name() == name) return s.get();
-  }
-  return nullptr;
-}
 
 void ValidateRequest(const PlanRequest& request) {
   if (request.cluster.num_ranks < 1 || request.cluster.num_ranks > kMaxRanks) {
@@ -180,14 +157,11 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan) {
   plan.lower_bound_ms = LowerBoundMs(request, all_to_all);
 }
 
-Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
-  const Strategy* strategy = FindStrategy(options.strategy);
-  if (!strategy) {
-    std::string names;
-    for (const auto& n : StrategyNames()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError("strategy", "unknown strategy \"" + options.strategy +
-                                     "\" (known: " + names + ")");
-  }
+namespace planner {
+
+Plan RunStrategy(const Strategy& strategy_ref, const PlanRequest& request,
+                 const PlanOptions& options) {
+  const Strategy* strategy = &strategy_ref;
   if (options.cp_degree < 0) throw InputError("cp_degree", "must be >= 0");
   if (!(options.time_limit_s > 0) || !std::isfinite(options.time_limit_s)) {
     throw InputError("time_limit_s", "must be a finite number > 0");
@@ -233,4 +207,5 @@ Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
   return plan;
 }
 
+}  // namespace planner
 }  // namespace fcp

@@ -120,7 +120,13 @@ Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> z(0.0, 1.0);
   auto noisy = [&](double t) { return t * std::exp(o.noise_rel * z(rng)); };
+  size_t length_index = 0;
   for (int64_t len : lengths) {
+    ++length_index;
+    if (o.progress) {
+      o.progress("[profile] " + (o.model.empty() ? std::string(kDefaultModel) : o.model) + ": length " + std::to_string(len) + " (" +
+                 std::to_string(length_index) + "/" + std::to_string(lengths.size()) + ")");
+    }
     for (int d : degrees) {
       if (d > hw.num_ranks || len < o.min_tokens_per_rank * d) continue;
       for (const auto& seqs : GroupsAt(len, o.packed_groups, model->multimodal ? model->vision_tokens_per_tile : 0)) {
@@ -197,7 +203,13 @@ Collected CollectCpu(const ProfileOptions& o) {
   if (lengths.empty()) lengths = {512, 1024, 2048, 3072, 4096};
   std::vector<int> degrees = o.degrees;
   if (degrees.empty()) degrees = {1, 2, 3, 4};
+  size_t length_index = 0;
   for (int64_t len : lengths) {
+    ++length_index;
+    if (o.progress) {
+      o.progress("[profile] " + (o.model.empty() ? std::string(kDefaultModel) : o.model) + ": length " + std::to_string(len) + " (" +
+                 std::to_string(length_index) + "/" + std::to_string(lengths.size()) + ")");
+    }
     for (int d : degrees) {
       if (2 * d > len || len < o.min_tokens_per_rank * d) continue;
       for (const auto& seqs : GroupsAt(len, o.packed_groups, 0)) {

@@ -11,6 +11,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {
@@ -215,6 +216,40 @@ std::string DegreeMix(const std::map<int, int>& degree_counts) {
   return out;
 }
 
+void StepTotals::Add(const Plan& plan, const SimResult& sim, double hide_behind_s,
+                     double new_groups, double group_create_s, double tokens,
+                     StrategyResult& r) {
+  r.overlap.solver_s += plan.solver_ms / 1e3;
+  r.overlap.hidden_s += std::min(plan.solver_ms / 1e3, hide_behind_s);
+  solver_s.push_back(plan.solver_ms / 1e3);
+  iter_s.push_back(sim.iter_s);
+  r.solver_max_ms = std::max(r.solver_max_ms, plan.solver_ms);
+  compute_s += sim.compute_s;
+  grad_sync_s += sim.grad_sync_s;
+  schedule_ms += plan.solver_ms + 1e3 * new_groups * group_create_s;
+  micro_batches += static_cast<double>(plan.micro_batches.size());
+  busy += sim.busy_fraction;
+  this->tokens += tokens;
+}
+
+void StepTotals::Finish(double lower_bound_s, StrategyResult& r) const {
+  const double n = static_cast<double>(iter_s.size());
+  double total_iter = 0, total_solver = 0;
+  for (double t : iter_s) total_iter += t;
+  for (double t : solver_s) total_solver += t;
+  r.iter_s = total_iter / n;
+  r.tokens_per_s = tokens / total_iter;
+  r.compute_s = compute_s / n;
+  r.grad_sync_s = grad_sync_s / n;
+  r.solver_ms = 1e3 * total_solver / n;
+  r.schedule_ms = schedule_ms / n;
+  r.micro_batches = micro_batches / n;
+  r.busy_fraction = busy / n;
+  r.step_iter_s = iter_s;
+  r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
+  if (lower_bound_s > 0) r.vs_bound = r.iter_s / lower_bound_s;
+}
+
 ExperimentResult RunExperiment(const ExperimentConfig& config) {
   ExperimentResult result;
   result.config = config;
@@ -274,13 +309,16 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       }
     }
     std::set<std::vector<int>> cache;
-    std::vector<double> solver_s, iter_s;
+    StepTotals totals;
     double prev_iter_s = 0;  // the step before (warmup included): hides the solver
-    double sum_compute = 0, sum_sync = 0, sum_sched = 0, sum_mb = 0, sum_busy = 0;
-    double measured_tokens = 0;
     for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
       const int before = static_cast<int>(cache.size());
       const StepRun run = RunStep(setup, cfg, strategy, degree, i, &cache);
+      if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
+        PlanRequest req = setup.base;
+        req.sequences = setup.batches[i].seqs;
+        cfg.on_plan(strategy, req, run.plan);
+      }
       if (!run.ok) {
         r.oom = run.oom;
         r.infeasible = run.infeasible;
@@ -293,40 +331,15 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       if (i == first_measured && cfg.on_first_measured_step)
         cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
                                    setup.base.cluster.ranks_per_node);
-      r.overlap.solver_s += run.plan.solver_ms / 1e3;
-      r.overlap.hidden_s += std::min(run.plan.solver_ms / 1e3, hide_behind);
-      const double created = static_cast<double>(cache.size()) - before;
-      solver_s.push_back(run.plan.solver_ms / 1e3);
-      iter_s.push_back(run.sim.iter_s);
-      r.solver_max_ms = std::max(r.solver_max_ms, run.plan.solver_ms);
-      sum_compute += run.sim.compute_s;
-      sum_sync += run.sim.grad_sync_s;
-      sum_sched += run.plan.solver_ms + 1e3 * created * setup.hw.group_create_s;
-      sum_mb += static_cast<double>(run.plan.micro_batches.size());
-      sum_busy += run.sim.busy_fraction;
-      measured_tokens += setup.batches[i].tokens;
+      totals.Add(run.plan, run.sim, hide_behind,
+                 static_cast<double>(cache.size()) - before, setup.hw.group_create_s,
+                 setup.batches[i].tokens, r);
       for (const auto& mb : run.plan.micro_batches)
         for (const auto& [d, n] : Histogram(mb)) r.degree_histogram[d] += n;
       if (i == first_measured && !run.plan.micro_batches.empty())
         r.first_micro_batch_mix = DegreeMix(Histogram(run.plan.micro_batches.front()));
     }
-    if (!r.oom && !r.infeasible) {
-      const double n = static_cast<double>(iter_s.size());
-      double total_iter = 0, total_solver = 0;
-      for (double t : iter_s) total_iter += t;
-      for (double t : solver_s) total_solver += t;
-      r.iter_s = total_iter / n;
-      r.tokens_per_s = measured_tokens / total_iter;
-      r.compute_s = sum_compute / n;
-      r.grad_sync_s = sum_sync / n;
-      r.solver_ms = 1e3 * total_solver / n;
-      r.schedule_ms = sum_sched / n;
-      r.micro_batches = sum_mb / n;
-      r.busy_fraction = sum_busy / n;
-      r.step_iter_s = iter_s;
-      r.overlap.exposed_s = r.overlap.solver_s - r.overlap.hidden_s;
-      if (result.lower_bound_s > 0) r.vs_bound = r.iter_s / result.lower_bound_s;
-    }
+    if (!r.oom && !r.infeasible) totals.Finish(result.lower_bound_s, r);
     if (cfg.progress) {
       cfg.progress(Progress(
           cfg, r.oom || r.infeasible

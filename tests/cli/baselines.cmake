@@ -1,0 +1,10 @@
+# Baseline strategies against their real counterparts (owner: baselines).
+# Included from tests/cli/CMakeLists.txt.
+add_test(NAME cli_megatron_dcp_oracle
+         COMMAND ${FCP_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/megatron_dcp_oracle.py
+                 $<TARGET_FILE:fcp>)
+set_tests_properties(cli_megatron_dcp_oracle PROPERTIES LABELS cli TIMEOUT 300)
+add_test(NAME cli_simulate_plan_replay
+         COMMAND ${FCP_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan_replay_test.py
+                 $<TARGET_FILE:fcp>)
+set_tests_properties(cli_simulate_plan_replay PROPERTIES LABELS cli TIMEOUT 600)
