@@ -325,10 +325,10 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
     for (Group& g : groups) {
       if (!g.members.empty()) {
         const bool intra = RangeOnOneNode(request.cluster, first, g.size);
-        const double bw = intra ? request.cost.bw_intra_node : request.cost.bw_inter_node;
+        const Link link = intra ? Link::kIntraNode : Link::kInterNode;
         double t = 0;
         for (int k : g.members) {
-          t += GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]), g.size, bw);
+          t += GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]), g.size, link);
         }
         step_s = std::max(step_s, t);
         step.push_back({first, g.size, std::move(g.members)});
