@@ -817,12 +817,13 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     pg = group.process_group if isinstance(group, CPGroup) else (
         None if isinstance(group, (list, tuple)) else group)
     index = _ring_index(ranks, rank)
-    if len(ranks) > 1 and pg is None:
-        raise ValueError("group: a group of degree > 1 needs a process group")
+    no_pg = len(ranks) > 1 and pg is None
     if seq_len is None:
         if len(ranks) == 1:
             seq_len = q.shape[-2]
         else:
+            if no_pg:
+                raise ValueError("group: a group of degree > 1 needs a process group")
             t = torch.tensor([q.shape[-2]], dtype=torch.int64, device=q.device)
             dist.all_reduce(t, group=pg)
             seq_len = int(t.item())
@@ -830,6 +831,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     if q.shape[-2] != expected:
         raise ValueError(f"q: holds {q.shape[-2]} tokens, the zigzag shard of ring index "
                          f"{index} of a {seq_len}-token sequence on {len(ranks)} ranks has {expected}")
+    if no_pg:
+        raise ValueError("group: a group of degree > 1 needs a process group")
     scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
     lead = q.shape[:-3]
@@ -838,8 +841,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
         out = q.new_zeros(out_shape) + 0 * (q.sum() + k.sum() + v.sum())
     else:
         ring = _Ring(ranks, index, int(seq_len), pg)
+        batch = math.prod(lead)
+
         def flat(t):
-            return t.reshape(-1, *t.shape[-3:])
+            return t.reshape(batch, *t.shape[-3:])
         out = _RingAttention.apply(flat(q), flat(k), flat(v), ring, bool(causal), scale, impl)
         out = out.reshape(*lead, *out.shape[-3:])
     return out[0] if squeeze else out
