@@ -49,6 +49,7 @@ __all__ = [
     "shard",
     "unshard",
     "ring_attention",
+    "blockwise_attention",
     "block_kernel_name",
     "KERNELS",
     "attention_reference",
@@ -667,28 +668,58 @@ def _merge(out_acc, lse_acc, rows, o, lse):
     lse_acc[..., r0:r1] = new_lse
 
 
+def _kv_piece(kv, cols, dk_, group):
+    kb = _expand_heads(kv[:, :, cols[0]:cols[1], :dk_], group).contiguous()
+    vb = _expand_heads(kv[:, :, cols[0]:cols[1], dk_:], group).contiguous()
+    return kb, vb
+
+
+def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
+    """Merges the pieces of key/value block ``src`` into the accumulators."""
+    group, dk_ = q.shape[1] // kv.shape[1], q.shape[-1]
+    for rows, cols, piece_causal in ring.pieces(src, causal):
+        kb, vb = _kv_piece(kv, cols, dk_, group)
+        o, lse = kernel.forward(q[:, :, rows[0]:rows[1]].contiguous(), kb, vb, piece_causal, scale)
+        _merge(out_acc, lse_acc, rows, o, lse)
+
+
+def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq):
+    """Adds block ``src``'s share of dQ into ``dq``; returns its dK/dV pieces
+    [(columns, dk, dv)] in the accumulation dtype, key/value heads."""
+    acc = dq.dtype
+    group, dk_ = q.shape[1] // kv.shape[1], q.shape[-1]
+    grads = []
+    for (r0, r1), cols, piece_causal in ring.pieces(src, causal):
+        kb, vb = _kv_piece(kv, cols, dk_, group)
+        gq, gk, gv = kernel.backward(
+            dout[:, :, r0:r1].contiguous(), q[:, :, r0:r1].contiguous(), kb, vb,
+            out[:, :, r0:r1].contiguous(), lse[..., r0:r1].contiguous(), piece_causal, scale)
+        dq[:, :, r0:r1] += gq.to(acc)
+        grads.append((cols, _reduce_heads(gk.to(acc), group), _reduce_heads(gv.to(acc), group)))
+    return grads
+
+
+def _add_grads(dkv, grads, dk_):
+    for (c0, c1), gk, gv in grads:
+        dkv[:, :, c0:c1, :dk_] += gk
+        dkv[:, :, c0:c1, dk_:] += gv
+
+
 class _RingAttention(torch.autograd.Function):
+    """One rank's shard; key/value blocks arrive over the ring."""
 
     @staticmethod
     def forward(ctx, q, k, v, ring: _Ring, causal: bool, scale: float, kernel):
         acc = _acc_dtype(q.dtype)
-        group = q.shape[1] // k.shape[1]
-        dk_, dv_ = k.shape[-1], v.shape[-1]
-        out_acc = torch.zeros(*q.shape[:-1], dv_, dtype=acc, device=q.device)
+        out_acc = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=acc, device=q.device)
         lse_acc = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
         kv = _pack(k, v, ring.max_len, q.dtype)
         for step in range(ring.degree):
-            src = ring.origin(step)
             reqs = []
             if step + 1 < ring.degree:  # prefetch the next block while computing
                 nxt = torch.empty_like(kv)
                 reqs = ring.exchange(kv, nxt, _KV_TAG)
-            for rows, cols, piece_causal in ring.pieces(src, causal):
-                kb = _expand_heads(kv[:, :, cols[0]:cols[1], :dk_], group).contiguous()
-                vb = _expand_heads(kv[:, :, cols[0]:cols[1], dk_:], group).contiguous()
-                o, lse = kernel.forward(q[:, :, rows[0]:rows[1]].contiguous(), kb, vb,
-                                        piece_causal, scale)
-                _merge(out_acc, lse_acc, rows, o, lse)
+            _block_forward(q, kv, ring.origin(step), ring, causal, scale, kernel, out_acc, lse_acc)
             for r in reqs:
                 r.wait()
             if step + 1 < ring.degree:
@@ -703,39 +734,26 @@ class _RingAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         ring, causal, scale, kernel = ctx.ring, ctx.causal, ctx.scale, ctx.kernel
         acc = _acc_dtype(q.dtype)
-        group = q.shape[1] // k.shape[1]
         dk_ = k.shape[-1]
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         kv = _pack(k, v, ring.max_len, q.dtype)
-        dkv = None               # accumulator of the block held now (fp32)
-        dkv_reqs = []
-        dkv_incoming = None
+        dkv_reqs, dkv_incoming = [], None
         for step in range(ring.degree):
-            src = ring.origin(step)
             reqs = []
             if step + 1 < ring.degree:
                 nxt = torch.empty_like(kv)
                 reqs = ring.exchange(kv, nxt, _KV_TAG)
-            grads = []
-            for rows, cols, piece_causal in ring.pieces(src, causal):
-                r0, r1 = rows
-                kb = _expand_heads(kv[:, :, cols[0]:cols[1], :dk_], group).contiguous()
-                vb = _expand_heads(kv[:, :, cols[0]:cols[1], dk_:], group).contiguous()
-                gq, gk, gv = kernel.backward(
-                    dout[:, :, r0:r1].contiguous(), q[:, :, r0:r1].contiguous(), kb, vb,
-                    out[:, :, r0:r1].contiguous(), lse[..., r0:r1].contiguous(), piece_causal, scale)
-                dq[:, :, r0:r1] += gq.to(acc)
-                grads.append((cols, _reduce_heads(gk.to(acc), group), _reduce_heads(gv.to(acc), group)))
-            # The accumulator travels with its block: take the one that came
-            # with this block (sent by the previous rank last step) and add.
+            grads = _block_backward(dout, q, out, lse, kv, ring.origin(step), ring, causal, scale,
+                                    kernel, dq)
+            # The fp32 accumulator travels with its block: take the one that
+            # came with this block (sent by the previous rank last step), add,
+            # pass it on; after d steps each is back at its owner.
             for r in dkv_reqs:
                 r.wait()
             dkv = dkv_incoming if dkv_incoming is not None else torch.zeros(
                 kv.shape, dtype=acc, device=q.device)
-            for (c0, c1), gk, gv in grads:
-                dkv[:, :, c0:c1, :dk_] += gk
-                dkv[:, :, c0:c1, dk_:] += gv
+            _add_grads(dkv, grads, dk_)
             if ring.degree > 1:
                 dkv_incoming = torch.empty_like(dkv)
                 dkv_reqs = ring.exchange(dkv, dkv_incoming, _DKV_TAG)
@@ -743,14 +761,64 @@ class _RingAttention(torch.autograd.Function):
                 r.wait()
             if step + 1 < ring.degree:
                 kv = nxt
-        if ring.degree > 1:  # after d steps every accumulator is back at its owner
+        if ring.degree > 1:
             for r in dkv_reqs:
                 r.wait()
             dkv = dkv_incoming
         n = ring.length(ring.index)
-        dk = dkv[:, :, :n, :dk_].to(k.dtype)
-        dv = dkv[:, :, :n, dk_:].to(v.dtype)
-        return dq.to(q.dtype), dk, dv, None, None, None, None
+        return (dq.to(q.dtype), dkv[:, :, :n, :dk_].to(k.dtype), dkv[:, :, :n, dk_:].to(v.dtype),
+                None, None, None, None)
+
+
+class _InProcessRing(torch.autograd.Function):
+    """All ``degree`` shards of one sequence in one process: every virtual
+    rank runs the same block loop as :class:`_RingAttention`, with the key/value
+    blocks of the others taken from memory instead of the ring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, seq_len: int, degree: int, causal: bool, scale: float, kernel):
+        rings = [_Ring(tuple(range(degree)), i, seq_len, None) for i in range(degree)]
+        pos = [zigzag_positions(seq_len, degree, i, device=q.device) for i in range(degree)]
+        acc = _acc_dtype(q.dtype)
+        kvs = [_pack(k[:, :, p], v[:, :, p], rings[0].max_len, q.dtype) for p in pos]
+        out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+        lse = torch.empty(q.shape[:-1], dtype=acc, device=q.device)
+        for ring, p in zip(rings, pos):
+            qi = q[:, :, p].contiguous()
+            out_acc = torch.zeros(*qi.shape[:-1], v.shape[-1], dtype=acc, device=q.device)
+            lse_acc = torch.full(qi.shape[:-1], float("-inf"), dtype=acc, device=q.device)
+            for step in range(degree):
+                src = ring.origin(step)
+                _block_forward(qi, kvs[src], src, ring, causal, scale, kernel, out_acc, lse_acc)
+            out[:, :, p] = out_acc.to(q.dtype)
+            lse[:, :, p] = lse_acc
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (rings, pos, causal, scale, kernel)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        rings, pos, causal, scale, kernel = ctx.args
+        acc = _acc_dtype(q.dtype)
+        dk_ = k.shape[-1]
+        kvs = [_pack(k[:, :, p], v[:, :, p], rings[0].max_len, q.dtype) for p in pos]
+        dkvs = [torch.zeros(kv.shape, dtype=acc, device=q.device) for kv in kvs]
+        dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+        for ring, p in zip(rings, pos):
+            dqi = torch.zeros(q.shape[0], q.shape[1], len(p), q.shape[-1], dtype=acc, device=q.device)
+            qi, oi, li, di = (t[:, :, p].contiguous() for t in (q, out, lse, dout))
+            for step in range(len(rings)):
+                src = ring.origin(step)
+                _add_grads(dkvs[src], _block_backward(di, qi, oi, li, kvs[src], src, ring, causal,
+                                                      scale, kernel, dqi), dk_)
+            dq[:, :, p] = dqi
+        dk = torch.zeros(k.shape, dtype=acc, device=q.device)
+        dv = torch.zeros(v.shape, dtype=acc, device=q.device)
+        for p, dkv in zip(pos, dkvs):
+            dk[:, :, p] = dkv[:, :, :len(p), :dk_]
+            dv[:, :, p] = dkv[:, :, :len(p), dk_:]
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 
 def _collective_device(group, like: Optional[torch.Tensor] = None) -> torch.device:
@@ -848,6 +916,32 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
         out = _RingAttention.apply(flat(q), flat(k), flat(v), ring, bool(causal), scale, impl)
         out = out.reshape(*lead, *out.shape[-3:])
     return out[0] if squeeze else out
+
+
+def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, degree: int,
+                        causal: bool = True, softmax_scale: Optional[float] = None,
+                        kernel: str = "auto") -> torch.Tensor:
+    """The in-process multi-block path: attention over a *whole* sequence
+    ``(..., heads, s, head_dim)`` computed exactly as ``degree`` ring ranks
+    would (zigzag shards, the same block pieces, kernels and fp32 merge), all
+    in this process and without communication. For measuring the block
+    kernels on one device and as a single-process check of the ring's block
+    decomposition. Same arguments and GQA rule as :func:`ring_attention`."""
+    degree = int(degree)
+    if degree < 1:
+        raise ValueError(f"degree: must be >= 1, got {degree}")
+    if q.dim() < 3 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError("q, k, v: must be (..., heads, s, head_dim) with the same dims")
+    if q.shape[-2] != k.shape[-2] or k.shape[-2] != v.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError("q, k, v: must have the same length (dim -2) and q/k head_dim")
+    if k.shape[-3] < 1 or q.shape[-3] % k.shape[-3] or q.shape[:-3] != k.shape[:-3]:
+        raise ValueError(f"k: {k.shape[-3]} key/value heads (dim -3) must divide q's {q.shape[-3]}")
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
+    lead, batch = q.shape[:-3], math.prod(q.shape[:-3])
+    flat = [t.reshape(batch, *t.shape[-3:]) for t in (q, k, v)]
+    out = _InProcessRing.apply(*flat, q.shape[-2], degree, bool(causal), scale, impl)
+    return out.reshape(*lead, *out.shape[-3:])
 
 
 # ---------------------------------------------------------------------------
