@@ -263,6 +263,8 @@ def _json_value(value, field):
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, _numbers.Integral):
+        if not -2 ** 63 <= int(value) < 2 ** 64:  # beyond what the JSON parser holds
+            raise ValueError(f"{field}: out of range, got {value}")
         return int(value)
     if isinstance(value, _numbers.Real):
         f = float(value)
