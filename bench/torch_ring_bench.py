@@ -25,7 +25,6 @@ Needs `fcp` importable (PYTHONPATH=build/python, or `pip install .`).
 import argparse
 import json
 import os
-import resource
 import socket
 import statistics
 import sys
@@ -37,6 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import fcp.torch as ft
+from fcp._memory import peak_rss, reset_peak_rss
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -86,10 +86,6 @@ def _inputs(args, seq_len, device, seed=0):
     return make(args.heads), make(args.kv_heads), make(args.kv_heads)
 
 
-def _peak_rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -124,10 +120,10 @@ def _sdpa_step(q, k, v):
 def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    base = _peak_rss()
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
+    base = reset_peak_rss()
     try:
         q, k, v = _inputs(args, seq_len, device)
         if mode == "sdpa":
@@ -145,7 +141,7 @@ def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
                                   rank=rank).sum().backward()
         barrier = dist.barrier if world > 1 else None
         times = _time_steps(step, args, device, barrier)
-        row = {"times": times, "peak_bytes": _peak_rss() - base, "kernel": kernel}
+        row = {"times": times, "peak_bytes": peak_rss() - base, "kernel": kernel}
         if world > 1:
             gathered = [None] * world
             dist.all_gather_object(gathered, row)

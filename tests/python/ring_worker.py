@@ -14,13 +14,13 @@ memory of a 32k-token sequence on 4 ranks. The pytest files assert on them.
 """
 
 import os
-import resource
 import sys
 
 import torch
 import torch.distributed as dist
 
 import fcp.torch as ft
+from fcp._memory import peak_rss, reset_peak_rss
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
 HEAD_DIM = 8
@@ -201,10 +201,6 @@ MEMORY_SEQ_LEN = 32768
 MEMORY_HEADS, MEMORY_KV_HEADS, MEMORY_HEAD_DIM = 2, 1, 16
 
 
-def _peak_rss_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-
-
 def _memory_check(rank, world, cache):
     """Forward + backward of one causal 32k-token sequence on all ranks
     (GQA, fp32). Records the peak RSS growth; the O(s^2)-per-step design it
@@ -216,10 +212,10 @@ def _memory_check(rank, world, cache):
     k = torch.randn(1, MEMORY_KV_HEADS, n, MEMORY_HEAD_DIM, generator=gen).requires_grad_()
     v = torch.randn(1, MEMORY_KV_HEADS, n, MEMORY_HEAD_DIM, generator=gen).requires_grad_()
     dist.barrier()
-    before = _peak_rss_bytes()
+    before = reset_peak_rss()
     out = ft.ring_attention(q, k, v, group, causal=True, seq_len=MEMORY_SEQ_LEN)
     out.sum().backward()
-    after = _peak_rss_bytes()
+    after = peak_rss()
     finite = bool(torch.isfinite(out).all() and torch.isfinite(q.grad).all()
                   and torch.isfinite(k.grad).all())
     return {"seq_len": MEMORY_SEQ_LEN, "local_tokens": n, "peak_growth_bytes": after - before,
