@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+import warnings
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -493,7 +494,8 @@ class _CudaFlashKernel:
     def forward(self, q, k, v, causal, scale):
         res = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, 0.0, causal, False, scale=scale)
-        self._rng = (res[6], res[7])  # unused without dropout; the backward asks for them
+        # RNG state: unused without dropout, but the backward asks for it.
+        self._rng = (res[6], res[7])
         return res[0], res[1].float()
 
     def backward(self, dout, q, k, v, out, lse, causal, scale):
@@ -529,12 +531,46 @@ class _CudaEfficientKernel:
             lse = torch.nn.functional.pad(lse, (0, rows - lse.shape[-1]))
         seed, offset = self._rng
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-            dout, q, k, v, torch.empty(0, device=q.device, dtype=q.dtype), out,
+            dout, q, k, v, None, out,
             lse.contiguous(), seed, offset, 0.0, [True, True, True, False], causal, scale=scale)
         return dq, dk, dv
 
 
 KERNELS = ("auto", "cpu_flash", "cuda_flash", "cuda_efficient", "chunked")
+
+
+class _GuardedKernel:
+    """``kernel="auto"``: PyTorch's kernel, and the chunked fallback for the
+    rest of the call (with one warning per kernel and error) when PyTorch's
+    refuses a shape or build. Mixing is exact: any kernel's backward is
+    correct given the merged output and log-sum-exp."""
+
+    _warned = set()
+
+    def __init__(self, primary):
+        self.primary = primary
+        self.fallback = None
+        self.name = primary.name
+
+    def _run(self, method, *args):
+        if self.fallback is None:
+            try:
+                return getattr(self.primary, method)(*args)
+            except (RuntimeError, NotImplementedError) as e:
+                key = (self.primary.name, type(e).__name__, str(e).split("\n")[0][:200])
+                if key not in self._warned:
+                    self._warned.add(key)
+                    warnings.warn(f"fcp.torch: {self.primary.name} {method} failed "
+                                  f"({key[2]}); using the chunked kernel", RuntimeWarning)
+                self.fallback = _ChunkedKernel()
+                self.name = f"{self.primary.name}->chunked"
+        return getattr(self.fallback, method)(*args)
+
+    def forward(self, *args):
+        return self._run("forward", *args)
+
+    def backward(self, *args):
+        return self._run("backward", *args)
 
 
 def _select_kernel(name, device, dtype, head_dim: int):
@@ -544,11 +580,11 @@ def _select_kernel(name, device, dtype, head_dim: int):
         raise ValueError(f"kernel: must be one of {', '.join(KERNELS)}, got {name!r}")
     if name == "auto":
         if _CpuFlashKernel.available(device, dtype):
-            return _CpuFlashKernel()
+            return _GuardedKernel(_CpuFlashKernel())
         if _CudaFlashKernel.available(device, dtype, head_dim):
-            return _CudaFlashKernel()
+            return _GuardedKernel(_CudaFlashKernel())
         if _CudaEfficientKernel.available(device, dtype, head_dim):
-            return _CudaEfficientKernel()
+            return _GuardedKernel(_CudaEfficientKernel())
         return _ChunkedKernel()
     return {"cpu_flash": _CpuFlashKernel, "cuda_flash": _CudaFlashKernel,
             "cuda_efficient": _CudaEfficientKernel, "chunked": _ChunkedKernel}[name]()

@@ -237,3 +237,26 @@ def test_in_process_blocks_are_sdpa(degree, causal):
     (ref * g).sum().backward()
     for a, b in ((qa, qb), (ka, kb), (va, vb)):
         torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
+
+
+class _RefusingKernel:
+    """Stands for a PyTorch kernel that rejects a shape at run time."""
+    name = "refusing"
+
+    def forward(self, *args):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    backward = forward
+
+
+def test_auto_kernel_falls_back_to_chunked_with_a_warning():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=gen, dtype=torch.float64).requires_grad_()
+               for _ in range(3))
+    guarded = ft._GuardedKernel(_RefusingKernel())
+    with pytest.warns(RuntimeWarning, match="refusing forward failed"):
+        out = ft.ring_attention(q, k, v, [0], rank=0, kernel=guarded)
+    assert guarded.name == "refusing->chunked"
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    assert ft.block_kernel_name(torch.zeros(1, 1, 2, 8)) == "cpu_flash"
