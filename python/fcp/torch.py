@@ -394,7 +394,37 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-class _ChunkedKernel:
+def _expand_heads(t, group):
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def _reduce_heads(t, group):
+    if group == 1:
+        return t
+    b, h, n, d = t.shape
+    return t.view(b, h // group, group, n, d).sum(dim=2)
+
+
+class _Kernel:
+    """Grouped-query attention for every kernel: K/V come with their own head
+    count; kernels without native GQA get them expanded (query head h uses
+    key/value head h // group) and their dK/dV summed back."""
+
+    def native_gqa(self, dtype) -> bool:
+        return False
+
+    def forward(self, q, k, v, causal, scale):
+        group = 1 if self.native_gqa(q.dtype) else q.shape[1] // k.shape[1]
+        return self._forward(q, _expand_heads(k, group), _expand_heads(v, group), causal, scale)
+
+    def backward(self, dout, q, k, v, out, lse, causal, scale):
+        group = 1 if self.native_gqa(q.dtype) else q.shape[1] // k.shape[1]
+        dq, dk, dv = self._backward(dout, q, _expand_heads(k, group), _expand_heads(v, group),
+                                    out, lse, causal, scale)
+        return dq, _reduce_heads(dk, group), _reduce_heads(dv, group)
+
+
+class _ChunkedKernel(_Kernel):
     """Plain PyTorch: query and key tiles of ``chunk`` rows, online softmax in
     the accumulation dtype. Memory O(chunk^2) per head."""
 
@@ -406,7 +436,7 @@ class _ChunkedKernel:
     def _tiles(self, n):
         return [(a, min(a + self.chunk, n)) for a in range(0, n, self.chunk)]
 
-    def forward(self, q, k, v, causal, scale):
+    def _forward(self, q, k, v, causal, scale):
         acc = _acc_dtype(q.dtype)
         sq = q.shape[-2]
         out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=acc, device=q.device)
@@ -432,7 +462,7 @@ class _ChunkedKernel:
             lse[..., q0:q1] = m + torch.log(s)
         return out, lse
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def _backward(self, dout, q, k, v, out, lse, causal, scale):
         acc = _acc_dtype(q.dtype)
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         dk = torch.zeros(k.shape, dtype=acc, device=q.device)
@@ -458,11 +488,16 @@ class _ChunkedKernel:
         return dq, dk, dv
 
 
-class _CpuFlashKernel:
+class _CpuFlashKernel(_Kernel):
     """``aten::_scaled_dot_product_flash_attention_for_cpu`` (+ its backward):
     PyTorch's tiled CPU flash attention, fp32 accumulation inside."""
 
     name = "cpu_flash"
+
+    def native_gqa(self, dtype) -> bool:
+        # K/V with fewer heads natively (less memory); but for bf16/fp16 it
+        # sums a group's dK/dV in the input dtype (3x the error): expanded.
+        return dtype in (torch.float32, torch.float64)
 
     @staticmethod
     def available(device, dtype) -> bool:
@@ -470,17 +505,17 @@ class _CpuFlashKernel:
                 and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
                 and dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
 
-    def forward(self, q, k, v, causal, scale):
+    def _forward(self, q, k, v, causal, scale):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, causal, scale=scale)
         return out, lse.to(_acc_dtype(q.dtype))
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def _backward(self, dout, q, k, v, out, lse, causal, scale):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dout, q, k, v, out, lse, 0.0, causal, scale=scale)
 
 
-class _CudaFlashKernel:
+class _CudaFlashKernel(_Kernel):
     """``aten::_scaled_dot_product_flash_attention`` (FlashAttention-2 in
     PyTorch; fp16/bf16, head_dim a multiple of 8 up to 256)."""
 
@@ -491,14 +526,14 @@ class _CudaFlashKernel:
         return (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
                 and head_dim % 8 == 0 and head_dim <= 256)
 
-    def forward(self, q, k, v, causal, scale):
+    def _forward(self, q, k, v, causal, scale):
         res = torch.ops.aten._scaled_dot_product_flash_attention(
             q, k, v, 0.0, causal, False, scale=scale)
         # RNG state: unused without dropout, but the backward asks for it.
         self._rng = (res[6], res[7])
         return res[0], res[1].float()
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def _backward(self, dout, q, k, v, out, lse, causal, scale):
         seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
             dout, q, k, v, out, lse.contiguous(), None, None, q.shape[-2], k.shape[-2], 0.0,
@@ -506,7 +541,7 @@ class _CudaFlashKernel:
         return dq, dk, dv
 
 
-class _CudaEfficientKernel:
+class _CudaEfficientKernel(_Kernel):
     """``aten::_scaled_dot_product_efficient_attention`` (memory-efficient
     attention; fp32 too). Its log-sum-exp may be padded to a multiple of 32
     rows: trimmed on the way out, padded again for the backward."""
@@ -517,14 +552,14 @@ class _CudaEfficientKernel:
     def available(device, dtype, head_dim) -> bool:
         return device.type == "cuda" and dtype in (torch.float32, torch.float16, torch.bfloat16)
 
-    def forward(self, q, k, v, causal, scale):
+    def _forward(self, q, k, v, causal, scale):
         out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, None, True, 0.0, causal, scale=scale)
         self._rng = (seed, offset)
         self._lse_rows = lse.shape[-1]
         return out, lse[..., :q.shape[-2]].float()
 
-    def backward(self, dout, q, k, v, out, lse, causal, scale):
+    def _backward(self, dout, q, k, v, out, lse, causal, scale):
         rows = max(getattr(self, "_lse_rows", 0), q.shape[-2])
         rows = ((rows + 31) // 32) * 32 if rows != q.shape[-2] else rows
         if rows > lse.shape[-1]:
@@ -683,17 +718,6 @@ def _pack(k, v, max_len, dtype):
     return buf
 
 
-def _expand_heads(t, group):
-    return t if group == 1 else t.repeat_interleave(group, dim=1)
-
-
-def _reduce_heads(t, group):
-    if group == 1:
-        return t
-    b, h, n, d = t.shape
-    return t.view(b, h // group, group, n, d).sum(dim=2)
-
-
 def _merge(out_acc, lse_acc, rows, o, lse):
     """Online softmax merge of a block result into rows [r0, r1)."""
     r0, r1 = rows
@@ -704,17 +728,16 @@ def _merge(out_acc, lse_acc, rows, o, lse):
     lse_acc[..., r0:r1] = new_lse
 
 
-def _kv_piece(kv, cols, dk_, group):
-    kb = _expand_heads(kv[:, :, cols[0]:cols[1], :dk_], group).contiguous()
-    vb = _expand_heads(kv[:, :, cols[0]:cols[1], dk_:], group).contiguous()
-    return kb, vb
+def _kv_piece(kv, cols, dk_):
+    return (kv[:, :, cols[0]:cols[1], :dk_].contiguous(),
+            kv[:, :, cols[0]:cols[1], dk_:].contiguous())
 
 
 def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
     """Merges the pieces of key/value block ``src`` into the accumulators."""
-    group, dk_ = q.shape[1] // kv.shape[1], q.shape[-1]
+    dk_ = q.shape[-1]
     for rows, cols, piece_causal in ring.pieces(src, causal):
-        kb, vb = _kv_piece(kv, cols, dk_, group)
+        kb, vb = _kv_piece(kv, cols, dk_)
         o, lse = kernel.forward(q[:, :, rows[0]:rows[1]].contiguous(), kb, vb, piece_causal, scale)
         _merge(out_acc, lse_acc, rows, o, lse)
 
@@ -723,15 +746,15 @@ def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq)
     """Adds block ``src``'s share of dQ into ``dq``; returns its dK/dV pieces
     [(columns, dk, dv)] in the accumulation dtype, key/value heads."""
     acc = dq.dtype
-    group, dk_ = q.shape[1] // kv.shape[1], q.shape[-1]
+    dk_ = q.shape[-1]
     grads = []
     for (r0, r1), cols, piece_causal in ring.pieces(src, causal):
-        kb, vb = _kv_piece(kv, cols, dk_, group)
+        kb, vb = _kv_piece(kv, cols, dk_)
         gq, gk, gv = kernel.backward(
             dout[:, :, r0:r1].contiguous(), q[:, :, r0:r1].contiguous(), kb, vb,
             out[:, :, r0:r1].contiguous(), lse[..., r0:r1].contiguous(), piece_causal, scale)
         dq[:, :, r0:r1] += gq.to(acc)
-        grads.append((cols, _reduce_heads(gk.to(acc), group), _reduce_heads(gv.to(acc), group)))
+        grads.append((cols, gk.to(acc), gv.to(acc)))
     return grads
 
 
