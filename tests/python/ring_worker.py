@@ -233,7 +233,10 @@ def run(rank, world, out_dir, memory=False, max_groups=MAX_GROUPS, kernel="auto"
     result["attention"] = _attention_checks(rank, cache, world, kernel)
     result["training"] = _training_step(rank, world, cache)
     if memory:
-        result["memory"] = _memory_check(rank, world, cache)
+        m = result["memory"] = _memory_check(rank, world, cache)
+        print(f"rank {rank}: {m['seq_len']} tokens causal on {world} ranks, {m['local_tokens']} "
+              f"local: peak resident memory +{m['peak_growth_bytes'] / 2**20:.1f} MiB "
+              f"(one score block: {m['score_block_bytes'] / 2**20:.0f} MiB)", flush=True)
     result["created"] = list(cache.created)
     result["evicted"] = list(cache.evicted)
     result["stats"] = cache.stats()
