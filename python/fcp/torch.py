@@ -381,8 +381,9 @@ class GroupCache:
 # Block attention kernels (one block = one query tile x one key/value tile)
 # ---------------------------------------------------------------------------
 #
-# Every kernel takes q (B, H, Sq, D), k (B, H, Sk, D), v (B, H, Sk, Dv) with
-# equal head counts (GQA is expanded before), a causal flag meaning the
+# Every kernel takes q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv)
+# with Hkv dividing H (see _Kernel for grouped-query attention), a causal flag
+# meaning the
 # top-left-aligned mask of a square diagonal block (row r sees columns <= r),
 # and returns the block's output and its log-sum-exp (B, H, Sq) in the
 # accumulation dtype. Backward takes the *final* (merged) output and

@@ -50,6 +50,22 @@ def test_shard_unshard_round_trip_in_ring_order():
         ft.unshard([shards[1], shards[0], shards[2][:-1]], dim=0)
 
 
+def _assert_matches_sdpa(attend, q, k, v, g, causal):
+    """attend(q, k, v) and its gradients equal PyTorch's SDPA (fp64, GQA via
+    enable_gqa) to 1e-12; returns SDPA's output."""
+    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
+    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
+    out = attend(qa, ka, va)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        qb, kb, vb, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3])
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    (out * g).sum().backward()
+    (ref * g).sum().backward()
+    for a, b in ((qa, qb), (ka, kb), (va, vb)):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
+    return ref.detach()
+
+
 KERNELS = ["auto", "chunked", ft._ChunkedKernel(chunk=4)]
 
 
@@ -61,16 +77,9 @@ def test_degree_one_ring_attention_is_sdpa(kernel, causal, kv_heads):
     gen = torch.Generator().manual_seed(3)
     q, g = (torch.randn(2, 4, 17, 5, generator=gen, dtype=torch.float64) for _ in range(2))
     k, v = (torch.randn(2, kv_heads, 17, 5, generator=gen, dtype=torch.float64) for _ in range(2))
-    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
-    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
-    out = ft.ring_attention(qa, ka, va, [0], causal=causal, rank=0, kernel=kernel)
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        qb, kb, vb, is_causal=causal, enable_gqa=kv_heads != 4)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-    (out * g).sum().backward()
-    (ref * g).sum().backward()
-    for a, b in ((qa, qb), (ka, kb), (va, vb)):
-        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
+    ref = _assert_matches_sdpa(
+        lambda a, b, c: ft.ring_attention(a, b, c, [0], causal=causal, rank=0, kernel=kernel),
+        q, k, v, g, causal)
     # The oracle itself: causal output of position 0 is v[0] (of its kv head).
     if causal:
         torch.testing.assert_close(ref[:, 0, 0], v[:, 0, 0])
@@ -227,16 +236,8 @@ def test_in_process_blocks_are_sdpa(degree, causal):
     s = 13 if degree == 7 else 45
     q, g = (torch.randn(2, 4, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
     k, v = (torch.randn(2, 2, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
-    qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
-    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
-    out = ft.blockwise_attention(qa, ka, va, degree, causal=causal)
-    ref = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=causal,
-                                                           enable_gqa=True)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-    (out * g).sum().backward()
-    (ref * g).sum().backward()
-    for a, b in ((qa, qb), (ka, kb), (va, vb)):
-        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
+    _assert_matches_sdpa(lambda a, b, c: ft.blockwise_attention(a, b, c, degree, causal=causal),
+                         q, k, v, g, causal)
 
 
 class _RefusingKernel:
