@@ -7,7 +7,9 @@ one thread each unless --threads), each holding its zigzag shard of one
 sequence; degree 1 and the SDPA baseline run in a fresh process of their own.
 A step is forward + backward of one causal attention layer. Reported per
 configuration: the median step time over --reps (after --warmup; the slowest
-rank's time), tokens/s = s / step, and the peak resident memory growth of the
+rank's time), tokens/s = s / step, the CPU seconds of a step summed over the
+ranks (gloo's threads included) and tokens per CPU second -- the figure that
+stays meaningful on a loaded machine -- and the peak resident memory growth of the
 busiest process (inputs, outputs, gradients and workspace included).
 
 CUDA (--device cuda): one device; degree 1 of ring_attention, the in-process
@@ -92,19 +94,22 @@ def _sync(device):
 
 
 def _time_steps(step, args, device, barrier=None):
-    times = []
+    """Wall-clock seconds and this process's CPU seconds of each timed step."""
+    times, cpu = [], []
     for i in range(args.warmup + args.reps):
         if barrier:
             barrier()
         _sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         _sync(device)
+        c1 = time.process_time()
         if barrier:
             barrier()
         if i >= args.warmup:
             times.append(time.perf_counter() - t0)
-    return times
+            cpu.append(c1 - c0)
+    return times, cpu
 
 
 def _sdpa_step(q, k, v):
@@ -140,8 +145,8 @@ def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
                 ft.ring_attention(a, b, c, group, causal=True, seq_len=seq_len,
                                   rank=rank).sum().backward()
         barrier = dist.barrier if world > 1 else None
-        times = _time_steps(step, args, device, barrier)
-        row = {"times": times, "peak_bytes": peak_rss() - base, "kernel": kernel}
+        times, cpu = _time_steps(step, args, device, barrier)
+        row = {"times": times, "cpu": cpu, "peak_bytes": peak_rss() - base, "kernel": kernel}
         if world > 1:
             gathered = [None] * world
             dist.all_gather_object(gathered, row)
@@ -169,7 +174,8 @@ def _cpu_run(args, seq_len, world, mode):
         with open(out) as f:
             rows = json.load(f)
     step_s = statistics.median(max(r["times"][i] for r in rows) for i in range(args.reps))
-    return {"step_s": step_s, "peak_bytes": max(r["peak_bytes"] for r in rows),
+    cpu_s = statistics.median(sum(r["cpu"][i] for r in rows) for i in range(args.reps))
+    return {"step_s": step_s, "cpu_s": cpu_s, "peak_bytes": max(r["peak_bytes"] for r in rows),
             "kernel": rows[0]["kernel"]}
 
 
@@ -194,11 +200,12 @@ def _cuda_run(args, seq_len, degree, mode):
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
-    times = _time_steps(step, args, device)
+    times, _ = _time_steps(step, args, device)
     peak = torch.cuda.max_memory_allocated(device) - base
     del q, k, v
     torch.cuda.empty_cache()
-    return {"step_s": statistics.median(times), "peak_bytes": peak, "kernel": kernel}
+    return {"step_s": statistics.median(times), "cpu_s": None, "peak_bytes": peak,
+            "kernel": kernel}
 
 
 def _check_accuracy(args):
@@ -230,8 +237,9 @@ def main(argv=None):
           f"median of {args.reps} after {args.warmup} warm-up", flush=True)
     _check_accuracy(args)
     path = "ring (gloo)" if args.device == "cpu" else "in-process blocks"
-    print(f"| tokens | path | degree | kernel | step ms | tokens/s | tokens/s/rank | peak MiB/rank |")
-    print("|---:|---|---:|---|---:|---:|---:|---:|", flush=True)
+    print("| tokens | path | degree | kernel | step ms | tokens/s | tokens/s/rank | "
+          "CPU s/step (all ranks) | tokens/CPU-s | peak MiB/rank |")
+    print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
     rows = []
     for seq_len in args.lengths:
         configs = [("sdpa", 1)] + [("ring", d) for d in args.degrees]
@@ -246,12 +254,16 @@ def main(argv=None):
             row = {"tokens": seq_len, "path": label, "degree": degree, "kernel": r["kernel"],
                    "step_ms": 1e3 * r["step_s"], "tokens_per_s": seq_len / r["step_s"],
                    "tokens_per_s_per_rank": seq_len / r["step_s"] / degree,
+                   "cpu_s": r["cpu_s"],
+                   "tokens_per_cpu_s": seq_len / r["cpu_s"] if r["cpu_s"] else None,
                    "peak_mib_per_rank": r["peak_bytes"] / 2 ** 20,
                    "device": where, "dtype": args.dtype}
             rows.append(row)
+            cpu = ("-", "-") if r["cpu_s"] is None else (f"{r['cpu_s']:.2f}",
+                                                         f"{row['tokens_per_cpu_s']:.0f}")
             print(f"| {seq_len} | {label} | {degree} | {r['kernel']} | {row['step_ms']:.1f} | "
                   f"{row['tokens_per_s']:.0f} | {row['tokens_per_s_per_rank']:.0f} | "
-                  f"{row['peak_mib_per_rank']:.1f} |", flush=True)
+                  f"{cpu[0]} | {cpu[1]} | {row['peak_mib_per_rank']:.1f} |", flush=True)
             print(f"#   ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:
