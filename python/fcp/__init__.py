@@ -7,9 +7,13 @@
     plan.est_ms, plan.lower_bound_ms, plan.to_dict()   # to_dict() == `fcp plan --format json`
     fcp.presets()                                      # {"models": [...], "clusters": [...]}
 
-The planner is C++ (module ``fcp._fcp``, built by CMake into build/python/fcp);
+The planner is C++ (module ``fcp._fcp``; ``pip install .`` builds and installs
+it with the ``fcp`` command, ``make build`` lays it out in build/python/fcp);
 ``fcp.torch`` (torch.distributed glue) and ``fcp.megatron`` are pure Python and
-are imported on demand: ``import fcp.torch``.
+are imported on demand: ``import fcp.torch``. ``fcp.__version__`` is the
+project version (CMake's project(VERSION)), as ``fcp --version`` prints it.
+Plans, cost models and clusters pickle; ``fcp.Plan.from_dict(plan.to_dict())``
+rebuilds a plan.
 
 Errors: bad input raises ValueError whose message starts with the field
 ("sequences[3]: must be >= 1", "cluster: unknown preset ..."); an internal
@@ -397,9 +401,10 @@ def _eta_array(eta, n):
 class Scheduler:
     """Plans micro-batches of context-parallel groups for batches of sequences.
 
-    ``cluster``: a preset name (``fcp.presets()["clusters"]``), a dict
+    ``cluster``: a preset name (``fcp.presets()["clusters"]``), an
+    ``fcp.Cluster(num_ranks, ranks_per_node, hardware)``, or a dict
     ``{"ranks": N, "ranks_per_node": R, "hardware": preset}`` as in the CLI's
-    input JSON, or an ``fcp.Cluster``. ``model``: a model preset name or None
+    input JSON (without "hardware": the CLI's default; ``.cluster`` says which). ``model``: a model preset name or None
     (the default model's coefficients are used then, as the CLI does).
     ``cost_model``: a dict of coefficient overrides (SI units, DESIGN.md §2),
     or an ``fcp.CostModel``, e.g. the output of ``fcp profile``.

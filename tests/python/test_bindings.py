@@ -7,6 +7,7 @@ import pathlib
 import pickle
 import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -348,3 +349,21 @@ def test_version_is_the_project_version():
     text = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
     assert fcp.__version__ == re.search(r"project\(fcp VERSION ([0-9.]+)", text).group(1)
     assert fcp._fcp.__version__ == fcp.__version__
+
+
+def test_python_dash_m_fcp_runs_the_packaged_cli(tmp_path):
+    """`python -m fcp` runs fcp/_bin/fcp next to the package (the CLI itself,
+    same output and exit codes)."""
+    env = {k: v for k, v in os.environ.items() if k != "FCP_CLI"}
+    env["PYTHONPATH"] = str(pathlib.Path(fcp.__file__).resolve().parents[1])
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "batch.json"
+    via_module = subprocess.run([sys.executable, "-m", "fcp", "plan", "--input", str(example)],
+                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert via_module.returncode == 0, via_module.stderr
+    direct = subprocess.run([_cli(), "plan", "--input", str(example)], capture_output=True,
+                            text=True, timeout=60)
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "solver_ms"}  # noqa: E731
+    assert strip(via_module.stdout) == strip(direct.stdout)
+    bad = subprocess.run([sys.executable, "-m", "fcp", "plan", "--no-such-flag"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")
