@@ -719,14 +719,21 @@ def _pack(k, v, max_len, dtype):
     return buf
 
 
-def _merge(out_acc, lse_acc, rows, o, lse):
-    """Online softmax merge of a block result into rows [r0, r1)."""
+def _merge(out_acc, lse_acc, rows, o, lse, first):
+    """Online softmax merge of a block result into rows [r0, r1), in place.
+    ``first``: nothing merged into these rows yet (decided by the step, not
+    by inspecting values: no device synchronisation); the block is copied."""
     r0, r1 = rows
     old_lse = lse_acc[..., r0:r1]
+    acc = out_acc[..., r0:r1, :]
+    if first:
+        acc.copy_(o)
+        old_lse.copy_(lse)
+        return
     new_lse = torch.logaddexp(old_lse, lse)
-    out_acc[..., r0:r1, :] = (out_acc[..., r0:r1, :] * torch.exp(old_lse - new_lse)[..., None]
-                              + o.to(out_acc.dtype) * torch.exp(lse - new_lse)[..., None])
-    lse_acc[..., r0:r1] = new_lse
+    acc.mul_(torch.exp(old_lse - new_lse).unsqueeze(-1))
+    acc.add_(o.to(acc.dtype) * torch.exp(lse - new_lse).unsqueeze(-1))
+    old_lse.copy_(new_lse)
 
 
 def _kv_piece(kv, cols, dk_):
@@ -735,12 +742,14 @@ def _kv_piece(kv, cols, dk_):
 
 
 def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
-    """Merges the pieces of key/value block ``src`` into the accumulators."""
+    """Merges the pieces of key/value block ``src`` into the accumulators.
+    The first step (this rank's own block) always covers every query row
+    with one piece, so its result is copied instead of merged."""
     dk_ = q.shape[-1]
     for rows, cols, piece_causal in ring.pieces(src, causal):
         kb, vb = _kv_piece(kv, cols, dk_)
         o, lse = kernel.forward(q[:, :, rows[0]:rows[1]].contiguous(), kb, vb, piece_causal, scale)
-        _merge(out_acc, lse_acc, rows, o, lse)
+        _merge(out_acc, lse_acc, rows, o, lse, first=src == ring.index)
 
 
 def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq):
