@@ -29,7 +29,8 @@ torch_section() (
   fi
   export PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}"
   echo "== torch: accuracy vs fp64 SDPA (s = 3000, GQA 8/2 heads, head_dim 64 and 128)"
-  timeout 60 "$PY" - <<'PYEOF'
+  local accuracy_rc=0 bench_rc=0
+  timeout 60 "$PY" - <<'PYEOF' || accuracy_rc=$?
 import torch, fcp.torch as ft
 torch.manual_seed(0)
 dev = torch.device("cuda")
@@ -46,7 +47,7 @@ for dtype, kernels, tol in ((torch.bfloat16, ("auto", "cuda_flash", "cuda_effici
         (ref * g.double()).sum().backward()
         for kernel in kernels:
             for degree in (1, 2, 4, 8):
-                a, b, c = (t.to(dtype).requires_grad_() for t in (q, k, v))
+                a, b, c = (t.detach().to(dtype).clone().requires_grad_() for t in (q, k, v))
                 try:
                     if degree == 1:
                         out = ft.ring_attention(a, b, c, [0], rank=0, kernel=kernel)
@@ -72,7 +73,12 @@ raise SystemExit(0 if ok else 1)
 PYEOF
   echo "== torch: throughput and peak memory (bf16, causal, fwd+bwd)"
   timeout 50 "$PY" bench/torch_ring_bench.py --device cuda --dtype bf16 \
-    --lengths 8192,32768 --degrees 1,2,4,8 --heads 32 --kv-heads 8 --head-dim 128 --reps 3
+    --lengths 8192,32768 --degrees 1,2,4,8 --heads 32 --kv-heads 8 --head-dim 128 --reps 3 \
+    || bench_rc=$?
+  if [ "$accuracy_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ]; then
+    echo "torch: FAIL (accuracy rc=$accuracy_rc, benchmark rc=$bench_rc; 124 = timed out)"
+    return 1
+  fi
   echo "torch: PASS"
 )
 torch_section || echo "torch: FAIL (rc=$?)"

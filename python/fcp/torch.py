@@ -557,15 +557,13 @@ class _CudaEfficientKernel(_Kernel):
         out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
             q, k, v, None, True, 0.0, causal, scale=scale)
         self._rng = (seed, offset)
-        self._lse_rows = lse.shape[-1]
         return out, lse[..., :q.shape[-2]].float()
 
     def _backward(self, dout, q, k, v, out, lse, causal, scale):
-        rows = max(getattr(self, "_lse_rows", 0), q.shape[-2])
-        rows = ((rows + 31) // 32) * 32 if rows != q.shape[-2] else rows
+        rows = (q.shape[-2] + 31) // 32 * 32  # the forward's padded length for these rows
         if rows > lse.shape[-1]:
             lse = torch.nn.functional.pad(lse, (0, rows - lse.shape[-1]))
-        seed, offset = self._rng
+        seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
             dout, q, k, v, None, out,
             lse.contiguous(), seed, offset, 0.0, [True, True, True, False], causal, scale=scale)
