@@ -17,6 +17,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "fcp/version.h"
 
 namespace py = pybind11;
 
@@ -47,6 +48,7 @@ std::vector<fcp::Sequence> SequencesFromArrays(
 
 PYBIND11_MODULE(_fcp, m) {
   m.doc() = "fcp planner bindings (see the fcp package for the Python API)";
+  m.attr("__version__") = FCP_VERSION_STRING;  // CMake's project(VERSION)
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -7,9 +7,13 @@
     plan.est_ms, plan.lower_bound_ms, plan.to_dict()   # to_dict() == `fcp plan --format json`
     fcp.presets()                                      # {"models": [...], "clusters": [...]}
 
-The planner is C++ (module ``fcp._fcp``, built by CMake into build/python/fcp);
+The planner is C++ (module ``fcp._fcp``; ``pip install .`` builds and installs
+it with the ``fcp`` command, ``make build`` lays it out in build/python/fcp);
 ``fcp.torch`` (torch.distributed glue) and ``fcp.megatron`` are pure Python and
-are imported on demand: ``import fcp.torch``.
+are imported on demand: ``import fcp.torch``. ``fcp.__version__`` is the
+project version (CMake's project(VERSION)), as ``fcp --version`` prints it.
+Plans, cost models and clusters pickle; ``fcp.Plan.from_dict(plan.to_dict())``
+rebuilds a plan.
 
 Errors: bad input raises ValueError whose message starts with the field
 ("sequences[3]: must be >= 1", "cluster: unknown preset ..."); an internal
@@ -24,21 +28,32 @@ from __future__ import annotations
 import json as _json
 import numbers as _numbers
 
-__version__ = "0.1.0"
-
 try:
     from . import _fcp  # noqa: F401  (C++ planner)
 except ImportError as _err:  # the pure-Python parts (fcp.torch) still work
     _fcp = None
     _IMPORT_ERROR = _err
+    try:  # an installed package's metadata; the module carries the same
+        from importlib.metadata import version as _dist_version
+        __version__ = _dist_version("fcp")
+    except Exception:  # a source tree without the module
+        __version__ = "0+unknown"
 else:
     _IMPORT_ERROR = None
+    # One source of truth: CMake's project(VERSION), compiled into the module
+    # (the `fcp --version` of the CLI prints the same string).
+    __version__ = _fcp.__version__
     from ._fcp import (  # noqa: F401  (re-exported plain structs)
-        BatchInput, Cluster, CommKind, CostModel, GroupPlan, MicroBatchPlan, ModelShape,
+        BatchInput, CommKind, CostModel, GroupPlan, MicroBatchPlan, ModelShape,
         Plan, PlanOptions, PlanRequest, PlanStatus, Sequence)
 
 __all__ = ["Scheduler", "presets", "strategies", "plan_json", "Plan", "PlanStatus", "CostModel",
-           "Cluster", "Sequence", "GroupPlan", "MicroBatchPlan"]
+           "Cluster", "Sequence", "GroupPlan", "MicroBatchPlan", "MAX_SEQUENCES", "__version__"]
+
+# Limits of `fcp plan`'s input, applied to Python input the same way.
+MAX_SEQUENCES = 10_000_000
+_MAX_LENGTH = 1 << 40
+_INT_MAX = 2 ** 31 - 1
 
 _COST_FIELDS = ("alpha1", "alpha2", "beta1", "alpha3", "beta2", "bw_intra_node",
                 "bw_inter_node", "mem_per_token", "mem_static", "mem_capacity",
@@ -81,25 +96,229 @@ def _group_repr(g) -> str:
     return f"<fcp.GroupPlan ranks={list(g.ranks)} sequences={list(g.sequences)} est_ms={g.est_ms:.3f}>"
 
 
+def _field(d, key, where, kinds, default=None, required=True):
+    if key not in d:
+        if required:
+            raise ValueError(f"{where}{key}: missing")
+        return default
+    v = d[key]
+    if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+        raise ValueError(f"{where}{key}: must be {kinds[0].__name__}, got {type(v).__name__}")
+    return v
+
+
+def _int_list(v, field):
+    if not isinstance(v, (list, tuple)) or any(
+            isinstance(x, bool) or not isinstance(x, _numbers.Integral) for x in v):
+        raise ValueError(f"{field}: must be a list of integers")
+    return [int(x) for x in v]
+
+
+def _plan_from_dict(d):
+    """Rebuilds an ``fcp.Plan`` from :meth:`Plan.to_dict` (the JSON of
+    ``fcp plan``). ``gap`` is derived, so it is ignored. Raises ValueError
+    naming the field."""
+    core = _core()
+    if not isinstance(d, dict):
+        raise ValueError(f"plan: must be a dict, got {type(d).__name__}")
+    num = (int, float)
+    plan = core.Plan()
+    plan.strategy = _field(d, "strategy", "", (str,))
+    plan.num_ranks = _field(d, "ranks", "", (int,))
+    status = _field(d, "status", "", (str,))
+    if status not in ("ok", "infeasible"):
+        raise ValueError(f"status: must be 'ok' or 'infeasible', got {status!r}")
+    plan.status = core.PlanStatus.OK if status == "ok" else core.PlanStatus.INFEASIBLE
+    plan.est_ms = float(_field(d, "est_ms", "", num))
+    plan.lower_bound_ms = float(_field(d, "lower_bound_ms", "", num))
+    plan.solver_ms = float(_field(d, "solver_ms", "", num, 0.0, required=False))
+    notes = _field(d, "notes", "", (dict,), {}, required=False)
+    if any(not isinstance(k, str) or not isinstance(v, str) for k, v in notes.items()):
+        raise ValueError("notes: must map strings to strings")
+    plan.notes = dict(notes)
+    plan.message = _field(d, "message", "", (str,), "", required=False)
+    plan.infeasible_sequence = _field(d, "infeasible_sequence", "", (int,), -1, required=False)
+    mbs = []
+    for i, m in enumerate(_field(d, "micro_batches", "", (list,))):
+        where = f"micro_batches[{i}]."
+        if not isinstance(m, dict):
+            raise ValueError(f"micro_batches[{i}]: must be a dict")
+        mb = core.MicroBatchPlan()
+        mb.est_ms = float(_field(m, "est_ms", where, num))
+        groups = []
+        for j, g in enumerate(_field(m, "groups", where, (list,))):
+            gw = f"{where}groups[{j}]."
+            if not isinstance(g, dict):
+                raise ValueError(f"{gw[:-1]}: must be a dict")
+            gp = core.GroupPlan()
+            gp.ranks = _int_list(_field(g, "ranks", gw, (list,)), gw + "ranks")
+            gp.sequences = _int_list(_field(g, "sequences", gw, (list,)), gw + "sequences")
+            gp.est_ms = float(_field(g, "est_ms", gw, num))
+            gp.mem_bytes = _field(g, "mem_bytes", gw, (int,))
+            comm = _field(g, "comm", gw, (str,), "ring", required=False)
+            if comm not in ("ring", "all-to-all"):
+                raise ValueError(f"{gw}comm: must be 'ring' or 'all-to-all', got {comm!r}")
+            gp.comm = core.CommKind.RING if comm == "ring" else core.CommKind.ALL_TO_ALL
+            groups.append(gp)
+        mb.groups = groups
+        mbs.append(mb)
+    plan.micro_batches = mbs
+    return plan
+
+
+def _plan_state(plan) -> dict:
+    d = _plan_to_dict(plan)
+    d["message"] = plan.message  # kept by pickle even on an OK plan
+    d["infeasible_sequence"] = plan.infeasible_sequence
+    return d
+
+
+def _cost_model_from_dict(d):
+    cm = _core().CostModel()
+    for f in _COST_FIELDS:
+        setattr(cm, f, float(d[f]))
+    return cm
+
+
 if _fcp is not None:
     # Python conveniences on the bound structs (no logic: JSON comes from C++).
     Plan.to_dict = _plan_to_dict
     Plan.to_dict.__doc__ = "The plan as a dict, identical to `fcp plan --format json`."
+    Plan.from_dict = staticmethod(_plan_from_dict)
+    Plan.__reduce__ = lambda self: (_plan_from_dict, (_plan_state(self),))
+    Plan.__eq__ = lambda self, other: isinstance(other, Plan) and _plan_state(self) == _plan_state(other)
     Plan.__repr__ = _plan_repr
     GroupPlan.__repr__ = _group_repr
     CostModel.to_dict = lambda self: {f: getattr(self, f) for f in _COST_FIELDS}
+    CostModel.from_dict = staticmethod(_cost_model_from_dict)
+    CostModel.__reduce__ = lambda self: (_cost_model_from_dict, (self.to_dict(),))
+    CostModel.__eq__ = lambda self, other: isinstance(other, CostModel) and self.to_dict() == other.to_dict()
     CostModel.__repr__ = lambda self: "CostModel(" + ", ".join(
         f"{f}={getattr(self, f)!r}" for f in _COST_FIELDS) + ")"
+
+
+def _check_int(value, field, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, _numbers.Integral):
+        raise ValueError(f"{field}: must be an integer, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{field}: must be in [{lo}, {hi}], got {value}")
+    return int(value)
+
+
+class Cluster:
+    """The cluster a :class:`Scheduler` plans for: ``num_ranks`` model
+    replicas, ``ranks_per_node`` of them per node, and ``hardware``, the
+    cluster preset (``fcp.presets()["clusters"]``) whose device figures
+    (FLOP/s, memory, bandwidths) derive the cost model. ``hardware`` is
+    required: fcp does not guess it. ``Cluster.preset(name)`` is a preset as
+    is. Picklable; equal when all three fields are equal. Raises ValueError
+    naming the field."""
+
+    __slots__ = ("num_ranks", "ranks_per_node", "hardware")
+
+    def __init__(self, num_ranks, ranks_per_node=None, hardware=None):
+        num_ranks = _check_int(num_ranks, "cluster.ranks", 1, 1 << 20)
+        if ranks_per_node is None:
+            ranks_per_node = num_ranks
+        ranks_per_node = _check_int(ranks_per_node, "cluster.ranks_per_node", 1, 1 << 20)
+        known = [p.name for p in _core().cluster_presets()]
+        if hardware is None:
+            raise ValueError("cluster.hardware: required, fcp does not guess the hardware "
+                             f"(one of: {', '.join(known)})")
+        if hardware not in known:
+            raise ValueError(f"cluster.hardware: unknown preset {hardware!r} (known: {', '.join(known)})")
+        object.__setattr__(self, "num_ranks", num_ranks)
+        object.__setattr__(self, "ranks_per_node", ranks_per_node)
+        object.__setattr__(self, "hardware", hardware)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("fcp.Cluster is immutable; build a new one")
+
+    @classmethod
+    def preset(cls, name: str) -> "Cluster":
+        """The cluster preset ``name`` with its own rank counts."""
+        for p in _core().cluster_presets():
+            if p.name == name:
+                return cls(p.num_ranks, p.ranks_per_node, p.name)
+        known = ", ".join(p.name for p in _core().cluster_presets())
+        raise ValueError(f"cluster: unknown preset {name!r} (known: {known})")
+
+    def to_dict(self) -> dict:
+        """The cluster as the input JSON's ``cluster`` object."""
+        return {"ranks": self.num_ranks, "ranks_per_node": self.ranks_per_node,
+                "hardware": self.hardware}
+
+    def __reduce__(self):
+        return (Cluster, (self.num_ranks, self.ranks_per_node, self.hardware))
+
+    def __eq__(self, other):
+        return isinstance(other, Cluster) and self.to_dict() == other.to_dict()
+
+    def __hash__(self):
+        return hash((self.num_ranks, self.ranks_per_node, self.hardware))
+
+    def __repr__(self):
+        return (f"fcp.Cluster(num_ranks={self.num_ranks}, ranks_per_node={self.ranks_per_node}, "
+                f"hardware={self.hardware!r})")
+
+
+def _json_value(value, field):
+    """``value`` as plain JSON data; ValueError naming the field for what JSON
+    cannot carry (NaN, infinities, objects) instead of a parser error."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, _numbers.Integral):
+        if not -2 ** 63 <= int(value) < 2 ** 64:  # beyond what the JSON parser holds
+            raise ValueError(f"{field}: out of range, got {value}")
+        return int(value)
+    if isinstance(value, _numbers.Real):
+        f = float(value)
+        if f != f or f in (float("inf"), float("-inf")):
+            raise ValueError(f"{field}: must be a finite number, got {f}")
+        return f
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{field}: keys must be strings, got {k!r}")
+            out[k] = _json_value(v, f"{field}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    raise ValueError(f"{field}: must be JSON data, got {type(value).__name__}")
+
+
+def _plan_options(strategy, cp_degree, time_limit_s, seed):
+    core = _core()
+    names = list(core.strategy_names())
+    if not isinstance(strategy, str) or strategy not in names:
+        raise ValueError(f"strategy: unknown strategy {strategy!r} (known: {', '.join(names)})")
+    opts = core.PlanOptions()
+    opts.strategy = strategy
+    opts.cp_degree = _check_int(cp_degree, "cp_degree", 0, _INT_MAX)
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, _numbers.Real):
+        raise ValueError(f"time_limit_s: must be a number, got {time_limit_s!r}")
+    try:
+        limit = float(time_limit_s)
+    except OverflowError:
+        limit = float("inf")
+    if not 0 < limit <= 86400.0:
+        raise ValueError(f"time_limit_s: must be in (0, 86400] s, got {time_limit_s}")
+    opts.time_limit_s = limit
+    opts.seed = _check_int(seed, "seed", 0, 2 ** 64 - 1)
+    return opts
 
 
 def _cluster_spec(cluster):
     if cluster is None or isinstance(cluster, str):
         return cluster
+    if isinstance(cluster, Cluster):
+        return cluster.to_dict()
     if isinstance(cluster, dict):
-        return dict(cluster)
-    if hasattr(cluster, "num_ranks"):
-        return {"ranks": int(cluster.num_ranks),
-                "ranks_per_node": int(getattr(cluster, "ranks_per_node", cluster.num_ranks))}
+        return _json_value(cluster, "cluster")
+    if _fcp is not None and isinstance(cluster, _fcp.Cluster):
+        raise ValueError("cluster: an fcp._fcp.Cluster carries no hardware; pass "
+                         "fcp.Cluster(num_ranks, ranks_per_node, hardware=...) or a preset name")
     raise ValueError(f"cluster: must be a preset name, a dict or an fcp.Cluster, got {type(cluster).__name__}")
 
 
@@ -107,18 +326,21 @@ def _cost_spec(cost_model):
     if cost_model is None:
         return None
     if isinstance(cost_model, dict):
-        return dict(cost_model)
+        return _json_value(cost_model, "cost_model")
     if hasattr(cost_model, "alpha1"):
-        return {f: getattr(cost_model, f) for f in _COST_FIELDS}
+        return _json_value({f: getattr(cost_model, f) for f in _COST_FIELDS}, "cost_model")
     raise ValueError(f"cost_model: must be a dict or an fcp.CostModel, got {type(cost_model).__name__}")
 
 
 def _lengths_array(lengths, field="sequences"):
     """int64 numpy array of lengths; ValueError naming the element when a value
-    is not an integer (values <= 0 are rejected by the planner, by index)."""
+    is not an integer or does not fit (values <= 0 and > 2^40 are rejected by
+    the planner, by index); at most MAX_SEQUENCES of them, as `fcp plan`."""
     import numpy as np
     if isinstance(lengths, (str, bytes)) or isinstance(lengths, _numbers.Number):
         raise ValueError(f"{field}: must be a sequence of integer lengths, got {type(lengths).__name__}")
+    if hasattr(lengths, "__len__") and len(lengths) > MAX_SEQUENCES:
+        raise ValueError(f"{field}: at most {MAX_SEQUENCES} sequences, got {len(lengths)}")
     try:
         arr = np.asarray(lengths)
     except Exception as e:  # ragged nested lists and the like
@@ -127,33 +349,63 @@ def _lengths_array(lengths, field="sequences"):
         raise ValueError(f"{field}: must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{field}: must not be empty")
+    if arr.size > MAX_SEQUENCES:
+        raise ValueError(f"{field}: at most {MAX_SEQUENCES} sequences, got {arr.size}")
     if arr.dtype.kind in "iu":
-        if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-            raise ValueError(f"{field}[{int(arr.argmax())}]: too large")
+        if arr.dtype.kind == "u" and int(arr.max()) > _MAX_LENGTH:
+            i = int(arr.argmax())
+            raise ValueError(f"{field}[{i}]: must be in [1, 2^40], got {int(arr[i])}")
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind == "b":
         raise ValueError(f"{field}: must hold integers, got booleans")
     if arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.floor(arr)) | (np.abs(arr) > 2.0 ** 62)
+        bad = ~np.isfinite(arr) | (arr != np.floor(arr))
         if bad.any():
             raise ValueError(f"{field}[{int(np.argmax(bad))}]: must be an integer, got {arr[bad][0]!r}")
+        big = np.abs(arr) > _MAX_LENGTH
+        if big.any():
+            i = int(np.argmax(big))
+            raise ValueError(f"{field}[{i}]: must be in [1, 2^40], got {arr[i]!r}")
         return arr.astype(np.int64)
     # Mixed or non-numeric input: judge the caller's own elements (numpy would
     # have turned [5, "a"] into strings).
     items = list(lengths) if isinstance(lengths, (list, tuple)) else arr.tolist()
+    out = np.empty(len(items), dtype=np.int64)
     for i, v in enumerate(items):
-        if isinstance(v, bool) or not isinstance(v, (_numbers.Integral, _numbers.Real)) \
-                or (isinstance(v, _numbers.Real) and not float(v).is_integer()):
+        if isinstance(v, bool) or not isinstance(v, (_numbers.Integral, _numbers.Real)):
             raise ValueError(f"{field}[{i}]: must be an integer, got {v!r}")
-    return np.asarray([int(v) for v in items], dtype=np.int64)
+        if not isinstance(v, _numbers.Integral):
+            f = float(v)
+            if not f.is_integer():  # also NaN and infinities
+                raise ValueError(f"{field}[{i}]: must be an integer, got {v!r}")
+            v = int(f)
+        if not -_MAX_LENGTH <= int(v) <= _MAX_LENGTH:
+            raise ValueError(f"{field}[{i}]: must be in [1, 2^40], got {v}")
+        out[i] = int(v)
+    return out
+
+
+def _eta_array(eta, n):
+    import numpy as np
+    try:
+        etas = np.asarray(eta, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"eta: must be numbers ({e})") from None
+    if etas.ndim == 0:
+        etas = np.full(n, float(etas))
+    bad = ~np.isfinite(etas) if etas.ndim == 1 else None
+    if bad is not None and bad.any():
+        raise ValueError(f"eta[{int(np.argmax(bad))}]: must be in [0, 1], got {etas[bad][0]}")
+    return etas
 
 
 class Scheduler:
     """Plans micro-batches of context-parallel groups for batches of sequences.
 
-    ``cluster``: a preset name (``fcp.presets()["clusters"]``), a dict
+    ``cluster``: a preset name (``fcp.presets()["clusters"]``), an
+    ``fcp.Cluster(num_ranks, ranks_per_node, hardware)``, or a dict
     ``{"ranks": N, "ranks_per_node": R, "hardware": preset}`` as in the CLI's
-    input JSON, or an ``fcp.Cluster``. ``model``: a model preset name or None
+    input JSON (without "hardware": the CLI's default; ``.cluster`` says which). ``model``: a model preset name or None
     (the default model's coefficients are used then, as the CLI does).
     ``cost_model``: a dict of coefficient overrides (SI units, DESIGN.md §2),
     or an ``fcp.CostModel``, e.g. the output of ``fcp profile``.
@@ -178,31 +430,25 @@ class Scheduler:
         if cm is not None:
             config["cost_model"] = cm
         config["sequences"] = [1]  # placeholder: the config is what is parsed here
-        batch = core.parse_batch_json(_json.dumps(config))
+        batch = core.parse_batch_json(_json.dumps(config, allow_nan=False))
         self._request = batch.request
         self.cluster_name = batch.cluster_name
         self.model_name = batch.model_name
-        names = list(core.strategy_names())
-        if not isinstance(strategy, str) or strategy not in names:
-            raise ValueError(f"strategy: unknown strategy {strategy!r} (known: {', '.join(names)})")
-        opts = core.PlanOptions()
-        opts.strategy = strategy
-        try:
-            opts.cp_degree = int(cp_degree)
-            opts.time_limit_s = float(time_limit_s)
-            opts.seed = int(seed)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"options: {e}") from None
-        if opts.cp_degree < 0:
-            raise ValueError(f"cp_degree: must be >= 0, got {cp_degree}")
-        if not opts.time_limit_s > 0:
-            raise ValueError(f"time_limit_s: must be > 0, got {time_limit_s}")
-        self._options = opts
+        self._options = _plan_options(strategy, cp_degree, time_limit_s, seed)
+        self._hardware = (spec.get("hardware", batch.cluster_name) if isinstance(spec, dict)
+                          else batch.cluster_name) or None
 
     @property
-    def cluster(self):
-        """The resolved ``fcp.Cluster`` (a copy)."""
-        return self._request.cluster
+    def cluster(self) -> Cluster:
+        """The resolved :class:`fcp.Cluster`, hardware included."""
+        c = self._request.cluster
+        return Cluster(c.num_ranks, c.ranks_per_node, self._hardware or self._default_hardware())
+
+    @staticmethod
+    def _default_hardware() -> str:
+        # What `fcp plan` takes for an inline cluster without "hardware": the
+        # default preset, i.e. the cluster of an input without "cluster".
+        return _core().parse_batch_json('{"sequences": [1]}').cluster_name
 
     @property
     def cost_model(self):
@@ -219,16 +465,8 @@ class Scheduler:
         sequence in [0, 1] (0 causal, 1 full). Returns an ``fcp.Plan``.
         Releases the GIL while planning. Raises ValueError naming the field
         (``sequences[i]``, ``eta``)."""
-        import numpy as np
         arr = _lengths_array(lengths)
-        etas = None
-        if eta is not None:
-            try:
-                etas = np.asarray(eta, dtype=np.float64)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"eta: must be numbers ({e})") from None
-            if etas.ndim == 0:
-                etas = np.full(arr.shape, float(etas))
+        etas = None if eta is None else _eta_array(eta, arr.shape[0])
         return _fcp.make_plan_lengths(self._request, self._options, arr, etas)
 
     def __repr__(self) -> str:
@@ -239,12 +477,13 @@ class Scheduler:
 
 def plan_json(text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s: float = 10.0,
               seed: int = 0):
-    """Plans a batch given as `fcp plan`'s input JSON text. Returns an fcp.Plan."""
+    """Plans a batch given as `fcp plan`'s input JSON text. Returns an fcp.Plan.
+    Raises ValueError naming the field."""
     core = _core()
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        raise ValueError(f"input: must be JSON text, got {type(text).__name__}")
+    opts = _plan_options(strategy, cp_degree, time_limit_s, seed)
     batch = core.parse_batch_json(text)
-    names = list(core.strategy_names())
-    if strategy not in names:
-        raise ValueError(f"strategy: unknown strategy {strategy!r} (known: {', '.join(names)})")
-    opts = core.PlanOptions()
-    opts.strategy, opts.cp_degree, opts.time_limit_s, opts.seed = strategy, int(cp_degree), float(time_limit_s), int(seed)
     return core.make_plan(batch.request, opts)

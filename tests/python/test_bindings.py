@@ -4,7 +4,10 @@ input, GIL release."""
 import json
 import os
 import pathlib
+import pickle
+import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -202,3 +205,165 @@ def test_group_cache_takes_a_planner_plan():
             got = cache.for_micro_batch(mb, rank=g.ranks[-1])
             assert got.ranks == tuple(g.ranks) and got.process_group == tuple(sorted(g.ranks))
     assert len(calls) == len(sets)
+
+
+# --- issue 18: the promised ValueError, never OverflowError / TypeError -----
+
+@pytest.mark.parametrize("bad, field", [
+    ([100, 2 ** 70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+    ([100, -2 ** 70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+    ([100, float("nan")], r"sequences\[1\]: must be an integer"),
+    ([100, float("inf")], r"sequences\[1\]: must be an integer"),
+    ([100, 1e30], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+    (np.array([100, 2 ** 63 + 5], dtype=np.uint64), r"sequences\[1\]: must be in"),
+    ([5, 2 ** 40 + 1], r"sequences\[1\]"),
+])
+def test_huge_or_nan_lengths_are_value_errors(bad, field):
+    with pytest.raises(ValueError, match="^" + field):
+        fcp.Scheduler().plan(bad)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(cp_degree=2 ** 70), "cp_degree"),
+    (dict(cp_degree=1.5), "cp_degree"),
+    (dict(seed=2 ** 64), "seed"),
+    (dict(seed=-1), "seed"),
+    (dict(time_limit_s=10 ** 400), "time_limit_s"),
+    (dict(time_limit_s=float("nan")), "time_limit_s"),
+    (dict(time_limit_s="5"), "time_limit_s"),
+    (dict(strategy=7), "strategy"),
+    (dict(cost_model={"alpha1": float("nan")}), r"cost_model\.alpha1: must be a finite number"),
+    (dict(cost_model={"mem_static": float("inf")}), r"cost_model\.mem_static: must be a finite"),
+    (dict(cost_model={"alpha1": object()}), r"cost_model\.alpha1"),
+    (dict(cost_model={"alpha1": 10 ** 400}), r"cost_model\.alpha1"),
+    (dict(cluster={"ranks": 2 ** 70}), r"cluster\.ranks"),
+    (dict(cluster={"ranks": float("nan")}), r"cluster\.ranks"),
+    (dict(cluster=3.5), "cluster"),
+])
+def test_bad_options_are_value_errors(kwargs, field):
+    with pytest.raises(ValueError, match="^" + field):
+        fcp.Scheduler(**kwargs)
+
+
+def test_eta_overflow_and_nan_are_value_errors():
+    sched = fcp.Scheduler()
+    with pytest.raises(ValueError, match=r"^eta\[1\]"):
+        sched.plan([100, 200], eta=[0.0, float("nan")])
+    with pytest.raises(ValueError, match="^eta"):
+        sched.plan([100, 200], eta=[0.0, 10 ** 400])
+    with pytest.raises(ValueError, match="^eta"):
+        sched.plan([100, 200], eta=object())
+
+
+def test_plan_json_type_errors_are_value_errors():
+    with pytest.raises(ValueError, match="^input"):
+        fcp.plan_json(12)
+    with pytest.raises(ValueError, match="^cp_degree"):
+        fcp.plan_json('{"sequences": [10]}', cp_degree=2 ** 40)
+    assert fcp.plan_json(b'{"sequences": [10]}').status == fcp.PlanStatus.OK
+
+
+def test_sequence_cap_as_the_cli():
+    sched = fcp.Scheduler()
+    too_many = np.ones(fcp.MAX_SEQUENCES + 1, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^sequences: at most 10000000 sequences"):
+        sched.plan(too_many)
+    with pytest.raises(ValueError, match=r"^sequences: at most 10000000"):
+        sched.plan(range(fcp.MAX_SEQUENCES + 1))
+
+
+# --- issue 16: Cluster carries its hardware; plans pickle and round-trip ------
+
+def test_cluster_carries_its_hardware_or_refuses_to_guess():
+    with pytest.raises(ValueError, match=r"^cluster\.hardware: required"):
+        fcp.Cluster(8, 4)
+    with pytest.raises(ValueError, match=r"^cluster\.hardware: unknown preset"):
+        fcp.Cluster(8, 4, "tpu-v9")
+    with pytest.raises(ValueError, match=r"^cluster\.ranks"):
+        fcp.Cluster(0, 4, "h100-8x8")
+    with pytest.raises(ValueError, match="^cluster: an fcp._fcp.Cluster carries no hardware"):
+        fcp.Scheduler(cluster=fcp._fcp.Cluster(8, 4))
+    h100 = fcp.Cluster(8, 8, "h100-8x8")
+    # The hardware decides the cost model: the same shape on other hardware differs.
+    on_h100 = fcp.Scheduler(cluster=h100, model="qwen3-8b")
+    on_ascend = fcp.Scheduler(cluster=fcp.Cluster(8, 8, "ascend910c-4x16"), model="qwen3-8b")
+    as_dict = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 8, "hardware": "h100-8x8"},
+                            model="qwen3-8b")
+    assert on_h100.cost_model.to_dict() == as_dict.cost_model.to_dict()
+    assert on_h100.cost_model.to_dict() != on_ascend.cost_model.to_dict()
+    assert on_h100.cluster == h100
+    assert fcp.Scheduler(cluster="h100-8x8").cluster == fcp.Cluster.preset("h100-8x8")
+    assert fcp.Scheduler(cluster="h100-8x8").cluster.hardware == "h100-8x8"
+    # An inline dict without hardware gets `fcp plan`'s default, and says which.
+    default = fcp.Scheduler(cluster={"ranks": 8}).cluster
+    assert default.hardware == fcp.Scheduler().cluster.hardware and default.num_ranks == 8
+    assert pickle.loads(pickle.dumps(h100)) == h100
+    with pytest.raises(AttributeError):
+        h100.hardware = "ascend910c-4x16"
+
+
+@pytest.mark.parametrize("strategy", ["fcp", "megatron", "deepspeed"])
+def test_plans_pickle_and_round_trip_through_dicts(strategy):
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", strategy=strategy)
+    plan = sched.plan([131072, 32768, 8192, 4096, 4096, 1024, 512])
+    d = plan.to_dict()
+    again = fcp.Plan.from_dict(d)
+    assert again.to_dict() == d
+    assert again == plan
+    assert list(again.micro_batches[0].groups[0].ranks) == list(plan.micro_batches[0].groups[0].ranks)
+    loaded = pickle.loads(pickle.dumps(plan))
+    assert loaded.to_dict() == d and loaded.est_ms == plan.est_ms and loaded.notes == plan.notes
+    cm = pickle.loads(pickle.dumps(sched.cost_model))
+    assert cm == sched.cost_model
+    # Through JSON text, as a plan file would travel.
+    assert fcp.Plan.from_dict(json.loads(json.dumps(d))).to_dict() == d
+
+
+def test_infeasible_plan_round_trips_with_its_reason():
+    sched = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b")
+    plan = sched.plan([100, 1 << 30])
+    again = pickle.loads(pickle.dumps(plan))
+    assert again.status == fcp.PlanStatus.INFEASIBLE
+    assert again.message == plan.message and again.infeasible_sequence == 1
+    assert fcp.Plan.from_dict(plan.to_dict()).to_dict() == plan.to_dict()
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.pop("strategy"), "strategy: missing"),
+    (lambda d: d.update(status="fine"), "status"),
+    (lambda d: d["micro_batches"][0]["groups"][0].update(ranks=[0, "x"]),
+     r"micro_batches\[0\]\.groups\[0\]\.ranks"),
+    (lambda d: d["micro_batches"][0]["groups"][0].update(comm="mesh"),
+     r"micro_batches\[0\]\.groups\[0\]\.comm"),
+    (lambda d: d["micro_batches"][0].pop("est_ms"), r"micro_batches\[0\]\.est_ms: missing"),
+    (lambda d: d.update(est_ms="fast"), "est_ms"),
+])
+def test_from_dict_names_the_bad_field(mutate, field):
+    d = fcp.Scheduler(cluster="h100-8x8").plan([4096, 1024]).to_dict()
+    mutate(d)
+    with pytest.raises(ValueError, match="^" + field):
+        fcp.Plan.from_dict(d)
+
+
+def test_version_is_the_project_version():
+    text = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    assert fcp.__version__ == re.search(r"project\(fcp VERSION ([0-9.]+)", text).group(1)
+    assert fcp._fcp.__version__ == fcp.__version__
+
+
+def test_python_dash_m_fcp_runs_the_packaged_cli(tmp_path):
+    """`python -m fcp` runs fcp/_bin/fcp next to the package (the CLI itself,
+    same output and exit codes)."""
+    env = {k: v for k, v in os.environ.items() if k != "FCP_CLI"}
+    env["PYTHONPATH"] = str(pathlib.Path(fcp.__file__).resolve().parents[1])
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "batch.json"
+    via_module = subprocess.run([sys.executable, "-m", "fcp", "plan", "--input", str(example)],
+                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert via_module.returncode == 0, via_module.stderr
+    direct = subprocess.run([_cli(), "plan", "--input", str(example)], capture_output=True,
+                            text=True, timeout=60)
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "solver_ms"}  # noqa: E731
+    assert strip(via_module.stdout) == strip(direct.stdout)
+    bad = subprocess.run([sys.executable, "-m", "fcp", "plan", "--no-such-flag"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")

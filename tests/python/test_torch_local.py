@@ -50,22 +50,62 @@ def test_shard_unshard_round_trip_in_ring_order():
         ft.unshard([shards[1], shards[0], shards[2][:-1]], dim=0)
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_degree_one_ring_attention_is_reference_attention(causal):
-    gen = torch.Generator().manual_seed(3)
-    q, k, v, g = (torch.randn(2, 17, 5, generator=gen, dtype=torch.float64) for _ in range(4))
+def _assert_matches_sdpa(attend, q, k, v, g, causal):
+    """attend(q, k, v) and its gradients equal PyTorch's SDPA (fp64, GQA via
+    enable_gqa) to 1e-12; returns SDPA's output."""
     qa, ka, va = (t.clone().requires_grad_() for t in (q, k, v))
     qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
-    out = ft.ring_attention(qa, ka, va, [0], causal=causal, rank=0)
-    ref = ft.attention_reference(qb, kb, vb, causal=causal)
+    out = attend(qa, ka, va)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        qb, kb, vb, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3])
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     (out * g).sum().backward()
     (ref * g).sum().backward()
     for a, b in ((qa, qb), (ka, kb), (va, vb)):
         torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-12)
-    # The oracle itself: causal output of position 0 is v[0].
+    return ref.detach()
+
+
+KERNELS = ["auto", "chunked", ft._ChunkedKernel(chunk=4)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=["auto", "chunked", "chunked4"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_degree_one_ring_attention_is_sdpa(kernel, causal, kv_heads):
+    """Degree 1 against PyTorch's own SDPA (fp64, GQA expanded by SDPA)."""
+    gen = torch.Generator().manual_seed(3)
+    q, g = (torch.randn(2, 4, 17, 5, generator=gen, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(2, kv_heads, 17, 5, generator=gen, dtype=torch.float64) for _ in range(2))
+    ref = _assert_matches_sdpa(
+        lambda a, b, c: ft.ring_attention(a, b, c, [0], causal=causal, rank=0, kernel=kernel),
+        q, k, v, g, causal)
+    # The oracle itself: causal output of position 0 is v[0] (of its kv head).
     if causal:
-        torch.testing.assert_close(ref[:, 0], v[:, 0])
+        torch.testing.assert_close(ref[:, 0, 0], v[:, 0, 0])
+
+
+def test_fp16_and_bf16_keep_fp32_accumulators():
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 300, 16, generator=gen) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           is_causal=True)
+    for dtype in (torch.bfloat16, torch.float16):
+        for kernel in ("auto", ft._ChunkedKernel(chunk=32)):
+            out = ft.ring_attention(q.to(dtype), k.to(dtype), v.to(dtype), [0], rank=0,
+                                    kernel=kernel)
+            assert out.dtype == dtype
+            own = torch.nn.functional.scaled_dot_product_attention(
+                q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True)
+            err = float((out.double() - ref).abs().max())
+            assert err <= 2 * float((own.double() - ref).abs().max()) + 1e-3, (dtype, kernel, err)
+
+
+def test_kernel_selection():
+    assert ft.block_kernel_name(torch.zeros(1, 1, 2, 8)) == "cpu_flash"
+    assert ft.block_kernel_name(torch.zeros(1, 1, 2, 8), "chunked") == "chunked"
+    with pytest.raises(ValueError, match="kernel"):
+        ft.block_kernel_name(torch.zeros(1, 1, 2, 8), "magic")
 
 
 def test_ring_attention_checks_its_inputs():
@@ -76,6 +116,16 @@ def test_ring_attention_checks_its_inputs():
         ft.ring_attention(q, q, q, [0, 1], seq_len=10, rank=1)
     with pytest.raises(ValueError, match="group"):
         ft.ring_attention(q, q, q, [0, 1], seq_len=8, rank=1)
+    q4 = torch.zeros(1, 6, 4, 2)
+    with pytest.raises(ValueError, match="k: 4 key/value heads"):
+        ft.ring_attention(q4, torch.zeros(1, 4, 4, 2), torch.zeros(1, 4, 4, 2), [0], rank=0)
+    with pytest.raises(ValueError, match="dtype"):
+        ft.ring_attention(q4, q4.double(), q4, [0], rank=0)
+    # (s_local, head_dim): one head.
+    x = torch.randn(5, 3, dtype=torch.float64)
+    torch.testing.assert_close(ft.ring_attention(x, x, x, [0], rank=0),
+                               torch.nn.functional.scaled_dot_product_attention(
+                                   x, x, x, is_causal=True))
 
 
 class _Recorder:
@@ -112,8 +162,7 @@ def test_group_cache_canonical_order_and_reuse():
     other = ft.GroupCache(new_group=rec2)
     other.prepare(list(reversed([[g["ranks"] for g in mb["groups"]] for mb in plan["micro_batches"]])))
     assert rec2.calls == rec.calls
-    with pytest.raises(ValueError, match="rank"):
-        cache.for_micro_batch([[0, 1]], rank=3)
+    assert cache.for_micro_batch([[0, 1]], rank=3) is None  # idle in this micro-batch
     with pytest.raises(ValueError, match="ranks"):
         cache.get([1, 1])
 
@@ -141,3 +190,74 @@ def test_plan_groups_accepts_all_plan_forms():
     assert ft.plan_groups(flat) == flat
     assert ft.plan_groups(as_dict) == flat
     assert list(itertools.chain(*ft.plan_groups(as_dict))) == [[0, 1], [2], [2, 1, 0]]
+
+
+def test_group_cache_lru_bound_destroys_in_order():
+    rec = _Recorder()
+    destroyed = []
+    cache = ft.GroupCache(max_groups=2, new_group=rec, destroy_group=destroyed.append)
+    cache.prepare([[[0, 1]], [[2]]])        # creates (2,), (0, 1)
+    cache.prepare([[[0, 1], [2, 3]]])       # hit (0, 1); creates (2, 3); evicts (2,)
+    assert destroyed == [("pg", (2,))] and cache.evicted == [(2,)]
+    cache.prepare([[[0], [1], [2], [3]]])   # needs 4 > bound: keeps all 4, evicts the rest
+    assert cache.evicted == [(2,), (0, 1), (2, 3)]
+    assert len(cache) == 4
+    cache.prepare([[[3, 2]]])               # (2, 3) again: re-created; LRU singletons go
+    assert cache.created[-1] == (2, 3)
+    assert cache.evicted[3:] == [(0,), (1,), (2,)]
+    # get() is not collective: it never changes recency.
+    cache.get([3])
+    cache.prepare([[[0, 1]]])
+    assert cache.evicted[-1] == (3,)
+    s = cache.stats()
+    assert s["hits"] == 1 and s["misses"] == len(cache.created) == 9
+    assert s["evicted"] == len(cache.evicted) and s["groups"] == len(cache) == 2
+    assert s["create_s"] >= 0
+    cache.clear()
+    assert len(cache) == 0 and destroyed[-2:] == [("pg", (2, 3)), ("pg", (0, 1))]
+    with pytest.raises(ValueError, match="max_groups"):
+        ft.GroupCache(max_groups=0)
+
+
+def test_reduce_gradients_fills_missing_grads_without_process_group():
+    a = torch.zeros(3, requires_grad=True)
+    b = torch.ones(2, requires_grad=True)
+    b.grad = torch.full((2,), 5.0)
+    ft.reduce_gradients([a, b])
+    assert torch.equal(a.grad, torch.zeros(3)) and torch.equal(b.grad, torch.full((2,), 5.0))
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("causal", [True, False])
+def test_in_process_blocks_are_sdpa(degree, causal):
+    """The ring's block decomposition for every virtual rank, in one process:
+    uneven lengths (and s < 2d for degree 7), GQA, against SDPA."""
+    gen = torch.Generator().manual_seed(degree)
+    s = 13 if degree == 7 else 45
+    q, g = (torch.randn(2, 4, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(2, 2, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
+    _assert_matches_sdpa(lambda a, b, c: ft.blockwise_attention(a, b, c, degree, causal=causal),
+                         q, k, v, g, causal)
+
+
+class _RefusingKernel:
+    """Stands for a PyTorch kernel that rejects a shape at run time."""
+    name = "refusing"
+
+    def forward(self, *args):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    backward = forward
+
+
+def test_auto_kernel_falls_back_to_chunked_with_a_warning():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=gen, dtype=torch.float64).requires_grad_()
+               for _ in range(3))
+    guarded = ft._GuardedKernel(_RefusingKernel())
+    with pytest.warns(RuntimeWarning, match="refusing forward failed"):
+        out = ft.ring_attention(q, k, v, [0], rank=0, kernel=guarded)
+    assert guarded.name == "refusing->chunked"
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    assert ft.block_kernel_name(torch.zeros(1, 1, 2, 8)) == "cpu_flash"

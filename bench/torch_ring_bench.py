@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Ring attention (fcp.torch) throughput and peak memory vs sequence length
+and degree, beside single-process PyTorch SDPA on the whole sequence.
+
+CPU (default): every degree d runs as d gloo processes (torch.multiprocessing,
+one thread each unless --threads), each holding its zigzag shard of one
+sequence; degree 1 and the SDPA baseline run in a fresh process of their own.
+A step is forward + backward of one causal attention layer. Reported per
+configuration: the median step time over --reps (after --warmup; the slowest
+rank's time), tokens/s = s / step, the CPU seconds of a step summed over the
+ranks (gloo's threads included) and tokens per CPU second -- the figure that
+stays meaningful on a loaded machine -- and the peak resident memory growth of the
+busiest process (inputs, outputs, gradients and workspace included).
+
+CUDA (--device cuda): one device; degree 1 of ring_attention, the in-process
+multi-block path (blockwise_attention: the blocks d ranks would compute, all
+in this process, no communication) for each degree, and SDPA; peak memory is
+torch.cuda.max_memory_allocated.
+
+    .venv/bin/python bench/torch_ring_bench.py                      # CPU, gloo
+    .venv/bin/python bench/torch_ring_bench.py --lengths 4096,16384 --degrees 1,2,4
+    python3 bench/torch_ring_bench.py --device cuda --dtype bf16 --lengths 8192,32768
+
+Needs `fcp` importable (PYTHONPATH=build/python, or `pip install .`).
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import fcp.torch as ft
+from fcp._memory import peak_rss, reset_peak_rss
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _ints(text):
+    try:
+        values = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be integers >= 1, got {text!r}")
+    return values
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--lengths", type=_ints, default=[4096, 8192, 16384],
+                   help="sequence lengths in tokens")
+    p.add_argument("--degrees", type=_ints, default=[1, 2, 4], help="ring degrees")
+    p.add_argument("--heads", type=int, default=8, help="query heads")
+    p.add_argument("--kv-heads", type=int, default=2, help="key/value heads (GQA)")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--reps", type=int, default=3, help="timed steps (median)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args(argv)
+    if args.heads % args.kv_heads:
+        p.error("--kv-heads must divide --heads")
+    for name in ("heads", "kv_heads", "head_dim", "reps", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    return args
+
+
+def _inputs(args, seq_len, device, seed=0):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    dtype = DTYPES[args.dtype]
+    def make(heads):
+        return torch.randn(1, heads, seq_len, args.head_dim, generator=gen, device=device,
+                           dtype=torch.float32).to(dtype)
+    return make(args.heads), make(args.kv_heads), make(args.kv_heads)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_steps(step, args, device, barrier=None):
+    """Wall-clock seconds and this process's CPU seconds of each timed step."""
+    times, cpu = [], []
+    for i in range(args.warmup + args.reps):
+        if barrier:
+            barrier()
+        _sync(device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        _sync(device)
+        c1 = time.process_time()
+        if barrier:
+            barrier()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+            cpu.append(c1 - c0)
+    return times, cpu
+
+
+def _sdpa_step(q, k, v):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    out.sum().backward()
+
+
+# --- CPU: one process per rank --------------------------------------------
+
+
+def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+    base = reset_peak_rss()
+    try:
+        q, k, v = _inputs(args, seq_len, device)
+        if mode == "sdpa":
+            step = lambda: _sdpa_step(q, k, v)  # noqa: E731
+            kernel = "sdpa"
+        else:
+            ranks = list(range(world))
+            group = ft.CPGroup(ranks, dist.group.WORLD if world > 1 else None)
+            ql, kl, vl = (ft.shard(t, ranks, rank, dim=-2).contiguous() for t in (q, k, v))
+            del q, k, v
+            kernel = ft.block_kernel_name(ql)
+            def step():
+                a, b, c = (t.detach().requires_grad_() for t in (ql, kl, vl))
+                ft.ring_attention(a, b, c, group, causal=True, seq_len=seq_len,
+                                  rank=rank).sum().backward()
+        barrier = dist.barrier if world > 1 else None
+        times, cpu = _time_steps(step, args, device, barrier)
+        row = {"times": times, "cpu": cpu, "peak_bytes": peak_rss() - base, "kernel": kernel}
+        if world > 1:
+            gathered = [None] * world
+            dist.all_gather_object(gathered, row)
+        else:
+            gathered = [row]
+        if rank == 0:
+            with open(out_path, "w") as f:
+                json.dump(gathered, f)
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_run(args, seq_len, world, mode):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        mp.spawn(_cpu_worker, args=(world, _free_port(), args, seq_len, mode, out),
+                 nprocs=world, join=True)
+        with open(out) as f:
+            rows = json.load(f)
+    step_s = statistics.median(max(r["times"][i] for r in rows) for i in range(args.reps))
+    cpu_s = statistics.median(sum(r["cpu"][i] for r in rows) for i in range(args.reps))
+    return {"step_s": step_s, "cpu_s": cpu_s, "peak_bytes": max(r["peak_bytes"] for r in rows),
+            "kernel": rows[0]["kernel"]}
+
+
+# --- CUDA: one device, in-process blocks ------------------------------------
+
+
+def _cuda_run(args, seq_len, degree, mode):
+    device = torch.device("cuda", torch.cuda.current_device())
+    q, k, v = _inputs(args, seq_len, device)
+    if mode == "sdpa":
+        step = lambda: _sdpa_step(q, k, v)  # noqa: E731
+        kernel = "sdpa"
+    else:
+        kernel = ft.block_kernel_name(q)
+        def step():
+            a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
+            if degree == 1:
+                out = ft.ring_attention(a, b, c, [0], causal=True, rank=0)
+            else:
+                out = ft.blockwise_attention(a, b, c, degree, causal=True)
+            out.sum().backward()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    times, _ = _time_steps(step, args, device)
+    peak = torch.cuda.max_memory_allocated(device) - base
+    del q, k, v
+    torch.cuda.empty_cache()
+    return {"step_s": statistics.median(times), "cpu_s": None, "peak_bytes": peak,
+            "kernel": kernel}
+
+
+def _check_accuracy(args):
+    """One small in-process comparison against SDPA in fp64 before timing, so
+    a broken kernel cannot produce a fast row."""
+    device = torch.device(args.device if args.device == "cpu" else "cuda")
+    q, k, v = _inputs(args, 1000, device, seed=1)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), is_causal=True, enable_gqa=args.heads != args.kv_heads)
+    worst = 0.0
+    for degree in sorted(set(args.degrees)):
+        out = ft.blockwise_attention(q, k, v, degree, causal=True)
+        worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max()))
+    limit = 1e-4 if args.dtype == "fp32" else 2e-2
+    print(f"# accuracy: blockwise vs fp64 SDPA, s=1000, degrees {sorted(set(args.degrees))}: "
+          f"max rel err {worst:.1e} (limit {limit:.0e})", flush=True)
+    if not worst <= limit:
+        sys.exit(f"error: accuracy: {worst:.1e} above {limit:.0e}")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: --device: CUDA is not available to this torch")
+    where = (torch.cuda.get_device_name() if args.device == "cuda"
+             else f"CPU, {os.cpu_count()} cores, {args.threads} thread(s)/process, gloo")
+    print(f"# fcp.torch ring attention, causal, fwd+bwd: {where}; torch {torch.__version__}; "
+          f"heads {args.heads}/{args.kv_heads} (q/kv), head_dim {args.head_dim}, {args.dtype}; "
+          f"median of {args.reps} after {args.warmup} warm-up", flush=True)
+    _check_accuracy(args)
+    path = "ring (gloo)" if args.device == "cpu" else "in-process blocks"
+    print("| tokens | path | degree | kernel | step ms | tokens/s | tokens/s/rank | "
+          "CPU s/step (all ranks) | tokens/CPU-s | peak MiB/rank |")
+    print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    rows = []
+    for seq_len in args.lengths:
+        configs = [("sdpa", 1)] + [("ring", d) for d in args.degrees]
+        for mode, degree in configs:
+            started = time.perf_counter()
+            if args.device == "cpu":
+                r = _cpu_run(args, seq_len, 1 if mode == "sdpa" else degree, mode)
+            else:
+                r = _cuda_run(args, seq_len, degree, mode)
+            label = "SDPA, 1 process" if mode == "sdpa" else (
+                "ring, degree 1" if degree == 1 else path)
+            row = {"tokens": seq_len, "path": label, "degree": degree, "kernel": r["kernel"],
+                   "step_ms": 1e3 * r["step_s"], "tokens_per_s": seq_len / r["step_s"],
+                   "tokens_per_s_per_rank": seq_len / r["step_s"] / degree,
+                   "cpu_s": r["cpu_s"],
+                   "tokens_per_cpu_s": seq_len / r["cpu_s"] if r["cpu_s"] else None,
+                   "peak_mib_per_rank": r["peak_bytes"] / 2 ** 20,
+                   "device": where, "dtype": args.dtype}
+            rows.append(row)
+            cpu = ("-", "-") if r["cpu_s"] is None else (f"{r['cpu_s']:.2f}",
+                                                         f"{row['tokens_per_cpu_s']:.0f}")
+            print(f"| {seq_len} | {label} | {degree} | {r['kernel']} | {row['step_ms']:.1f} | "
+                  f"{row['tokens_per_s']:.0f} | {row['tokens_per_s_per_rank']:.0f} | "
+                  f"{cpu[0]} | {cpu[1]} | {row['peak_mib_per_rank']:.1f} |", flush=True)
+            print(f"#   ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
