@@ -33,7 +33,7 @@ std::vector<std::string> SplitComma(const std::string& s) {
 
 int RunSimulate(int argc, char** argv) {
   CLI::App app{
-      "Plan and run global batches on the SIMULATED cluster (DESIGN.md §5) with several "
+      "Plan and run global batches on the SIMULATED cluster (docs/design.md §5) with several "
       "strategies; static baselines (megatron, deepspeed) get their best degree tuned on the "
       "warmup batches. Times are simulated; solver_ms is measured on this machine.",
       "fcp simulate"};

@@ -1,4 +1,4 @@
-// The planner's cost model, exactly DESIGN.md §2. Pure functions of their
+// The planner's cost model, exactly docs/design.md §2. Pure functions of their
 // arguments: thread-safe. Times in seconds, memory in bytes, lengths in tokens.
 #pragma once
 
@@ -45,7 +45,7 @@ void CheckCostModel(const CostModel& cm);
 // inter-node figures.
 enum class Link { kIntraNode, kInterNode };
 
-// The parts of T(G, d) (s), DESIGN.md §2: attention A, compute Tcp = A + Lin +
+// The parts of T(G, d) (s), docs/design.md §2: attention A, compute Tcp = A + Lin +
 // beta1, communication Tcm (0 for d = 1), total T = Tcp + Tcm - min(A, Tcm).
 // This is the one place the formula lives; everything else calls it.
 struct GroupTimeParts {

@@ -1,4 +1,4 @@
-// Synthetic sequence-length generators for the paper's datasets (DESIGN.md §6)
+// Synthetic sequence-length generators for the paper's datasets (docs/design.md §6)
 // and sampling from real length files. Every generator is seeded and uses its
 // own RNG (splitmix64 + xoshiro256**, Box-Muller), so the same (dataset, count,
 // seed, options) gives the same batch on every platform and standard library.
@@ -69,7 +69,7 @@ struct SampleDetail {
 
 // `count` sequences of `dataset`, drawn with `seed`. Text: eta = 0. Video:
 // eta = Σ block² / length² (full attention inside every frame block on top of
-// the causal mask, DESIGN.md §2). Throws InputError("dataset", ...) for an
+// the causal mask, docs/design.md §2). Throws InputError("dataset", ...) for an
 // unknown name, InputError("count", ...) when count < 0, and
 // InputError("options....", ...) for bad options.
 std::vector<Sequence> SampleBatch(std::string_view dataset, int64_t count,

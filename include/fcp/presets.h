@@ -1,4 +1,4 @@
-// Built-in model and cluster presets (DESIGN.md §6): the facts about models
+// Built-in model and cluster presets (docs/design.md §6): the facts about models
 // and hardware that the cost model, the simulator and the baselines all use,
 // and the derivation of default cost coefficients from FLOP counts and those
 // hardware figures. Where each figure comes from is documented in

@@ -1,4 +1,4 @@
-// The profiler (DESIGN.md §7): measures the step time of one rank of a CP
+// The profiler (docs/design.md §7): measures the step time of one rank of a CP
 // group over a grid of sequence lengths × degrees, fits the planner's cost
 // coefficients (alpha1, alpha2, beta1 of Eq. 8; alpha3, beta2 of Eq. 9) by
 // least squares, and reports standard errors and held-out relative error.
@@ -111,7 +111,7 @@ struct NoiseEvalOptions {
   // on sim:<cluster> for the model (the default profile grid).
   std::optional<CostModel> base;
   // The planner plans against mem_capacity·(1 - mem_headroom): its memory
-  // model (DESIGN.md §2) and the simulator's differ slightly, and a plan that
+  // model (docs/design.md §2) and the simulator's differ slightly, and a plan that
   // fills memory exactly can be an OOM in the simulator. Batches whose base
   // plan still OOMs are skipped (NoiseEvalRow::batches counts the used ones).
   double mem_headroom = 0.02;

@@ -3,7 +3,7 @@
 //   Plan MakePlan(const PlanRequest&, const PlanOptions&)
 //
 // Inputs: a batch of sequences (tokens), a cluster (ranks), cost coefficients
-// (SI units, DESIGN.md §2) and a strategy name. Output: a Plan whose times are in
+// (SI units, docs/design.md §2) and a strategy name. Output: a Plan whose times are in
 // milliseconds and memory in bytes, with est_ms, lower_bound_ms and solver_ms
 // filled in and every group's estimate computed from its actual ranks.
 // Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
@@ -75,7 +75,7 @@ Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 void EvaluatePlan(const PlanRequest& request, Plan& plan);
 
 // A valid lower bound on the makespan sum of any plan for `request` (ms):
-// max(total work / N + beta1, max_k min_d T({s_k}, d)). DESIGN.md §3. With
+// max(total work / N + beta1, max_k min_d T({s_k}, d)). docs/design.md §3. With
 // `all_to_all`, T is the cheaper of ring and Ulysses all-to-all per degree, so
 // the bound also holds for plans with all-to-all groups (EvaluatePlan uses it
 // for such plans).

@@ -1,4 +1,4 @@
-// The hardware simulator (DESIGN.md §5): the "cluster" on which plans run when
+// The hardware simulator (docs/design.md §5): the "cluster" on which plans run when
 // no cluster is at hand. It is deliberately NOT the planner's cost formula: it
 // models per-layer GEMM and attention FLOPs at length-dependent efficiencies,
 // ring attention step by step (compute/transfer overlap per step, per-step

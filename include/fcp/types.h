@@ -13,7 +13,7 @@
 namespace fcp {
 
 // One training sequence. `length_tokens` > 0. `eta` in [0, 1] is the attention
-// mask factor of DESIGN.md §2: 0 = causal, 1 = full bidirectional, between = mixed
+// mask factor of docs/design.md §2: 0 = causal, 1 = full bidirectional, between = mixed
 // (e.g. vision blocks with full attention inside a causal text sequence).
 struct Sequence {
   int64_t length_tokens = 0;
@@ -27,7 +27,7 @@ struct Cluster {
   int ranks_per_node = 16;
 };
 
-// Cost coefficients, SI units, exactly DESIGN.md §2. All must be finite and >= 0;
+// Cost coefficients, SI units, exactly docs/design.md §2. All must be finite and >= 0;
 // bandwidths > 0; mem_capacity > mem_static.
 struct CostModel {
   double alpha1 = 0;         // s/token^2: attention compute (fwd+bwd, all layers), causal
@@ -40,7 +40,7 @@ struct CostModel {
   double mem_per_token = 0;  // bytes/token: activation memory per token
   double mem_static = 0;     // bytes: per-rank model states
   double mem_capacity = 1;   // bytes: per-rank device memory
-  // Cost model v2 (DESIGN.md §2); all 0 = the paper's model.
+  // Cost model v2 (docs/design.md §2); all 0 = the paper's model.
   double attn_overhead_tokens = 0;  // tokens: short-chunk attention overhead h
   double gamma_intra = 0;           // s: latency of one ring step, group on one node
   double gamma_inter = 0;           // s: latency of one ring step, group spans nodes

@@ -407,7 +407,7 @@ class Scheduler:
     ``{"ranks": N, "ranks_per_node": R, "hardware": preset}`` as in the CLI's
     input JSON (without "hardware": the CLI's default; ``.cluster`` says which). ``model``: a model preset name or None
     (the default model's coefficients are used then, as the CLI does).
-    ``cost_model``: a dict of coefficient overrides (SI units, DESIGN.md §2),
+    ``cost_model``: a dict of coefficient overrides (SI units, docs/design.md §2),
     or an ``fcp.CostModel``, e.g. the output of ``fcp profile``.
     ``strategy``: one of ``fcp.strategies()``. ``cp_degree``, ``time_limit_s``,
     ``seed``: the CLI's options of the same names.

@@ -1,4 +1,4 @@
-// Helpers shared by the baseline strategies (DESIGN.md §4). Internal to
+// Helpers shared by the baseline strategies (docs/design.md §4). Internal to
 // src/baselines. Pure functions; thread-safe.
 #pragma once
 

@@ -1,5 +1,5 @@
 // `fcp eval gap`: optimality gaps of every strategy against `optimal` on
-// seeded random small instances (DESIGN.md §4, issue 3). Library side of the
+// seeded random small instances (docs/design.md §4, issue 3). Library side of the
 // command; the CLI only parses and prints.
 // Gap of a plan = est_ms / optimal est_ms - 1 (estimates of the planner's
 // cost model; all-to-all plans use the documented Ulysses term, so their gap

@@ -1,7 +1,7 @@
 // `optimal`: the exact optimum of the per-micro-batch FCP problem — ONE
 // micro-batch holding all sequences, any partition into ring groups, any
 // degree d >= d_min per group, groups on contiguous disjoint rank ranges
-// (ranks may idle), each group's time from its actual placement (DESIGN.md
+// (ranks may idle), each group's time from its actual placement (docs/design.md
 // §2). Solved exhaustively by dynamic programming over (first free rank,
 // set of unplaced sequences): f(p, S) = min( f(p+1, S),
 //   min_{G ⊆ S, d} max(T(G, d, [p, p+d)), f(p+d, S \ G)) ), O(3^K N^2).

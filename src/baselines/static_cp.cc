@@ -1,5 +1,5 @@
 // `megatron` (Megatron-LM static ring CP) and `deepspeed` (DeepSpeed-Ulysses
-// static sequence parallelism). DESIGN.md §4; docs/baselines.md.
+// static sequence parallelism). docs/design.md §4; docs/baselines.md.
 #include "baselines/static_cp.h"
 
 #include <limits>

@@ -11,7 +11,7 @@
 // forward, and backward (dO in, dQ/dK/dV out: again 2*(dq + dkv) values).
 // In bf16 that is 3 * L * 2*(dq + dkv) * 2 bytes per token.
 //
-// The ring coefficient alpha3 (DESIGN.md §2, presets.cc) is 4 passes of K/V:
+// The ring coefficient alpha3 (docs/design.md §2, presets.cc) is 4 passes of K/V:
 // alpha3 = 4 * L * 2*dkv * 2 bytes per token. Hence the all-to-all volume per
 // token is rho * alpha3 with
 //     rho = 12 L (dq + dkv) / (16 L dkv) = 0.75 * (q_heads + kv_heads) / kv_heads,

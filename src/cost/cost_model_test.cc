@@ -1,4 +1,4 @@
-// Cost model vs hand computation of the DESIGN.md §2 formulas.
+// Cost model vs hand computation of the docs/design.md §2 formulas.
 #include "fcp/cost_model.h"
 
 #include <algorithm>

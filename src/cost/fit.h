@@ -1,4 +1,4 @@
-// Least-squares fitting of the planner's cost coefficients (DESIGN.md §2,
+// Least-squares fitting of the planner's cost coefficients (docs/design.md §2,
 // paper Eq. 8-9) from measured or simulated samples, with standard errors and
 // held-out error. Thread-safety: pure functions.
 //
@@ -56,7 +56,7 @@ struct FittedCoefficient {
 
 struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
-  // Cost model v2 (DESIGN.md §2); 0 with paper_terms_only.
+  // Cost model v2 (docs/design.md §2); 0 with paper_terms_only.
   FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter;
   int compute_samples = 0;
   int comm_samples = 0;

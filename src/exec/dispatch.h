@@ -1,4 +1,4 @@
-// Zigzag data dispatch for ring attention (DESIGN.md §8).
+// Zigzag data dispatch for ring attention (docs/design.md §8).
 //
 // A sequence of s tokens on a CP group of degree d is cut into 2d chunks,
 // chunk c = [c*s/(2d), (c+1)*s/(2d)) (integer division: sizes differ by at
@@ -8,7 +8,7 @@
 // packs its pieces of all the group's sequences back to back, in the group's
 // sequence order. Pure functions; thread-safe.
 //
-// Masks: a sequence's `eta` (the planner's mask factor, DESIGN.md §2) is
+// Masks: a sequence's `eta` (the planner's mask factor, docs/design.md §2) is
 // executed as a bidirectional prefix of p = round(sqrt(eta)·s) tokens over a
 // causal rest: key j is visible to query i iff j <= max(i, p - 1). Its
 // visible (query, key) pairs are s(s+1)/2 + p(p-1)/2 ≈ (1 + eta)·s²/2, the

@@ -1,4 +1,4 @@
-// Ring attention over a CP group (DESIGN.md §8), zigzag-sharded sequences.
+// Ring attention over a CP group (docs/design.md §8), zigzag-sharded sequences.
 //
 // Layout: every tensor is head-major, [heads][T][head_dim] where T is this
 // rank's shard size (layouts[comm.rank()].num_tokens); lse is [heads][T].

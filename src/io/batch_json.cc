@@ -248,7 +248,7 @@ int ApplyCostModel(const json& obj, CostModel& cm) {
   }
   // Timing coefficients given without any v2 term describe the paper's model
   // (hand values, or a fit made before cost model v2): the preset's v2 terms
-  // would not match them, so they are 0 (DESIGN.md §2: 0 unless set).
+  // would not match them, so they are 0 (docs/design.md §2: 0 unless set).
   bool paper_timing = false, v2 = false;
   for (const char* k : {"alpha1", "alpha2", "beta1", "alpha3", "beta2"}) {
     paper_timing |= obj.contains(k);

@@ -145,7 +145,7 @@ TEST(LengthsTest, PlainAndCsv) {
 }
 
 TEST(LengthsTest, ReadsTheSharedGoSourceLengths) {
-  const std::string path = std::string(FCP_SOURCE_DIR) + "/../shared/data/go-src-qwen3-lengths.csv";
+  const std::string path = std::string(FCP_SOURCE_DIR) + "/data/go-src-qwen3-lengths.csv";
   if (!std::ifstream(path)) GTEST_SKIP() << "shared data not present at " << path;
   const auto lengths = ReadLengthsFile(path);
   EXPECT_EQ(lengths.size(), 7852u - 8);  // 8 empty files carry no tokens

@@ -1,4 +1,4 @@
-// The yardstick (DESIGN.md §3): work-balanced static context parallelism.
+// The yardstick (docs/design.md §3): work-balanced static context parallelism.
 // One CP degree `cp` for every sequence, DP = N / cp replicas on the rank
 // blocks [j·cp, (j+1)·cp); sequences are dealt to the replicas by work
 // (longest-processing-time first onto the least-loaded replica, work =

@@ -1,4 +1,4 @@
-// The FCP strategies: `fcp-paper` (DESIGN.md §3 verbatim) and `fcp` (ours).
+// The FCP strategies: `fcp-paper` (docs/design.md §3 verbatim) and `fcp` (ours).
 #include "planner/fcp_strategies.h"
 
 #include <algorithm>
@@ -92,7 +92,7 @@ class FcpStrategy final : public Strategy {
     for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
     if (count > 1 && count < num_seqs) try_count(count + 1);
     // The yardstick is a candidate too: the best work-balanced static plan
-    // (one degree for everything, DESIGN.md §3), so in its own model fcp is
+    // (one degree for everything, docs/design.md §3), so in its own model fcp is
     // never worse than it.
     // Degrees that provably cannot beat the plan so far are skipped.
     if (auto yardstick = BestBalancedStatic(request, plan->est_ms)) {

@@ -1,4 +1,4 @@
-// Model and cluster presets (DESIGN.md §6) and default cost coefficients.
+// Model and cluster presets (docs/design.md §6) and default cost coefficients.
 //
 // Derivation of DeriveCostModel (all per rank; a rank is one device, TP = PP = 1):
 //
@@ -18,7 +18,7 @@
 // beta1 = L · 3 passes · kKernelsPerLayerPass · kLaunchS (launch + sync),
 // beta2 = L · 4 passes · kRingStepLatencyS (P2P handshakes of a ring step).
 //
-// Cost model v2 (DESIGN.md §2). Attention kernels run at efficiency
+// Cost model v2 (docs/design.md §2). Attention kernels run at efficiency
 // e_max · n / (n + h) on chunks of n tokens; the two published points of a
 // FlashAttention-3-class H100 curve (~30% of peak at 512 tokens, ~62% at 16k,
 // causal) give h = 584 tokens and e_max = 0.642, so alpha1 uses e_max and the

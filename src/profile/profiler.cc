@@ -63,7 +63,7 @@ void Validate(const ProfileOptions& o) {
 // four sequences of len/4. Text models: causal, the packed group alternating
 // causal and full masks. Multimodal models (`tokens_per_tile` > 0): video-like
 // sequences, full attention inside frame blocks of tokens_per_tile tokens on
-// top of the causal mask, eta = tokens_per_tile / len (DESIGN.md §2), which is
+// top of the causal mask, eta = tokens_per_tile / len (docs/design.md §2), which is
 // what the MLLM datasets produce.
 std::vector<std::vector<Sequence>> GroupsAt(int64_t len, bool packed, int tokens_per_tile) {
   auto seq = [&](int64_t l, bool full) {

@@ -1,4 +1,4 @@
-// Dataset length generators (DESIGN.md §6).
+// Dataset length generators (docs/design.md §6).
 //
 // Text sets are log-normal token lengths (μ, σ of ln(tokens)), with a Pareto
 // tail replacing the log-normal above a threshold where the corpus is known to
@@ -165,12 +165,12 @@ const std::vector<DatasetInfo>& Datasets() {
   static const std::vector<DatasetInfo> kDatasets = {
       {"github", false,
        "code: log-normal mu=6.6 sigma=1.75 tokens, Pareto alpha=1.3 tail above 12k",
-       "The Stack (Kocetkov et al. 2022); DESIGN.md §6"},
+       "The Stack (Kocetkov et al. 2022); docs/design.md §6"},
       {"commoncrawl", false, "web text: log-normal mu=5.6 sigma=1.05 tokens",
-       "C4 (Raffel et al. 2020); DESIGN.md §6"},
+       "C4 (Raffel et al. 2020); docs/design.md §6"},
       {"wikipedia", false,
        "articles: log-normal mu=5.9 sigma=1.25 tokens, Pareto alpha=2.5 tail above 8k",
-       "Wikipedia dumps; DESIGN.md §6"},
+       "Wikipedia dumps; docs/design.md §6"},
       {"msrvtt", true,
        "video: 10-30 s clips (LN median 15 s), 2 fps, 1 tile/frame, ~60 text tokens",
        "MSR-VTT (Xu et al. CVPR 2016)"},

@@ -187,7 +187,7 @@ std::string RunPaperEval(const PaperEvalOptions& o) {
   Writer w(o);
   std::string md = "# FCP paper evaluation, re-run on the simulator\n\n";
   md += "**All iteration times, throughputs and speedups below are SIMULATED** "
-        "(fcp's hardware model, DESIGN.md §5; docs/simulator.md), on the paper's cluster preset "
+        "(fcp's hardware model, docs/design.md §5; docs/simulator.md), on the paper's cluster preset "
         "ascend910c-4x16 unless stated. Solver times are MEASURED wall time of the planner on "
         "the machine that ran this command. Paper numbers: Niu et al., arXiv 2602.21788, §6.\n\n";
   md += o.quick ? "Mode: `--quick` (1 warmup + 1 measured global batch per case; scaling to 64 "

@@ -1,4 +1,4 @@
-// The hardware simulator (DESIGN.md §5). See include/fcp/simulator.h for the
+// The hardware simulator (docs/design.md §5). See include/fcp/simulator.h for the
 // contract and docs/simulator.md for the model in prose.
 //
 // Per group of d ranks holding sequences s_k (all ranks symmetric). P = the

@@ -1,4 +1,4 @@
-// The strategy table (DESIGN.md §4): the one place that knows every strategy,
+// The strategy table (docs/design.md §4): the one place that knows every strategy,
 // FCP's and the baselines'. It sits above src/planner and src/baselines so the
 // planner core includes no baseline; MakePlan looks the name up here and hands
 // the strategy to the planner core (planner::RunStrategy).

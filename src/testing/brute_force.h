@@ -5,10 +5,10 @@
 // contiguous rank range [first, first + d) per group, ranges disjoint within
 // [0, N) (ranks may stay idle), every group within memory
 // (mem_static + mem_per_token * Σ s / d <= mem_capacity). Minimise the
-// makespan max_G T(G, d) where T is DESIGN.md §2 with the bandwidth of the
+// makespan max_G T(G, d) where T is docs/design.md §2 with the bandwidth of the
 // ACTUAL placement: intra-node iff first / R == (first + d - 1) / R.
 //
-// Independence: the cost formula is re-implemented here from DESIGN.md §2
+// Independence: the cost formula is re-implemented here from docs/design.md §2
 // (ReferenceGroupTimeS), not taken from src/cost, and the search is a plain
 // enumeration (set partitions x ordered disjoint interval placements) with
 // branch-and-bound pruning only, so it can check both the cost code and the
@@ -30,7 +30,7 @@ namespace fcp::testing {
 inline constexpr int kBruteForceMaxSequences = 8;
 inline constexpr int kBruteForceMaxRanks = 16;
 
-// T(G, d) of DESIGN.md §2 for the sequences `members` of `sequences` placed
+// T(G, d) of docs/design.md §2 for the sequences `members` of `sequences` placed
 // on the contiguous ranks [first, first + degree) of `cluster` (seconds).
 double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
                            const std::vector<Sequence>& sequences,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CLI tests for `fcp plan`: golden JSON, an independent re-computation of every
-estimate from the DESIGN.md §2 formula, and the error classes (exit 2/3 with an
+estimate from the docs/design.md §2 formula, and the error classes (exit 2/3 with an
 `error:` line and nothing on stdout).
 
 Usage: cli_test.py FCP_BINARY [--update]   (--update rewrites the golden files)
@@ -33,7 +33,7 @@ def run(args, stdin=None):
 
 
 def group_time(cm, seqs, ranks, per_node):
-    """T(G, d) of DESIGN.md §2, written independently of the C++ code."""
+    """T(G, d) of docs/design.md §2, written independently of the C++ code."""
     d = len(ranks)
     sum_s = sum(s for s, _ in seqs)
     h = cm.get("attn_overhead_tokens", 0.0)  # cost model v2; 0 = the paper's model
