@@ -56,7 +56,7 @@ TEST(PresetFidelityTest, DerivedModelTracksTheSimulatorForEveryPreset) {
     for (const ModelPreset& model : ModelPresets()) {
       const Error e = PresetError(model, cluster);
       SCOPED_TRACE(model.shape.name + " on " + cluster.name);
-      // Measured: mean 0.9-2.1 %, max 3-11 % (the largest: intra-node rings of
+      // Measured: mean 0.6-1.7 %, max 2.5-11 % (the largest: intra-node rings of
       // d = R on ~1k-token chunks, whose per-step launches the model hides
       // behind attention). Before the derivation mirrored the simulator:
       // mean 14 %, max 45 % for qwen3-8b on h100-8x8.
