@@ -193,11 +193,28 @@ class FcpStrategy final : public Strategy {
   }
 };
 
+// fcp with ring groups only, for runtimes that execute every group as ring
+// attention (e.g. Megatron's CP): without the model shape fcp never prices
+// an all-to-all group.
+class FcpRingStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "fcp-ring"; }
+  std::string_view description() const override {
+    return "fcp with ring-attention groups only (no all-to-all groups)";
+  }
+  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override {
+    PlanRequest ring_only = request;
+    ring_only.model.reset();
+    return FcpStrategy().Solve(ring_only, options);
+  }
+};
+
 }  // namespace
 
 void AppendFcpStrategies(std::vector<std::unique_ptr<Strategy>>& out) {
   out.push_back(std::make_unique<FcpStrategy>());
   out.push_back(std::make_unique<FcpPaperStrategy>());
+  out.push_back(std::make_unique<FcpRingStrategy>());
 }
 
 }  // namespace fcp::planner
