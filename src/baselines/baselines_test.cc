@@ -185,6 +185,12 @@ TEST(Optimal, NoStrategyBeatsIt) {
       po.strategy = n;
       const Plan p = RunStrategy(req, po);
       if (p.status != PlanStatus::kOk || p.micro_batches.size() != 1) continue;
+      // fcp runs a group as all-to-all where that is cheaper: such plans are
+      // outside optimal's (ring) model.
+      bool all_to_all = false;
+      for (const GroupPlan& g : p.micro_batches[0].groups)
+        all_to_all |= g.comm == CommKind::kAllToAll;
+      if (all_to_all) continue;
       ++compared;
       EXPECT_GE(p.est_ms, best.est_ms * (1 - 1e-9)) << n << " instance " << i;
     }

@@ -193,18 +193,25 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   const ClusterPreset* c = FindClusterPreset("ascend910c-4x16");
   ASSERT_TRUE(m && c);
   const CostModel cm = DeriveCostModel(*m, *c);
-  // v2 efficiency curve e_max·n/(n + h) through (512, 0.30) and (16384, 0.62):
-  // solved by hand, h = 583.8 tokens, e_max = 0.30 · (512 + h) / 512 = 0.6421.
-  EXPECT_NEAR(cm.attn_overhead_tokens, 583.8, 0.1);
-  const double e_max = 0.30 * (512 + cm.attn_overhead_tokens) / 512;
-  EXPECT_NEAR(0.62, e_max * 16384 / (16384 + cm.attn_overhead_tokens), 1e-12);
-  // 9 * L * dq / (peak * e_max) with L = 36, dq = 32 * 128.
-  ExpectRel(cm.alpha1, 9.0 * 36 * 4096 / (376e12 * e_max));
-  // One P2P latency per pass (4) per layer per ring step.
-  ExpectRel(cm.gamma_intra, 36 * 4 * 5e-6);
-  ExpectRel(cm.gamma_inter, 36 * 4 * 15e-6);
-  // KV bytes: 4 passes * L * 2 * (8 * 128) * 2 bytes.
-  ExpectRel(cm.alpha3, 4.0 * 36 * 2 * 1024 * 2);
+  // Mirrors the simulator's hardware terms (presets.cc), hand-computed for
+  // L = 36, dq = 4096, dkv = 1024 on Ascend (376 TFLOPS, FlashAttention-3-class
+  // curves fwd 0.676 / 209 tokens, bwd 0.598 / 427 tokens; launch 8 µs;
+  // latency 8 µs in a node, 20 µs across).
+  // Attention weights: forward passes 2 / 0.676 = 2.95858, backward
+  // 2.5 / 0.598 = 4.18060, together 7.13918.
+  ExpectRel(cm.alpha1, 2.0 * 36 * 4096 * (2.0 / 0.676 + 2.5 / 0.598) / 376e12);
+  // h = (2.95858·209 + 4.18060·427) / 7.13918 = 336.65 tokens (short chunks)
+  //   + 0.6 · 0.594 · (4096/512)^-0.794 · 4096 = 0.6 · 466.7 tokens (causal
+  //   diagonal, weighted).
+  EXPECT_NEAR(cm.attn_overhead_tokens, 336.65 + 0.6 * 466.7, 0.5);
+  // Per ring step and layer: 3 latencies (one per pass) + 7 kernel launches.
+  ExpectRel(cm.gamma_intra, 36 * (3 * 8e-6 + 7 * 8e-6));
+  ExpectRel(cm.gamma_inter, 36 * (3 * 20e-6 + 7 * 8e-6));
+  // Home hop: one inter-node latency and 8 launches per layer.
+  ExpectRel(cm.beta2, 36 * (20e-6 + 8 * 8e-6));
+  // KV bytes: 5 chunk units per hop (fwd 1 + recompute 1 + bwd 3) plus the
+  // home hop's 2 spread over 8 hops = 5.25 · L · 2 · (8 · 128) · 2 bytes.
+  ExpectRel(cm.alpha3, 5.25 * 36 * 2 * 1024 * 2);
   EXPECT_EQ(cm.bw_intra_node, 196e9);
   EXPECT_EQ(cm.bw_inter_node, 50e9);
   EXPECT_EQ(cm.mem_capacity, 64e9);

@@ -28,6 +28,35 @@ std::string FormatMs(double ms) {
   return buf;
 }
 
+// A ring moves every K/V block d - 1 hops, so a rank sends the whole group's
+// K/V traffic whatever d is; across nodes a long sequence's ring is bound by
+// the inter-node bandwidth (docs/planner.md: 103k tokens on h100-8x8 stay at
+// ~1.9 s simulated from d = 32 on). An all-to-all (Ulysses) sends 1/d of it
+// but cannot overlap it with attention. Each placed group of d > 1 therefore
+// runs whichever of the two the cost model finds faster on its ranks; the
+// model shape is needed for the head counts. Returns the number of groups
+// switched to all-to-all.
+int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
+  if (!request.model || request.model->q_heads <= 0 || request.model->kv_heads <= 0) return 0;
+  int switched = 0;
+  for (MicroBatchPlan& mb : plan.micro_batches) {
+    for (GroupPlan& g : mb.groups) {
+      if (g.degree() < 2 || g.comm != CommKind::kRing) continue;
+      GroupLoad load;
+      for (int i : g.sequences) load.Add(request.sequences[i]);
+      const double ring = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
+      const double bw = OnOneNode(request.cluster, g.ranks) ? request.cost.bw_intra_node
+                                                            : request.cost.bw_inter_node;
+      const double a2a = AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(), bw);
+      if (a2a < ring * (1 - 1e-12)) {
+        g.comm = CommKind::kAllToAll;
+        ++switched;
+      }
+    }
+  }
+  return switched;
+}
+
 constexpr int kLocalSearchTrials = 48;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
@@ -109,6 +138,9 @@ class FcpStrategy final : public Strategy {
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) + ", memory " +
                                    std::to_string(fewest) + ")";
+    if (const int switched = UseAllToAllWhereFaster(request, *plan)) {
+      plan->notes["all_to_all_groups"] = std::to_string(switched);
+    }
     plan->est_ms = 0;  // MakePlan recomputes every estimate
     return std::move(*plan);
   }
@@ -161,11 +193,28 @@ class FcpStrategy final : public Strategy {
   }
 };
 
+// fcp with ring groups only, for runtimes that execute every group as ring
+// attention (e.g. Megatron's CP): without the model shape fcp never prices
+// an all-to-all group.
+class FcpRingStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "fcp-ring"; }
+  std::string_view description() const override {
+    return "fcp with ring-attention groups only (no all-to-all groups)";
+  }
+  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override {
+    PlanRequest ring_only = request;
+    ring_only.model.reset();
+    return FcpStrategy().Solve(ring_only, options);
+  }
+};
+
 }  // namespace
 
 void AppendFcpStrategies(std::vector<std::unique_ptr<Strategy>>& out) {
   out.push_back(std::make_unique<FcpStrategy>());
   out.push_back(std::make_unique<FcpPaperStrategy>());
+  out.push_back(std::make_unique<FcpRingStrategy>());
 }
 
 }  // namespace fcp::planner

@@ -76,7 +76,10 @@ TEST(PlannerTest, OneMicroBatchPlansAreNeverBelowBruteForce) {
     testing::RandomInstanceOptions opt;
     opt.max_sequences = 6;
     opt.max_ranks = 8;
-    const PlanRequest req = testing::RandomRequest(rng, opt);
+    PlanRequest req = testing::RandomRequest(rng, opt);
+    // The oracle enumerates ring groups; without a model shape fcp plans ring
+    // groups only (all-to-all groups: AllToAllOnlyWhereTheModelSaysFaster).
+    req.model.reset();
     const double exact_ms = 1000 * testing::BruteForceMakespanS(req);
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
     const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
@@ -214,6 +217,57 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
   EXPECT_NE(ValidatePlan(tight, good), "");
   // Inconsistent totals.
   EXPECT_NE(broken([](Plan& p) { p.est_ms *= 2; }), "");
+}
+
+TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
+  // fcp runs a placed group as Ulysses all-to-all exactly when the cost model
+  // prices it below the ring on the same ranks, so with a model shape its plan
+  // is never worse than the ring-only plan of the same batch (no shape).
+  int switched = 0, groups = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 12;
+    opt.max_ranks = 32;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    ASSERT_TRUE(req.model.has_value());
+    const Plan plan = MakePlan(req, {.strategy = "fcp"});
+    if (plan.status != PlanStatus::kOk) continue;
+    PlanRequest ring_only = req;
+    ring_only.model.reset();
+    const Plan ring_plan = MakePlan(ring_only, {.strategy = "fcp"});
+    ASSERT_EQ(ring_plan.status, PlanStatus::kOk);
+    EXPECT_LE(plan.est_ms, ring_plan.est_ms * (1 + 1e-12)) << "seed " << seed;
+    for (const MicroBatchPlan& mb : plan.micro_batches) {
+      for (const GroupPlan& g : mb.groups) {
+        if (g.degree() < 2) {
+          EXPECT_EQ(g.comm, CommKind::kRing);
+          continue;
+        }
+        ++groups;
+        GroupLoad load;
+        for (int i : g.sequences) load.Add(req.sequences[i]);
+        // Independent re-computation of both prices on the group's ranks.
+        bool one_node = true;
+        for (int r : g.ranks)
+          one_node &= r / req.cluster.ranks_per_node == g.ranks[0] / req.cluster.ranks_per_node;
+        const Link link = one_node ? Link::kIntraNode : Link::kInterNode;
+        const double ring = GroupTimeS(req.cost, load, g.degree(), link);
+        const double a2a = AllToAllGroupTimeS(
+            req.cost, *req.model, load, g.degree(),
+            one_node ? req.cost.bw_intra_node : req.cost.bw_inter_node);
+        if (g.comm == CommKind::kAllToAll) {
+          ++switched;
+          EXPECT_LT(a2a, ring) << "seed " << seed;
+          EXPECT_NEAR(g.est_ms, 1000 * a2a, 1e-9 * g.est_ms);
+        } else {
+          EXPECT_LE(ring, a2a * (1 + 1e-12)) << "seed " << seed;
+        }
+      }
+    }
+  }
+  std::printf("all-to-all groups: %d of %d groups with d > 1\n", switched, groups);
+  EXPECT_GT(groups, 50);
 }
 
 }  // namespace

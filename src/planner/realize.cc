@@ -20,14 +20,43 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
 
 namespace {
 
+// With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
+// all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
+// group costs the smaller of the two: on one node or across nodes...
+double RingOrAllToAllS(const CostModel& cm, const ModelShape* shape, const GroupLoad& load,
+                       int degree, bool one_node) {
+  const double ring =
+      GroupTimeS(cm, load, degree, one_node ? Link::kIntraNode : Link::kInterNode);
+  if (!shape || degree < 2) return ring;
+  return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
+                                           one_node ? cm.bw_intra_node : cm.bw_inter_node));
+}
+
+// ...and, placement-independent, at its best case (the allocator's T).
+GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                   const ModelShape* shape) {
+  const GroupTimeFn ring = BestCaseTime(cm, cluster);
+  if (!shape) return ring;
+  return [ring, cm, cluster, s = *shape](const AllocGroup& g, int degree) {
+    const bool may_be_one_node = !g.inter_node && degree <= cluster.ranks_per_node;
+    double t = ring(g, degree);
+    if (degree < 2) return t;
+    t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_inter_node));
+    if (may_be_one_node) {
+      t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_intra_node));
+    }
+    return t;
+  };
+}
+
 // Degrees → placement → the placed makespan; `placed` receives the first rank
 // of each group.
 double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int>& degrees,
-                    const CostModel& cm, const Cluster& cluster, std::vector<int>& placed) {
+                    const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
+                    std::vector<int>& placed) {
   auto placed_time = [&](int p, int first, int degree) {
-    return GroupTimeS(cm, groups[p].load, degree,
-                      RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode
-                                                             : Link::kInterNode);
+    return RingOrAllToAllS(cm, shape, groups[p].load, degree,
+                           RangeOnOneNode(cluster, first, degree));
   };
   placed = PlaceGroups(degrees, cluster, placed_time);
   double makespan = 0;
@@ -45,14 +74,20 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups = MakeAllocGroups(request.sequences, groups, cm);
-  const GroupTimeFn best_case = BestCaseTime(cm, cluster);
+  // fcp (topology-aware) may run groups as all-to-all; fcp-paper is ring only.
+  const ModelShape* shape =
+      topology_aware && request.model && request.model->q_heads > 0 &&
+              request.model->kv_heads > 0
+          ? &*request.model
+          : nullptr;
+  const GroupTimeFn best_case = BestCaseRingOrAllToAll(cm, cluster, shape);
   const Allocation alloc = allocator == Allocator::kDp
                                ? AllocateDp(alloc_groups, cluster.num_ranks, best_case)
                                : AllocateFast(alloc_groups, cluster.num_ranks, best_case);
   if (!alloc.feasible) return std::nullopt;
   std::vector<int> degrees = alloc.degrees;
   std::vector<int> first;
-  double makespan = PlaceAndCost(alloc_groups, degrees, cm, cluster, first);
+  double makespan = PlaceAndCost(alloc_groups, degrees, cm, cluster, shape, first);
   bool topology_bound = false;  // some group straddled a node boundary
   if (topology_aware) {
     // Allocate-then-place above is the first candidate. The allocator costed
@@ -80,7 +115,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                : AllocateFast(costed, cluster.num_ranks, best_case);
       if (!a.feasible) break;
       std::vector<int> f;
-      const double m = PlaceAndCost(alloc_groups, a.degrees, cm, cluster, f);
+      const double m = PlaceAndCost(alloc_groups, a.degrees, cm, cluster, shape, f);
       cur_degrees = a.degrees;
       cur_first = f;
       if (m < makespan * (1 - 1e-12)) {
@@ -104,8 +139,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       for (size_t p = 0; p < groups.size(); ++p) {
         const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
         straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
-        placed_t[p] = GroupTimeS(cm, alloc_groups[p].load, degrees[p],
-                                 one_node ? Link::kIntraNode : Link::kInterNode);
+        placed_t[p] = RingOrAllToAllS(cm, shape, alloc_groups[p].load, degrees[p], one_node);
         if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
       }
       if (!straddles && round > 0) break;
@@ -148,7 +182,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       std::vector<int> best_first;
       for (size_t t = 0; t < trials.size(); ++t) {
         std::vector<int> f;
-        const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, f);
+        const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
         if (m < best_m) {
           best_m = m;
           best_t = static_cast<int>(t);
@@ -169,6 +203,15 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     g.sequences = groups[p];
     g.ranks.resize(degrees[p]);
     for (int i = 0; i < degrees[p]; ++i) g.ranks[i] = first[p] + i;
+    if (shape && degrees[p] > 1) {
+      const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
+      const GroupLoad& load = alloc_groups[p].load;
+      const double ring =
+          GroupTimeS(cm, load, degrees[p], one_node ? Link::kIntraNode : Link::kInterNode);
+      if (RingOrAllToAllS(cm, shape, load, degrees[p], one_node) < ring) {
+        g.comm = CommKind::kAllToAll;
+      }
+    }
     r.micro_batch.groups.push_back(std::move(g));
   }
   return r;

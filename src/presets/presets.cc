@@ -2,29 +2,43 @@
 //
 // Derivation of DeriveCostModel (all per rank; a rank is one device, TP = PP = 1):
 //
+// The derivation mirrors, term by term, the calibrated simulator's hardware
+// model (docs/simulator.md), from the cluster preset's own figures, so the
+// planner's T(G, d) tracks the simulator without a fit:
+//
 // Compute. P_layer = attention projections h·(dq + 2·dkv) + dq·h plus a SwiGLU
 // MLP 3·h·f, where dq = q_heads·head_dim and dkv = kv_heads·head_dim. Training
 // costs 2 FLOPs/param/token forward and 4 backward; full activation recompute
 // (below) adds one more forward: 8·L·P_layer per token, plus the LM head
-// 6·h·V (not recomputed). alpha2 = that / (peak · kGemmEfficiency).
-// Causal attention forward is 2·s²·dq per layer (QKᵀ and PV, 2·s²·dq each,
-// halved by the mask); backward ≈ 2.5× forward, recompute 1× forward:
-// 9·L·dq·s² FLOPs, so alpha1 = 9·L·dq / (peak · e_max) (e_max: see v2 below).
-// Full (bidirectional) attention doubles it, which is the (1 + eta) factor.
+// 6·h·V (not recomputed), at the GEMM ceiling gemm_eff_max. GEMMs run at
+// gemm_eff_max · m/(m + m_half) on m rows: the m_half part is a constant
+// (alpha2_gemm · m_half, into beta1). The elementwise work (norms, activations,
+// residuals: 2·(8h + 3f + 2dq + 2dkv) bytes per token per layer and pass, 4
+// passes) is HBM-bound and linear in tokens: into alpha2.
+// Causal attention forward is 2·s²·dq per layer (QKᵀ and PV); the passes are
+// forward and recompute forward at the forward curve, backward (2.5× FLOPs)
+// at the backward curve, each e_max·n/(n + n_half) on chunks of n = s/d
+// tokens: alpha1 = 2·L·dq·(2/Ef + 2.5/Eb)/peak, and the n_half terms give the
+// short-chunk overhead h = (2·hf/Ef + 2.5·hb/Eb)/(2/Ef + 2.5/Eb) tokens. A
+// causal block of n tokens is slower by S(n) = 1 + gain·(n/512)^-exp. At d = 1
+// the whole sequence is one causal block: a loss of (S(s) - 1)·s per token of
+// s; on a ring only the diagonal block (1/d of a rank's pairs) is causal:
+// (S(n) - 1)·n/d. One h cannot hold both: the d = 1 form at n =
+// kCausalRefTokens, weighted by kCausalDiagonalWeight, is added to h.
+// Full (bidirectional) attention doubles the pairs: (1 + eta).
 //
-// Communication. Ring attention moves every K and V block (2·dkv bf16 values
-// per token per layer) d-1 times per pass; the passes are forward, recompute
-// forward, and backward (K/V again plus dK/dV): alpha3 = 4 · L · 2·dkv · 2 bytes.
-// beta1 = L · 3 passes · kKernelsPerLayerPass · kLaunchS (launch + sync),
-// beta2 = L · 4 passes · kRingStepLatencyS (P2P handshakes of a ring step).
+// Communication (zigzag ring, per layer). Forward and recompute forward send
+// the K, V chunk (2·dkv bf16 per token) d - 1 times; backward sends K, V with
+// the fp32 dK, dV (3× the bytes) d - 1 times, plus one dK, dV hop home:
+// alpha3 = kRingBytesUnits · L · 2·dkv · 2 bytes (5 units per (d - 1) hops,
+// plus the home hop's 2 spread over kRingRefDegree - 1 hops). Every ring step
+// pays, per layer, one message latency in each of its 3 passes and 7 kernel
+// launches (2 per forward pass, 3 backward): gamma = L · (3·latency + 7·launch)
+// with the link's latency; beta2 = L · (latency_inter + 8·launch) (the home
+// hop and the passes' extra launches).
 //
-// Cost model v2 (docs/design.md §2). Attention kernels run at efficiency
-// e_max · n / (n + h) on chunks of n tokens; the two published points of a
-// FlashAttention-3-class H100 curve (~30% of peak at 512 tokens, ~62% at 16k,
-// causal) give h = 584 tokens and e_max = 0.642, so alpha1 uses e_max and the
-// h·s term carries the short-chunk loss. Every ring step pays one P2P latency
-// per pass (4 passes per layer, as alpha3): gamma = L · 4 · latency, with the
-// link latency of NVLink/HCCS inside a node and of IB/RoCE across nodes.
+// Launch overhead of the layers: beta1 += L · 3 passes · kKernelsPerLayerPass
+// · launch_s.
 //
 // Memory. Model states: bf16 weights (2 B/param) and bf16 gradients (2 B/param)
 // replicated; fp32 master weights + Adam m, v (12 B/param) sharded over all N
@@ -40,25 +54,26 @@
 #include "fcp/presets.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fcp {
 namespace {
 
-// Effective efficiencies of the calibrated simulator (docs/calibration.md):
-// the fraction of peak at which `fcp profile --target sim:h100-8x8 --model
-// llama3-8b` fits alpha2 (GEMMs incl. elementwise and launch overhead, 8k-row
-// groups) and alpha1 (FlashAttention-3 forward + backward curves, causal).
-constexpr double kGemmEfficiency = 0.58;
-constexpr double kKernelsPerLayerPass = 10;
-constexpr double kLaunchS = 5e-6;
-constexpr double kRingStepLatencyS = 15e-6;
+// Kernels of one transformer layer per pass (the simulator's count).
+constexpr double kKernelsPerLayerPass = 14;
 constexpr double kFrameworkReserveBytes = 3e9;
-// Cost model v2: attention efficiency curve e_max·n/(n + h) through the two
-// published FlashAttention-3 points (512 tokens: 0.30, 16384 tokens: 0.62).
-constexpr double kAttnEffShortTokens = 512, kAttnEffShort = 0.30;
-constexpr double kAttnEffLongTokens = 16384, kAttnEffLong = 0.62;
-constexpr double kP2pLatencyIntraS = 5e-6;   // NVLink / HCCS message latency
-constexpr double kP2pLatencyInterS = 15e-6;  // InfiniBand / RoCE message latency
+// Chunk length at which the causal diagonal's slowdown is folded into h: the
+// middle of the chunks plans use (1k-16k tokens; h_causal 350-620 tokens).
+constexpr double kCausalRefTokens = 4096;
+// The weight that minimises the mean |error| of T(G, d) against the simulator
+// over every preset, both clusters (single and packed sequences, 1k-128k
+// tokens, d = 1..64; src/cost/preset_fidelity_test.cc's grid): 1.16 % at 0.6,
+// against 1.27 % at 0.4, 1.19 % at 0.8 and 1.30 % at 1.0 (the full d = 1 form).
+constexpr double kCausalDiagonalWeight = 0.6;
+// Ring bytes per token per (d - 1) hops, in units of one bf16 K, V chunk:
+// 5 per hop plus the home hop's 2 spread over kRingRefDegree - 1 hops.
+constexpr double kRingRefDegree = 9;
+constexpr double kRingBytesUnits = 5.0 + 2.0 / (kRingRefDegree - 1);
 
 ModelPreset Llm(const char* name, int layers, int hidden, int q_heads,
                 int kv_heads, int head_dim, int ffn, int64_t vocab) {
@@ -194,24 +209,32 @@ CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster
   const double layers = s.layers;
 
   CostModel cm;
-  // v2: h and e_max from the two points of e(n) = e_max·n/(n + h):
-  // r = e(L)/e(S) = L(S + h) / (S(L + h))  =>  h = L·S·(r - 1) / (L - r·S).
-  const double r = kAttnEffLong / kAttnEffShort;
-  const double h = kAttnEffLongTokens * kAttnEffShortTokens * (r - 1) /
-                   (kAttnEffLongTokens - r * kAttnEffShortTokens);
-  const double attn_eff_max = kAttnEffShort * (kAttnEffShortTokens + h) / kAttnEffShortTokens;
-  // At efficiency e_max·n/(n + h) on chunks of n = s/d tokens, s²/d of work
-  // takes (s²/d + h·s) / e_max: alpha1 at e_max, plus the h·s term.
-  cm.alpha1 = 9.0 * layers * dq / (cluster.peak_flops * attn_eff_max);
-  cm.attn_overhead_tokens = h;
-  cm.gamma_intra = layers * 4 * kP2pLatencyIntraS;
-  cm.gamma_inter = layers * 4 * kP2pLatencyInterS;
+  const double peak = cluster.peak_flops;
+  // Attention: both curves, forward passes (2) and backward (2.5× FLOPs).
+  const double fwd_w = 2.0 / cluster.attn_fwd_eff_max;
+  const double bwd_w = 2.5 / cluster.attn_bwd_eff_max;
+  cm.alpha1 = 2.0 * layers * dq * (fwd_w + bwd_w) / peak;
+  const double unmasked_h = (fwd_w * cluster.attn_fwd_half_tokens +
+                             bwd_w * cluster.attn_bwd_half_tokens) / (fwd_w + bwd_w);
+  const double causal_h = cluster.attn_causal_gain *
+                          std::pow(kCausalRefTokens / 512.0, -cluster.attn_causal_exponent) *
+                          kCausalRefTokens;
+  cm.attn_overhead_tokens = unmasked_h + kCausalDiagonalWeight * causal_h;
+  // Linear layers at the GEMM ceiling, plus the HBM-bound elementwise work.
   const double linear_flops_per_token =
       8.0 * layers * LayerParams(s) + 6.0 * s.hidden * static_cast<double>(s.vocab);
-  cm.alpha2 = linear_flops_per_token / (cluster.peak_flops * kGemmEfficiency);
-  cm.beta1 = layers * 3 * kKernelsPerLayerPass * kLaunchS;
-  cm.alpha3 = 4.0 * layers * 2.0 * dkv * 2.0;
-  cm.beta2 = layers * 4 * kRingStepLatencyS;
+  const double gemm_s_per_token = linear_flops_per_token / (peak * cluster.gemm_eff_max);
+  const double elementwise_s_per_token =
+      4.0 * layers * 2.0 * (8.0 * s.hidden + 3.0 * s.ffn + 2 * dq + 2 * dkv) /
+      cluster.hbm_bytes_per_s;
+  cm.alpha2 = gemm_s_per_token + elementwise_s_per_token;
+  cm.beta1 = gemm_s_per_token * cluster.gemm_eff_half_rows +
+             layers * 3 * kKernelsPerLayerPass * cluster.launch_s;
+  // Ring.
+  cm.alpha3 = kRingBytesUnits * layers * 2.0 * dkv * 2.0;
+  cm.gamma_intra = layers * (3 * cluster.latency_intra_s + 7 * cluster.launch_s);
+  cm.gamma_inter = layers * (3 * cluster.latency_inter_s + 7 * cluster.launch_s);
+  cm.beta2 = layers * (cluster.latency_inter_s + 8 * cluster.launch_s);
   cm.bw_intra_node = cluster.bw_intra_node;
   cm.bw_inter_node = cluster.bw_inter_node;
   cm.mem_per_token =

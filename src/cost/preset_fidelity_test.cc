@@ -1,0 +1,74 @@
+// The presets' derived cost model against the calibrated simulator (the
+// independent oracle: a step-by-step ring with per-step overlap, per-chunk
+// kernel efficiencies, launches and latencies). Planning decides on T(G, d)
+// estimates, so a preset whose T(G, d) drifts from the hardware makes the
+// planner choose wrongly (issue 11: long cross-node rings were estimated
+// 20-25 % below the simulator).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "fcp/cost_model.h"
+#include "fcp/presets.h"
+#include "fcp/simulator.h"
+
+namespace fcp {
+namespace {
+
+struct Error {
+  double mean = 0;
+  double max = 0;
+};
+
+// Relative error of T(G, d) on contiguous ranks [0, d) over single causal
+// sequences and packed groups of 4, every chunk s/d >= 512 tokens.
+Error PresetError(const ModelPreset& model, const ClusterPreset& cluster) {
+  const CostModel cm = DeriveCostModel(model, cluster);
+  const sim::HardwareModel hw = sim::MakeHardwareModel(model, cluster, 64);
+  const Cluster planner_cluster{64, cluster.ranks_per_node};
+  double sum = 0, worst = 0;
+  int points = 0;
+  for (int64_t len : {1024, 4096, 8192, 16384, 32768, 65536, 131072}) {
+    for (int packed : {1, 4}) {
+      std::vector<Sequence> seqs(packed, Sequence{len / packed, 0.0});
+      GroupLoad load;
+      for (const Sequence& s : seqs) load.Add(s);
+      for (int d : {1, 2, 4, 8, 16, 32, 64}) {
+        if (len / d < 512) continue;
+        std::vector<int> ranks(d);
+        for (int i = 0; i < d; ++i) ranks[i] = i;
+        const double est = GroupTimeOnRanksS(cm, planner_cluster, load, ranks);
+        const double real = sim::SimulateGroupTimeS(hw, seqs, ranks);
+        const double err = std::abs(est / real - 1);
+        sum += err;
+        worst = std::max(worst, err);
+        ++points;
+      }
+    }
+  }
+  return {sum / points, worst};
+}
+
+TEST(PresetFidelityTest, DerivedModelTracksTheSimulatorForEveryPreset) {
+  for (const ClusterPreset& cluster : ClusterPresets()) {
+    for (const ModelPreset& model : ModelPresets()) {
+      const Error e = PresetError(model, cluster);
+      // The table docs/planner.md quotes (planner estimate vs simulated).
+      std::printf("# %-15s %-16s mean %.2f %% max %.2f %%\n", model.shape.name.c_str(),
+                  cluster.name.c_str(), 100 * e.mean, 100 * e.max);
+      SCOPED_TRACE(model.shape.name + " on " + cluster.name);
+      // Measured: mean 0.6-1.7 %, max 2.5-11 % (the largest: intra-node rings of
+      // d = R on ~1k-token chunks, whose per-step launches the model hides
+      // behind attention). Before the derivation mirrored the simulator:
+      // mean 14 %, max 45 % for qwen3-8b on h100-8x8.
+      EXPECT_LE(e.mean, 0.025);
+      EXPECT_LE(e.max, 0.12);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fcp
