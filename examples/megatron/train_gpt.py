@@ -129,7 +129,7 @@ def main(argv=None):
     # fcp plans the DP x CP ranks; a toy cost model with the given token budget.
     scheduler = fcp.Scheduler(
         cluster={"ranks": dp_cp, "ranks_per_node": args.ranks_per_node or dp_cp},
-        model="qwen3-1.7b",
+        model="qwen3-1.7b", strategy="fcp-ring",
         cost_model={"mem_per_token": 1.0, "mem_static": 1.0,
                     "mem_capacity": 1.0 + args.tokens_per_rank})
     # Verification all-reduces a plan digest on a CPU-capable group.

@@ -297,6 +297,12 @@ class FcpCPScheduler:
         plan = self.scheduler.plan(list(lengths))
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
+        if any(getattr(getattr(g, "comm", None), "name", "RING") != "RING"
+               for mb in plan.micro_batches for g in mb.groups):
+            # TE's per-micro-batch path here is the P2P ring: Ulysses groups
+            # would run at another cost than planned.
+            raise ValueError("fcp.megatron runs ring CP groups: create the fcp.Scheduler with "
+                             "strategy='fcp-ring'")
         return plan, time.perf_counter() - t0
 
     def submit(self, lengths: Sequence[int]) -> None:

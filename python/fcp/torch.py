@@ -194,6 +194,17 @@ class CPGroup:
         return f"CPGroup(ranks={list(self.ranks)})"
 
 
+def _require_ring(group) -> None:
+    """fcp.torch runs ring attention only: a group the planner put on
+    all-to-all (strategy ``fcp`` may, where Ulysses is cheaper) is refused
+    rather than silently run at another cost. Plan with ``fcp-ring``."""
+    comm = group.get("comm", "ring") if isinstance(group, dict) else getattr(group, "comm", None)
+    if comm is not None and str(getattr(comm, "name", comm)).lower().replace("_", "-") in (
+            "all-to-all", "all-to-all".upper()):
+        raise ValueError("plan: group uses all-to-all; fcp.torch runs ring attention only "
+                         "(plan with strategy='fcp-ring')")
+
+
 def plan_groups(plan) -> List[List[List[int]]]:
     """Rank lists of every group of every micro-batch of ``plan``.
 
@@ -212,6 +223,7 @@ def plan_groups(plan) -> List[List[List[int]]]:
         groups = mb["groups"] if isinstance(mb, dict) else getattr(mb, "groups", mb)
         ranks = []
         for g in groups:
+            _require_ring(g)
             if isinstance(g, dict):
                 g = g["ranks"]
             elif hasattr(g, "ranks"):

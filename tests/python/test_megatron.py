@@ -23,6 +23,7 @@ LENGTHS = [150, 20, 33, 7, 90, 12, 40, 64, 5, 100]
 
 def toy_scheduler(ranks=4):
     return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
+                         strategy="fcp-ring",
                          cost_model=TOY_COST)
 
 
@@ -227,3 +228,17 @@ def test_no_megatron_globals_are_assigned():
     src = inspect.getsource(fm)
     assert not hasattr(fm, "MegatronCPAdapter")
     assert "parallel_state._" not in src and "setattr(" not in src
+
+
+def test_plans_with_all_to_all_groups_are_refused():
+    # fcp may put a group on Ulysses all-to-all where that is cheaper; TE's
+    # per-micro-batch path is the P2P ring, so such a plan must not run.
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", strategy="fcp")
+    wrapped = fm.FcpCPScheduler.__new__(fm.FcpCPScheduler)
+    wrapped.scheduler = sched
+    lengths = [131072] + [2048] * 40
+    plan = sched.plan(lengths)
+    if all(g.comm.name == "RING" for mb in plan.micro_batches for g in mb.groups):
+        pytest.skip("this batch planned ring-only; nothing to refuse")
+    with pytest.raises(ValueError, match="fcp-ring"):
+        wrapped._plan_timed(lengths)

@@ -30,6 +30,7 @@ HEAD_DIM = 8
 
 def toy_scheduler(ranks):
     return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
+                         strategy="fcp-ring",
                          cost_model=TOY_COST)
 
 
