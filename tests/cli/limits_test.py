@@ -12,6 +12,7 @@ directories as input, checked integer flags, bounded `simulate`/`profile`.
 
 Usage: limits_test.py FCP_BINARY    Prints 'N passed, N failed' last.
 """
+import re
 import json
 import math
 import os
@@ -346,6 +347,9 @@ def one_error_line(code, out, err, want_code=2, contains=None):
         return f"exit {code}, want {want_code}; stderr {err[-300:]!r}"
     if out:
         return f"stdout not empty: {out[:100]!r}"
+    # Long commands print progress lines ("[eval gap] instance 1/1") on stderr
+    # before the error; the error itself must still be exactly one line.
+    err = re.sub(rb"(?m)^\[[a-z ]+\] [^\n]*\n", b"", err)
     if not err.startswith(b"error: ") or err.count(b"\n") != 1 or not err.endswith(b"\n"):
         return f"not one error line: {err[:300]!r}"
     line = err[:-1]
