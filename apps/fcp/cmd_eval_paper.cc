@@ -22,16 +22,10 @@ int RunEvalPaper(int argc, char** argv) {
   app.add_flag("--quick", opt.quick, "reduced sweep (about a minute)");
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
   app.add_flag("--no-plots", no_plots, "skip PNG figures");
-  std::string dealing = "balanced";
-  app.add_option("--dealing", dealing,
-                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
-                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
-      ->check(CLI::IsMember({"balanced", "loader"}))
-      ->capture_default_str();
+  AddDealingOption(app, opt.dealing);
 
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   opt.plots = !no_plots;
-  opt.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
   Progress progress(true);
   opt.progress = progress.Callback();
   try {

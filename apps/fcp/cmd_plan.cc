@@ -82,12 +82,7 @@ int RunPlan(int argc, char** argv) {
   app.add_option("--cp", options.cp_degree,
                  "megatron/deepspeed: fixed CP degree (0 = tune the best)")
       ->capture_default_str();
-  std::string dealing = "balanced";
-  app.add_option("--dealing", dealing,
-                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
-                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
-      ->check(CLI::IsMember({"balanced", "loader"}))
-      ->capture_default_str();
+  AddDealingOption(app, options.dealing);
   app.add_option("--time-limit", options.time_limit_s,
                  "flexsp: wall-clock limit of the whole planning (set-up included), seconds; "
                  "other strategies ignore it")
@@ -105,7 +100,6 @@ int RunPlan(int argc, char** argv) {
                  app.help().c_str());
     return 2;
   }
-  options.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
   options.strategy = strategy;
   try {
     plot::CheckOutputPaths(plot_file, trace_file);

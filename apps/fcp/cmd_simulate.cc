@@ -62,12 +62,7 @@ int RunSimulate(int argc, char** argv) {
   app.add_flag("--frozen-vision", cfg.vision_frozen, "MLLMs: freeze the vision encoder");
   app.add_option("--noise", cfg.noise_rel, "simulator noise sigma (0 = none)")
       ->capture_default_str();
-  std::string dealing = "balanced";
-  app.add_option("--dealing", dealing,
-                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
-                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
-      ->check(CLI::IsMember({"balanced", "loader"}))
-      ->capture_default_str();
+  AddDealingOption(app, cfg.dealing);
   app.add_option("--time-limit", cfg.time_limit_s, "MILP strategies' time limit, seconds")
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
@@ -111,7 +106,6 @@ int RunSimulate(int argc, char** argv) {
     if (!quiet) cfg.progress = progress.Callback();
     cfg.recompute = sim::ParseRecompute(recompute);
     cfg.overlap_grad_reduce = !serial_grad_sync;
-    cfg.dealing = dealing == "loader" ? Dealing::kLoader : Dealing::kBalanced;
     plot::CheckOutputPaths(plot_file, trace_file);
     std::vector<plot::Timeline> timelines;
     if (!plot_file.empty() || !trace_file.empty()) {

@@ -13,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fcp/scheduler.h"
+
 namespace fcp::cli {
 
 // argv[0] is the subcommand's full name ("plan", "eval gap").
@@ -34,6 +36,10 @@ struct CommandRegistrar {
 
 // Prints "error: <message>" to stderr and returns 2.
 int InputErrorExit(const std::string& message);
+
+// --dealing balanced|loader (megatron/deepspeed: deal sequences to DP replicas
+// by work, the yardstick, or in data-loader order), bound to `dealing`.
+void AddDealingOption(CLI::App& app, Dealing& dealing);
 
 // Parses the flags into `app`. Returns -1 to go on, otherwise the exit code:
 // 0 after --help (printed), 2 for a bad flag (one `error:` line). Integer

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 
 #include "command.h"
@@ -19,6 +20,17 @@ std::vector<Command>& Commands() {
 int InputErrorExit(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", fcp::EscapeForMessage(message).c_str());
   return 2;
+}
+
+void AddDealingOption(CLI::App& app, Dealing& dealing) {
+  const std::map<std::string, Dealing> names = {{"balanced", Dealing::kBalanced},
+                                                {"loader", Dealing::kLoader}};
+  app.add_option("--dealing", dealing,
+                 "megatron/deepspeed: deal sequences to DP replicas by work (balanced, the "
+                 "yardstick) or in data-loader order (loader, stock framework behaviour)")
+      ->transform(CLI::CheckedTransformer(names).description(""))
+      ->type_name("balanced|loader")
+      ->default_str(dealing == Dealing::kLoader ? "loader" : "balanced");
 }
 
 int ParseFlags(CLI::App& app, int argc, char** argv) {

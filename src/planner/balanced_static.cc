@@ -46,33 +46,10 @@ using MinHeap = std::priority_queue<Entry, std::vector<Entry>, std::greater<>>;
 std::vector<std::vector<int>> PackShare(const PlanRequest& request, const WorkOrder& w,
                                         const std::vector<int>& share, int count,
                                         double cap_tokens) {
-  std::vector<std::vector<int>> mbs(count);
-  std::vector<double> tokens(count, 0.0);
-  MinHeap heap;
-  for (int m = 0; m < count; ++m) heap.push({0.0, m});
-  std::vector<Entry> skipped;
-  for (int idx : share) {
-    const double len = static_cast<double>(request.sequences[idx].length_tokens);
-    skipped.clear();
-    int chosen = -1;
-    double chosen_work = 0;
-    while (!heap.empty()) {
-      const Entry top = heap.top();
-      heap.pop();
-      if (tokens[top.second] + len <= cap_tokens || mbs[top.second].empty()) {
-        chosen = top.second;
-        chosen_work = top.first;
-        break;
-      }
-      skipped.push_back(top);
-    }
-    for (const Entry& e : skipped) heap.push(e);
-    if (chosen < 0 || (tokens[chosen] + len > cap_tokens && !mbs[chosen].empty())) return {};
-    mbs[chosen].push_back(idx);
-    tokens[chosen] += len;
-    heap.push({chosen_work + w.work[idx], chosen});
-  }
-  return mbs;
+  std::vector<double> tokens(request.sequences.size());
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<double>(request.sequences[i].length_tokens);
+  return LptPack(share, w.work, tokens, cap_tokens, count);
 }
 
 // The fewest micro-batches (>= `at_least`) into which LPT packs `share`.

@@ -16,6 +16,39 @@ double SequenceWorkS(const CostModel& cm, const Sequence& s) {
   return cm.alpha1 * (1.0 + s.eta) * len * len + cm.alpha2 * len;
 }
 
+std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
+                                      const std::vector<double>& work,
+                                      const std::vector<double>& size, double capacity,
+                                      int count) {
+  std::vector<std::vector<int>> bins(count);
+  std::vector<double> used(count, 0.0);
+  using Entry = std::pair<double, int>;  // (work, bin), min-heap
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (int m = 0; m < count; ++m) heap.push({0.0, m});
+  std::vector<Entry> skipped;
+  for (int idx : order) {
+    skipped.clear();
+    int chosen = -1;
+    double chosen_work = 0;
+    while (!heap.empty()) {
+      const Entry top = heap.top();
+      heap.pop();
+      if (used[top.second] + size[idx] <= capacity || bins[top.second].empty()) {
+        chosen = top.second;
+        chosen_work = top.first;
+        break;
+      }
+      skipped.push_back(top);
+    }
+    for (const Entry& e : skipped) heap.push(e);
+    if (chosen < 0) return {};
+    bins[chosen].push_back(idx);
+    used[chosen] += size[idx];
+    heap.push({chosen_work + work[idx], chosen});
+  }
+  return bins;
+}
+
 std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
                                                     const CostModel& cm,
                                                     const Cluster& cluster, int count,
@@ -31,34 +64,10 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>&
   });
   const double capacity =
       static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
-  std::vector<double> mb_mem(count, 0.0);
-  std::vector<std::vector<int>> mbs(count);
-  // Least-loaded micro-batch with memory room: a heap of (work, index).
-  using Entry = std::pair<double, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (int m = 0; m < count; ++m) heap.push({0.0, m});
-  std::vector<Entry> skipped;
-  for (int idx : order) {
-    const double need = cm.mem_per_token * static_cast<double>(seqs[idx].length_tokens);
-    skipped.clear();
-    int chosen = -1;
-    double chosen_work = 0;
-    while (!heap.empty()) {
-      const Entry top = heap.top();
-      heap.pop();
-      if (mb_mem[top.second] + need <= capacity || mbs[top.second].empty()) {
-        chosen = top.second;
-        chosen_work = top.first;
-        break;
-      }
-      skipped.push_back(top);
-    }
-    for (const Entry& e : skipped) heap.push(e);
-    if (chosen < 0) return {};
-    mbs[chosen].push_back(idx);
-    mb_mem[chosen] += need;
-    heap.push({chosen_work + work[idx], chosen});
-  }
+  std::vector<double> need(k);
+  for (int i = 0; i < k; ++i) need[i] = cm.mem_per_token * static_cast<double>(seqs[i].length_tokens);
+  std::vector<std::vector<int>> mbs = LptPack(order, work, need, capacity, count);
+  if (mbs.empty()) return {};
   // Stage-1 feasibility of every micro-batch.
   for (auto& mb : mbs) {
     if (mb.empty()) return {};

@@ -29,6 +29,16 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>&
                                                     const Cluster& cluster,
                                                     int count, bool check_bfd = true);
 
+// Longest-processing-time packing with a capacity: each index of `order`
+// (heaviest first) goes to the least-loaded of `count` bins (load = Σ work)
+// whose Σ size stays within `capacity`; an empty bin takes anything. Returns
+// the bins (in `order`'s order within each), or empty when an index fits no
+// bin. `work` and `size` are indexed by the values in `order`.
+std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
+                                      const std::vector<double>& work,
+                                      const std::vector<double>& size, double capacity,
+                                      int count);
+
 // The fewest micro-batches memory allows: ceil(Σ mem_per_token·s / (N·headroom)).
 int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
                     const Cluster& cluster);
