@@ -194,8 +194,27 @@ class FcpStrategy final : public Strategy {
     // replaces the plan, so the estimate still never exceeds the yardstick's.
     double run_s = BarrierFreeS(request, plan->micro_batches);
     double est_s = PlacedEstimateS(request, plan->micro_batches);
+    // A static plan on cp ranks runs the heaviest sequence in one group of cp
+    // ranks: no faster than that group alone on the faster link and comm
+    // (times grow with a group's contents), so degrees whose bound cannot beat
+    // run_s are not built (planning time only; the result is the same).
+    size_t heaviest = 0;
+    for (size_t k = 1; k < request.sequences.size(); ++k) {
+      if (SequenceWorkS(request.cost, request.sequences[k]) >
+          SequenceWorkS(request.cost, request.sequences[heaviest]))
+        heaviest = k;
+    }
+    const GroupLoad heavy = GroupLoad::Of(request.sequences[heaviest]);
     for (int cp = 1; cp <= request.cluster.num_ranks; ++cp) {
       if (request.cluster.num_ranks % cp != 0) continue;
+      double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
+                                GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
+      if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0) {
+        bound_s = std::min(bound_s, AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
+                                                       std::max(request.cost.bw_intra_node,
+                                                                request.cost.bw_inter_node)));
+      }
+      if (bound_s >= run_s) continue;
       auto mbs = BalancedStaticMicroBatches(request, cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
