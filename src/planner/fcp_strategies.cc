@@ -198,13 +198,11 @@ class FcpStrategy final : public Strategy {
     // ranks: no faster than that group alone on the faster link and comm
     // (times grow with a group's contents), so degrees whose bound cannot beat
     // run_s are not built (planning time only; the result is the same).
-    size_t heaviest = 0;
-    for (size_t k = 1; k < request.sequences.size(); ++k) {
-      if (SequenceWorkS(request.cost, request.sequences[k]) >
-          SequenceWorkS(request.cost, request.sequences[heaviest]))
-        heaviest = k;
-    }
-    const GroupLoad heavy = GroupLoad::Of(request.sequences[heaviest]);
+    const auto heaviest = std::max_element(
+        request.sequences.begin(), request.sequences.end(), [&](const Sequence& a, const Sequence& b) {
+          return SequenceWorkS(request.cost, a) < SequenceWorkS(request.cost, b);
+        });
+    const GroupLoad heavy = GroupLoad::Of(*heaviest);
     for (int cp = 1; cp <= request.cluster.num_ranks; ++cp) {
       if (request.cluster.num_ranks % cp != 0) continue;
       double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
