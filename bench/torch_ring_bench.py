@@ -67,6 +67,8 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, default=3, help="timed steps (median)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    p.add_argument("--kernel", choices=ft.KERNELS, default="auto",
+                   help="fcp.torch block kernel (auto: the fastest PyTorch kernel for the device)")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args(argv)
     if args.heads % args.kv_heads:
@@ -139,11 +141,11 @@ def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
             group = ft.CPGroup(ranks, dist.group.WORLD if world > 1 else None)
             ql, kl, vl = (ft.shard(t, ranks, rank, dim=-2).contiguous() for t in (q, k, v))
             del q, k, v
-            kernel = ft.block_kernel_name(ql)
+            kernel = ft.block_kernel_name(ql, args.kernel)
             def step():
                 a, b, c = (t.detach().requires_grad_() for t in (ql, kl, vl))
                 ft.ring_attention(a, b, c, group, causal=True, seq_len=seq_len,
-                                  rank=rank).sum().backward()
+                                  rank=rank, kernel=args.kernel).sum().backward()
         barrier = dist.barrier if world > 1 else None
         times, cpu = _time_steps(step, args, device, barrier)
         row = {"times": times, "cpu": cpu, "peak_bytes": peak_rss() - base, "kernel": kernel}
@@ -189,13 +191,13 @@ def _cuda_run(args, seq_len, degree, mode):
         step = lambda: _sdpa_step(q, k, v)  # noqa: E731
         kernel = "sdpa"
     else:
-        kernel = ft.block_kernel_name(q)
+        kernel = ft.block_kernel_name(q, args.kernel)
         def step():
             a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
             if degree == 1:
-                out = ft.ring_attention(a, b, c, [0], causal=True, rank=0)
+                out = ft.ring_attention(a, b, c, [0], causal=True, rank=0, kernel=args.kernel)
             else:
-                out = ft.blockwise_attention(a, b, c, degree, causal=True)
+                out = ft.blockwise_attention(a, b, c, degree, causal=True, kernel=args.kernel)
             out.sum().backward()
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -217,7 +219,7 @@ def _check_accuracy(args):
         q.double(), k.double(), v.double(), is_causal=True, enable_gqa=args.heads != args.kv_heads)
     worst = 0.0
     for degree in sorted(set(args.degrees)):
-        out = ft.blockwise_attention(q, k, v, degree, causal=True)
+        out = ft.blockwise_attention(q, k, v, degree, causal=True, kernel=args.kernel)
         worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max()))
     limit = 1e-4 if args.dtype == "fp32" else 2e-2
     print(f"# accuracy: blockwise vs fp64 SDPA, s=1000, degrees {sorted(set(args.degrees))}: "

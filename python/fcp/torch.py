@@ -557,7 +557,11 @@ class _CudaFlashKernel(_Kernel):
 class _CudaEfficientKernel(_Kernel):
     """``aten::_scaled_dot_product_efficient_attention`` (memory-efficient
     attention; fp32 too). Its log-sum-exp may be padded to a multiple of 32
-    rows: trimmed on the way out, padded again for the backward."""
+    rows: trimmed on the way out, padded again for the backward. Its fp16/bf16
+    backward reads the output as (batch, rows, heads, dim) in memory whatever
+    the strides say (measured on an H200, torch 2.11: a (batch, heads, rows,
+    dim)-contiguous output gave wrong dQ/dK and illegal memory accesses), so
+    the output and its gradient are handed over in that layout."""
 
     name = "cuda_efficient"
 
@@ -576,13 +580,71 @@ class _CudaEfficientKernel(_Kernel):
         if rows > lse.shape[-1]:
             lse = torch.nn.functional.pad(lse, (0, rows - lse.shape[-1]))
         seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
+        out, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (out, dout))
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
             dout, q, k, v, None, out,
             lse.contiguous(), seed, offset, 0.0, [True, True, True, False], causal, scale=scale)
         return dq, dk, dv
 
 
-KERNELS = ("auto", "cpu_flash", "cuda_flash", "cuda_efficient", "chunked")
+class _CudnnKernel(_Kernel):
+    """``aten::_scaled_dot_product_cudnn_attention`` (cuDNN's fused flash
+    attention; fp16/bf16). On Hopper it is the fastest of PyTorch's kernels
+    (it is what ``scaled_dot_product_attention`` picks there). Output and
+    output gradient go to the backward in the forward's (batch, rows, heads,
+    dim) memory layout, as for the memory-efficient kernel."""
+
+    name = "cuda_cudnn"
+
+    @staticmethod
+    def available(device, dtype, head_dim) -> bool:
+        return (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+                and head_dim % 8 == 0 and head_dim <= 128
+                and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention")
+                and torch.backends.cudnn.is_available())
+
+    def _forward(self, q, k, v, causal, scale):
+        res = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, 0.0, causal, False, scale=scale)
+        self._aux = (res[2], res[3], res[4], res[5], res[6], res[7])
+        return res[0], res[1].reshape(q.shape[:-1]).float()
+
+    def _backward(self, dout, q, k, v, out, lse, causal, scale):
+        empty = torch.empty(0, device=q.device)
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        cum_q, cum_k, _, _, seed, offset = getattr(self, "_aux", (empty, empty, 0, 0, zero, zero))
+        out, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (out, dout))
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+            dout, q, k, v, out, lse.reshape(*lse.shape, 1).contiguous(), seed, offset, None,
+            cum_q, cum_k, q.shape[-2], k.shape[-2], 0.0, causal, scale=scale)
+        return dq, dk, dv
+
+
+class _CudaBySizeKernel:
+    """``kernel="auto"`` on CUDA for fp16/bf16: cuDNN for blocks of at least
+    ``min_cudnn_rows`` query and key rows, FlashAttention-2 below. Measured on
+    an H200 (bf16, 32/8 heads x 128, fwd+bwd; docs/python.md): cuDNN is 1.7x
+    faster at 32k-row blocks and 1.4x at 4k-row blocks, but 1.4x slower at
+    1k-row blocks, where its per-call overhead dominates. Each call picks by
+    its own block; any kernel's backward is exact given the merged output and
+    log-sum-exp, so forward and backward need not agree."""
+
+    def __init__(self, min_cudnn_rows: int = 2048):
+        self.min_cudnn_rows = min_cudnn_rows
+        self.cudnn, self.flash = _CudnnKernel(), _CudaFlashKernel()
+        self.name = "cudnn+flash"
+
+    def _pick(self, q, k):
+        return self.cudnn if min(q.shape[-2], k.shape[-2]) >= self.min_cudnn_rows else self.flash
+
+    def forward(self, q, k, v, causal, scale):
+        return self._pick(q, k).forward(q, k, v, causal, scale)
+
+    def backward(self, dout, q, k, v, out, lse, causal, scale):
+        return self._pick(q, k).backward(dout, q, k, v, out, lse, causal, scale)
+
+
+KERNELS = ("auto", "cpu_flash", "cuda_cudnn", "cuda_flash", "cuda_efficient", "chunked")
 
 
 class _GuardedKernel:
@@ -627,12 +689,15 @@ def _select_kernel(name, device, dtype, head_dim: int):
     if name == "auto":
         if _CpuFlashKernel.available(device, dtype):
             return _GuardedKernel(_CpuFlashKernel())
+        if (_CudnnKernel.available(device, dtype, head_dim)
+                and _CudaFlashKernel.available(device, dtype, head_dim)):
+            return _GuardedKernel(_CudaBySizeKernel())
         if _CudaFlashKernel.available(device, dtype, head_dim):
             return _GuardedKernel(_CudaFlashKernel())
         if _CudaEfficientKernel.available(device, dtype, head_dim):
             return _GuardedKernel(_CudaEfficientKernel())
         return _ChunkedKernel()
-    return {"cpu_flash": _CpuFlashKernel, "cuda_flash": _CudaFlashKernel,
+    return {"cpu_flash": _CpuFlashKernel, "cuda_cudnn": _CudnnKernel, "cuda_flash": _CudaFlashKernel,
             "cuda_efficient": _CudaEfficientKernel, "chunked": _ChunkedKernel}[name]()
 
 
@@ -932,8 +997,9 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     (exact under zigzag) or full attention. ``seq_len``: the full sequence
     length; when omitted it is summed over the group (one all-reduce on q's
     device). ``kernel``: one of :data:`KERNELS`; ``"auto"`` takes PyTorch's
-    flash kernel on CPU, flash (fp16/bf16) or memory-efficient attention on
-    CUDA, else the chunked fallback. fp16/bf16 inputs are merged and their
+    flash kernel on CPU; on CUDA cuDNN attention for blocks of >= 2,048 rows
+    and flash below (fp16/bf16), memory-efficient attention (fp32); else the
+    chunked fallback. fp16/bf16 inputs are merged and their
     gradients accumulated in fp32.
 
     Returns this rank's shard of the attention output (q's dtype).
