@@ -85,8 +85,28 @@ double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree);
 // Saturates at INT64_MAX/4 for absurd inputs instead of overflowing.
 int64_t MinDegree(const CostModel& cm, const GroupLoad& load);
 
+// Per-rank bandwidth of a Ulysses all-to-all (bytes/s). Every rank sends the
+// same bytes to each of its degree - 1 peers, and the intra- and inter-node
+// links work in parallel, so a rank with `same_node_peers` peers on its node
+// takes max(same / bw_intra_node, (degree - 1 - same) / bw_inter_node) per
+// byte sent to each peer; the group waits for its slowest rank. Bandwidth is
+// (degree - 1) / that time: a group over several nodes beats the inter-node
+// link alone (16 ranks on two 8-rank nodes: 15/8 of it). degree >= 1
+// (1: bw_intra_node). This form: every rank with `same_node_peers`.
+double AllToAllBandwidth(const CostModel& cm, int degree, int same_node_peers);
+// The same for a group placed on `ranks` (node of r = r / R).
+double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
+                                std::span<const int> ranks);
+// The same for the contiguous range [first, first + degree).
+double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster, int first,
+                                int degree);
+// An upper bound over every placement of `degree` ranks (for lower bounds on
+// time): the best bottleneck with up to min(degree, R) - 1 same-node peers.
+double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int degree);
+
 // Ulysses all-to-all group time (DeepSpeed/FlexSP baselines); the derivation is
-// documented in src/cost/alltoall.cc. `shape` supplies head counts.
+// documented in src/cost/alltoall.cc. `shape` supplies head counts;
+// `bw_bytes_per_s` is the group's AllToAllBandwidth*.
 double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
                           const GroupLoad& load, int degree,
                           double bw_bytes_per_s);

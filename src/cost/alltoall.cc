@@ -21,8 +21,9 @@
 // (d-1)/d, so the bytes a rank injects are
 //     rho * alpha3 * (Σ s / d) * (d - 1) / d,
 // i.e. a factor d smaller than ring attention's alpha3 * Σ s * (d-1)/d (which
-// moves every KV block d-1 hops). Time = bytes / v + beta2, with v the same
-// placement-dependent per-rank bandwidth as the ring formula.
+// moves every KV block d-1 hops). Time = bytes / v + beta2, with v the
+// placement's all-to-all bandwidth (AllToAllBandwidth: on- and off-node peers
+// served in parallel, as the simulator does).
 //
 // Unlike ring attention, the all-to-all is a data dependency of the attention
 // kernel (and of the next projection), so it is not overlapped with compute:
@@ -34,25 +35,83 @@
 // shape.kv_heads <= 0) we assume q_heads / kv_heads = 4 (the GQA ratio of
 // qwen3-4b/8b and llama3-8b), i.e. rho = 3.75.
 // Head padding (d not dividing q_heads, or d > q_heads) scales the attention
-// and the all-to-all volume by ceil(q_heads/d)·d/q_heads.
-// Not modelled: K/V head replication when d > kv_heads (extra volume), and
-// all-to-all algorithmic inefficiency beyond beta2.
+// and the query volume by ceil(q_heads/d)·d/q_heads; once d exceeds the K/V
+// heads each rank holds one replicated K/V head, so the K/V volume counts
+// max(1, ceil(kv_heads/d))·d heads. Not modelled: each all-to-all's
+// 1 + log2(d) latencies per layer.
 //
 // Since the presets' alpha3 counts the ring's real traffic (5.25 K/V units:
 // backward moves K, V with fp32 dK, dV, plus the home hop; presets.cc), rho ·
-// alpha3 is 31 % above the bytes derived here. Kept: against the simulator
-// that surplus stands in for what is not modelled (each all-to-all's
-// 1 + log2(d) latencies, K/V replication): the estimate's mean signed error
-// is -0.03 to -1.8 % (qwen3-8b, qwen3-1.7b, llama3.2-1b; both clusters;
-// 4k-128k tokens, d = 2..32 dividing q_heads; max |error| 4.9-22.6 %), against
-// -1.3 to -3.7 % (max 6.8-26.9 %) with rho rescaled to the 5.25 units. With
-// head padding, over d = 2..64 (any d): -2.0 to +0.4 %, max 4.9-22.6 %.
+// alpha3 is 31 % above the bytes derived here; kept, it stands in for the
+// latencies. Against the simulator (src/cost/preset_fidelity_test.cc,
+// AllToAllEstimateTracksTheSimulator: every preset, d = 2..64, chunks of
+// >= 512 tokens, placements aligned and not aligned to nodes) the estimate's
+// mean error is 0.8-4.2 %, max 6.4-19.9 %.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "fcp/cost_model.h"
 
 namespace fcp {
+
+namespace {
+
+// Time per byte a rank sends to each peer when `on_node` of the group's
+// `degree` ranks (itself included) share its node: both links at once.
+double PerPeerByteS(const CostModel& cm, int degree, int64_t on_node) {
+  const double same = static_cast<double>(on_node - 1);
+  return std::max(same / cm.bw_intra_node, (degree - static_cast<double>(on_node)) /
+                                               cm.bw_inter_node);
+}
+
+}  // namespace
+
+double AllToAllBandwidth(const CostModel& cm, int degree, int same_node_peers) {
+  if (degree <= 1) return cm.bw_intra_node;
+  const int on_node = std::clamp(same_node_peers, 0, degree - 1) + 1;
+  return (degree - 1) / PerPeerByteS(cm, degree, on_node);
+}
+
+double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
+                                std::span<const int> ranks) {
+  const int d = static_cast<int>(ranks.size());
+  if (d <= 1) return cm.bw_intra_node;
+  std::vector<int> nodes;
+  nodes.reserve(ranks.size());
+  for (int r : ranks) nodes.push_back(r / cluster.ranks_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  double slowest = 0;  // the group finishes with its slowest rank
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
+    slowest = std::max(slowest, PerPeerByteS(cm, d, static_cast<int64_t>(j - i)));
+    i = j;
+  }
+  return (d - 1) / slowest;
+}
+
+double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster, int first,
+                                int degree) {
+  if (degree <= 1) return cm.bw_intra_node;
+  const int64_t r = cluster.ranks_per_node;
+  const int64_t last = static_cast<int64_t>(first) + degree - 1;
+  if (first / r == last / r) return AllToAllBandwidth(cm, degree, degree - 1);
+  double slowest = std::max(PerPeerByteS(cm, degree, r - first % r),
+                            PerPeerByteS(cm, degree, last % r + 1));
+  if (last / r - first / r >= 2) slowest = std::max(slowest, PerPeerByteS(cm, degree, r));
+  return (degree - 1) / slowest;
+}
+
+double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int degree) {
+  if (degree <= 1) return cm.bw_intra_node;
+  // Every placement has a rank with some count c <= min(d, R) on its node,
+  // and the slowest rank is no faster than it.
+  double fastest = PerPeerByteS(cm, degree, 1);
+  const int64_t most = std::min<int64_t>(degree, cluster.ranks_per_node);
+  for (int64_t c = 2; c <= most; ++c) fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
+  return (degree - 1) / fastest;
+}
 
 double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
                           const GroupLoad& load, int degree,
@@ -73,13 +132,16 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
   const double lin = cm.alpha2 * load.sum_tokens / d;
   const double t_cp = attn + lin + cm.beta1;
   if (degree <= 1) return t_cp;
-  double rho = 3.75;
+  // Volume per token relative to alpha3 with the head counts each rank really
+  // holds: ceil(q/d) query heads and, once d exceeds the K/V heads, one
+  // replicated K/V head (not 1/d of one) per rank.
+  double rho = 3.75 * pad;
   if (shape.q_heads > 0 && shape.kv_heads > 0) {
-    rho = 0.75 * (static_cast<double>(shape.q_heads) + shape.kv_heads) /
-          static_cast<double>(shape.kv_heads);
+    const double kv = shape.kv_heads;
+    const double kv_held = std::max(1.0, std::ceil(kv / d)) * d;
+    rho = 0.75 * (pad * shape.q_heads + kv_held) / kv;
   }
-  const double bytes_per_rank =
-      pad * rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
+  const double bytes_per_rank = rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
   return t_cp + bytes_per_rank / bw_bytes_per_s + cm.beta2;
 }
 

@@ -70,5 +70,58 @@ TEST(PresetFidelityTest, DerivedModelTracksTheSimulatorForEveryPreset) {
   }
 }
 
+// The all-to-all (Ulysses) estimate against the simulator's all-to-all, over
+// degrees 2..64 on contiguous ranks starting on a node boundary and halfway
+// into a node (partial nodes at both ends), single causal sequences and
+// packed groups of 4.
+Error AllToAllError(const ModelPreset& model, const ClusterPreset& cluster) {
+  const CostModel cm = DeriveCostModel(model, cluster);
+  const sim::HardwareModel hw = sim::MakeHardwareModel(model, cluster, 128);
+  const Cluster planner_cluster{128, cluster.ranks_per_node};
+  double sum = 0, worst = 0;
+  int points = 0;
+  for (int64_t len : {4096, 16384, 65536, 131072}) {
+    for (int packed : {1, 4}) {
+      std::vector<Sequence> seqs(packed, Sequence{len / packed, 0.0});
+      GroupLoad load;
+      for (const Sequence& s : seqs) load.Add(s);
+      for (int d : {2, 4, 8, 12, 16, 24, 32, 48, 64}) {
+        if (len / d < 512) continue;  // as above: chunks of >= 512 tokens
+        for (int first : {0, cluster.ranks_per_node / 2}) {
+          std::vector<int> ranks(d);
+          for (int i = 0; i < d; ++i) ranks[i] = first + i;
+          const double est = AllToAllGroupTimeS(
+              cm, model.shape, load, d, AllToAllBandwidthOnRanks(cm, planner_cluster, ranks));
+          const double real = sim::SimulateGroupTimeS(hw, seqs, ranks, CommKind::kAllToAll);
+          const double err = std::abs(est / real - 1);
+          sum += err;
+          worst = std::max(worst, err);
+          ++points;
+        }
+      }
+    }
+  }
+  return {sum / points, worst};
+}
+
+TEST(PresetFidelityTest, AllToAllEstimateTracksTheSimulator) {
+  for (const ClusterPreset& cluster : ClusterPresets()) {
+    for (const ModelPreset& model : ModelPresets()) {
+      if (model.shape.name == "llama3-70b" || model.shape.name == "qwen3-32b") continue;
+      const Error e = AllToAllError(model, cluster);
+      std::printf("# all-to-all %-15s %-16s mean %.2f %% max %.2f %%\n", model.shape.name.c_str(),
+                  cluster.name.c_str(), 100 * e.mean, 100 * e.max);
+      SCOPED_TRACE(model.shape.name + " on " + cluster.name);
+      // Measured: mean 0.8-4.2 %, max 6.4-19.9 % (the largest: 1-3B models'
+      // short per-rank chunks across nodes, where per-layer all-to-all
+      // latencies the formula has no term for dominate). With the inter-node
+      // link alone for any cross-node group and without K/V replication:
+      // mean 3.5 %, max 27.4 % over the same points.
+      EXPECT_LE(e.mean, 0.05);
+      EXPECT_LE(e.max, 0.25);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fcp

@@ -45,9 +45,9 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
       GroupLoad load;
       for (int i : g.sequences) load.Add(request.sequences[i]);
       const double ring = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
-      const double bw = OnOneNode(request.cluster, g.ranks) ? request.cost.bw_intra_node
-                                                            : request.cost.bw_inter_node;
-      const double a2a = AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(), bw);
+      const double a2a =
+          AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(),
+                             AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
       if (a2a < ring * (1 - 1e-12)) {
         g.comm = CommKind::kAllToAll;
         ++switched;
@@ -62,9 +62,8 @@ double PlacedGroupTimeS(const PlanRequest& request, const GroupPlan& g) {
   GroupLoad load;
   for (int i : g.sequences) load.Add(request.sequences[i]);
   if (g.comm == CommKind::kAllToAll && request.model) {
-    const double bw = OnOneNode(request.cluster, g.ranks) ? request.cost.bw_intra_node
-                                                          : request.cost.bw_inter_node;
-    return AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(), bw);
+    return AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(),
+                              AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
   }
   return GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
 }
@@ -208,9 +207,9 @@ class FcpStrategy final : public Strategy {
       double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
                                 GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
       if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0) {
-        bound_s = std::min(bound_s, AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
-                                                       std::max(request.cost.bw_intra_node,
-                                                                request.cost.bw_inter_node)));
+        bound_s = std::min(bound_s,
+                           AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
+                                              AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
       if (bound_s >= run_s) continue;
       auto mbs = BalancedStaticMicroBatches(request, cp, CommKind::kRing);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "fcp/cost_model.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
@@ -253,9 +255,16 @@ TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
           one_node &= r / req.cluster.ranks_per_node == g.ranks[0] / req.cluster.ranks_per_node;
         const Link link = one_node ? Link::kIntraNode : Link::kInterNode;
         const double ring = GroupTimeS(req.cost, load, g.degree(), link);
-        const double a2a = AllToAllGroupTimeS(
-            req.cost, *req.model, load, g.degree(),
-            one_node ? req.cost.bw_intra_node : req.cost.bw_inter_node);
+        // All-to-all bandwidth: the rank with the fewest same-node peers
+        // sends 1/(d-1) of its bytes to each peer over both links at once.
+        std::map<int, int> per_node;
+        for (int r : g.ranks) ++per_node[r / req.cluster.ranks_per_node];
+        int fewest = g.degree();
+        for (const auto& [node, count] : per_node) fewest = std::min(fewest, count);
+        const double same = fewest - 1, other = g.degree() - fewest;
+        const double bw = (g.degree() - 1) /
+                          std::max(same / req.cost.bw_intra_node, other / req.cost.bw_inter_node);
+        const double a2a = AllToAllGroupTimeS(req.cost, *req.model, load, g.degree(), bw);
         if (g.comm == CommKind::kAllToAll) {
           ++switched;
           EXPECT_LT(a2a, ring) << "seed " << seed;

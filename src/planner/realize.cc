@@ -22,14 +22,15 @@ namespace {
 
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
 // all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
-// group costs the smaller of the two: on one node or across nodes...
-double RingOrAllToAllS(const CostModel& cm, const ModelShape* shape, const GroupLoad& load,
-                       int degree, bool one_node) {
-  const double ring =
-      GroupTimeS(cm, load, degree, one_node ? Link::kIntraNode : Link::kInterNode);
+// group costs the smaller of the two on its ranks [first, first + degree)...
+double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
+                       const GroupLoad& load, int first, int degree) {
+  const double ring = GroupTimeS(
+      cm, load, degree,
+      RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode : Link::kInterNode);
   if (!shape || degree < 2) return ring;
   return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
-                                           one_node ? cm.bw_intra_node : cm.bw_inter_node));
+                                           AllToAllBandwidthOnRange(cm, cluster, first, degree)));
 }
 
 // ...and, placement-independent, at its best case (the allocator's T).
@@ -41,6 +42,10 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
     const bool may_be_one_node = !g.inter_node && degree <= cluster.ranks_per_node;
     double t = ring(g, degree);
     if (degree < 2) return t;
+    // Across nodes at the inter-node link alone: the bandwidth of the worst
+    // contiguous placement (a rank alone on its node), so a placed group is
+    // never slower than allocated and allowing all-to-all never makes the
+    // plan worse than rings only (a property test).
     t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_inter_node));
     if (may_be_one_node) {
       t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_intra_node));
@@ -55,8 +60,7 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int
                     const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
                     std::vector<int>& placed) {
   auto placed_time = [&](int p, int first, int degree) {
-    return RingOrAllToAllS(cm, shape, groups[p].load, degree,
-                           RangeOnOneNode(cluster, first, degree));
+    return RingOrAllToAllS(cm, cluster, shape, groups[p].load, first, degree);
   };
   placed = PlaceGroups(degrees, cluster, placed_time);
   double makespan = 0;
@@ -139,7 +143,8 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       for (size_t p = 0; p < groups.size(); ++p) {
         const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
         straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
-        placed_t[p] = RingOrAllToAllS(cm, shape, alloc_groups[p].load, degrees[p], one_node);
+        placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load, first[p],
+                                      degrees[p]);
         if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
       }
       if (!straddles && round > 0) break;
@@ -208,7 +213,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       const GroupLoad& load = alloc_groups[p].load;
       const double ring =
           GroupTimeS(cm, load, degrees[p], one_node ? Link::kIntraNode : Link::kInterNode);
-      if (RingOrAllToAllS(cm, shape, load, degrees[p], one_node) < ring) {
+      if (RingOrAllToAllS(cm, cluster, shape, load, first[p], degrees[p]) < ring) {
         g.comm = CommKind::kAllToAll;
       }
     }

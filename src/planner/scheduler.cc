@@ -26,10 +26,9 @@ GroupLoad LoadOf(const PlanRequest& request, const std::vector<int>& sequences) 
 double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
                         const GroupLoad& load) {
   if (g.comm == CommKind::kAllToAll) {
-    const double bw = OnOneNode(request.cluster, g.ranks) ? request.cost.bw_intra_node
-                                                          : request.cost.bw_inter_node;
     return AllToAllGroupTimeS(request.cost, request.model.value_or(ModelShape{}), load,
-                              g.degree(), bw);
+                              g.degree(),
+                              AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
   }
   return GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
 }
@@ -125,10 +124,9 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
     for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
       best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
       if (all_to_all) {
-        const double bw = d <= cluster.ranks_per_node
-                              ? std::max(cm.bw_intra_node, cm.bw_inter_node)
-                              : cm.bw_inter_node;
-        best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d), bw));
+        best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d),
+                                                 AllToAllBandwidthBound(cm, cluster,
+                                                                        static_cast<int>(d))));
       }
     }
     longest = std::max(longest, best);
