@@ -34,6 +34,7 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3-dev python3-venv
   gnuplot-nox
+  time  # GNU time (/usr/bin/time): peak memory in docs/reliability.md's figure block
 )
 
 packages=("${PLAN_PACKAGES[@]}")

@@ -2,7 +2,9 @@
 # Regenerates every figure in the README and docs/: builds, rewrites results/
 # (the simulated paper evaluation and the "where flexible CP pays" study), then
 # reruns the command of every figure block and writes what it printed.
-#   scripts/figures.sh            # all figures (several minutes on 2 cores)
+#   scripts/figures.sh            # all figures (about 15 minutes on 2 cores: the CPU
+#                                 # profile and the torch CPU benchmark take ~4 min each;
+#                                 # MPI, torch and megatron-core blocks need `make test`'s setup)
 #   scripts/figures.sh --check    # compare instead of write (what `make test` does for the cheap ones)
 set -euo pipefail
 cd "$(dirname "$0")/.."
