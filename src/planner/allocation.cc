@@ -93,15 +93,20 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   int64_t used = 0;
   // Per group: granted ranks and the envelope value T̂ at that grant.
   std::vector<int> granted(k);
-  std::vector<double> envelope(k);
+  std::vector<double> envelope(k), at_min_degree(k);
   using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
   std::priority_queue<Entry> heap;
   for (size_t p = 0; p < k; ++p) {
     granted[p] = static_cast<int>(groups[p].min_degree);
     envelope[p] = time(groups[p], granted[p]);
+    at_min_degree[p] = envelope[p];
     used += granted[p];
     heap.push({envelope[p], -static_cast<int>(p)});
   }
+  // Every grant in order (group, T̂ after it): the canonical degrees are read
+  // from it instead of evaluating T again (CanonicalDegrees).
+  std::vector<Entry> grants;
+  grants.reserve(static_cast<size_t>(std::max<int64_t>(0, num_ranks - used)));
   while (used < num_ranks) {
     const int p = -heap.top().second;
     heap.pop();
@@ -109,9 +114,24 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     ++used;
     envelope[p] = std::min(envelope[p], time(groups[p], granted[p]));
     heap.push({envelope[p], -p});
+    grants.push_back({envelope[p], p});
   }
   result.makespan_s = heap.top().first;
-  result.degrees = CanonicalDegrees(groups, num_ranks, result.makespan_s, time);
+  // Canonical degrees: the first d >= d_min with T(G, d) <= makespan, i.e. the
+  // first d at which the running minimum T̂ is <= makespan (same values, same
+  // exact comparison as CanonicalDegrees). It is at most the granted degree,
+  // whose T̂ is <= the makespan (the heap's maximum).
+  result.degrees.resize(k);
+  std::vector<char> settled(k);
+  for (size_t p = 0; p < k; ++p) {
+    result.degrees[p] = static_cast<int>(groups[p].min_degree);
+    settled[p] = at_min_degree[p] <= result.makespan_s;
+  }
+  for (const auto& [envelope_after, p] : grants) {
+    if (settled[p]) continue;
+    ++result.degrees[p];
+    settled[p] = envelope_after <= result.makespan_s;
+  }
   return result;
 }
 

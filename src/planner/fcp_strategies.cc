@@ -174,7 +174,8 @@ class FcpStrategy final : public Strategy {
     const int switched = UseAllToAllWhereFaster(request, *plan);
     if (switched) plan->notes["all_to_all_groups"] = std::to_string(switched);
     // Degrees that provably cannot beat the plan so far are skipped.
-    if (auto yardstick = BestBalancedStatic(request, plan->est_ms)) {
+    const BalancedStaticBuilder statics(request);
+    if (auto yardstick = statics.Best(plan->est_ms)) {
       plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
                                        FormatMs(yardstick->est_ms) + " ms";
       if (yardstick->est_ms < plan->est_ms * (1 - 1e-12)) {
@@ -213,7 +214,7 @@ class FcpStrategy final : public Strategy {
                                                                 request.cost.bw_inter_node)));
       }
       if (bound_s >= run_s) continue;
-      auto mbs = BalancedStaticMicroBatches(request, cp, CommKind::kRing);
+      auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);

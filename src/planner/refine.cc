@@ -22,10 +22,41 @@ struct DualContext {
   std::vector<int64_t> d_min;   // per member position in `order`
   std::vector<double> t_one;    // T({s}, 1)
   std::vector<double> work;     // alpha1(1+eta)s² + alpha2 s
+  // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
+  // running minimum of those, filled on demand and shared by every TryTau of
+  // the bisection (each call scanned the degrees again).
+  std::vector<std::vector<double>> time_at;
+  std::vector<std::vector<double>> min_up_to;
 };
 
+// The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
+// member at `pos` (the first hit of a scan upward from d_min), or
+// max_degree + 1 when there is none.
+int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit, int max_degree) {
+  const int d_min = static_cast<int>(ctx.d_min[pos]);
+  if (d_min > max_degree) return max_degree + 1;
+  std::vector<double>& times = ctx.time_at[pos];
+  std::vector<double>& mins = ctx.min_up_to[pos];
+  // The running minimum is non-increasing, and it is <= limit exactly from the
+  // first degree whose own time is <= limit on: a binary search finds it.
+  if (!mins.empty() && mins.back() <= limit) {
+    const auto it = std::partition_point(mins.begin(), mins.end(),
+                                         [&](double m) { return m > limit; });
+    const int d = d_min + static_cast<int>(it - mins.begin());
+    return std::min(d, max_degree + 1);
+  }
+  const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
+  for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
+    const double t = GroupTimeBestS(ctx.request.cost, ctx.request.cluster, load, d);
+    times.push_back(t);
+    mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
+    if (t <= limit) return d;
+  }
+  return max_degree + 1;
+}
+
 // Grouping meeting `tau` with at most N ranks, or empty when infeasible.
-std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
+std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
   const CostModel& cm = ctx.request.cost;
   const Cluster& cluster = ctx.request.cluster;
   const auto& seqs = ctx.request.sequences;
@@ -51,11 +82,10 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
       continue;
     }
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
-    int d = static_cast<int>(ctx.d_min[pos]);
-    while (d <= n - ranks && GroupTimeBestS(cm, cluster, load, d) > limit) ++d;
+    const int d = FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
-    long_slack.insert({(limit - GroupTimeBestS(cm, cluster, load, d)) * d,
+    long_slack.insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
                        static_cast<int>(longs.size())});
     longs.push_back({static_cast<int>(groups.size()), d, load});
     groups.push_back({ctx.order[pos]});
@@ -86,9 +116,10 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
       load.Add(s);
       const double t = GroupTimeBestS(cm, cluster, load, l.degree);
       if (t > limit) continue;
-      const int id = it->second;
-      long_slack.erase(it);
-      long_slack.insert({(limit - t) * l.degree, id});
+      // Re-keyed in place (the node is reused: no allocation).
+      auto node = long_slack.extract(it);
+      node.value().first = (limit - t) * l.degree;
+      long_slack.insert(std::move(node));
       l.load = load;
       groups[l.group].push_back(idx);
       absorbed = true;
@@ -104,10 +135,12 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
     auto it = bins.lower_bound({size, -1});
     if (it != bins.end()) {
       const int b = it->second;
-      bins.erase(it);
+      auto node = bins.extract(it);
       bin_time[b] += dt;
       bin_mem[b] += need_mem;
-      bins.insert({std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom), b});
+      node.value().first =
+          std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom);
+      bins.insert(std::move(node));
       groups[b].push_back(idx);
       continue;
     }
@@ -131,7 +164,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request, members, {}, {}, {}};
+  DualContext ctx{request, members, {}, {}, {}, {}, {}};
   const auto& seqs = request.sequences;
   std::vector<double> work_of(seqs.size());
   double total_work = 0;
@@ -148,6 +181,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(work_of[i]);
   }
+  ctx.time_at.resize(ctx.order.size());
+  ctx.min_up_to.resize(ctx.order.size());
   // Lower end: the longest sequence cannot beat its own best degree.
   if (!ctx.order.empty()) {
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
