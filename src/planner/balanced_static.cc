@@ -5,7 +5,6 @@
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <queue>
 
 #include "fcp/cost_model.h"
 #include "planner/microbatch.h"
@@ -13,8 +12,7 @@
 namespace fcp::planner {
 namespace {
 
-using Entry = std::pair<double, int>;  // (work, index), min-heap
-using MinHeap = std::priority_queue<Entry, std::vector<Entry>, std::greater<>>;
+using Entry = std::pair<double, int>;  // (work, index)
 
 }  // namespace
 
@@ -66,14 +64,26 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
   std::vector<std::vector<int>> shares(dp);
   std::vector<double> share_tokens(dp, 0.0);
   {
-    MinHeap heap;
-    for (int j = 0; j < dp; ++j) heap.push({0.0, j});
+    // Min-heap of (load, replica), the lightest on top; (load, index) pairs are
+    // unique, so any heap picks the same replica. The top is re-keyed in place
+    // and sifted down (one pass instead of a pop and a push per sequence).
+    std::vector<Entry> heap(dp);
+    for (int j = 0; j < dp; ++j) heap[j] = {0.0, j};  // sorted: already a heap
     for (int i : order_) {
-      const auto [load, j] = heap.top();
-      heap.pop();
+      const int j = heap[0].second;
       shares[j].push_back(i);
       share_tokens[j] += tokens_[i];
-      heap.push({load + work_[i], j});
+      const Entry moved{heap[0].first + work_[i], j};
+      size_t at = 0;
+      for (;;) {
+        size_t child = 2 * at + 1;
+        if (child >= heap.size()) break;
+        if (child + 1 < heap.size() && heap[child + 1] < heap[child]) ++child;
+        if (!(heap[child] < moved)) break;
+        heap[at] = heap[child];
+        at = child;
+      }
+      heap[at] = moved;
     }
   }
   // One micro-batch count for every replica: the largest any replica needs.
