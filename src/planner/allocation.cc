@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <limits>
-#include <queue>
+#include <functional>
 
 #include "fcp/check.h"
+#include "planner/heap.h"
 
 namespace fcp::planner {
 namespace {
@@ -95,28 +96,29 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   std::vector<int> granted(k);
   std::vector<double> envelope(k), at_min_degree(k);
   using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
-  std::priority_queue<Entry> heap;
+  std::vector<Entry> heap(k);
   for (size_t p = 0; p < k; ++p) {
     granted[p] = static_cast<int>(groups[p].min_degree);
     envelope[p] = time(groups[p], granted[p]);
     at_min_degree[p] = envelope[p];
     used += granted[p];
-    heap.push({envelope[p], -static_cast<int>(p)});
+    heap[p] = {envelope[p], -static_cast<int>(p)};
   }
+  std::make_heap(heap.begin(), heap.end());
   // Every grant in order (group, T̂ after it): the canonical degrees are read
   // from it instead of evaluating T again (CanonicalDegrees).
   std::vector<Entry> grants;
   grants.reserve(static_cast<size_t>(std::max<int64_t>(0, num_ranks - used)));
   while (used < num_ranks) {
-    const int p = -heap.top().second;
-    heap.pop();
+    // The bottleneck gets the rank; its T̂ can only fall, so it sinks in place.
+    const int p = -heap.front().second;
     ++granted[p];
     ++used;
     envelope[p] = std::min(envelope[p], time(groups[p], granted[p]));
-    heap.push({envelope[p], -p});
+    ReplaceHeapTop(heap, Entry{envelope[p], -p}, std::less<>());
     grants.push_back({envelope[p], p});
   }
-  result.makespan_s = heap.top().first;
+  result.makespan_s = heap.front().first;
   // Canonical degrees: the first d >= d_min with T(G, d) <= makespan, i.e. the
   // first d at which the running minimum T̂ is <= makespan (same values, same
   // exact comparison as CanonicalDegrees). It is at most the granted degree,

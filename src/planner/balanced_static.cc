@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "fcp/cost_model.h"
+#include "planner/heap.h"
 #include "planner/microbatch.h"
 
 namespace fcp::planner {
@@ -64,26 +65,15 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
   std::vector<std::vector<int>> shares(dp);
   std::vector<double> share_tokens(dp, 0.0);
   {
-    // Min-heap of (load, replica), the lightest on top; (load, index) pairs are
-    // unique, so any heap picks the same replica. The top is re-keyed in place
-    // and sifted down (one pass instead of a pop and a push per sequence).
+    // Min-heap of (load, replica), the lightest on top; (load, replica) pairs
+    // are distinct, so this picks the replica a priority queue would.
     std::vector<Entry> heap(dp);
-    for (int j = 0; j < dp; ++j) heap[j] = {0.0, j};  // sorted: already a heap
+    for (int j = 0; j < dp; ++j) heap[j] = {0.0, j};  // ascending: already a min-heap
     for (int i : order_) {
       const int j = heap[0].second;
       shares[j].push_back(i);
       share_tokens[j] += tokens_[i];
-      const Entry moved{heap[0].first + work_[i], j};
-      size_t at = 0;
-      for (;;) {
-        size_t child = 2 * at + 1;
-        if (child >= heap.size()) break;
-        if (child + 1 < heap.size() && heap[child + 1] < heap[child]) ++child;
-        if (!(heap[child] < moved)) break;
-        heap[at] = heap[child];
-        at = child;
-      }
-      heap[at] = moved;
+      ReplaceHeapTop(heap, Entry{heap[0].first + work_[i], j}, std::greater<>());
     }
   }
   // One micro-batch count for every replica: the largest any replica needs.
@@ -120,7 +110,6 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
     for (size_t m = 0; m < packed.size(); ++m) {
       auto& members = packed[by_work[m]];
       if (members.empty()) continue;
-      std::sort(members.begin(), members.end());
       GroupPlan g;
       g.ranks.resize(cp);
       std::iota(g.ranks.begin(), g.ranks.end(), j * cp);
@@ -128,6 +117,20 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
       g.comm = comm;
       mbs[m].groups.push_back(std::move(g));
     }
+  }
+  // Each group's sequences ascending: every sequence is in exactly one group,
+  // so one pass over the indices replaces a sort per group.
+  std::vector<std::pair<int, int>> slot(request.sequences.size(), {-1, -1});
+  for (size_t m = 0; m < mbs.size(); ++m) {
+    for (size_t q = 0; q < mbs[m].groups.size(); ++q) {
+      std::vector<int>& members = mbs[m].groups[q].sequences;
+      for (int i : members) slot[i] = {static_cast<int>(m), static_cast<int>(q)};
+      members.clear();
+    }
+  }
+  for (size_t i = 0; i < slot.size(); ++i) {
+    const auto [m, q] = slot[i];
+    if (m >= 0) mbs[m].groups[q].sequences.push_back(static_cast<int>(i));
   }
   std::erase_if(mbs, [](const MicroBatchPlan& mb) { return mb.groups.empty(); });
   return mbs;

@@ -104,8 +104,10 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     bool absorbed = false;
     int tries_long = 0;
     const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
-    for (auto it = long_slack.lower_bound({linear_s, -1}); it != long_slack.end() && tries_long < 8;
-         ++it) {
+    // lower_bound finds nothing when even the largest slack is below linear_s.
+    const bool may_fit_long = !long_slack.empty() && long_slack.rbegin()->first >= linear_s;
+    for (auto it = may_fit_long ? long_slack.lower_bound({linear_s, -1}) : long_slack.end();
+         it != long_slack.end() && tries_long < 8; ++it) {
       Long& l = longs[it->second];
       ++tries_long;
       if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
