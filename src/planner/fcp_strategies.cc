@@ -123,10 +123,15 @@ class FcpPaperStrategy final : public Strategy {
     PlanRequest request = given;
     request.cost = PaperTerms(given.cost);
     Plan plan;
-    const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster);
+    std::vector<std::vector<std::vector<int>>> split_bfd;
+    const auto mbs =
+        SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
     bool used_fast = false;
-    for (const auto& members : mbs) {
-      const auto groups = BestFitDecreasing(request.sequences, members, request.cost);
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      // The split's feasibility check already grouped each micro-batch by BFD.
+      const auto groups = split_bfd.size() == mbs.size()
+                              ? std::move(split_bfd[m])
+                              : BestFitDecreasing(request.sequences, mbs[m], request.cost);
       const double n = request.cluster.num_ranks;
       const bool dp = static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
       used_fast |= !dp;
@@ -153,8 +158,10 @@ class FcpStrategy final : public Strategy {
     // (BFD fragments memory; the dual grouping may pack it tighter), and one
     // with an extra micro-batch, which gives memory-bound batches room to
     // balance time. The lowest total wins.
-    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster);
-    std::optional<Plan> plan = PlanSplit(request, split);
+    std::vector<std::vector<std::vector<int>>> split_bfd;
+    const auto split =
+        SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
+    std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
     const int count = static_cast<int>(split.size());
     const int fewest = MinMicroBatches(request.sequences, request.cost, request.cluster);
@@ -240,14 +247,20 @@ class FcpStrategy final : public Strategy {
  private:
   // Plans each micro-batch of `split`; est_ms holds the sum of placed makespans (ms).
   // nullopt when some micro-batch has no grouping that fits N ranks.
-  static std::optional<Plan> PlanSplit(const PlanRequest& request,
-                                       const std::vector<std::vector<int>>& split) {
+  // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
+  // of each (computed by the split's feasibility check; BFD is deterministic).
+  static std::optional<Plan> PlanSplit(
+      const PlanRequest& request, const std::vector<std::vector<int>>& split,
+      const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr) {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
-    for (const auto& members : split) {
+    const bool have_bfd = split_bfd && split_bfd->size() == split.size();
+    for (size_t m = 0; m < split.size(); ++m) {
+      const std::vector<int>& members = split[m];
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
       // never worse than fcp-paper on the same micro-batch split).
-      auto bfd_groups = BestFitDecreasing(request.sequences, members, request.cost);
+      auto bfd_groups = have_bfd ? (*split_bfd)[m]
+                                 : BestFitDecreasing(request.sequences, members, request.cost);
       auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast, kTopologyAware);
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {

@@ -49,10 +49,10 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
   return bins;
 }
 
-std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
-                                                    const CostModel& cm,
-                                                    const Cluster& cluster, int count,
-                                                    bool check_bfd) {
+std::vector<std::vector<int>> SplitIntoMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
+    bool check_bfd, std::vector<std::vector<std::vector<int>>>* bfd_groups) {
+  if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
   std::vector<int> order(k);
   std::iota(order.begin(), order.end(), 0);
@@ -69,20 +69,33 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>&
   std::vector<std::vector<int>> mbs = LptPack(order, work, need, capacity, count);
   if (mbs.empty()) return {};
   // Stage-1 feasibility of every micro-batch.
-  for (auto& mb : mbs) {
+  std::vector<std::vector<std::vector<int>>> bfd(check_bfd ? mbs.size() : 0);
+  for (size_t m = 0; m < mbs.size(); ++m) {
+    auto& mb = mbs[m];
     if (mb.empty()) return {};
     std::sort(mb.begin(), mb.end());
     if (!check_bfd) continue;
     int64_t ranks = 0;
-    for (const auto& bin : BestFitDecreasing(seqs, mb, cm)) {
+    bfd[m] = BestFitDecreasing(seqs, mb, cm);
+    for (const auto& bin : bfd[m]) {
       GroupLoad load;
       for (int i : bin) load.Add(seqs[i]);
       ranks += MinDegree(cm, load);
       if (ranks > cluster.num_ranks) return {};
     }
   }
-  std::sort(mbs.begin(), mbs.end());
-  return mbs;
+  // Micro-batches in order (they are disjoint, so the order is strict), each
+  // BFD grouping moving with its micro-batch.
+  std::vector<int> by_members(mbs.size());
+  std::iota(by_members.begin(), by_members.end(), 0);
+  std::sort(by_members.begin(), by_members.end(), [&](int a, int b) { return mbs[a] < mbs[b]; });
+  std::vector<std::vector<int>> sorted(mbs.size());
+  for (size_t m = 0; m < mbs.size(); ++m) sorted[m] = std::move(mbs[by_members[m]]);
+  if (bfd_groups && check_bfd) {
+    bfd_groups->resize(mbs.size());
+    for (size_t m = 0; m < mbs.size(); ++m) (*bfd_groups)[m] = std::move(bfd[by_members[m]]);
+  }
+  return sorted;
 }
 
 int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
@@ -95,9 +108,10 @@ int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
                                      static_cast<double>(seqs.size())));
 }
 
-std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
-                                                const CostModel& cm,
-                                                const Cluster& cluster) {
+std::vector<std::vector<int>> SplitMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups) {
+  if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
   int count = MinMicroBatches(seqs, cm, cluster);
   // A few exact steps, then geometric growth; count == K (one sequence per
@@ -112,7 +126,7 @@ std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seq
       for (int i = 0; i < k; ++i) single[i] = {i};
       return single;
     }
-    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count);
+    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups);
     if (!mbs.empty()) return mbs;
     count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
   }

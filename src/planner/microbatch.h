@@ -16,18 +16,20 @@ double SequenceWorkS(const CostModel& cm, const Sequence& s);
 // Precondition: every sequence fits alone on N ranks (d_min(s) <= N).
 // Returns micro-batches of sequence indices (each sorted ascending), ordered
 // by their first index.
-std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
-                                                const CostModel& cm,
-                                                const Cluster& cluster);
+// `bfd_groups`, when given, receives the BestFitDecreasing grouping of each
+// returned micro-batch where the split computed it for its feasibility check
+// (same order as the result), or is left empty.
+std::vector<std::vector<int>> SplitMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr);
 
 // Same, with a fixed number of micro-batches (LPT by work, memory-aware);
 // returns an empty vector when that count is not feasible: some micro-batch
 // exceeds N ranks' memory or, with `check_bfd`, its BFD grouping needs more
 // than N ranks.
-std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
-                                                    const CostModel& cm,
-                                                    const Cluster& cluster,
-                                                    int count, bool check_bfd = true);
+std::vector<std::vector<int>> SplitIntoMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
+    bool check_bfd = true, std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr);
 
 // Longest-processing-time packing with a capacity: each index of `order`
 // (heaviest first) goes to the least-loaded of `count` bins (load = Σ work)
