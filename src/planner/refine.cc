@@ -64,7 +64,6 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
   const double limit = tau * (1 + kRelTol);
   const double headroom = cm.mem_capacity - cm.mem_static;
 
-  std::vector<std::vector<int>> groups;
   struct Long {
     int group;
     int degree;
@@ -75,7 +74,13 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
   // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
   std::set<std::pair<double, int>> long_slack;
   int64_t ranks = 0;
+  // The group of each member position; the groups' lists are built once at
+  // the end (most calls of the bisection fail, and growing hundreds of lists
+  // one index at a time dominated the allocation).
+  std::vector<int> group_of(ctx.order.size(), -1);
+  int num_groups = 0;
   std::vector<size_t> shorts;
+  shorts.reserve(ctx.order.size());
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
     if (ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit) {
       shorts.push_back(pos);
@@ -87,13 +92,13 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     ranks += d;
     long_slack.insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
                        static_cast<int>(longs.size())});
-    longs.push_back({static_cast<int>(groups.size()), d, load});
-    groups.push_back({ctx.order[pos]});
+    longs.push_back({num_groups, d, load});
+    group_of[pos] = num_groups++;
   }
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
   // time and memory each bin uses.
   std::set<std::pair<double, int>> bins;
-  std::vector<double> bin_mem(groups.size(), 0.0), bin_time(groups.size(), 0.0);
+  std::vector<double> bin_mem(num_groups, 0.0), bin_time(num_groups, 0.0);
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
@@ -123,7 +128,7 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
       node.value().first = (limit - t) * l.degree;
       long_slack.insert(std::move(node));
       l.load = load;
-      groups[l.group].push_back(idx);
+      group_of[pos] = l.group;
       absorbed = true;
       break;
     }
@@ -143,20 +148,30 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
       node.value().first =
           std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom);
       bins.insert(std::move(node));
-      groups[b].push_back(idx);
+      group_of[pos] = b;
       continue;
     }
     // 3) A new single-rank bin.
     if (ranks + 1 > n) return {};
     ++ranks;
-    groups.push_back({idx});
-    bin_mem.resize(groups.size(), 0.0);
-    bin_time.resize(groups.size(), 0.0);
-    bin_mem.back() = need_mem;
-    bin_time.back() = ctx.t_one[pos];
+    group_of[pos] = num_groups++;
+    bin_mem.push_back(need_mem);
+    bin_time.push_back(ctx.t_one[pos]);
     bins.insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
-                 static_cast<int>(groups.size()) - 1});
+                 num_groups - 1});
   }
+  // Each group lists its members in the order they joined: the long
+  // sequences (by position), then the short ones (by position).
+  std::vector<int> sizes(num_groups, 0);
+  for (int g : group_of) ++sizes[g];
+  std::vector<std::vector<int>> groups(num_groups);
+  for (int g = 0; g < num_groups; ++g) groups[g].reserve(sizes[g]);
+  for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
+    if (!(ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit)) {
+      groups[group_of[pos]].push_back(ctx.order[pos]);
+    }
+  }
+  for (size_t pos : shorts) groups[group_of[pos]].push_back(ctx.order[pos]);
   return groups;
 }
 
