@@ -68,12 +68,23 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
   for (int i = 0; i < k; ++i) need[i] = cm.mem_per_token * static_cast<double>(seqs[i].length_tokens);
   std::vector<std::vector<int>> mbs = LptPack(order, work, need, capacity, count);
   if (mbs.empty()) return {};
+  // Each micro-batch's members ascending: every sequence is in exactly one,
+  // so one pass over the indices replaces a sort per micro-batch.
+  {
+    std::vector<int> mb_of(k, -1);
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      for (int i : mbs[m]) mb_of[i] = static_cast<int>(m);
+      mbs[m].clear();
+    }
+    for (int i = 0; i < k; ++i) {
+      if (mb_of[i] >= 0) mbs[mb_of[i]].push_back(i);
+    }
+  }
   // Stage-1 feasibility of every micro-batch.
   std::vector<std::vector<std::vector<int>>> bfd(check_bfd ? mbs.size() : 0);
   for (size_t m = 0; m < mbs.size(); ++m) {
     auto& mb = mbs[m];
     if (mb.empty()) return {};
-    std::sort(mb.begin(), mb.end());
     if (!check_bfd) continue;
     int64_t ranks = 0;
     bfd[m] = BestFitDecreasing(seqs, mb, cm);
