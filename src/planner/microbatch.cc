@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <queue>
+#include <functional>
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
 #include "planner/bfd.h"
+#include "planner/heap.h"
 
 namespace fcp::planner {
 
@@ -22,29 +23,46 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       int count) {
   std::vector<std::vector<int>> bins(count);
   std::vector<double> used(count, 0.0);
-  using Entry = std::pair<double, int>;  // (work, bin), min-heap
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (int m = 0; m < count; ++m) heap.push({0.0, m});
+  using Entry = std::pair<double, int>;  // (work, bin): a min-heap, distinct keys
+  const std::greater<> heap_less;        // std heap order with the least on top
+  std::vector<Entry> heap(count);
+  for (int m = 0; m < count; ++m) heap[m] = {0.0, m};  // ascending: already a heap
   std::vector<Entry> skipped;
   for (int idx : order) {
+    const Entry top = heap.front();
+    if (used[top.second] + size[idx] <= capacity || bins[top.second].empty()) {
+      // The least-loaded bin takes it (the common case): its load grows, so
+      // it sinks in place.
+      bins[top.second].push_back(idx);
+      used[top.second] += size[idx];
+      ReplaceHeapTop(heap, Entry{top.first + work[idx], top.second}, heap_less);
+      continue;
+    }
+    // Otherwise the least-loaded bin with room, as a priority queue finds it:
+    // pop until one fits, then put the others back.
     skipped.clear();
     int chosen = -1;
     double chosen_work = 0;
     while (!heap.empty()) {
-      const Entry top = heap.top();
-      heap.pop();
-      if (used[top.second] + size[idx] <= capacity || bins[top.second].empty()) {
-        chosen = top.second;
-        chosen_work = top.first;
+      std::pop_heap(heap.begin(), heap.end(), heap_less);
+      const Entry e = heap.back();
+      heap.pop_back();
+      if (used[e.second] + size[idx] <= capacity || bins[e.second].empty()) {
+        chosen = e.second;
+        chosen_work = e.first;
         break;
       }
-      skipped.push_back(top);
+      skipped.push_back(e);
     }
-    for (const Entry& e : skipped) heap.push(e);
+    for (const Entry& e : skipped) {
+      heap.push_back(e);
+      std::push_heap(heap.begin(), heap.end(), heap_less);
+    }
     if (chosen < 0) return {};
     bins[chosen].push_back(idx);
     used[chosen] += size[idx];
-    heap.push({chosen_work + work[idx], chosen});
+    heap.push_back({chosen_work + work[idx], chosen});
+    std::push_heap(heap.begin(), heap.end(), heap_less);
   }
   return bins;
 }
