@@ -92,31 +92,39 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   const size_t k = groups.size();
   if (k == 0) return result;
   int64_t used = 0;
-  // Per group: granted ranks and the envelope value T̂ at that grant.
-  std::vector<int> granted(k);
-  std::vector<double> envelope(k), at_min_degree(k);
+  // Per group: granted ranks, the envelope value T̂ at that grant, and T at
+  // d_min (one allocation for all of it: this runs ~100 times per plan).
+  struct State {
+    int granted;
+    bool settled;
+    double envelope;
+    double at_min_degree;
+  };
+  std::vector<State> state(k);
   using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
   std::vector<Entry> heap(k);
   for (size_t p = 0; p < k; ++p) {
-    granted[p] = static_cast<int>(groups[p].min_degree);
-    envelope[p] = time(groups[p], granted[p]);
-    at_min_degree[p] = envelope[p];
-    used += granted[p];
-    heap[p] = {envelope[p], -static_cast<int>(p)};
+    State& g = state[p];
+    g.granted = static_cast<int>(groups[p].min_degree);
+    g.envelope = time(groups[p], g.granted);
+    g.at_min_degree = g.envelope;
+    used += g.granted;
+    heap[p] = {g.envelope, -static_cast<int>(p)};
   }
   std::make_heap(heap.begin(), heap.end());
-  // Every grant in order (group, T̂ after it): the canonical degrees are read
+  // Every grant in order (T̂ after it, group): the canonical degrees are read
   // from it instead of evaluating T again (CanonicalDegrees).
   std::vector<Entry> grants;
   grants.reserve(static_cast<size_t>(std::max<int64_t>(0, num_ranks - used)));
   while (used < num_ranks) {
     // The bottleneck gets the rank; its T̂ can only fall, so it sinks in place.
     const int p = -heap.front().second;
-    ++granted[p];
+    State& g = state[p];
+    ++g.granted;
     ++used;
-    envelope[p] = std::min(envelope[p], time(groups[p], granted[p]));
-    ReplaceHeapTop(heap, Entry{envelope[p], -p}, std::less<>());
-    grants.push_back({envelope[p], p});
+    g.envelope = std::min(g.envelope, time(groups[p], g.granted));
+    ReplaceHeapTop(heap, Entry{g.envelope, -p}, std::less<>());
+    grants.push_back({g.envelope, p});
   }
   result.makespan_s = heap.front().first;
   // Canonical degrees: the first d >= d_min with T(G, d) <= makespan, i.e. the
@@ -124,15 +132,14 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   // exact comparison as CanonicalDegrees). It is at most the granted degree,
   // whose T̂ is <= the makespan (the heap's maximum).
   result.degrees.resize(k);
-  std::vector<char> settled(k);
   for (size_t p = 0; p < k; ++p) {
     result.degrees[p] = static_cast<int>(groups[p].min_degree);
-    settled[p] = at_min_degree[p] <= result.makespan_s;
+    state[p].settled = state[p].at_min_degree <= result.makespan_s;
   }
   for (const auto& [envelope_after, p] : grants) {
-    if (settled[p]) continue;
+    if (state[p].settled) continue;
     ++result.degrees[p];
-    settled[p] = envelope_after <= result.makespan_s;
+    state[p].settled = envelope_after <= result.makespan_s;
   }
   return result;
 }

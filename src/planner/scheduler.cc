@@ -50,12 +50,13 @@ void ValidateRequest(const PlanRequest& request) {
   }
   for (size_t i = 0; i < request.sequences.size(); ++i) {
     const Sequence& s = request.sequences[i];
-    const std::string field = "sequences[" + std::to_string(i) + "]";
+    // The field name is built only for an error (this loop runs on every plan).
+    auto field = [i] { return "sequences[" + std::to_string(i) + "]"; };
     if (s.length_tokens < 1 || s.length_tokens > kMaxLength) {
-      throw InputError(field + ".length", "must be in [1, 2^40]");
+      throw InputError(field() + ".length", "must be in [1, 2^40]");
     }
     if (!std::isfinite(s.eta) || s.eta < 0 || s.eta > 1) {
-      throw InputError(field + ".eta", "must be in [0, 1]");
+      throw InputError(field() + ".eta", "must be in [0, 1]");
     }
   }
   // Numeric range (issue 8): per-rank memory is reported as int64 bytes, and
