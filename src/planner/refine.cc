@@ -246,6 +246,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();
   int trials = 0;
+  std::vector<AllocGroup> trial;  // one buffer for every trial's groups
   while (trials < max_trials) {
     // Bottleneck: the group at the makespan (first on ties).
     int b = 0;
@@ -282,7 +283,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     for (int target : targets) {
       if (target < 0 || trials >= max_trials) continue;
       ++trials;
-      std::vector<AllocGroup> trial = alloc_groups;
+      trial.assign(alloc_groups.begin(), alloc_groups.end());
       for (int i : groups[b]) trial[target].load.Add(seqs[i]);
       trial[target].min_degree = MinDegree(cm, trial[target].load);
       trial.erase(trial.begin() + b);
@@ -298,7 +299,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       for (int target : targets) {
         if (trials >= max_trials) break;
         ++trials;
-        std::vector<AllocGroup> trial = alloc_groups;
+        trial.assign(alloc_groups.begin(), alloc_groups.end());
         trial[b].load.Remove(seqs[mover]);
         trial[b].min_degree = MinDegree(cm, trial[b].load);
         if (target < 0) {
