@@ -17,24 +17,24 @@ using Entry = std::pair<double, int>;  // (work, index)
 
 }  // namespace
 
-BalancedStaticBuilder::BalancedStaticBuilder(const PlanRequest& request) : request_(request) {
+BalancedStaticBuilder::BalancedStaticBuilder(const PlanRequest& request,
+                                             const WorkOrder* work_order)
+    : request_(request) {
   const auto& seqs = request.sequences;
-  order_.resize(seqs.size());
-  work_.resize(seqs.size());
-  tokens_.resize(seqs.size());
-  std::iota(order_.begin(), order_.end(), 0);
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    work_[i] = SequenceWorkS(request.cost, seqs[i]);
-    tokens_[i] = static_cast<double>(seqs[i].length_tokens);
+  if (work_order) {
+    order_ = work_order->order;
+    work_ = work_order->work;
+  } else {
+    WorkOrder w = MakeWorkOrder(seqs, request.cost);
+    order_ = std::move(w.order);
+    work_ = std::move(w.work);
   }
+  tokens_.resize(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) tokens_[i] = static_cast<double>(seqs[i].length_tokens);
   // d_min grows with length: the longest sequence decides.
   int64_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.length_tokens);
   max_min_degree_ = MinDegree(request.cost, GroupLoad::Of({longest, 0.0}));
-  std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
-    if (work_[a] != work_[b]) return work_[a] > work_[b];
-    return seqs[a].length_tokens > seqs[b].length_tokens;
-  });
 }
 
 // The fewest micro-batches (>= `at_least`) into which LPT packs `share`.

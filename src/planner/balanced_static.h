@@ -18,6 +18,7 @@
 
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "planner/microbatch.h"
 
 namespace fcp::planner {
 
@@ -52,7 +53,9 @@ std::optional<BalancedStatic> BestBalancedStatic(
 // reference to `request`, which must outlive it.
 class BalancedStaticBuilder {
  public:
-  explicit BalancedStaticBuilder(const PlanRequest& request);
+  // `work_order`, when given, is MakeWorkOrder(request.sequences, request.cost).
+  explicit BalancedStaticBuilder(const PlanRequest& request,
+                                 const WorkOrder* work_order = nullptr);
   // BalancedStaticMicroBatches(request, cp, comm).
   std::optional<std::vector<MicroBatchPlan>> MicroBatches(int cp, CommKind comm) const;
   // BestBalancedStatic(request, below_ms).

@@ -158,17 +158,19 @@ class FcpStrategy final : public Strategy {
     // (BFD fragments memory; the dual grouping may pack it tighter), and one
     // with an extra micro-batch, which gives memory-bound batches room to
     // balance time. The lowest total wins.
+    const WorkOrder work_order = MakeWorkOrder(request.sequences, request.cost);
     std::vector<std::vector<std::vector<int>>> split_bfd;
-    const auto split =
-        SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
+    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster,
+                                         &split_bfd, &work_order);
     std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
     const int count = static_cast<int>(split.size());
     const int fewest = MinMicroBatches(request.sequences, request.cost, request.cluster);
     const int num_seqs = static_cast<int>(request.sequences.size());
     auto try_count = [&](int c) {
-      const auto alt_split = SplitIntoMicroBatches(request.sequences, request.cost,
-                                                   request.cluster, c, /*check_bfd=*/false);
+      const auto alt_split =
+          SplitIntoMicroBatches(request.sequences, request.cost, request.cluster, c,
+                                /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
       if (alt_split.empty()) return;
       std::optional<Plan> alt = PlanSplit(request, alt_split);
       if (alt && alt->est_ms < plan->est_ms * (1 - 1e-12)) plan = std::move(alt);
@@ -181,7 +183,7 @@ class FcpStrategy final : public Strategy {
     const int switched = UseAllToAllWhereFaster(request, *plan);
     if (switched) plan->notes["all_to_all_groups"] = std::to_string(switched);
     // Degrees that provably cannot beat the plan so far are skipped.
-    const BalancedStaticBuilder statics(request);
+    const BalancedStaticBuilder statics(request, &work_order);
     if (auto yardstick = statics.Best(plan->est_ms)) {
       plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
                                        FormatMs(yardstick->est_ms) + " ms";

@@ -67,19 +67,33 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
   return bins;
 }
 
-std::vector<std::vector<int>> SplitIntoMicroBatches(
-    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
-    bool check_bfd, std::vector<std::vector<std::vector<int>>>* bfd_groups) {
-  if (bfd_groups) bfd_groups->clear();
+WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm) {
   const int k = static_cast<int>(seqs.size());
-  std::vector<int> order(k);
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<double> work(k);
-  for (int i = 0; i < k; ++i) work[i] = SequenceWorkS(cm, seqs[i]);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (work[a] != work[b]) return work[a] > work[b];
+  WorkOrder w;
+  w.order.resize(k);
+  std::iota(w.order.begin(), w.order.end(), 0);
+  w.work.resize(k);
+  for (int i = 0; i < k; ++i) w.work[i] = SequenceWorkS(cm, seqs[i]);
+  std::stable_sort(w.order.begin(), w.order.end(), [&](int a, int b) {
+    if (w.work[a] != w.work[b]) return w.work[a] > w.work[b];
     return seqs[a].length_tokens > seqs[b].length_tokens;
   });
+  return w;
+}
+
+std::vector<std::vector<int>> SplitIntoMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
+    bool check_bfd, std::vector<std::vector<std::vector<int>>>* bfd_groups,
+    const WorkOrder* work_order) {
+  if (bfd_groups) bfd_groups->clear();
+  const int k = static_cast<int>(seqs.size());
+  WorkOrder own;
+  if (!work_order) {
+    own = MakeWorkOrder(seqs, cm);
+    work_order = &own;
+  }
+  const std::vector<int>& order = work_order->order;
+  const std::vector<double>& work = work_order->work;
   const double capacity =
       static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
   std::vector<double> need(k);
@@ -139,7 +153,7 @@ int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
 
 std::vector<std::vector<int>> SplitMicroBatches(
     const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
-    std::vector<std::vector<std::vector<int>>>* bfd_groups) {
+    std::vector<std::vector<std::vector<int>>>* bfd_groups, const WorkOrder* work_order) {
   if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
   int count = MinMicroBatches(seqs, cm, cluster);
@@ -155,7 +169,8 @@ std::vector<std::vector<int>> SplitMicroBatches(
       for (int i = 0; i < k; ++i) single[i] = {i};
       return single;
     }
-    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups);
+    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups,
+                                     work_order);
     if (!mbs.empty()) return mbs;
     count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
   }
