@@ -2,6 +2,7 @@
 // arguments: thread-safe. Times in seconds, memory in bytes, lengths in tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -54,11 +55,13 @@ struct GroupTimeParts {
   double comm_s = 0;
   double total_s = 0;
 };
-GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
-                               Link link);
+// Defined inline (below): the planner evaluates it hundreds of thousands of
+// times per plan.
+inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+                                      Link link);
 
 // T(G, d) over `link` (s). degree >= 1.
-double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link);
+inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link);
 
 // True if every rank of `ranks` is on one node (node of r = r / R).
 bool OnOneNode(const Cluster& cluster, std::span<const int> ranks);
@@ -72,8 +75,8 @@ double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
 
 // Best-case T(G, d) regardless of placement: the faster link when d <= R could
 // fit in one node, else inter (s). Used for lower bounds and planning estimates.
-double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
-                      const GroupLoad& load, int degree);
+inline double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
+                             const GroupLoad& load, int degree);
 
 // mem(G, d) per rank (bytes).
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree);
@@ -110,5 +113,42 @@ double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int d
 double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
                           const GroupLoad& load, int degree,
                           double bw_bytes_per_s);
+
+// ---- inline definitions (the formula, docs/design.md §2) ----
+
+inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+                                      Link link) {
+  const double d = degree;
+  const bool intra = link == Link::kIntraNode;
+  const double bw = intra ? cm.bw_intra_node : cm.bw_inter_node;
+  const double gamma = intra ? cm.gamma_intra : cm.gamma_inter;
+  GroupTimeParts p;
+  p.attn_s = cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens);
+  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
+  p.comm_s = degree == 1 ? 0.0
+                         : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw + cm.beta2 +
+                               (d - 1) * gamma;
+  p.total_s = p.compute_s + p.comm_s - std::min(p.attn_s, p.comm_s);
+  return p;
+}
+
+inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link) {
+  return GroupTimePartsS(cm, load, degree, link).total_s;
+}
+
+inline double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
+                             const GroupLoad& load, int degree) {
+  if (degree > cluster.ranks_per_node) return GroupTimeS(cm, load, degree, Link::kInterNode);
+  // T is monotone in the bandwidth's inverse and in gamma: a link that is no
+  // slower on both counts is the best case without computing the other.
+  if (cm.bw_intra_node >= cm.bw_inter_node && cm.gamma_intra <= cm.gamma_inter) {
+    return GroupTimeS(cm, load, degree, Link::kIntraNode);
+  }
+  if (cm.bw_inter_node >= cm.bw_intra_node && cm.gamma_inter <= cm.gamma_intra) {
+    return GroupTimeS(cm, load, degree, Link::kInterNode);
+  }
+  return std::min(GroupTimeS(cm, load, degree, Link::kInterNode),
+                  GroupTimeS(cm, load, degree, Link::kIntraNode));
+}
 
 }  // namespace fcp

@@ -48,26 +48,6 @@ void CheckCostModel(const CostModel& cm) {
   if (auto err = ValidateCostModel(cm)) throw InputError::FromMessage(*err);
 }
 
-GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
-                               Link link) {
-  const double d = degree;
-  const bool intra = link == Link::kIntraNode;
-  const double bw = intra ? cm.bw_intra_node : cm.bw_inter_node;
-  const double gamma = intra ? cm.gamma_intra : cm.gamma_inter;
-  GroupTimeParts p;
-  p.attn_s = cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens);
-  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
-  p.comm_s = degree == 1 ? 0.0
-                         : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw + cm.beta2 +
-                               (d - 1) * gamma;
-  p.total_s = p.compute_s + p.comm_s - std::min(p.attn_s, p.comm_s);
-  return p;
-}
-
-double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link) {
-  return GroupTimePartsS(cm, load, degree, link).total_s;
-}
-
 bool RangeOnOneNode(const Cluster& cluster, int first, int degree) {
   const int64_t r = cluster.ranks_per_node;
   return first / r == (static_cast<int64_t>(first) + degree - 1) / r;
@@ -86,21 +66,6 @@ double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
                          const GroupLoad& load, std::span<const int> ranks) {
   return GroupTimeS(cm, load, static_cast<int>(ranks.size()),
                     OnOneNode(cluster, ranks) ? Link::kIntraNode : Link::kInterNode);
-}
-
-double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
-                      const GroupLoad& load, int degree) {
-  if (degree > cluster.ranks_per_node) return GroupTimeS(cm, load, degree, Link::kInterNode);
-  // T is monotone in the bandwidth's inverse and in gamma: a link that is no
-  // slower on both counts is the best case without computing the other.
-  if (cm.bw_intra_node >= cm.bw_inter_node && cm.gamma_intra <= cm.gamma_inter) {
-    return GroupTimeS(cm, load, degree, Link::kIntraNode);
-  }
-  if (cm.bw_inter_node >= cm.bw_intra_node && cm.gamma_inter <= cm.gamma_intra) {
-    return GroupTimeS(cm, load, degree, Link::kInterNode);
-  }
-  return std::min(GroupTimeS(cm, load, degree, Link::kInterNode),
-                  GroupTimeS(cm, load, degree, Link::kIntraNode));
 }
 
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree) {

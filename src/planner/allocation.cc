@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <limits>
-#include <queue>
+#include <functional>
 
 #include "fcp/check.h"
+#include "planner/heap.h"
 
 namespace fcp::planner {
 namespace {
@@ -91,27 +92,55 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   const size_t k = groups.size();
   if (k == 0) return result;
   int64_t used = 0;
-  // Per group: granted ranks and the envelope value T̂ at that grant.
-  std::vector<int> granted(k);
-  std::vector<double> envelope(k);
+  // Per group: granted ranks, the envelope value T̂ at that grant, and T at
+  // d_min (one allocation for all of it: this runs ~100 times per plan).
+  struct State {
+    int granted;
+    bool settled;
+    double envelope;
+    double at_min_degree;
+  };
+  std::vector<State> state(k);
   using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
-  std::priority_queue<Entry> heap;
+  std::vector<Entry> heap(k);
   for (size_t p = 0; p < k; ++p) {
-    granted[p] = static_cast<int>(groups[p].min_degree);
-    envelope[p] = time(groups[p], granted[p]);
-    used += granted[p];
-    heap.push({envelope[p], -static_cast<int>(p)});
+    State& g = state[p];
+    g.granted = static_cast<int>(groups[p].min_degree);
+    g.envelope = time(groups[p], g.granted);
+    g.at_min_degree = g.envelope;
+    used += g.granted;
+    heap[p] = {g.envelope, -static_cast<int>(p)};
   }
+  std::make_heap(heap.begin(), heap.end());
+  // Every grant in order (T̂ after it, group): the canonical degrees are read
+  // from it instead of evaluating T again (CanonicalDegrees).
+  std::vector<Entry> grants;
+  grants.reserve(static_cast<size_t>(std::max<int64_t>(0, num_ranks - used)));
   while (used < num_ranks) {
-    const int p = -heap.top().second;
-    heap.pop();
-    ++granted[p];
+    // The bottleneck gets the rank; its T̂ can only fall, so it sinks in place.
+    const int p = -heap.front().second;
+    State& g = state[p];
+    ++g.granted;
     ++used;
-    envelope[p] = std::min(envelope[p], time(groups[p], granted[p]));
-    heap.push({envelope[p], -p});
+    g.envelope = std::min(g.envelope, time(groups[p], g.granted));
+    ReplaceHeapTop(heap, Entry{g.envelope, -p}, std::less<>());
+    grants.push_back({g.envelope, p});
   }
-  result.makespan_s = heap.top().first;
-  result.degrees = CanonicalDegrees(groups, num_ranks, result.makespan_s, time);
+  result.makespan_s = heap.front().first;
+  // Canonical degrees: the first d >= d_min with T(G, d) <= makespan, i.e. the
+  // first d at which the running minimum T̂ is <= makespan (same values, same
+  // exact comparison as CanonicalDegrees). It is at most the granted degree,
+  // whose T̂ is <= the makespan (the heap's maximum).
+  result.degrees.resize(k);
+  for (size_t p = 0; p < k; ++p) {
+    result.degrees[p] = static_cast<int>(groups[p].min_degree);
+    state[p].settled = state[p].at_min_degree <= result.makespan_s;
+  }
+  for (const auto& [envelope_after, p] : grants) {
+    if (state[p].settled) continue;
+    ++result.degrees[p];
+    state[p].settled = envelope_after <= result.makespan_s;
+  }
   return result;
 }
 

@@ -18,6 +18,7 @@
 
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "planner/microbatch.h"
 
 namespace fcp::planner {
 
@@ -45,5 +46,31 @@ struct BalancedStatic {
 std::optional<BalancedStatic> BestBalancedStatic(
     const PlanRequest& request,
     double below_ms = std::numeric_limits<double>::infinity());
+
+// The same plans for many degrees of one request: the per-sequence work, the
+// LPT order and the memory-bound smallest degree are computed once (fcp
+// builds every divisor of N; these were O(K log K) per degree). Keeps a
+// reference to `request`, which must outlive it.
+class BalancedStaticBuilder {
+ public:
+  // `work_order`, when given, is MakeWorkOrder(request.sequences, request.cost).
+  explicit BalancedStaticBuilder(const PlanRequest& request,
+                                 const WorkOrder* work_order = nullptr);
+  // BalancedStaticMicroBatches(request, cp, comm).
+  std::optional<std::vector<MicroBatchPlan>> MicroBatches(int cp, CommKind comm) const;
+  // BestBalancedStatic(request, below_ms).
+  std::optional<BalancedStatic> Best(
+      double below_ms = std::numeric_limits<double>::infinity()) const;
+
+ private:
+  std::vector<std::vector<int>> PackFewest(const std::vector<int>& share, int at_least,
+                                           double cap_tokens) const;
+
+  const PlanRequest& request_;
+  std::vector<int> order_;      // sequences by work, descending (ties: longer, then index)
+  std::vector<double> work_;    // SequenceWorkS per sequence (s)
+  std::vector<double> tokens_;  // length per sequence (tokens)
+  int64_t max_min_degree_ = 1;  // max_k d_min({s_k}): the smallest usable cp
+};
 
 }  // namespace fcp::planner

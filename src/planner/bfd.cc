@@ -22,10 +22,11 @@ std::vector<std::vector<int>> BestFitDecreasing(const std::vector<Sequence>& seq
     const double need = cm.mem_per_token * static_cast<double>(seqs[idx].length_tokens);
     auto it = open.lower_bound({need, -1});
     if (it != open.end()) {
-      const auto [remaining, bin] = *it;
-      open.erase(it);
-      bins[bin].push_back(idx);
-      open.insert({remaining - need, bin});
+      // Re-keyed in place (the node is reused: no allocation).
+      auto node = open.extract(it);
+      bins[node.value().second].push_back(idx);
+      node.value().first -= need;
+      open.insert(std::move(node));
       continue;
     }
     const int64_t d_min = MinDegree(cm, GroupLoad::Of(seqs[idx]));

@@ -122,10 +122,15 @@ class FcpPaperStrategy final : public Strategy {
     PlanRequest request = given;
     request.cost = PaperTerms(given.cost);
     Plan plan;
-    const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster);
+    std::vector<std::vector<std::vector<int>>> split_bfd;
+    const auto mbs =
+        SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
     bool used_fast = false;
-    for (const auto& members : mbs) {
-      const auto groups = BestFitDecreasing(request.sequences, members, request.cost);
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      // The split's feasibility check already grouped each micro-batch by BFD.
+      const auto groups = split_bfd.size() == mbs.size()
+                              ? std::move(split_bfd[m])
+                              : BestFitDecreasing(request.sequences, mbs[m], request.cost);
       const double n = request.cluster.num_ranks;
       const bool dp = static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
       used_fast |= !dp;
@@ -152,15 +157,19 @@ class FcpStrategy final : public Strategy {
     // (BFD fragments memory; the dual grouping may pack it tighter), and one
     // with an extra micro-batch, which gives memory-bound batches room to
     // balance time. The lowest total wins.
-    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster);
-    std::optional<Plan> plan = PlanSplit(request, split);
+    const WorkOrder work_order = MakeWorkOrder(request.sequences, request.cost);
+    std::vector<std::vector<std::vector<int>>> split_bfd;
+    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster,
+                                         &split_bfd, &work_order);
+    std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
     const int count = static_cast<int>(split.size());
     const int fewest = MinMicroBatches(request.sequences, request.cost, request.cluster);
     const int num_seqs = static_cast<int>(request.sequences.size());
     auto try_count = [&](int c) {
-      const auto alt_split = SplitIntoMicroBatches(request.sequences, request.cost,
-                                                   request.cluster, c, /*check_bfd=*/false);
+      const auto alt_split =
+          SplitIntoMicroBatches(request.sequences, request.cost, request.cluster, c,
+                                /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
       if (alt_split.empty()) return;
       std::optional<Plan> alt = PlanSplit(request, alt_split);
       if (alt && alt->est_ms < plan->est_ms * (1 - 1e-12)) plan = std::move(alt);
@@ -173,7 +182,8 @@ class FcpStrategy final : public Strategy {
     const int switched = UseAllToAllWhereFaster(request, *plan);
     if (switched) plan->notes["all_to_all_groups"] = std::to_string(switched);
     // Degrees that provably cannot beat the plan so far are skipped.
-    if (auto yardstick = BestBalancedStatic(request, plan->est_ms)) {
+    const BalancedStaticBuilder statics(request, &work_order);
+    if (auto yardstick = statics.Best(plan->est_ms)) {
       plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
                                        FormatMs(yardstick->est_ms) + " ms";
       if (yardstick->est_ms < plan->est_ms * (1 - 1e-12)) {
@@ -212,7 +222,7 @@ class FcpStrategy final : public Strategy {
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
       if (bound_s >= run_s) continue;
-      auto mbs = BalancedStaticMicroBatches(request, cp, CommKind::kRing);
+      auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
@@ -238,14 +248,20 @@ class FcpStrategy final : public Strategy {
  private:
   // Plans each micro-batch of `split`; est_ms holds the sum of placed makespans (ms).
   // nullopt when some micro-batch has no grouping that fits N ranks.
-  static std::optional<Plan> PlanSplit(const PlanRequest& request,
-                                       const std::vector<std::vector<int>>& split) {
+  // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
+  // of each (computed by the split's feasibility check; BFD is deterministic).
+  static std::optional<Plan> PlanSplit(
+      const PlanRequest& request, const std::vector<std::vector<int>>& split,
+      const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr) {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
-    for (const auto& members : split) {
+    const bool have_bfd = split_bfd && split_bfd->size() == split.size();
+    for (size_t m = 0; m < split.size(); ++m) {
+      const std::vector<int>& members = split[m];
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
       // never worse than fcp-paper on the same micro-batch split).
-      auto bfd_groups = BestFitDecreasing(request.sequences, members, request.cost);
+      auto bfd_groups = have_bfd ? (*split_bfd)[m]
+                                 : BestFitDecreasing(request.sequences, members, request.cost);
       auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast, kTopologyAware);
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {

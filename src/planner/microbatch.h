@@ -13,21 +13,35 @@ namespace fcp::planner {
 // Work of one sequence in rank-seconds: alpha1·(1+eta)·s² + alpha2·s.
 double SequenceWorkS(const CostModel& cm, const Sequence& s);
 
+// Every sequence's work (SequenceWorkS) and the LPT order: indices by work
+// descending, then length descending, then index. Computed once per request
+// and shared by the micro-batch splits and the balanced static plans.
+struct WorkOrder {
+  std::vector<double> work;
+  std::vector<int> order;
+};
+WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm);
+
 // Precondition: every sequence fits alone on N ranks (d_min(s) <= N).
 // Returns micro-batches of sequence indices (each sorted ascending), ordered
 // by their first index.
-std::vector<std::vector<int>> SplitMicroBatches(const std::vector<Sequence>& seqs,
-                                                const CostModel& cm,
-                                                const Cluster& cluster);
+// `work_order`, when given, is MakeWorkOrder(seqs, cm) (saves the sort).
+// `bfd_groups`, when given, receives the BestFitDecreasing grouping of each
+// returned micro-batch where the split computed it for its feasibility check
+// (same order as the result), or is left empty.
+std::vector<std::vector<int>> SplitMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr,
+    const WorkOrder* work_order = nullptr);
 
 // Same, with a fixed number of micro-batches (LPT by work, memory-aware);
 // returns an empty vector when that count is not feasible: some micro-batch
 // exceeds N ranks' memory or, with `check_bfd`, its BFD grouping needs more
 // than N ranks.
-std::vector<std::vector<int>> SplitIntoMicroBatches(const std::vector<Sequence>& seqs,
-                                                    const CostModel& cm,
-                                                    const Cluster& cluster,
-                                                    int count, bool check_bfd = true);
+std::vector<std::vector<int>> SplitIntoMicroBatches(
+    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
+    bool check_bfd = true, std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr,
+    const WorkOrder* work_order = nullptr);
 
 // Longest-processing-time packing with a capacity: each index of `order`
 // (heaviest first) goes to the least-loaded of `count` bins (load = Σ work)

@@ -22,10 +22,41 @@ struct DualContext {
   std::vector<int64_t> d_min;   // per member position in `order`
   std::vector<double> t_one;    // T({s}, 1)
   std::vector<double> work;     // alpha1(1+eta)s² + alpha2 s
+  // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
+  // running minimum of those, filled on demand and shared by every TryTau of
+  // the bisection (each call scanned the degrees again).
+  std::vector<std::vector<double>> time_at;
+  std::vector<std::vector<double>> min_up_to;
 };
 
+// The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
+// member at `pos` (the first hit of a scan upward from d_min), or
+// max_degree + 1 when there is none.
+int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit, int max_degree) {
+  const int d_min = static_cast<int>(ctx.d_min[pos]);
+  if (d_min > max_degree) return max_degree + 1;
+  std::vector<double>& times = ctx.time_at[pos];
+  std::vector<double>& mins = ctx.min_up_to[pos];
+  // The running minimum is non-increasing, and it is <= limit exactly from the
+  // first degree whose own time is <= limit on: a binary search finds it.
+  if (!mins.empty() && mins.back() <= limit) {
+    const auto it = std::partition_point(mins.begin(), mins.end(),
+                                         [&](double m) { return m > limit; });
+    const int d = d_min + static_cast<int>(it - mins.begin());
+    return std::min(d, max_degree + 1);
+  }
+  const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
+  for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
+    const double t = GroupTimeBestS(ctx.request.cost, ctx.request.cluster, load, d);
+    times.push_back(t);
+    mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
+    if (t <= limit) return d;
+  }
+  return max_degree + 1;
+}
+
 // Grouping meeting `tau` with at most N ranks, or empty when infeasible.
-std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
+std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
   const CostModel& cm = ctx.request.cost;
   const Cluster& cluster = ctx.request.cluster;
   const auto& seqs = ctx.request.sequences;
@@ -33,7 +64,6 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
   const double limit = tau * (1 + kRelTol);
   const double headroom = cm.mem_capacity - cm.mem_static;
 
-  std::vector<std::vector<int>> groups;
   struct Long {
     int group;
     int degree;
@@ -44,26 +74,31 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
   // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
   std::set<std::pair<double, int>> long_slack;
   int64_t ranks = 0;
+  // The group of each member position; the groups' lists are built once at
+  // the end (most calls of the bisection fail, and growing hundreds of lists
+  // one index at a time dominated the allocation).
+  std::vector<int> group_of(ctx.order.size(), -1);
+  int num_groups = 0;
   std::vector<size_t> shorts;
+  shorts.reserve(ctx.order.size());
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
     if (ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit) {
       shorts.push_back(pos);
       continue;
     }
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
-    int d = static_cast<int>(ctx.d_min[pos]);
-    while (d <= n - ranks && GroupTimeBestS(cm, cluster, load, d) > limit) ++d;
+    const int d = FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
-    long_slack.insert({(limit - GroupTimeBestS(cm, cluster, load, d)) * d,
+    long_slack.insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
                        static_cast<int>(longs.size())});
-    longs.push_back({static_cast<int>(groups.size()), d, load});
-    groups.push_back({ctx.order[pos]});
+    longs.push_back({num_groups, d, load});
+    group_of[pos] = num_groups++;
   }
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
   // time and memory each bin uses.
   std::set<std::pair<double, int>> bins;
-  std::vector<double> bin_mem(groups.size(), 0.0), bin_time(groups.size(), 0.0);
+  std::vector<double> bin_mem(num_groups, 0.0), bin_time(num_groups, 0.0);
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
@@ -74,8 +109,10 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
     bool absorbed = false;
     int tries_long = 0;
     const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
-    for (auto it = long_slack.lower_bound({linear_s, -1}); it != long_slack.end() && tries_long < 8;
-         ++it) {
+    // lower_bound finds nothing when even the largest slack is below linear_s.
+    const bool may_fit_long = !long_slack.empty() && long_slack.rbegin()->first >= linear_s;
+    for (auto it = may_fit_long ? long_slack.lower_bound({linear_s, -1}) : long_slack.end();
+         it != long_slack.end() && tries_long < 8; ++it) {
       Long& l = longs[it->second];
       ++tries_long;
       if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
@@ -86,11 +123,12 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
       load.Add(s);
       const double t = GroupTimeBestS(cm, cluster, load, l.degree);
       if (t > limit) continue;
-      const int id = it->second;
-      long_slack.erase(it);
-      long_slack.insert({(limit - t) * l.degree, id});
+      // Re-keyed in place (the node is reused: no allocation).
+      auto node = long_slack.extract(it);
+      node.value().first = (limit - t) * l.degree;
+      long_slack.insert(std::move(node));
       l.load = load;
-      groups[l.group].push_back(idx);
+      group_of[pos] = l.group;
       absorbed = true;
       break;
     }
@@ -104,24 +142,36 @@ std::vector<std::vector<int>> TryTau(const DualContext& ctx, double tau) {
     auto it = bins.lower_bound({size, -1});
     if (it != bins.end()) {
       const int b = it->second;
-      bins.erase(it);
+      auto node = bins.extract(it);
       bin_time[b] += dt;
       bin_mem[b] += need_mem;
-      bins.insert({std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom), b});
-      groups[b].push_back(idx);
+      node.value().first =
+          std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom);
+      bins.insert(std::move(node));
+      group_of[pos] = b;
       continue;
     }
     // 3) A new single-rank bin.
     if (ranks + 1 > n) return {};
     ++ranks;
-    groups.push_back({idx});
-    bin_mem.resize(groups.size(), 0.0);
-    bin_time.resize(groups.size(), 0.0);
-    bin_mem.back() = need_mem;
-    bin_time.back() = ctx.t_one[pos];
+    group_of[pos] = num_groups++;
+    bin_mem.push_back(need_mem);
+    bin_time.push_back(ctx.t_one[pos]);
     bins.insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
-                 static_cast<int>(groups.size()) - 1});
+                 num_groups - 1});
   }
+  // Each group lists its members in the order they joined: the long
+  // sequences (by position), then the short ones (by position).
+  std::vector<int> sizes(num_groups, 0);
+  for (int g : group_of) ++sizes[g];
+  std::vector<std::vector<int>> groups(num_groups);
+  for (int g = 0; g < num_groups; ++g) groups[g].reserve(sizes[g]);
+  for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
+    if (!(ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit)) {
+      groups[group_of[pos]].push_back(ctx.order[pos]);
+    }
+  }
+  for (size_t pos : shorts) groups[group_of[pos]].push_back(ctx.order[pos]);
   return groups;
 }
 
@@ -131,7 +181,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request, members, {}, {}, {}};
+  DualContext ctx{request, members, {}, {}, {}, {}, {}};
   const auto& seqs = request.sequences;
   std::vector<double> work_of(seqs.size());
   double total_work = 0;
@@ -148,6 +198,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(work_of[i]);
   }
+  ctx.time_at.resize(ctx.order.size());
+  ctx.min_up_to.resize(ctx.order.size());
   // Lower end: the longest sequence cannot beat its own best degree.
   if (!ctx.order.empty()) {
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
@@ -194,6 +246,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();
   int trials = 0;
+  std::vector<AllocGroup> trial;  // one buffer for every trial's groups
   while (trials < max_trials) {
     // Bottleneck: the group at the makespan (first on ties).
     int b = 0;
@@ -230,7 +283,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     for (int target : targets) {
       if (target < 0 || trials >= max_trials) continue;
       ++trials;
-      std::vector<AllocGroup> trial = alloc_groups;
+      trial.assign(alloc_groups.begin(), alloc_groups.end());
       for (int i : groups[b]) trial[target].load.Add(seqs[i]);
       trial[target].min_degree = MinDegree(cm, trial[target].load);
       trial.erase(trial.begin() + b);
@@ -246,7 +299,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       for (int target : targets) {
         if (trials >= max_trials) break;
         ++trials;
-        std::vector<AllocGroup> trial = alloc_groups;
+        trial.assign(alloc_groups.begin(), alloc_groups.end());
         trial[b].load.Remove(seqs[mover]);
         trial[b].min_degree = MinDegree(cm, trial[b].load);
         if (target < 0) {

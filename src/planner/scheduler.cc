@@ -49,12 +49,13 @@ void ValidateRequest(const PlanRequest& request) {
   }
   for (size_t i = 0; i < request.sequences.size(); ++i) {
     const Sequence& s = request.sequences[i];
-    const std::string field = "sequences[" + std::to_string(i) + "]";
+    // The field name is built only for an error (this loop runs on every plan).
+    auto field = [i] { return "sequences[" + std::to_string(i) + "]"; };
     if (s.length_tokens < 1 || s.length_tokens > kMaxLength) {
-      throw InputError(field + ".length", "must be in [1, 2^40]");
+      throw InputError(field() + ".length", "must be in [1, 2^40]");
     }
     if (!std::isfinite(s.eta) || s.eta < 0 || s.eta > 1) {
-      throw InputError(field + ".eta", "must be in [0, 1]");
+      throw InputError(field() + ".eta", "must be in [0, 1]");
     }
   }
   // Numeric range (issue 8): per-rank memory is reported as int64 bytes, and
@@ -94,22 +95,40 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   // Every sequence's compute must run somewhere; the overlap term and the
   // communication are >= 0, and every micro-batch pays beta1 at least once.
   double work = 0;
-  std::vector<int> order(request.sequences.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    const GroupLoad load = GroupLoad::Of(request.sequences[i]);
+  for (const Sequence& seq : request.sequences) {
+    const GroupLoad load = GroupLoad::Of(seq);
     work += cm.alpha1 * load.sum_attn + cm.alpha2 * load.sum_tokens;
-    order[i] = static_cast<int>(i);
   }
   // T is monotone in a group's contents, so no group holding sequence k beats
   // f(k) = min_d T({k}, d). f grows with length and with eta, so scanning by
   // length descending, a sequence whose eta does not exceed that of one
   // already scanned (which is at least as long) cannot raise the maximum.
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
+  auto scans_before = [&](int a, int b) {
     const auto& x = request.sequences[a];
     const auto& y = request.sequences[b];
     if (x.length_tokens != y.length_tokens) return x.length_tokens > y.length_tokens;
     return x.eta != y.eta ? x.eta > y.eta : a < b;
-  });
+  };
+  // The scan's first sequence (longest, then highest eta) skips every later
+  // one with no higher eta once it is scanned, i.e. when it fits N ranks; only
+  // the others need sorting (all of them when it does not fit).
+  std::vector<int> order;
+  int first = 0;
+  for (int i = 1; i < static_cast<int>(request.sequences.size()); ++i) {
+    if (scans_before(i, first)) first = i;
+  }
+  if (request.sequences.empty()) {
+    // nothing to scan
+  } else if (MinDegree(cm, GroupLoad::Of(request.sequences[first])) <= cluster.num_ranks) {
+    order.push_back(first);
+    for (int i = 0; i < static_cast<int>(request.sequences.size()); ++i) {
+      if (request.sequences[i].eta > request.sequences[first].eta) order.push_back(i);
+    }
+  } else {
+    order.resize(request.sequences.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  }
+  std::sort(order.begin(), order.end(), scans_before);
   double longest = 0;
   double max_eta_scanned = -1;
   for (int i : order) {
