@@ -656,9 +656,11 @@ std::vector<int> SortedLongestFirst(const PlanRequest& request) {
 // One wall-clock deadline for the whole planning call.
 class Deadline {
  public:
+  // Limits beyond 10^9 s (any finite value is valid input) are capped there,
+  // so that the time point cannot overflow.
   Deadline(Clock::time_point start, double limit_s)
       : end_(start + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(limit_s))) {}
+                         std::chrono::duration<double>(std::min(limit_s, 1e9)))) {}
   double LeftS() const { return std::chrono::duration<double>(end_ - Clock::now()).count(); }
 
  private:
