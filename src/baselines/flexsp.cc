@@ -865,7 +865,10 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       }
     }
   }
-  if (milps_cut && deadline_note == "not reached") {
+  // A MILP stopped at its share of the deadline counts too.
+  const bool milp_limited = statuses.find("time_limit") != std::string::npos ||
+                            statuses.find("stopped") != std::string::npos;
+  if ((milps_cut || milp_limited) && deadline_note == "not reached") {
     deadline_note = "reached during the MILPs: see milp_status";
   }
   Option* best = &opts.front();
