@@ -32,7 +32,9 @@ int RunEvalGap(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-ranks", options.max_ranks, "N per instance is in [1, this] (<= 32)")
       ->capture_default_str();
-  app.add_option("--time-limit", options.time_limit_s, "MILP time limit per plan, seconds")
+  app.add_option("--time-limit", options.time_limit_s,
+                 "flexsp: wall-clock limit of each planning call, seconds; other strategies "
+                 "ignore it")
       ->capture_default_str();
   app.add_option("--strategies", strategies,
                  "comma-separated strategies (default: every registered one but optimal)");

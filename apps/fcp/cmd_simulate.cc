@@ -63,7 +63,9 @@ int RunSimulate(int argc, char** argv) {
   app.add_option("--noise", cfg.noise_rel, "simulator noise sigma (0 = none)")
       ->capture_default_str();
   AddDealingOption(app, cfg.dealing);
-  app.add_option("--time-limit", cfg.time_limit_s, "MILP strategies' time limit, seconds")
+  app.add_option("--time-limit", cfg.time_limit_s,
+                 "flexsp: wall-clock limit of each planning call, seconds; other strategies "
+                 "ignore it")
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");

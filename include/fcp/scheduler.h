@@ -14,7 +14,9 @@
 // Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,9 +41,13 @@ enum class Dealing { kBalanced, kLoader };
 struct PlanOptions {
   std::string strategy = "fcp";  // see StrategyNames()
   int cp_degree = 0;             // megatron/deepspeed: fixed degree; 0 = tune
-  double time_limit_s = 10.0;    // MILP-based strategies (flexsp, optimal)
+  double time_limit_s = 10.0;    // flexsp: wall-clock limit of the whole planning call
   uint64_t seed = 0;             // strategies with randomness
   Dealing dealing = Dealing::kBalanced;  // megatron/deepspeed: see Dealing
+  // When the planning call began (MakePlan sets it when it starts planning,
+  // unless the caller did), so that a time-limited strategy's deadline covers
+  // the whole call; unset: the strategy counts from its own start.
+  std::optional<std::chrono::steady_clock::time_point> started;
 };
 
 // A scheduling strategy. Implementations fill micro_batches (ranks, sequences,

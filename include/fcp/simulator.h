@@ -277,7 +277,7 @@ struct ExperimentConfig {
   std::vector<std::string> strategies = {"fcp", "fcp-paper", "megatron", "deepspeed"};
   bool vision_frozen = false;      // MLLMs: frozen vision encoder
   double noise_rel = 0;            // simulator noise (SimOptions::noise_rel)
-  double time_limit_s = 10;        // PlanOptions::time_limit_s (MILP strategies)
+  double time_limit_s = 10;        // PlanOptions::time_limit_s (flexsp)
   Dealing dealing = Dealing::kBalanced;  // PlanOptions::dealing (static baselines)
   std::optional<CostModel> cost_model;  // planner coefficients; default derived
   // Static strategies (megatron, deepspeed): 0 = tune the degree on the warmup

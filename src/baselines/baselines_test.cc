@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <set>
@@ -434,6 +435,112 @@ TEST(FlexSp, DeadlineSkipsMilpsAndIsDeterministic) {
       }
     }
     EXPECT_EQ(a.notes, b.notes);
+  }
+}
+
+// When the deadline leaves no time to search for the fewest micro-batch count
+// (here: none at all), flexsp's plan is its labelled fallback: the batch
+// sorted longest first (ties: lower index first) cut into consecutive chunks,
+// each grown while its next-fit packing fits on N ranks. Checked against that
+// rule restated here (sort, next-fit) on random instances, several with many
+// equal lengths, which exercises the radix sort's tie order.
+TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
+  std::vector<PlanRequest> instances = RuleInstances(12, 60);
+  // Batches of 20-40 sequences that need several micro-batches: lengths of
+  // 1.5 ranks' memory (a 2-rank group) and of 0.3-0.7 ranks' memory, with
+  // many equal lengths, so that chunk boundaries fall inside runs of ties
+  // (which checks the sort's tie order).
+  std::mt19937_64 rng(13);
+  for (int i = 0; i < 40; ++i) {
+    PlanRequest req = instances[i];
+    const CostModel& cm = req.cost;
+    const double headroom = (cm.mem_capacity - cm.mem_static) / cm.mem_per_token;
+    const double shares[] = {1.5, 1.5, 0.7, 0.3};
+    req.sequences.resize(20 + rng() % 21);
+    for (Sequence& s : req.sequences) {
+      s.length_tokens = std::max<int64_t>(1, static_cast<int64_t>(shares[rng() % (i % 2 ? 4 : 1)] *
+                                                                   headroom));
+      s.eta = 0;
+    }
+    instances.push_back(req);
+  }
+  int checked = 0, many_chunks = 0;
+  for (const PlanRequest& req : instances) {
+    std::string violation;
+    const Plan p = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9}, &violation);
+    if (p.status != PlanStatus::kOk) continue;
+    ++checked;
+    EXPECT_EQ(violation, "");
+    const int k = static_cast<int>(req.sequences.size());
+    if (p.notes.at("deadline").rfind("reached while searching", 0) != 0) {
+      // Nothing to search: the token bound already forces one sequence per
+      // micro-batch.
+      EXPECT_EQ(p.micro_batches.size(), static_cast<size_t>(k)) << p.notes.at("deadline");
+      continue;
+    }
+    std::vector<int> order(k);
+    for (int j = 0; j < k; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
+    });
+    // Next-fit chunks of `order`, restated.
+    const CostModel& cm = req.cost;
+    const double headroom = (cm.mem_capacity - cm.mem_static) / cm.mem_per_token * (1 - 1e-9);
+    std::vector<std::vector<int>> chunks(1);
+    int64_t used = 0;
+    double open = -1;
+    for (int seq : order) {
+      const int64_t cp = baselines::DcpDegree(cm, req.sequences[seq].length_tokens);
+      const double len = static_cast<double>(req.sequences[seq].length_tokens);
+      auto add = [&] {
+        if (cp > 1) used += cp;
+        else if (open >= 0 && open + len <= headroom) open += len;
+        else ++used, open = len;
+        return used <= req.cluster.num_ranks;
+      };
+      if (!add()) {
+        chunks.emplace_back();
+        used = 0, open = -1;
+        add();
+      }
+      chunks.back().push_back(seq);
+    }
+    ASSERT_EQ(p.micro_batches.size(), chunks.size());
+    many_chunks += chunks.size() > 2 ? 1 : 0;
+    for (size_t m = 0; m < chunks.size(); ++m) {
+      std::vector<int> got;
+      for (const auto& g : p.micro_batches[m].groups) {
+        got.insert(got.end(), g.sequences.begin(), g.sequences.end());
+      }
+      std::sort(got.begin(), got.end());
+      std::sort(chunks[m].begin(), chunks[m].end());
+      EXPECT_EQ(got, chunks[m]) << "micro-batch " << m;
+    }
+  }
+  EXPECT_GT(checked, 40);
+  EXPECT_GT(many_chunks, 20);
+}
+
+// The deadline counts from the start of the whole planning call
+// (PlanOptions::started): a call that began 5 s ago with a 1 s limit gets the
+// same labelled fallback as a zero limit, whatever the machine's speed.
+TEST(FlexSp, DeadlineCountsFromTheStartOfTheCall) {
+  for (const PlanRequest& req : RuleInstances(14, 20)) {
+    PlanOptions late{.strategy = "flexsp", .time_limit_s = 1.0};
+    late.started = std::chrono::steady_clock::now() - std::chrono::seconds(5);
+    const Plan a = MakePlan(req, late);
+    const Plan b = MakePlan(req, {.strategy = "flexsp", .time_limit_s = 1e-9});
+    ASSERT_EQ(a.status, b.status);
+    if (a.status != PlanStatus::kOk) continue;
+    EXPECT_EQ(a.notes.at("deadline"), b.notes.at("deadline"));
+    EXPECT_EQ(a.notes.at("milp_status"), "greedy(no time left)");
+    ASSERT_EQ(a.micro_batches.size(), b.micro_batches.size());
+    for (size_t m = 0; m < a.micro_batches.size(); ++m) {
+      ASSERT_EQ(a.micro_batches[m].groups.size(), b.micro_batches[m].groups.size());
+      for (size_t g = 0; g < a.micro_batches[m].groups.size(); ++g) {
+        EXPECT_EQ(a.micro_batches[m].groups[g].sequences, b.micro_batches[m].groups[g].sequences);
+      }
+    }
   }
 }
 

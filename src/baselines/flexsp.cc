@@ -3,12 +3,18 @@
 // valid one, the global batch sorted and cut into consecutive chunks of
 // balanced tokens, lengths bucketed, and per micro-batch a MILP over bucket
 // counts that forms power-of-two Ulysses groups. Everything, set-up included,
-// runs against one wall-clock deadline (PlanOptions::time_limit_s).
+// runs against one wall-clock deadline (PlanOptions::time_limit_s, counted
+// from PlanOptions::started): the search for the fewest count, the further
+// counts and the MILPs each run only while the deadline leaves room for them
+// and for finishing; what is always done is O(K) passes, a radix sort and one
+// greedy packing. notes.deadline says where the deadline stopped the work.
 #include "baselines/flexsp.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <queue>
@@ -44,15 +50,23 @@ constexpr int kBoundaryCandidates = 128;
 constexpr int kMaxMilpColumns = 20000;
 // Below this share of the deadline a MILP is not started.
 constexpr double kMinMilpSeconds = 0.002;
+// When the deadline split over every micro-batch would give each MILP less
+// than this, the MILPs get this much each, in order, while time is left (the
+// rest keep their greedy packing), rather than all being skipped.
+constexpr double kMilpShareFloorSeconds = 0.01;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Everything below works on positions in the batch sorted longest first
+// (`seq`, `cp`: contiguous, so that the O(K) passes do not chase indices);
+// the plan maps positions back to sequence indices.
 struct Context {
   const PlanRequest& req;
   ModelShape shape;
-  std::vector<int64_t> cp;  // power-of-two Ulysses size each sequence needs
+  std::vector<Sequence> seq;  // the sequences, longest first
+  std::vector<int64_t> cp;    // power-of-two Ulysses size each one needs
   int64_t max_size = 1;     // largest allowed Ulysses size (power of two | q_heads, <= N)
   double headroom_tokens;   // tokens one rank holds
 };
@@ -75,37 +89,43 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                      const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int n = ctx.req.cluster.num_ranks;
   auto len_of = [&](int k) {
-    return static_cast<double>(padded ? padded->at(k) : ctx.req.sequences[k].length_tokens);
+    return static_cast<double>(padded ? padded->at(k) : ctx.seq[k].length_tokens);
   };
-  Groups out;
+  // Next-fit decides feasibility. Only the long sequences' groups are built
+  // here; the single ranks are recorded by where each opens (`opens`) and
+  // built only if the dealing below fails (allocation dominated at 10^6).
+  Groups longs;
+  std::vector<int> shorts;
+  std::vector<size_t> opens;  // positions in `shorts` where a new single rank opens
   int used = 0;
   double open_tokens = 0;
-  std::vector<int> shorts;
+  bool open = false;
   for (int k : seqs) {  // seqs are sorted longest first
     const double len = len_of(k);
     if (ctx.cp[k] > 1) {
       used += static_cast<int>(ctx.cp[k]);
-      out.push_back({static_cast<int>(ctx.cp[k]), {k}});
-    } else if (!out.empty() && out.back().first == 1 &&
-               open_tokens + len <= ctx.headroom_tokens) {
-      out.back().second.push_back(k);
+      longs.push_back({static_cast<int>(ctx.cp[k]), {k}});
+      open = false;
+    } else if (open && open_tokens + len <= ctx.headroom_tokens) {
       open_tokens += len;
       shorts.push_back(k);
     } else {
       ++used;
-      out.push_back({1, {k}});
+      open = true;
       open_tokens = len;
+      opens.push_back(shorts.size());
       shorts.push_back(k);
     }
     if (used > n) return {};
   }
-  // The next-fit packing above decides feasibility; the short sequences are
-  // then dealt, longest first, to the least-loaded of all free single ranks
-  // (by single-rank time), which balances them; if that overflows a rank's
-  // memory the next-fit packing stays. O(m log N).
+  // The short sequences are then dealt, longest first, to the least-loaded of
+  // all free single ranks (by single-rank time), which balances them; if that
+  // overflows a rank's memory the next-fit packing stays. O(m log N).
   int free_ranks = n;
-  for (const auto& [size, members] : out) free_ranks -= size > 1 ? size : 0;
-  Groups balanced;
+  for (const auto& g : longs) free_ranks -= g.first;
+  // More slots than short sequences would stay empty: O(m) slots, not O(N).
+  free_ranks = std::min(free_ranks, static_cast<int>(shorts.size()));
+  Groups balanced = std::move(longs);
   bool dealt_ok = !shorts.empty() && free_ranks > 0;
   std::vector<std::vector<int>> dealt(std::max(free_ranks, 0));
   if (dealt_ok) {
@@ -116,7 +136,7 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
     for (int k : shorts) {
       auto [load, r] = heap.top();
       heap.pop();
-      Sequence s = ctx.req.sequences[k];
+      Sequence s = ctx.seq[k];
       s.length_tokens = static_cast<int64_t>(len_of(k));
       tokens[r] += len_of(k);
       if (tokens[r] > ctx.headroom_tokens) {
@@ -130,14 +150,14 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
     }
   }
   if (dealt_ok) {
-    for (auto& g : out) {
-      if (g.first > 1) balanced.push_back(std::move(g));
-    }
     for (auto& d : dealt) {
       if (!d.empty()) balanced.push_back({1, std::move(d)});
     }
   } else {
-    balanced = std::move(out);
+    for (size_t i = 0; i < opens.size(); ++i) {
+      const size_t end = i + 1 < opens.size() ? opens[i + 1] : shorts.size();
+      balanced.push_back({1, std::vector<int>(shorts.begin() + opens[i], shorts.begin() + end)});
+    }
   }
   // Ranks still idle go to the slowest groups: the slowest group doubles its
   // (power-of-two) size while enough ranks are free, as the MILP would. O(N log N).
@@ -145,11 +165,13 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
   for (const auto& g : balanced) idle -= g.first;
   auto time_of = [&](const std::pair<int, std::vector<int>>& g) {
     GroupLoad load;
-    for (int k : g.second) load.Add(ctx.req.sequences[k]);
+    for (int k : g.second) load.Add(ctx.seq[k]);
     return AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, g.first, BwFor(ctx, g.first));
   };
   std::priority_queue<std::pair<double, int>> slowest;
-  for (size_t i = 0; i < balanced.size(); ++i) slowest.push({time_of(balanced[i]), static_cast<int>(i)});
+  for (size_t i = 0; idle > 0 && i < balanced.size(); ++i) {
+    slowest.push({time_of(balanced[i]), static_cast<int>(i)});
+  }
   while (idle > 0 && !slowest.empty()) {
     const int i = slowest.top().second;
     slowest.pop();
@@ -177,7 +199,7 @@ double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
   int first = 0;
   for (const auto& [size, members] : groups) {
     GroupLoad load;
-    for (int k : members) load.Add(ctx.req.sequences[k]);
+    for (int k : members) load.Add(ctx.seq[k]);
     const bool intra = RangeOnOneNode(ctx.req.cluster, first, size);
     worst = std::max(worst, AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, size,
                                                intra ? ctx.req.cost.bw_intra_node
@@ -192,7 +214,7 @@ double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
 // distinct lengths, or over kBoundaryCandidates quantiles when there are more.
 // Returns, per bucket, its members (sorted longest first).
 std::vector<std::vector<int>> Bucketize(const Context& ctx, std::vector<int> seqs) {
-  auto len = [&](int k) { return ctx.req.sequences[k].length_tokens; };
+  auto len = [&](int k) { return ctx.seq[k].length_tokens; };
   std::sort(seqs.begin(), seqs.end(), [&](int a, int b) { return len(a) < len(b); });
   // Candidate cut points: indices i where a bucket may end (after seqs[i-1]).
   std::vector<int> cuts;
@@ -298,8 +320,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   std::vector<double> eta(nb, 0);
   std::vector<int64_t> need(nb);
   for (int b = 0; b < nb; ++b) {
-    boundary[b] = req.sequences[buckets[b].front()].length_tokens;
-    for (int k : buckets[b]) eta[b] = std::max(eta[b], req.sequences[k].eta);
+    boundary[b] = ctx.seq[buckets[b].front()].length_tokens;
+    for (int k : buckets[b]) eta[b] = std::max(eta[b], ctx.seq[k].eta);
     need[b] = 1;
     for (int k : buckets[b]) need[b] = std::max(need[b], ctx.cp[k]);
   }
@@ -323,11 +345,18 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     }
   }
   const int z_col = ncols++;
-  CoinPackedMatrix matrix(false, 0, 0);
+  // Triplets, packed once at the end: appending rows one by one to a
+  // CoinPackedMatrix reallocates it every time (quadratic in the model size).
+  std::vector<int> nz_row, nz_col;
+  std::vector<double> nz_val;
   std::vector<double> row_lb, row_ub;
   auto add_row = [&](const std::vector<int>& idx, const std::vector<double>& val, double lb,
                      double ub) {
-    matrix.appendRow(static_cast<int>(idx.size()), idx.data(), val.data());
+    for (size_t i = 0; i < idx.size(); ++i) {
+      nz_row.push_back(static_cast<int>(row_lb.size()));
+      nz_col.push_back(idx[i]);
+      nz_val.push_back(val[i]);
+    }
     row_lb.push_back(lb);
     row_ub.push_back(ub);
   };
@@ -374,6 +403,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
       if (col[b][g] >= 0) col_ub[col[b][g]] = static_cast<double>(buckets[b].size());
   col_ub[z_col] = inf;
   obj[z_col] = 1.0;
+  CoinPackedMatrix matrix(false, nz_row.data(), nz_col.data(), nz_val.data(),
+                          static_cast<CoinBigIndex>(nz_val.size()));
   matrix.setDimensions(static_cast<int>(row_lb.size()), ncols);
 
   // Warm start: the greedy packing as bucket counts, when it maps onto slots
@@ -480,12 +511,30 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   return result;
 }
 
+// The furthest end in (at, k] with prefix[end] <= prefix[at] + cap, at least
+// at + 1: galloping from `at`, so O(log(end - at)) and a whole cut costs
+// O(m log(K/m)) <= O(K) however many chunks it makes.
+int FurthestEnd(const std::vector<double>& prefix, int at, double cap) {
+  const int k = static_cast<int>(prefix.size()) - 1;
+  const double target = prefix[at] + cap;
+  int step = 1;
+  while (at + step <= k && prefix[at + step] <= target) step *= 2;
+  // prefix[at + step / 2] <= target (or step == 1); the end lies below at + step.
+  int lo = at + step / 2, hi = std::min(at + step, k + 1);  // lo fits, hi does not (or k + 1)
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    if (prefix[mid] <= target) lo = mid;
+    else hi = mid;
+  }
+  return std::max(at + 1, lo);
+}
+
 // chunk_globalbatch('sort_consec'): the batch sorted longest first, cut into
 // at most `m` consecutive chunks minimising the largest chunk's tokens. The
 // optimum of that min-max is found by bisection on the bound with a greedy cut
-// over prefix sums (O(m log K) per probe, O(m log K log Σs) in all) instead of
-// Galvatron's O(K²·m) DP; the optimum value is the same. Returns the chunk
-// ends (exclusive); m >= K gives one sequence per chunk.
+// over prefix sums (O(m log(K/m)) per probe, O(K log Σs) at most in all)
+// instead of Galvatron's O(K²·m) DP; the optimum value is the same. Returns
+// the chunk ends (exclusive); m >= K gives one sequence per chunk.
 std::vector<int> ChunkEnds(const std::vector<double>& prefix, int m) {
   const int k = static_cast<int>(prefix.size()) - 1;
   std::vector<int> ends;
@@ -498,11 +547,8 @@ std::vector<int> ChunkEnds(const std::vector<double>& prefix, int m) {
     int at = 0;
     while (at < k) {
       if (static_cast<int>(ends.size()) == m) return false;
-      // Furthest end with prefix[end] - prefix[at] <= cap (at least one item).
-      const auto it = std::upper_bound(prefix.begin() + at + 1, prefix.end(), prefix[at] + cap);
-      const int end = std::max(at + 1, static_cast<int>(it - prefix.begin()) - 1);
-      ends.push_back(end);
-      at = end;
+      at = FurthestEnd(prefix, at, cap);
+      ends.push_back(at);
     }
     return true;
   };
@@ -517,14 +563,15 @@ std::vector<int> ChunkEnds(const std::vector<double>& prefix, int m) {
   return ends;
 }
 
-// Whether GreedyPacking of sorted[from, to) fits on N ranks, without
-// building it (O(to - from), no allocation).
-bool GreedyFits(const Context& ctx, const std::vector<int>& sorted, int from, int to) {
+// GreedyPacking's feasibility rule (next-fit, long sequences on their own
+// power-of-two group) as a running state, so that a chunk can be grown one
+// sequence at a time without building its packing.
+struct NextFitState {
   int64_t used = 0;
   double open_tokens = -1;  // < 0: no single rank open
-  for (int i = from; i < to; ++i) {
-    const int k = sorted[i];
-    const double len = static_cast<double>(ctx.req.sequences[k].length_tokens);
+  // Adds sequence k; false when the chunk no longer fits on N ranks.
+  bool Add(const Context& ctx, int k) {
+    const double len = static_cast<double>(ctx.seq[k].length_tokens);
     if (ctx.cp[k] > 1) {
       used += ctx.cp[k];
     } else if (open_tokens >= 0 && open_tokens + len <= ctx.headroom_tokens) {
@@ -533,20 +580,113 @@ bool GreedyFits(const Context& ctx, const std::vector<int>& sorted, int from, in
       ++used;
       open_tokens = len;
     }
-    if (used > ctx.req.cluster.num_ranks) return false;
+    return used <= ctx.req.cluster.num_ranks;
+  }
+};
+
+// Whether GreedyPacking of positions [from, to) fits on N ranks, without
+// building it (O(to - from), no allocation).
+bool GreedyFits(const Context& ctx, int from, int to) {
+  NextFitState state;
+  for (int i = from; i < to; ++i) {
+    if (!state.Add(ctx, i)) return false;
   }
   return true;
 }
 
+// The fallback when the deadline leaves no time to search for the fewest
+// valid count: consecutive chunks of the sorted batch, each grown while its
+// greedy packing fits (one O(K) pass). Every chunk fits by construction (a
+// single sequence always does: its group size is <= N).
+std::vector<int> NextFitChunkEnds(const Context& ctx) {
+  std::vector<int> ends;
+  NextFitState state;
+  const int k = static_cast<int>(ctx.seq.size());
+  for (int i = 0; i < k; ++i) {
+    if (!state.Add(ctx, i)) {
+      ends.push_back(i);
+      state = NextFitState{};
+      FCP_CHECK(state.Add(ctx, i));
+    }
+  }
+  ends.push_back(k);
+  return ends;
+}
+
+// Indices of the sequences, longest first (ties: lower index first), by a
+// radix sort of packed 64-bit keys (length - 1 in the high 40 bits, the index
+// in the low 24): O(K) per length byte, several times faster than an indirect
+// stable sort at 10^6 sequences. Falls back to that sort outside those ranges.
+std::vector<int> SortedLongestFirst(const PlanRequest& request) {
+  const size_t k = request.sequences.size();
+  std::vector<int> sorted(k);
+  constexpr int kIndexBits = 24;
+  constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+  bool packable = k <= kIndexMask;
+  for (const Sequence& s : request.sequences) {
+    packable = packable && s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40);
+  }
+  if (!packable) {
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) {
+      return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+    });
+    return sorted;
+  }
+  std::vector<uint64_t> keys(k), buffer(k);
+  for (size_t i = 0; i < k; ++i) {
+    keys[i] = (static_cast<uint64_t>(request.sequences[i].length_tokens - 1) << kIndexBits) | i;
+  }
+  // LSD radix sort on the length bytes only, descending; it is stable, so
+  // equal lengths keep index order. Bytes equal in every key are skipped.
+  uint64_t varying = 0;
+  for (uint64_t key : keys) varying |= key ^ keys.front();
+  for (int shift = kIndexBits; shift < 64; shift += 8) {
+    if (((varying >> shift) & 0xFF) == 0) continue;
+    size_t start[257] = {};
+    for (uint64_t key : keys) ++start[256 - ((key >> shift) & 0xFF)];
+    for (int b = 1; b <= 256; ++b) start[b] += start[b - 1];
+    for (uint64_t key : keys) buffer[start[255 - ((key >> shift) & 0xFF)]++] = key;
+    keys.swap(buffer);
+  }
+  for (size_t i = 0; i < k; ++i) sorted[i] = static_cast<int>(keys[i] & kIndexMask);
+  return sorted;
+}
+
+// One wall-clock deadline for the whole planning call.
+class Deadline {
+ public:
+  // Limits beyond 10^9 s (any finite value is valid input) are capped there,
+  // so that the time point cannot overflow.
+  Deadline(Clock::time_point start, double limit_s)
+      : end_(start + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::min(limit_s, 1e9)))) {}
+  double LeftS() const { return std::chrono::duration<double>(end_ - Clock::now()).count(); }
+
+ private:
+  Clock::time_point end_;
+};
+
+// What runs after Solve returns (the hand-over, MakePlan's estimates, lower
+// bound and validation: O(K) passes) and what packing one micro-batch count
+// costs (O(K log N)), as multiples of the measured time of phase 1 (O(K)
+// passes and the radix sort), so that on a loaded machine the reserves grow
+// with it. Measured on 10^5-10^6 github-like sequences (release build, 2-core
+// VM at load 8-10): about 0.5-1.1 and 1.5-2.
+constexpr double kFinishPerSortTime = 1.0;
+constexpr double kPackPerSortTime = 2.0;
+// A floor under the finishing reserve (the plan's hand-over and MakePlan's
+// checks for a small batch).
+constexpr double kMinFinishSeconds = 0.005;
+
 }  // namespace
 
 Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& options) const {
-  const Clock::time_point start = Clock::now();
-  const double deadline_s = options.time_limit_s;
+  const Deadline deadline(options.started.value_or(Clock::now()), options.time_limit_s);
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
   bool fallback = false;
-  Context ctx{request, ShapeOrDefault(request, &fallback), std::vector<int64_t>(k_total), 0};
+  Context ctx{request, ShapeOrDefault(request, &fallback), {}, {}, 0, 0};
   ctx.headroom_tokens = request.cost.mem_per_token > 0
                             ? (request.cost.mem_capacity - request.cost.mem_static) /
                                   request.cost.mem_per_token * (1 - 1e-9)
@@ -555,36 +695,50 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   int64_t max_pow2 = 1;
   while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0) max_pow2 *= 2;
   ctx.max_size = max_pow2;
+  // Phase 1 (always runs, O(K) passes and a radix sort): group sizes, the
+  // sorted batch, prefix sums.
+  const Clock::time_point sort_start = Clock::now();
+  std::vector<int64_t> cp_of(k_total);
   for (int k = 0; k < k_total; ++k) {
-    ctx.cp[k] = DcpDegree(request.cost, request.sequences[k].length_tokens);
-    if (ctx.cp[k] > max_pow2) {
+    cp_of[k] = DcpDegree(request.cost, request.sequences[k].length_tokens);
+    if (cp_of[k] > max_pow2) {
       return InfeasiblePlan(name(), request, k,
                             "sequences[" + std::to_string(k) + "] needs a Ulysses group of " +
-                                std::to_string(ctx.cp[k]) +
+                                std::to_string(cp_of[k]) +
                                 " ranks but the largest allowed size (power of two <= N "
                                 "dividing q_heads = " +
                                 std::to_string(ctx.shape.q_heads) + ") is " +
                                 std::to_string(max_pow2));
     }
   }
-  std::vector<int> sorted(k_total);
-  std::iota(sorted.begin(), sorted.end(), 0);
-  std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) {
-    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
-  });
-  // get_min_valid_microbatch_num: the fewest chunks whose greedy packing fits
-  // on N ranks, by bisection between the token bound and K (m = K, one
-  // sequence per chunk, always packs; `hi` only ever holds a valid count).
-  double tokens = 0;
-  for (const Sequence& s : request.sequences) tokens += static_cast<double>(s.length_tokens);
+  const std::vector<int> sorted = SortedLongestFirst(request);
+  ctx.seq.resize(k_total);
+  ctx.cp.resize(k_total);
   std::vector<double> prefix(k_total + 1, 0);
   for (int i = 0; i < k_total; ++i) {
-    prefix[i + 1] = prefix[i] + static_cast<double>(request.sequences[sorted[i]].length_tokens);
+    ctx.seq[i] = request.sequences[sorted[i]];
+    ctx.cp[i] = cp_of[sorted[i]];
+    prefix[i + 1] = prefix[i] + static_cast<double>(ctx.seq[i].length_tokens);
   }
+  cp_of = {};
+  const double tokens = prefix[k_total];
+  const double sort_s = SecondsSince(sort_start);
+  const double finish_s = std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
+  double pack_s = kPackPerSortTime * sort_s;  // replaced by the measured time once one is packed
+  // What the notes say about the deadline (no wall-clock figure: the same
+  // events give the same words).
+  std::string deadline_note = "not reached";
+
+  // Phase 2: get_min_valid_microbatch_num, the fewest chunks whose greedy
+  // packing fits on N ranks, by search between the token bound and K
+  // (m = K, one sequence per chunk, always packs; `hi` only ever holds a
+  // valid count). Each probe costs O(K); before each, the deadline must leave
+  // room for that probe, packing one count and finishing. Otherwise the
+  // fallback: next-fit consecutive chunks (one O(K) pass, always valid).
   auto valid = [&](int m) {
     int at = 0;
     for (int end : ChunkEnds(prefix, m)) {
-      if (!GreedyFits(ctx, sorted, at, end)) return false;
+      if (!GreedyFits(ctx, at, end)) return false;
       at = end;
     }
     return true;
@@ -592,19 +746,37 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   int lo = static_cast<int>(
       std::clamp(std::ceil(tokens / (n * ctx.headroom_tokens)), 1.0, static_cast<double>(k_total)));
   int hi = k_total;
+  double probe_s = 0;
+  bool searched = true;
+  // Galloping up from the token bound first (steps of lo/16, doubling), so
+  // that the probes stay near m_min, where they are cheap, then bisection.
+  int step = std::max(1, lo / 16);
+  bool bracketed = false;
   while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (valid(mid)) hi = mid;
-    else lo = mid + 1;
+    if (deadline.LeftS() < finish_s + pack_s + probe_s) {
+      searched = false;
+      break;
+    }
+    const Clock::time_point probe_start = Clock::now();
+    const int mid = bracketed ? lo + (hi - lo) / 2 : std::min(hi - 1, lo + step - 1);
+    if (valid(mid)) {
+      hi = mid;
+      bracketed = true;
+    } else {
+      lo = mid + 1;
+      step *= 2;
+    }
+    probe_s = SecondsSince(probe_start);
   }
-  const int m_min = lo;
 
-  // solve_flexSP_globalbatch_mp_gbmb: m_min .. m_min + 4 micro-batches; the
-  // best total estimate wins. First every option's greedy packing (bounded,
-  // O(K) each), then the MILPs share what is left of the deadline equally
-  // (Galvatron runs the options in parallel processes, one SCIP time limit
-  // each); a MILP result replaces the greedy packing of its micro-batch only
-  // if its estimate is lower.
+  // Phase 3, solve_flexSP_globalbatch_mp_gbmb: m_min .. m_min + 4
+  // micro-batches; the best total estimate wins. First every option's greedy
+  // packing (O(K log N) each; the first is always packed, each further one
+  // only when the deadline leaves room for it and for finishing), then the
+  // MILPs share what is left of the deadline equally (Galvatron runs the
+  // options in parallel processes, one SCIP time limit each); a MILP result
+  // replaces the greedy packing of its micro-batch only if its estimate is
+  // lower.
   struct Option {
     int m = 0;
     bool ok = true;
@@ -613,17 +785,15 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     std::vector<double> est_s;
     double total_s = 0;
   };
-  std::vector<Option> opts;
-  for (int i = 0; i < kMicroBatchOptions && m_min + i <= k_total; ++i) {
+  auto pack = [&](int m, const std::vector<int>& ends) {
     Option o;
-    o.m = m_min + i;
+    o.m = m;
     int at = 0;
-    for (int end : ChunkEnds(prefix, o.m)) {
-      o.chunks.emplace_back(sorted.begin() + at, sorted.begin() + end);
+    for (int end : ends) {
+      o.chunks.emplace_back(end - at);
+      std::iota(o.chunks.back().begin(), o.chunks.back().end(), at);
       at = end;
-    }
-    for (const auto& c : o.chunks) {
-      o.groups.push_back(GreedyPacking(ctx, c));
+      o.groups.push_back(GreedyPacking(ctx, o.chunks.back()));
       if (o.groups.back().empty()) {
         o.ok = false;  // this count does not pack: not an option
         break;
@@ -631,25 +801,62 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       o.est_s.push_back(MicroBatchEstimateS(ctx, o.groups.back()));
       o.total_s += o.est_s.back();
     }
-    if (o.ok) opts.push_back(std::move(o));
+    return o;
+  };
+  std::vector<Option> opts;
+  if (!searched) {
+    const std::vector<int> ends = NextFitChunkEnds(ctx);
+    const int m_fit = static_cast<int>(ends.size());
+    // The bisection's `hi` is valid too; the fewer micro-batches wins.
+    opts.push_back(hi < m_fit ? pack(hi, ChunkEnds(prefix, hi)) : pack(m_fit, ends));
+    deadline_note = std::string("reached while searching the fewest valid micro-batch count: ") +
+                    (hi < m_fit ? "the best valid count found so far"
+                                : "next-fit consecutive chunks of the sorted batch") +
+                    ", one count packed greedily";
+  } else {
+    const int m_min = lo;
+    for (int i = 0; i < kMicroBatchOptions && m_min + i <= k_total; ++i) {
+      if (i > 0 && deadline.LeftS() < finish_s + pack_s) {
+        deadline_note = "reached while packing micro-batch counts: " + std::to_string(i) +
+                        " of " + std::to_string(kMicroBatchOptions) + " counts packed";
+        break;
+      }
+      const Clock::time_point pack_start = Clock::now();
+      Option o = pack(m_min + i, ChunkEnds(prefix, m_min + i));
+      pack_s = SecondsSince(pack_start);
+      if (o.ok) opts.push_back(std::move(o));
+    }
   }
-  FCP_CHECK(!opts.empty());  // m_min packs by construction
-  // Time to turn one option into the plan, measured on the greedy phase,
-  // kept free at the end so that the deadline holds set-up included.
-  const double reserve_s = SecondsSince(start) / static_cast<double>(opts.size() + 1);
+  FCP_CHECK(!opts.empty() && opts.front().ok);  // m_min and the fallback pack by construction
+
   int milps_left = 0;
   for (const Option& o : opts) milps_left += static_cast<int>(o.chunks.size());
   int optimal_count = 0, milp_count = 0;
   std::string statuses;
+  auto add_status = [&](const std::string& status) {
+    ++milp_count;
+    optimal_count += status == "optimal" ? 1 : 0;
+    if (statuses.find(status) == std::string::npos) {
+      statuses += (statuses.empty() ? "" : ",") + status;
+    }
+  };
+  bool milps_cut = false;
+  double milp_overrun_s = 0;
   for (Option& o : opts) {
     for (size_t c = 0; c < o.chunks.size(); ++c, --milps_left) {
-      const double left = deadline_s - SecondsSince(start) - reserve_s;
-      MbSolve r = SolveMicroBatch(ctx, o.chunks[c], o.groups[c], 0.9 * left / milps_left);
-      ++milp_count;
-      optimal_count += r.status == "optimal" ? 1 : 0;
-      if (statuses.find(r.status) == std::string::npos) {
-        statuses += (statuses.empty() ? "" : ",") + r.status;
+      // CBC stops a little after its limit (between its checks): the largest
+      // overrun seen so far is kept free too.
+      const double left = deadline.LeftS() - finish_s - milp_overrun_s;
+      const double share = std::max(0.9 * left / milps_left, kMilpShareFloorSeconds);
+      if (left < share) {  // no time: this micro-batch keeps its greedy packing
+        milps_cut = true;
+        add_status("greedy(no time left)");
+        continue;
       }
+      const Clock::time_point milp_start = Clock::now();
+      MbSolve r = SolveMicroBatch(ctx, o.chunks[c], o.groups[c], share);
+      milp_overrun_s = std::max(milp_overrun_s, SecondsSince(milp_start) - share);
+      add_status(r.status);
       const double est = MicroBatchEstimateS(ctx, r.groups);
       if (est < o.est_s[c]) {
         o.total_s += est - o.est_s[c];
@@ -657,6 +864,12 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
         o.groups[c] = std::move(r.groups);
       }
     }
+  }
+  // A MILP stopped at its share of the deadline counts too.
+  const bool milp_limited = statuses.find("time_limit") != std::string::npos ||
+                            statuses.find("stopped") != std::string::npos;
+  if ((milps_cut || milp_limited) && deadline_note == "not reached") {
+    deadline_note = "reached during the MILPs: see milp_status";
   }
   Option* best = &opts.front();
   std::string tried;
@@ -671,6 +884,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     MicroBatchPlan mb;
     int first = 0;  // largest first (MicroBatchEstimateS sorted them): aligned
     for (auto& [size, members] : groups) {
+      for (int& k : members) k = sorted[k];  // position -> sequence index
       mb.groups.push_back({RankRange(first, size), std::move(members), CommKind::kAllToAll, 0, 0});
       first += size;
     }
@@ -679,6 +893,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   }
   plan.notes["milp_status"] = optimal_count == milp_count ? "optimal" : statuses;
   plan.notes["milp_time_limit_s"] = FormatDouble(options.time_limit_s, 4);
+  plan.notes["deadline"] = deadline_note;
   plan.notes["micro_batches"] = std::to_string(best->m);
   plan.notes["micro_batch_counts_tried"] = tried;
   plan.notes["q_heads"] = std::to_string(ctx.shape.q_heads) +

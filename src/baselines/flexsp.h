@@ -2,8 +2,10 @@
 // micro-batch a MILP (CBC) chooses how many power-of-two Ulysses groups of
 // each size to form and which sequences each runs, minimising the
 // micro-batch makespan under per-rank memory. docs/baselines.md has the
-// formulation. The whole strategy respects PlanOptions::time_limit_s (split
-// over micro-batches); notes report milp_status and milp_time_s.
+// formulation. The whole planning call respects PlanOptions::time_limit_s
+// (set-up included; below the O(K log K) floor of sorting and one greedy
+// packing, a labelled fallback plan); notes report milp_status and deadline,
+// never a wall-clock time.
 // Thread-safety: stateless (one CBC model per call).
 #pragma once
 

@@ -19,7 +19,7 @@ struct GapOptions {
   int instances = 200;
   int max_sequences = 12;  // K in [1, max_sequences]; <= kOptimalMaxSequences
   int max_ranks = 16;      // N in [1, max_ranks]; <= kOptimalMaxRanks
-  double time_limit_s = 10.0;  // per plan, MILP strategies
+  double time_limit_s = 10.0;  // flexsp: wall-clock limit of each planning call
   std::vector<std::string> strategies;  // empty: every registered one but optimal
   // Called after each instance ("instance i/I"); may be empty.
   std::function<void(const std::string&)> progress;

@@ -2,9 +2,10 @@
 // the same input must give an identical plan JSON (everything except the
 // measured solver_ms) across repeated runs, across separate processes (the
 // `fcp` binary spawned twice) and across threads planning concurrently.
-// Strategies covered: every strategy without a wall-clock solver limit (the
-// MILP strategies flexsp/optimal stop at a time limit, so their result may
-// depend on machine load; see docs/reliability.md).
+// Strategies covered: every strategy without a wall-clock limit but optimal
+// (flexsp stops at its time limit, so its result may depend on machine load;
+// optimal, an exhaustive DP, is deterministic but refuses most of these
+// instances; see docs/reliability.md).
 #include <unistd.h>
 
 #include <array>

@@ -1,6 +1,7 @@
 // End-to-end planner properties: validity, the lower bound, brute force,
 // fcp vs fcp-paper, placement, micro-batches, infeasibility, validator.
 #include <algorithm>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -28,6 +29,57 @@ PlanRequest PresetRequest(const std::vector<int64_t>& lengths, int ranks = 64,
   r.cost = DeriveCostModel(*FindModelPreset("qwen3-8b"), c);
   for (int64_t len : lengths) r.sequences.push_back({len, 0.0});
   return r;
+}
+
+// LowerBoundMs against its definition evaluated for every sequence:
+// max(work / N + beta1, max over sequences that fit on N ranks of
+// min_{d >= d_min} T({k}, d)), the all-to-all time included when asked. It
+// picks candidates (the longest sequence per eta value, or a sort when there
+// are many values or an infeasible candidate); this checks that the picking
+// loses nothing: few eta values, more than 64 values, infeasible sequences.
+TEST(PlannerTest, LowerBoundEqualsItsDefinition) {
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = seed % 3 == 0 ? 120 : 30;
+    opt.max_ranks = 48;
+    opt.one_micro_batch_feasible = false;
+    PlanRequest req = testing::RandomRequest(rng, opt);
+    for (Sequence& s : req.sequences) {
+      if (seed % 3 == 0) s.eta = static_cast<double>(rng() % 1000) / 1000;  // many values
+      if (seed % 5 == 0 && rng() % 4 == 0) s.length_tokens *= 64;  // some may not fit
+    }
+    const CostModel& cm = req.cost;
+    const ModelShape shape = req.model.value_or(ModelShape{});
+    for (bool all_to_all : {false, true}) {
+      double work = 0, longest = 0;
+      for (const Sequence& s : req.sequences) {
+        const GroupLoad load = GroupLoad::Of(s);
+        work += cm.alpha1 * load.sum_attn + cm.alpha2 * load.sum_tokens;
+        const int64_t d_min = MinDegree(cm, load);
+        double best = std::numeric_limits<double>::infinity();
+        for (int64_t d = d_min; d <= req.cluster.num_ranks; ++d) {
+          best = std::min(best, GroupTimeBestS(cm, req.cluster, load, static_cast<int>(d)));
+          if (all_to_all) {
+            // The best all-to-all bandwidth any placement could give: a rank
+            // with `same` of its d - 1 peers on its node, both links at once.
+            double bw = cm.bw_intra_node;  // d = 1 moves nothing
+            if (d > 1) {
+              bw = 0;
+              for (int64_t same = 0; same < std::min<int64_t>(d, req.cluster.ranks_per_node); ++same) {
+                bw = std::max(bw, (d - 1.0) / std::max(same / cm.bw_intra_node,
+                                                       (d - 1.0 - same) / cm.bw_inter_node));
+              }
+            }
+            best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d), bw));
+          }
+        }
+        if (d_min <= req.cluster.num_ranks) longest = std::max(longest, best);
+      }
+      const double want = 1000.0 * std::max(work / req.cluster.num_ranks + cm.beta1, longest);
+      EXPECT_NEAR(LowerBoundMs(req, all_to_all), want, 1e-9 * want) << "seed " << seed;
+    }
+  }
 }
 
 TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
