@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the `asan` preset (ASan + UBSan, -O1 -g1) and runs the unit and
+# Builds the `asan` preset (clang, ASan + UBSan, -O1) and runs the unit and
 # cli CTest labels under it. Any sanitizer report fails the run (UBSan is
 # built with -fno-sanitize-recover; ASan aborts on the first error).
 #
@@ -20,15 +20,7 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 LABELS=${FCP_ASAN_LABELS:-unit|cli}
 
 start=$(date +%s)
-if [[ "$BUILD_DIR" == build-asan ]]; then
-  /usr/bin/cmake --preset asan >/dev/null
-else
-  # The preset's flags: -O1 (ASan's advice) and -g1 (line tables, enough for
-  # the reports' stack traces) instead of -O2 -g, to shorten the build.
-  /usr/bin/cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFCP_SANITIZE=ON \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
-fi
+/usr/bin/cmake --preset asan -B "$BUILD_DIR" >/dev/null
 # shellcheck disable=SC2086
 /usr/bin/cmake --build "$BUILD_DIR" -j "$JOBS" --target ${FCP_ASAN_TARGETS:-unit_cli_tests}
 built=$(date +%s)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan +
-# coverage) and runs each for a bounded time on its seed corpus.
+# Builds the libFuzzer targets (the `asan` preset: clang, ASan + UBSan +
+# coverage; the same build tree as scripts/asan_test.sh, so the sanitizer
+# core is compiled once for both) and runs each for a bounded time on its
+# seed corpus.
 #
 #   scripts/fuzz.sh            # `make fuzz`: 300 s per target
 #   scripts/fuzz.sh --short    # `make test`: 20 s per target, ~60 s on 2 cores
@@ -18,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
@@ -29,15 +31,7 @@ read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim}
 TIMEOUT_S=${FUZZ_TIMEOUT:-10}
 RSS_MB=${FUZZ_RSS_MB:-2048}
 
-if [[ "$BUILD_DIR" == build-fuzz ]]; then
-  /usr/bin/cmake --preset fuzz >/dev/null
-else
-  /usr/bin/cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_CXX_COMPILER=clang++ -DFCP_BUILD_FUZZ=ON -DFCP_BUILD_MPI=OFF \
-    -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
-fi
+/usr/bin/cmake --preset asan -B "$BUILD_DIR" >/dev/null
 /usr/bin/cmake --build "$BUILD_DIR" --target fuzz_all -j "$JOBS"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
