@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the `fuzz` preset: clang, ASan + UBSan +
-# coverage) and runs each for a bounded time on its seed corpus.
+# Builds the libFuzzer targets (the `asan` preset: clang, ASan + UBSan +
+# coverage; the same build tree as scripts/asan_test.sh, so the sanitizer
+# core is compiled once for both) and runs each for a bounded time on its
+# seed corpus.
 #
 #   scripts/fuzz.sh            # `make fuzz`: 300 s per target
-#   scripts/fuzz.sh --short    # `make test`: ~60 s in total (20 s per target)
+#   scripts/fuzz.sh --short    # `make test`: 20 s per target, ~60 s on 2 cores
+#   JOBS=1 scripts/fuzz.sh     # one target at a time (default: nproc at a time)
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh     # longer runs
 #   FUZZ_TIMEOUT=2 scripts/fuzz.sh        # per-input time limit (default 10 s)
 #   FUZZ_TARGETS="planner baselines" scripts/fuzz.sh
@@ -17,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
@@ -28,35 +31,53 @@ read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim}
 TIMEOUT_S=${FUZZ_TIMEOUT:-10}
 RSS_MB=${FUZZ_RSS_MB:-2048}
 
-if [[ "$BUILD_DIR" == build-fuzz ]]; then
-  /usr/bin/cmake --preset fuzz >/dev/null
-else
-  /usr/bin/cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-    -DCMAKE_CXX_COMPILER=clang++ -DFCP_BUILD_FUZZ=ON -DFCP_BUILD_MPI=OFF \
-    -DFCP_BUILD_PYTHON=OFF -DFCP_BUILD_BENCH=OFF >/dev/null
-fi
+/usr/bin/cmake --preset asan -B "$BUILD_DIR" >/dev/null
 /usr/bin/cmake --build "$BUILD_DIR" --target fuzz_all -j "$JOBS"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-status=0
-for t in "${TARGETS[@]}"; do
-  bin="$BUILD_DIR/fuzz/${t}_fuzz"
-  work="$BUILD_DIR/fuzz/corpus/$t"
-  artifacts="$BUILD_DIR/fuzz/artifacts/$t"
+
+# Runs one target for SECONDS_PER_TARGET; writes its one-line summary (and, on
+# a finding, the log's key lines) to $BUILD_DIR/fuzz/<target>.summary and
+# exits non-zero on a finding.
+fuzz_one() {
+  local t=$1
+  local bin="$BUILD_DIR/fuzz/${t}_fuzz"
+  local work="$BUILD_DIR/fuzz/corpus/$t"
+  local artifacts="$BUILD_DIR/fuzz/artifacts/$t"
+  local log="$BUILD_DIR/fuzz/$t.log"
+  local summary="$BUILD_DIR/fuzz/$t.summary"
   mkdir -p "$work" "$artifacts"
-  log="$BUILD_DIR/fuzz/$t.log"
   # Inputs stay small (-max_len) so that one execution is milliseconds.
   if "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" \
       -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" \
       "$work" "fuzz/corpus/$t" >"$log" 2>&1; then
+    local execs cov
     execs=$(grep -m1 'stat::number_of_executed_units' "$log" | awk '{print $2}')
     cov=$(grep -E '^#[0-9]+' "$log" | tail -1 | grep -o 'cov: [0-9]*' || true)
-    echo "fuzz $t: ok, ${execs:-?} executions in ${SECONDS_PER_TARGET} s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$t" | wc -l) seeds"
+    echo "fuzz $t: ok, ${execs:-?} executions in ${SECONDS_PER_TARGET} s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$t" | wc -l) seeds" >"$summary"
   else
-    status=1
-    echo "fuzz $t: FAILED (log: $log; artifacts: $artifacts)"
-    grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY|timeout' "$log" | head -20 || true
+    { echo "fuzz $t: FAILED (log: $log; artifacts: $artifacts)"
+      grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY|timeout' "$log" | head -20 || true
+    } >"$summary"
+    return 1
+  fi
+}
+
+# The targets are independent single-threaded processes: JOBS of them run at
+# a time (each still gets its full SECONDS_PER_TARGET), so two cores fuzz the
+# five targets in three rounds instead of five.
+status=0
+pids=()
+for i in "${!TARGETS[@]}"; do
+  fuzz_one "${TARGETS[$i]}" &
+  pids[$i]=$!
+  if (( i + 1 >= JOBS )); then
+    wait "${pids[$((i + 1 - JOBS))]}" || status=1
   fi
 done
+for (( i = ${#TARGETS[@]} - JOBS + 1; i < ${#TARGETS[@]}; i++ )); do
+  if (( i >= 0 )); then wait "${pids[$i]}" || status=1; fi
+done
+for t in "${TARGETS[@]}"; do cat "$BUILD_DIR/fuzz/$t.summary"; done
 exit $status
