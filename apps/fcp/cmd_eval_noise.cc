@@ -22,6 +22,7 @@ int RunEvalNoise(int argc, char** argv) {
       "fcp eval noise"};
   NoiseEvalOptions o;
   std::string ranks = "32,64", noise = "5,10,20,30,50", cost_model_file, format = "table";
+  std::string perturb = "all";
   app.add_option("--cluster", o.cluster, "cluster preset")->capture_default_str();
   app.add_option("-m,--model", o.model, "model preset")->capture_default_str();
   app.add_option("-d,--dataset", o.dataset, "dataset of the batches")->capture_default_str();
@@ -34,6 +35,13 @@ int RunEvalNoise(int argc, char** argv) {
   app.add_option("--noise", noise, "comma list of noise levels in percent")
       ->capture_default_str();
   app.add_option("-s,--strategy", o.strategy, "planner strategy")->capture_default_str();
+  app.add_option("--perturb", perturb,
+                 "comma list of the timing coefficients to perturb (alpha1, alpha2, beta1, "
+                 "alpha3, beta2, attn_overhead_tokens, gamma_intra, gamma_inter), or all; the "
+                 "same draws whatever the list, for ablations")
+      ->capture_default_str();
+  app.add_flag("--common-factor", o.common_factor,
+               "one common factor for every perturbed coefficient instead of one each");
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--mem-headroom", o.mem_headroom,
                  "plan against this fraction less memory (planner vs simulator memory model)")
@@ -69,6 +77,13 @@ int RunEvalNoise(int argc, char** argv) {
     }
     o.noise_levels.clear();
     for (double p : split(noise, "noise")) o.noise_levels.push_back(p / 100.0);
+    if (perturb != "all") {
+      o.perturb.clear();
+      std::stringstream ss(perturb);
+      std::string item;
+      while (std::getline(ss, item, ',')) o.perturb.push_back(item);
+      if (o.perturb.empty()) throw InputError("perturb", "empty list (use all or names)");
+    }
     if (!cost_model_file.empty()) {
       const ModelPreset* m = FindModelPreset(o.model);
       const ClusterPreset* c = FindClusterPreset(o.cluster);

@@ -107,6 +107,17 @@ struct NoiseEvalOptions {
   std::vector<double> noise_levels = {0.05, 0.10, 0.20, 0.30, 0.50};
   std::string strategy = "fcp";
   uint64_t seed = 1;
+  // Which timing coefficients are perturbed (names as in the cost_model JSON:
+  // alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens, gamma_intra,
+  // gamma_inter); the others keep their base value. Every trial draws one
+  // factor per coefficient whatever this says, so runs that perturb
+  // different subsets see the same draws (an ablation).
+  std::vector<std::string> perturb = {"alpha1", "alpha2", "beta1", "alpha3",
+                                      "beta2", "attn_overhead_tokens",
+                                      "gamma_intra", "gamma_inter"};
+  // All perturbed coefficients take the first draw's factor (one common
+  // error instead of independent ones).
+  bool common_factor = false;
   // Base ("fitted") coefficients; when unset they are fitted with RunProfile
   // on sim:<cluster> for the model (the default profile grid).
   std::optional<CostModel> base;

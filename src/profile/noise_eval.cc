@@ -60,6 +60,20 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   for (size_t i = 0; i < o.noise_levels.size(); ++i)
     if (!(o.noise_levels[i] >= 0 && o.noise_levels[i] <= 0.95))
       throw InputError("noise[" + std::to_string(i) + "]", "must be in [0, 0.95]");
+  static constexpr const char* kTimingCoefficients[8] = {
+      "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
+      "gamma_intra", "gamma_inter"};
+  bool perturbed[8] = {};
+  for (size_t i = 0; i < o.perturb.size(); ++i) {
+    const auto* it = std::find(std::begin(kTimingCoefficients), std::end(kTimingCoefficients),
+                               o.perturb[i]);
+    if (it == std::end(kTimingCoefficients))
+      throw InputError("perturb[" + std::to_string(i) + "]",
+                       "unknown timing coefficient '" + o.perturb[i] +
+                           "' (alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens, "
+                           "gamma_intra, gamma_inter)");
+    perturbed[it - std::begin(kTimingCoefficients)] = true;
+  }
 
   NoiseEvalReport rep;
   rep.options = o;
@@ -111,13 +125,18 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
         for (int t = 0; t < o.trials; ++t) {
           PlanRequest req = base_req;
           req.sequences = batches[b];
-          // Every timing coefficient, the v2 terms included (memory is
-          // not perturbed: a wrong memory model is an OOM, not a slowdown).
+          // The timing coefficients, the v2 terms included (memory is not
+          // perturbed: a wrong memory model is an OOM, not a slowdown), in
+          // kTimingCoefficients' order; eight draws per trial in any case.
           double* coefs[8] = {&req.cost.alpha1,      &req.cost.alpha2,
                               &req.cost.beta1,       &req.cost.alpha3,
                               &req.cost.beta2,       &req.cost.attn_overhead_tokens,
                               &req.cost.gamma_intra, &req.cost.gamma_inter};
-          for (double* c : coefs) *c *= 1.0 + p * (2.0 * rng.Uniform() - 1.0);
+          double factors[8];
+          for (double& f : factors) f = 1.0 + p * (2.0 * rng.Uniform() - 1.0);
+          for (int c = 0; c < 8; ++c) {
+            if (perturbed[c]) *coefs[c] *= o.common_factor ? factors[0] : factors[c];
+          }
           const Plan plan = MakePlan(req, popt);
           double change = 0;
           bool match = false;
@@ -161,6 +180,8 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
   j["batches"] = r.options.batches;
   j["trials"] = r.options.trials;
   j["seed"] = r.options.seed;
+  j["perturb"] = r.options.perturb;
+  j["common_factor"] = r.options.common_factor;
   j["times"] = "simulated";
   j["base_cost_model"] = nlohmann::ordered_json::parse(CostModelToJson(r.base, -1));
   j["rows"] = nlohmann::ordered_json::array();
@@ -187,10 +208,13 @@ std::string NoiseEvalToTable(const NoiseEvalReport& r) {
   std::ostringstream out;
   out << fmt::format(
       "fcp eval noise: {} on {} ({}), {} batches x {} sequences, {} perturbations each; "
-      "strategy {}\nstep times SIMULATED; coefficients x (1 + U[-p, p]) each, seed {}; planner "
+      "strategy {}\nstep times SIMULATED; {} x (1 + U[-p, p]) {}, seed {}; planner "
       "memory headroom {:.0f}%\n\n",
       r.options.model, r.options.cluster, r.options.dataset, r.options.batches,
-      r.options.batch_sequences, r.options.trials, r.options.strategy, r.options.seed,
+      r.options.batch_sequences, r.options.trials, r.options.strategy,
+      r.options.perturb.size() == 8 ? std::string("coefficients")
+                                    : fmt::format("{}", fmt::join(r.options.perturb, ",")),
+      r.options.common_factor ? "by one common factor" : "each", r.options.seed,
       100 * r.options.mem_headroom);
   out << fmt::format("{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} | {:>11} {:>11}\n", "ranks",
                      "noise", "batches", "plans", "CP match", "time/step", "worst", "paper time",

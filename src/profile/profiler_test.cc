@@ -144,6 +144,35 @@ TEST(NoiseEvalTest, BadOptionsNameTheField) {
   EXPECT_THROW(RunNoiseEval(o), InputError);
 }
 
+// Perturbing nothing leaves every plan as it was, at any noise; perturbing
+// one coefficient uses the same draws as perturbing all (an ablation), so the
+// all-coefficient run equals the default one.
+TEST(NoiseEvalTest, PerturbSelectsCoefficients) {
+  NoiseEvalOptions none = TinyNoise();
+  none.perturb.clear();
+  for (const auto& row : RunNoiseEval(none).rows) {
+    EXPECT_EQ(row.cp_match, 1.0) << row.ranks << " " << row.noise;
+    EXPECT_EQ(row.time_change_mean, 0.0) << row.ranks << " " << row.noise;
+  }
+  NoiseEvalOptions listed = TinyNoise();
+  listed.perturb = {"gamma_inter", "gamma_intra", "attn_overhead_tokens", "beta2", "alpha3",
+                    "beta1", "alpha2", "alpha1"};  // all of them, another order
+  const NoiseEvalReport a = RunNoiseEval(TinyNoise()), b = RunNoiseEval(listed);
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    EXPECT_EQ(a.rows[i].time_change_mean, b.rows[i].time_change_mean) << i;
+    EXPECT_EQ(a.rows[i].cp_match, b.rows[i].cp_match) << i;
+  }
+  NoiseEvalOptions bad = TinyNoise();
+  bad.perturb = {"alpha1", "alpha9"};
+  try {
+    RunNoiseEval(bad);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "perturb[1]");
+  }
+}
+
 TEST(CpuInfoTest, DerivesPeakFromFlags) {
   const std::string text =
       "processor\t: 0\nmodel name\t: Test CPU\ncpu MHz\t\t: 2000.000\nsiblings\t: 4\n"
