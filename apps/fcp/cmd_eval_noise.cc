@@ -5,6 +5,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "command.h"
 #include "fcp/io.h"
@@ -36,9 +37,9 @@ int RunEvalNoise(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-s,--strategy", o.strategy, "planner strategy")->capture_default_str();
   app.add_option("--perturb", perturb,
-                 "comma list of the timing coefficients to perturb (alpha1, alpha2, beta1, "
-                 "alpha3, beta2, attn_overhead_tokens, gamma_intra, gamma_inter), or all; the "
-                 "same draws whatever the list, for ablations")
+                 fmt::format("comma list of the timing coefficients to perturb ({}), or all; "
+                             "the same draws whatever the list, for ablations",
+                             fmt::join(kNoiseCoefficients, ", ")))
       ->capture_default_str();
   app.add_flag("--common-factor", o.common_factor,
                "one common factor for every perturbed coefficient instead of one each");

@@ -88,16 +88,14 @@ double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree);
 // Saturates at INT64_MAX/4 for absurd inputs instead of overflowing.
 int64_t MinDegree(const CostModel& cm, const GroupLoad& load);
 
-// Per-rank bandwidth of a Ulysses all-to-all (bytes/s). Every rank sends the
-// same bytes to each of its degree - 1 peers, and the intra- and inter-node
-// links work in parallel, so a rank with `same_node_peers` peers on its node
-// takes max(same / bw_intra_node, (degree - 1 - same) / bw_inter_node) per
-// byte sent to each peer; the group waits for its slowest rank. Bandwidth is
-// (degree - 1) / that time: a group over several nodes beats the inter-node
-// link alone (16 ranks on two 8-rank nodes: 15/8 of it). degree >= 1
-// (1: bw_intra_node). This form: every rank with `same_node_peers`.
-double AllToAllBandwidth(const CostModel& cm, int degree, int same_node_peers);
-// The same for a group placed on `ranks` (node of r = r / R).
+// Per-rank bandwidth of a Ulysses all-to-all (bytes/s) for a group placed on
+// `ranks` (node of r = r / R). Every rank sends the same bytes to each of its
+// d - 1 peers, and the intra- and inter-node links work in parallel, so a
+// rank with `same` peers on its node takes max(same / bw_intra_node,
+// (d - 1 - same) / bw_inter_node) per byte sent to each peer; the group waits
+// for its slowest rank. Bandwidth is (d - 1) / that time: a group over
+// several nodes beats the inter-node link alone (16 ranks on two 8-rank
+// nodes: 15/8 of it). One rank: bw_intra_node.
 double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
                                 std::span<const int> ranks);
 // The same for the contiguous range [first, first + degree).

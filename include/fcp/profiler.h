@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <optional>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,12 @@ std::string ProfileReportToTable(const ProfileReport& report);
 // plan "matches" when its multiset of CP degrees (all groups, all
 // micro-batches) equals the plan under the unperturbed coefficients; the step
 // time of both plans is SIMULATED (fcp::sim::SimulatePlan, no noise).
+// The timing coefficients `fcp eval noise` can perturb, in its draw order
+// (names as in the cost_model JSON).
+inline constexpr const char* kNoiseCoefficients[8] = {
+    "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
+    "gamma_intra", "gamma_inter"};
+
 struct NoiseEvalOptions {
   std::string cluster = "ascend910c-4x16";
   std::string model = "qwen3-8b";
@@ -107,14 +114,11 @@ struct NoiseEvalOptions {
   std::vector<double> noise_levels = {0.05, 0.10, 0.20, 0.30, 0.50};
   std::string strategy = "fcp";
   uint64_t seed = 1;
-  // Which timing coefficients are perturbed (names as in the cost_model JSON:
-  // alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens, gamma_intra,
-  // gamma_inter); the others keep their base value. Every trial draws one
-  // factor per coefficient whatever this says, so runs that perturb
-  // different subsets see the same draws (an ablation).
-  std::vector<std::string> perturb = {"alpha1", "alpha2", "beta1", "alpha3",
-                                      "beta2", "attn_overhead_tokens",
-                                      "gamma_intra", "gamma_inter"};
+  // Which of kNoiseCoefficients are perturbed; the others keep their base
+  // value. Every trial draws one factor per coefficient whatever this says,
+  // so runs that perturb different subsets see the same draws (an ablation).
+  std::vector<std::string> perturb{std::begin(kNoiseCoefficients),
+                                   std::end(kNoiseCoefficients)};
   // All perturbed coefficients take the first draw's factor (one common
   // error instead of independent ones).
   bool common_factor = false;

@@ -47,7 +47,7 @@ struct PlanOptions {
   // When the planning call began (MakePlan sets it when it starts planning,
   // unless the caller did), so that a time-limited strategy's deadline covers
   // the whole call; unset: the strategy counts from its own start.
-  std::optional<std::chrono::steady_clock::time_point> started;
+  std::optional<std::chrono::steady_clock::time_point> started = std::nullopt;
 };
 
 // A scheduling strategy. Implementations fill micro_batches (ranks, sequences,

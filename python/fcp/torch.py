@@ -407,6 +407,13 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _rows_heads_layout(t):
+    """``t`` (B, H, S, D) with (B, S, H, D) memory order, as the CUDA
+    memory-efficient and cuDNN backward kernels read their output and its
+    gradient whatever the strides say."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def _expand_heads(t, group):
     return t if group == 1 else t.repeat_interleave(group, dim=1)
 
@@ -580,7 +587,7 @@ class _CudaEfficientKernel(_Kernel):
         if rows > lse.shape[-1]:
             lse = torch.nn.functional.pad(lse, (0, rows - lse.shape[-1]))
         seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
-        out, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (out, dout))
+        out, dout = _rows_heads_layout(out), _rows_heads_layout(dout)
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
             dout, q, k, v, None, out,
             lse.contiguous(), seed, offset, 0.0, [True, True, True, False], causal, scale=scale)
@@ -613,7 +620,7 @@ class _CudnnKernel(_Kernel):
         empty = torch.empty(0, device=q.device)
         zero = torch.zeros((), dtype=torch.int64, device=q.device)
         cum_q, cum_k, _, _, seed, offset = getattr(self, "_aux", (empty, empty, 0, 0, zero, zero))
-        out, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (out, dout))
+        out, dout = _rows_heads_layout(out), _rows_heads_layout(dout)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
             dout, q, k, v, out, lse.reshape(*lse.shape, 1).contiguous(), seed, offset, None,
             cum_q, cum_k, q.shape[-2], k.shape[-2], 0.0, causal, scale=scale)

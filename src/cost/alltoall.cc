@@ -22,8 +22,8 @@
 //     rho * alpha3 * (Σ s / d) * (d - 1) / d,
 // i.e. a factor d smaller than ring attention's alpha3 * Σ s * (d-1)/d (which
 // moves every KV block d-1 hops). Time = bytes / v + beta2, with v the
-// placement's all-to-all bandwidth (AllToAllBandwidth: on- and off-node peers
-// served in parallel, as the simulator does).
+// placement's all-to-all bandwidth (AllToAllBandwidthOnRanks: on- and
+// off-node peers served in parallel, as the simulator does).
 //
 // Unlike ring attention, the all-to-all is a data dependency of the attention
 // kernel (and of the next projection), so it is not overlapped with compute:
@@ -67,12 +67,6 @@ double PerPeerByteS(const CostModel& cm, int degree, int64_t on_node) {
 
 }  // namespace
 
-double AllToAllBandwidth(const CostModel& cm, int degree, int same_node_peers) {
-  if (degree <= 1) return cm.bw_intra_node;
-  const int on_node = std::clamp(same_node_peers, 0, degree - 1) + 1;
-  return (degree - 1) / PerPeerByteS(cm, degree, on_node);
-}
-
 double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
                                 std::span<const int> ranks) {
   const int d = static_cast<int>(ranks.size());
@@ -96,7 +90,7 @@ double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster, int
   if (degree <= 1) return cm.bw_intra_node;
   const int64_t r = cluster.ranks_per_node;
   const int64_t last = static_cast<int64_t>(first) + degree - 1;
-  if (first / r == last / r) return AllToAllBandwidth(cm, degree, degree - 1);
+  if (first / r == last / r) return (degree - 1) / PerPeerByteS(cm, degree, degree);
   double slowest = std::max(PerPeerByteS(cm, degree, r - first % r),
                             PerPeerByteS(cm, degree, last % r + 1));
   if (last / r - first / r >= 2) slowest = std::max(slowest, PerPeerByteS(cm, degree, r));

@@ -213,7 +213,9 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       const GroupLoad& load = alloc_groups[p].load;
       const double ring =
           GroupTimeS(cm, load, degrees[p], one_node ? Link::kIntraNode : Link::kInterNode);
-      if (RingOrAllToAllS(cm, cluster, shape, load, first[p], degrees[p]) < ring) {
+      const double a2a = AllToAllGroupTimeS(
+          cm, *shape, load, degrees[p], AllToAllBandwidthOnRange(cm, cluster, first[p], degrees[p]));
+      if (a2a < ring) {
         g.comm = CommKind::kAllToAll;
       }
     }

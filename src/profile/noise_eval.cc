@@ -60,19 +60,15 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   for (size_t i = 0; i < o.noise_levels.size(); ++i)
     if (!(o.noise_levels[i] >= 0 && o.noise_levels[i] <= 0.95))
       throw InputError("noise[" + std::to_string(i) + "]", "must be in [0, 0.95]");
-  static constexpr const char* kTimingCoefficients[8] = {
-      "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
-      "gamma_intra", "gamma_inter"};
   bool perturbed[8] = {};
   for (size_t i = 0; i < o.perturb.size(); ++i) {
-    const auto* it = std::find(std::begin(kTimingCoefficients), std::end(kTimingCoefficients),
+    const auto* it = std::find(std::begin(kNoiseCoefficients), std::end(kNoiseCoefficients),
                                o.perturb[i]);
-    if (it == std::end(kTimingCoefficients))
+    if (it == std::end(kNoiseCoefficients))
       throw InputError("perturb[" + std::to_string(i) + "]",
-                       "unknown timing coefficient '" + o.perturb[i] +
-                           "' (alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens, "
-                           "gamma_intra, gamma_inter)");
-    perturbed[it - std::begin(kTimingCoefficients)] = true;
+                       fmt::format("unknown timing coefficient '{}' ({})", o.perturb[i],
+                                   fmt::join(kNoiseCoefficients, ", ")));
+    perturbed[it - std::begin(kNoiseCoefficients)] = true;
   }
 
   NoiseEvalReport rep;
@@ -127,7 +123,7 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
           req.sequences = batches[b];
           // The timing coefficients, the v2 terms included (memory is not
           // perturbed: a wrong memory model is an OOM, not a slowdown), in
-          // kTimingCoefficients' order; eight draws per trial in any case.
+          // kNoiseCoefficients' order; eight draws per trial in any case.
           double* coefs[8] = {&req.cost.alpha1,      &req.cost.alpha2,
                               &req.cost.beta1,       &req.cost.alpha3,
                               &req.cost.beta2,       &req.cost.attn_overhead_tokens,

@@ -12,19 +12,12 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, summary
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden")
 FCP = sys.argv[1]
 UPDATE = "--update" in sys.argv
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, ok, detail=""):
-    if ok:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def run(args, stdin=None):
@@ -191,5 +184,4 @@ def error_tests():
 
 golden_tests()
 error_tests()
-print(f"{results['passed']} passed, {results['failed']} failed")
-sys.exit(1 if results["failed"] else 0)
+sys.exit(summary())

@@ -22,9 +22,10 @@ import sys
 import tempfile
 import time
 
+from checks import check, summary
+
 FCP = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
-results = {"passed": 0, "failed": 0}
 TIMEOUT_S = 120
 
 # A complete, explicit cost model (qwen3-8b-like magnitudes) so cases do not
@@ -64,14 +65,6 @@ def run(args, stdin=b"", timeout=TIMEOUT_S):
     except subprocess.TimeoutExpired as e:
         return "timeout", e.stdout or b"", (e.stderr or b"") + b"<timeout>", time.monotonic() - t0
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
-
-
-def check(name, ok, detail=""):
-    if ok:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def batch(seqs, ranks=64, per_node=16, cm=None, **extra):
@@ -621,8 +614,7 @@ def main():
         group()
         print(f"info: {group.__name__}: {time.monotonic() - t:.1f} s")
     print(f"info: total {time.monotonic() - t0:.1f} s (memory limit {'on' if USE_LIMIT else 'off'})")
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary()
 
 
 if __name__ == "__main__":

@@ -17,18 +17,11 @@ import sys
 import tempfile
 import time
 
+from checks import check, summary
+
 FCP = os.path.abspath(sys.argv[1])
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "batch.json")
-results = {"passed": 0, "failed": 0}
-
-
-def check(name, ok, detail=""):
-    if ok:
-        results["passed"] += 1
-    else:
-        results["failed"] += 1
-        print(f"FAIL {name}: {detail}")
 
 
 def run(args, env=None, stdin=subprocess.DEVNULL, cwd=None):
@@ -215,8 +208,7 @@ def main():
         test_plan_plot(tmp)
         test_no_shell_injection(tmp)
         test_simulate_timelines(tmp)
-    print(f"{results['passed']} passed, {results['failed']} failed")
-    return 1 if results["failed"] else 0
+    return summary()
 
 
 if __name__ == "__main__":
