@@ -36,6 +36,12 @@ struct CalibrationRow {
   // Rows not expressible whose nearest simulated configuration still runs:
   // that figure, for reference only (0 = none). Never counted in the summary.
   double approximate = 0;
+  // Weak-scaling ratio rows only (0 elsewhere): the lowest the ratio can be
+  // when both runs hold the same tokens per GPU and each kernel keeps its
+  // efficiency: 1 / (growth of attention pairs per GPU), the limit if
+  // attention were all of the time. A published ratio below it needs per-GPU
+  // efficiency to fall with length, which no compute term can produce.
+  double work_floor = 0;
 };
 
 // Simulates every expressible row (a few seconds at most).
