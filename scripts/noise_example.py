@@ -118,7 +118,7 @@ def main() -> int:
                 print(f"{label:28} {long_degree:>12} {singles:>10} {most:>18} "
                       f"{plan['est_ms'] / 1000:>10.3f} {sim_s:>11.3f} "
                       f"{100 * (sim_s / base_sim - 1):>+7.1f}%")
-    except (RuntimeError, ValueError, KeyError, IndexError) as e:
+    except (RuntimeError, ValueError, KeyError, IndexError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

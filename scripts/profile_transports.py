@@ -64,16 +64,16 @@ def main() -> int:
     for label, cmd in runs:
         try:
             rep, wall = profile(cmd)
-        except (RuntimeError, ValueError) as e:
+            bw = re.search(r"\(([0-9.]+) GB/s\)", rep["hardware"])
+            held = rep["heldout_error"]
+            coef = rep["coefficients"]
+            alpha3_err, beta2_err = rel_err(rep, "alpha3"), rel_err(rep, "beta2")
+        except (RuntimeError, ValueError, KeyError, OSError) as e:
             print(f"error: {label}: {e}", file=sys.stderr)
             return 1
-        bw = re.search(r"\(([0-9.]+) GB/s\)", rep["hardware"])
-        held = rep["heldout_error"]
-        coef = rep["coefficients"]
         print(f"{label:18} {bw.group(1) if bw else '?':>9} {100 * held['mean']:12.2f}% "
               f"{100 * held['max']:6.2f}% {held['points']:>6} {coef['alpha1']['value']:16.3e} "
-              f"{coef['alpha2']['value']:14.3e} {rel_err(rep, 'alpha3'):>10} "
-              f"{rel_err(rep, 'beta2'):>9} {wall:8.1f}")
+              f"{coef['alpha2']['value']:14.3e} {alpha3_err:>10} {beta2_err:>9} {wall:8.1f}")
     return 0
 
 
