@@ -27,7 +27,6 @@ Needs `fcp` importable (PYTHONPATH=build/python, or `pip install .`).
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -124,11 +123,12 @@ def _sdpa_step(q, k, v):
 # --- CPU: one process per rank --------------------------------------------
 
 
-def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
+def _cpu_worker(rank, world, rendezvous, args, seq_len, mode, out_path):
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+        # A file rendezvous: no TCP port picked and released before the ranks bind it.
+        dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
                                 world_size=world)
     base = reset_peak_rss()
     try:
@@ -162,16 +162,11 @@ def _cpu_worker(rank, world, port, args, seq_len, mode, out_path):
             dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cpu_run(args, seq_len, world, mode):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        mp.spawn(_cpu_worker, args=(world, _free_port(), args, seq_len, mode, out),
+        rendezvous = os.path.join(tmp, "rendezvous")
+        mp.spawn(_cpu_worker, args=(world, rendezvous, args, seq_len, mode, out),
                  nprocs=world, join=True)
         with open(out) as f:
             rows = json.load(f)

@@ -2,8 +2,9 @@
 # Regenerates every figure in the README and docs/: builds, rewrites results/
 # (the simulated paper evaluation and the "where flexible CP pays" study), then
 # reruns the command of every figure block and writes what it printed.
-#   scripts/figures.sh            # all figures (about 15 minutes on 2 cores: the CPU
-#                                 # profile and the torch CPU benchmark take ~4 min each;
+#   scripts/figures.sh            # all figures (about 25 minutes on 2 cores: the CPU
+#                                 # profile in-process and over MPI ~7 min, the torch CPU
+#                                 # benchmark ~4 min;
 #                                 # MPI, torch and megatron-core blocks need `make test`'s setup)
 #   scripts/figures.sh --check    # compare instead of write (what `make test` does for the cheap ones)
 set -euo pipefail

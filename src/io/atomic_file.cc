@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fcp/io.h"
+#include "io/write_all.h"
 
 namespace fcp {
 namespace {
@@ -54,14 +55,9 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::Write(std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd_, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw InputError(field_, "cannot write '" + EscapeForMessage(path_) +
-                                   "': " + std::strerror(n < 0 ? errno : EIO));
-    data.remove_prefix(static_cast<size_t>(n));
-  }
+  if (const int error = io::WriteAll(fd_, data); error != 0)
+    throw InputError(field_, "cannot write '" + EscapeForMessage(path_) +
+                                 "': " + std::strerror(error));
 }
 
 void AtomicFile::Commit() {

@@ -4,6 +4,7 @@
 // contiguous placements (testing/brute_force); cost model v2 plans stay valid.
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -13,8 +14,10 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "planner/balanced_static.h"
+#include "planner/bfd.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
+#include "planner/refine.h"
 #include "testing/brute_force.h"
 #include "testing/random_batch.h"
 
@@ -221,6 +224,51 @@ TEST(TopologyTest, GapToContiguousOptimumWhenNodesAreSmallerThanTheCluster) {
               "%.2f%%, max gap %.2f%%\n",
               count, 100 * sum_gap / count, 100 * max_gap);
   EXPECT_LT(sum_gap / count, 0.10);
+}
+
+TEST(DualApproxTest, AloneAgainstBfdAndTheOptimumOnSmallInstances) {
+  // The dual approximation's grouping alone (no local search, no other
+  // candidate) and the paper's BFD grouping, each allocated and placed the same
+  // way, against the exhaustive optimum (one micro-batch, ring groups).
+  // docs/design.md quotes the gaps.
+  double sum_dual = 0, max_dual = 0, sum_bfd = 0, max_bfd = 0;
+  int count = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 6;
+    opt.max_ranks = 8;
+    PlanRequest req = testing::RandomRequest(rng, opt);
+    req.model.reset();  // ring groups only, as the oracle enumerates
+    const auto split = planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
+    if (split.size() != 1) continue;  // the oracle plans one micro-batch
+    const std::vector<int>& members = split[0];
+    const auto dual_groups = planner::DualApproxGrouping(
+        req, members, std::numeric_limits<double>::infinity());
+    const auto bfd_groups = planner::BestFitDecreasing(req.sequences, members, req.cost);
+    ASSERT_TRUE(dual_groups) << seed;
+    const auto dual = planner::RealizeGrouping(req, *dual_groups, planner::Allocator::kFast, true);
+    const auto bfd = planner::RealizeGrouping(req, bfd_groups, planner::Allocator::kFast, true);
+    ASSERT_TRUE(dual && bfd) << seed;
+    const double opt_s = testing::BruteForceMakespanS(req);
+    // The oracle is a true optimum: neither grouping may beat it.
+    ASSERT_GE(dual->placed_makespan_s, opt_s * (1 - 1e-9)) << seed;
+    ASSERT_GE(bfd->placed_makespan_s, opt_s * (1 - 1e-9)) << seed;
+    const double gap_dual = dual->placed_makespan_s / opt_s - 1;
+    const double gap_bfd = bfd->placed_makespan_s / opt_s - 1;
+    sum_dual += gap_dual;
+    max_dual = std::max(max_dual, gap_dual);
+    sum_bfd += gap_bfd;
+    max_bfd = std::max(max_bfd, gap_bfd);
+    ++count;
+  }
+  ASSERT_GT(count, 50);
+  std::printf("gap to the optimum, %d instances (K <= 6, N <= 8, one micro-batch): "
+              "dual approximation alone mean %.2f%% max %.2f%%; BFD + allocation mean %.2f%% "
+              "max %.2f%%\n",
+              count, 100 * sum_dual / count, 100 * max_dual, 100 * sum_bfd / count,
+              100 * max_bfd);
+  EXPECT_LT(sum_dual, sum_bfd);
 }
 
 }  // namespace

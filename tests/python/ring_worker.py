@@ -248,10 +248,11 @@ def run(rank, world, out_dir, memory=False, max_groups=MAX_GROUPS, kernel="auto"
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def spawn_main(rank, world, port, out_dir, memory=False, kernel="auto"):
-    """Entry point for torch.multiprocessing.spawn."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+def spawn_main(rank, world, out_dir, memory=False, kernel="auto"):
+    """Entry point for torch.multiprocessing.spawn. The ranks meet through a file
+    in OUT_DIR (no TCP port picked and released before they bind it)."""
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "rendezvous"),
+                            rank=rank, world_size=world)
     try:
         run(rank, world, out_dir, memory, kernel=kernel)
     finally:

@@ -8,7 +8,6 @@ re-derived by reshaping.
 """
 
 import os
-import socket
 
 import pytest
 import torch
@@ -48,23 +47,19 @@ def token_loss(tokens):
     return (seq % 3).double() + ((tokens * 7919) % 101).double() / 101.0
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rope_inputs(seq_id, padded_len, heads):
     g = torch.Generator().manual_seed(seq_id)
     return torch.randn(padded_len, heads, HEAD_DIM, generator=g, dtype=torch.float64)
 
 
-def _worker(rank, port, out_dir):
+def _worker(rank, out_dir):
     import warnings
     warnings.filterwarnings("ignore")
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # Rendezvous through a file in the test's own directory: no TCP port to pick
+    # and release before the workers bind it (EADDRINUSE under load).
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "rendezvous"),
+                            rank=rank, world_size=WORLD)
     from megatron.core import parallel_state as ps
     from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -235,7 +230,7 @@ def _rope_whole(x, freqs):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("megatron")
-    mp.spawn(_worker, args=(_free_port(), str(out_dir)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(str(out_dir),), nprocs=WORLD, join=True)
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

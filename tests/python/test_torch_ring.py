@@ -9,7 +9,6 @@ single-process per-token mean loss over the whole global batch.
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -27,12 +26,6 @@ REL_TOL = {"fp64": 1e-12, "fp32": 1e-5, "bf16": 1e-2}
 # One (heads x s/d x s/d) fp32 score block, what the design it replaces
 # materialised at every ring step, is 512 MiB here.
 MEMORY_BOUND_BYTES = 64 << 20
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _torchrun(nproc, out_dir, *extra):
@@ -64,7 +57,7 @@ def torchrun2(tmp_path_factory):
 def spawn3(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("spawn3")
     mp.spawn(ring_worker.spawn_main,
-             args=(3, _free_port(), str(out_dir), False, ft._ChunkedKernel(chunk=5)),
+             args=(3, str(out_dir), False, ft._ChunkedKernel(chunk=5)),
              nprocs=3, join=True)
     return _load(out_dir, 3)
 
