@@ -73,6 +73,14 @@ int RunSimulate(int argc, char** argv) {
                  "static strategies (megatron, deepspeed): force this CP degree (0 = tune on "
                  "the warmup batches)")
       ->capture_default_str();
+  app.add_option("--max-seqlen", cfg.max_seqlen_per_rank,
+                 "megatron-dcp: force max_seqlen_per_dp_cp_rank, tokens (0 = tune on the "
+                 "warmup batches)")
+      ->capture_default_str();
+  app.add_option("--capacity", cfg.capacity_tokens,
+                 "bytescale: force the per-rank token capacity C, tokens (0 = tune on the "
+                 "warmup batches)")
+      ->capture_default_str();
   app.add_option("--mbs", cfg.micro_batch_sequences,
                  "static strategies: sequences per micro-batch per replica (0 = as many as fit "
                  "in memory)")

@@ -346,6 +346,78 @@ TEST(MegatronDcp, OneSequencePerGroupOnItsCpSize) {
   EXPECT_GT(ok, 100);
 }
 
+// A forced setting (PlanOptions::max_seqlen_per_rank, capacity_tokens; `fcp
+// plan --max-seqlen` / `--capacity`) is the one used and named in the notes,
+// and the plan is the strategy's schedule at that setting: every megatron-dcp
+// group runs on the CP size the setting gives (the power of two of s / t,
+// doubled to the memory minimum), every bytescale long sequence on
+// max(d_min, ceil(s / C)) ranks and every packed rank within C tokens
+// (restated here). A negative value is an input error naming the field.
+TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
+  int dcp = 0, bytescale = 0;
+  for (const PlanRequest& req : RuleInstances(22, 200)) {
+    int64_t longest = 1;
+    for (const Sequence& s : req.sequences) longest = std::max(longest, s.length_tokens);
+    const int64_t t = std::max<int64_t>(1, longest / 3);
+    const Plan p = RunStrategy(req, {.strategy = "megatron-dcp", .max_seqlen_per_rank = t});
+    if (p.status == PlanStatus::kOk) {
+      ++dcp;
+      EXPECT_EQ(p.notes.at("max_seqlen_per_dp_cp_rank"), std::to_string(t));
+      EXPECT_EQ(p.notes.at("max_seqlen_source"), "fixed (--max-seqlen)");
+      for (const auto& mb : p.micro_batches) {
+        for (const auto& g : mb.groups) {
+          ASSERT_EQ(g.sequences.size(), 1u);
+          const int64_t len = req.sequences[g.sequences[0]].length_tokens;
+          int64_t cp = 1;
+          while (cp * t < len) cp *= 2;
+          while (cp < DMin(req, g.sequences[0])) cp *= 2;
+          // Expansion doubles a group (up to N): cp · 2^j, or N.
+          EXPECT_GE(g.degree(), cp);
+          if (g.degree() != req.cluster.num_ranks) {
+            EXPECT_EQ(g.degree() % cp, 0);
+            EXPECT_TRUE(IsPow2(g.degree() / cp));
+          }
+        }
+      }
+    }
+    const int64_t c = std::max<int64_t>(1, longest / 4);
+    const Plan b = RunStrategy(req, {.strategy = "bytescale", .capacity_tokens = c});
+    if (b.status == PlanStatus::kOk) {
+      ++bytescale;
+      EXPECT_EQ(b.notes.at("capacity_tokens"), std::to_string(c));
+      EXPECT_EQ(b.notes.at("capacity_source"), "fixed (--capacity)");
+      for (const auto& mb : b.micro_batches) {
+        for (const auto& g : mb.groups) {
+          GroupLoad load;
+          for (int k : g.sequences) load.Add(req.sequences[k]);
+          if (g.degree() > 1) {
+            const int k = g.sequences[0];
+            const int64_t len = req.sequences[k].length_tokens;
+            EXPECT_EQ(g.degree(), std::min<int64_t>(req.cluster.num_ranks,
+                                                    std::max(DMin(req, k), (len + c - 1) / c)));
+          } else if (g.sequences.size() > 1) {
+            EXPECT_LE(load.sum_tokens, static_cast<double>(c));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(dcp, 50);
+  EXPECT_GT(bytescale, 50);
+  const PlanRequest req = RuleInstances(22, 1).front();
+  for (const auto& [options, field] :
+       {std::pair<PlanOptions, std::string>{{.strategy = "megatron-dcp", .max_seqlen_per_rank = -1},
+                                            "max_seqlen_per_dp_cp_rank"},
+        {{.strategy = "bytescale", .capacity_tokens = -5}, "capacity_tokens"}}) {
+    try {
+      MakePlan(req, options);
+      ADD_FAILURE() << "no error for " << field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), field);
+    }
+  }
+}
+
 // Planning-time bound (issue 18): placements, trims and expansions stay
 // within their structural caps on adversarial shapes (many equal lengths,
 // one huge sequence among tiny ones, N much larger than K).
