@@ -384,6 +384,45 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
     const Plan b = RunStrategy(req, {.strategy = "bytescale", .capacity_tokens = c});
     if (b.status == PlanStatus::kOk) {
       ++bytescale;
+      // The one-rank chunks are ByteScale's best-fit packing (Alg. 1 line 8),
+      // restated: the short sequences longest first (ties: lower index), each
+      // into the chunk with the most tokens that still holds it within C
+      // (ties: opened first) unless that overflows memory, else a new chunk.
+      std::vector<int> shorts;
+      for (int k = 0; k < static_cast<int>(req.sequences.size()); ++k) {
+        const int64_t len = req.sequences[k].length_tokens;
+        const int64_t d = std::min<int64_t>(req.cluster.num_ranks,
+                                            std::max(DMin(req, k), (len + c - 1) / c));
+        if (d == 1) shorts.push_back(k);
+      }
+      std::stable_sort(shorts.begin(), shorts.end(), [&](int x, int y) {
+        return req.sequences[x].length_tokens > req.sequences[y].length_tokens;
+      });
+      std::vector<std::vector<int>> want;
+      std::vector<int64_t> tokens;
+      for (int k : shorts) {
+        const int64_t len = req.sequences[k].length_tokens;
+        int best = -1;
+        for (int j = 0; j < static_cast<int>(want.size()); ++j) {
+          if (tokens[j] + len <= c && (best < 0 || tokens[j] > tokens[best])) best = j;
+        }
+        if (best >= 0 && !baselines::FitsOnLoad(req.cost, static_cast<double>(tokens[best] + len), 1))
+          best = -1;
+        if (best < 0) {
+          best = static_cast<int>(want.size());
+          want.emplace_back();
+          tokens.push_back(0);
+        }
+        want[best].push_back(k);
+        tokens[best] += len;
+      }
+      std::vector<std::vector<int>> got;
+      for (const auto& mb : b.micro_batches)
+        for (const auto& g : mb.groups)
+          if (g.degree() == 1) got.push_back(g.sequences);
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, want);
       EXPECT_EQ(b.notes.at("capacity_tokens"), std::to_string(c));
       EXPECT_EQ(b.notes.at("capacity_source"), "fixed (--capacity)");
       for (const auto& mb : b.micro_batches) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <queue>
+#include <set>
 #include <string>
 
 #include "baselines/common.h"
@@ -92,16 +93,30 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
   std::stable_sort(shorts.begin(), shorts.end(), [&](int a, int b) {
     return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
   });
-  double chunk_tokens = 0;
+  // ByteScale Alg. 1 line 8: the short sequences are packed "by best-fit
+  // strategy to fill capacity C": longest first, each into the open one-rank
+  // chunk with the least room left that still holds it (ties: the chunk
+  // opened first), else into a new chunk; a chunk also stays within one
+  // rank's memory. O(K log K) with the chunks keyed by (room left, index).
+  std::set<std::pair<double, size_t>> room;  // (C - tokens, index in items)
+  std::vector<double> chunk_tokens(items.size() + shorts.size(), 0.0);
   for (int k : shorts) {
     const double len = static_cast<double>(request.sequences[k].length_tokens);
-    if (items.empty() || items.back().degree != 1 ||
-        !FitsOnLoad(request.cost, chunk_tokens + len, 1) || chunk_tokens + len > capacity_tokens) {
-      items.push_back({1, {}, 0});
-      chunk_tokens = 0;
+    auto it = room.lower_bound({len, 0});
+    if (it != room.end() && !FitsOnLoad(request.cost, chunk_tokens[it->second] + len, 1)) {
+      it = room.end();  // the best fit by tokens overflows memory: a new chunk
     }
-    items.back().members.push_back(k);
-    chunk_tokens += len;
+    size_t chunk;
+    if (it == room.end()) {
+      chunk = items.size();
+      items.push_back({1, {}, 0});
+    } else {
+      chunk = it->second;
+      room.erase(it);
+    }
+    items[chunk].members.push_back(k);
+    chunk_tokens[chunk] += len;
+    room.insert({capacity_tokens - chunk_tokens[chunk], chunk});
   }
   for (Item& it : items) {
     GroupLoad load;
