@@ -69,9 +69,13 @@ class MaxTree {
   std::vector<double> tree_;
 };
 
-// One schedule at per-rank token capacity `capacity_tokens` (ByteScale's
-// chunk size C: a sequence of s tokens gets max(d_min, ceil(s / C)) ranks,
-// short sequences are packed up to C tokens). Sets *makespan_s.
+// One schedule at per-rank token capacity `capacity_tokens` (ByteScale's rank
+// capacity C, arXiv 2502.21231 §5.3 Alg. 1: a sequence of s tokens gets
+// max(d_min, ceil(s / C)) ranks, §5.1, without §5.2's selective offloading;
+// short sequences are packed best-fit up to C tokens), then list-scheduled
+// (§6.1: ranks run different numbers of micro-batches; §6.3 Alg. 2's DP
+// balance as longest-first list scheduling; docs/baselines.md states the
+// differences). Sets *makespan_s.
 Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, double* makespan_out) {
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
