@@ -79,9 +79,8 @@ int RunPlan(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
                  "cost_model JSON (e.g. from fcp profile); its keys override the input's");
-  app.add_option("--cp", options.cp_degree,
-                 "megatron/deepspeed: fixed CP degree (0 = tune the best)")
-      ->capture_default_str();
+  AddSettingOptions(app, options.cp_degree, options.max_seqlen_per_rank, options.capacity_tokens,
+                    "per batch, the best by the strategy's own estimate");
   AddDealingOption(app, options.dealing);
   app.add_option("--time-limit", options.time_limit_s,
                  "flexsp: wall-clock limit of the whole planning (set-up included), seconds; "

@@ -69,10 +69,8 @@ int RunSimulate(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
-  app.add_option("--cp", cfg.cp_degree,
-                 "static strategies (megatron, deepspeed): force this CP degree (0 = tune on "
-                 "the warmup batches)")
-      ->capture_default_str();
+  AddSettingOptions(app, cfg.cp_degree, cfg.max_seqlen_per_rank, cfg.capacity_tokens,
+                    "on the warmup batches by simulated time, then fixed");
   app.add_option("--mbs", cfg.micro_batch_sequences,
                  "static strategies: sequences per micro-batch per replica (0 = as many as fit "
                  "in memory)")

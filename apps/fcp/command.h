@@ -40,6 +40,10 @@ int InputErrorExit(const std::string& message);
 // --dealing balanced|loader (megatron/deepspeed: deal sequences to DP replicas
 // by work, the yardstick, or in data-loader order), bound to `dealing`.
 void AddDealingOption(CLI::App& app, Dealing& dealing);
+// --cp, --max-seqlen, --capacity: the strategies' main settings forced (0 =
+// tuned, as `tuned_how` says, e.g. "on the warmup batches").
+void AddSettingOptions(CLI::App& app, int& cp_degree, int64_t& max_seqlen_per_rank,
+                       int64_t& capacity_tokens, const std::string& tuned_how);
 
 // Parses the flags into `app`. Returns -1 to go on, otherwise the exit code:
 // 0 after --help (printed), 2 for a bad flag (one `error:` line). Integer

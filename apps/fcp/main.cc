@@ -33,6 +33,21 @@ void AddDealingOption(CLI::App& app, Dealing& dealing) {
       ->default_str(dealing == Dealing::kLoader ? "loader" : "balanced");
 }
 
+void AddSettingOptions(CLI::App& app, int& cp_degree, int64_t& max_seqlen_per_rank,
+                       int64_t& capacity_tokens, const std::string& tuned_how) {
+  app.add_option("--cp", cp_degree,
+                 "megatron/deepspeed: force this CP degree (0 = tune it " + tuned_how + ")")
+      ->capture_default_str();
+  app.add_option("--max-seqlen", max_seqlen_per_rank,
+                 "megatron-dcp: force max_seqlen_per_dp_cp_rank, tokens (0 = tune it " +
+                     tuned_how + ")")
+      ->capture_default_str();
+  app.add_option("--capacity", capacity_tokens,
+                 "bytescale: force the per-rank token capacity C, tokens (0 = tune it " +
+                     tuned_how + ")")
+      ->capture_default_str();
+}
+
 int ParseFlags(CLI::App& app, int argc, char** argv) {
   RequireDecimalIntegers(app);
   // Every option shows its default in --help: the bound variables still hold

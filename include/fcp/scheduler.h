@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,9 +39,20 @@ struct PlanRequest {
 // yardstick) or in data-loader order (stock framework behaviour).
 enum class Dealing { kBalanced, kLoader };
 
+// A strategy's main setting, where its real counterpart has one that a user
+// sets once in the configuration: the static CP degree (megatron, deepspeed),
+// Megatron-Core's max_seqlen_per_dp_cp_rank (megatron-dcp), ByteScale's
+// per-rank token capacity C (bytescale). Each is forced by its PlanOptions
+// field; 0 there lets the strategy tune it per batch by its own estimate.
+enum class Setting { kNone, kCpDegree, kMaxSeqlenPerRank, kCapacityTokens };
+
 struct PlanOptions {
   std::string strategy = "fcp";  // see StrategyNames()
   int cp_degree = 0;             // megatron/deepspeed: fixed degree; 0 = tune
+  // megatron-dcp: fixed max_seqlen_per_dp_cp_rank (tokens); 0 = tune.
+  int64_t max_seqlen_per_rank = 0;
+  // bytescale: fixed per-rank token capacity C (tokens); 0 = tune.
+  int64_t capacity_tokens = 0;
   double time_limit_s = 10.0;    // flexsp: wall-clock limit of the whole planning call
   uint64_t seed = 0;             // strategies with randomness
   Dealing dealing = Dealing::kBalanced;  // megatron/deepspeed: see Dealing
@@ -49,6 +61,14 @@ struct PlanOptions {
   // the whole call; unset: the strategy counts from its own start.
   std::optional<std::chrono::steady_clock::time_point> started = std::nullopt;
 };
+
+// The plan-note (and input-field) name of a setting: cp_degree,
+// max_seqlen_per_dp_cp_rank, capacity_tokens ("" for kNone).
+std::string_view SettingName(Setting setting);
+// The fcp flag that forces it: --cp, --max-seqlen, --capacity.
+std::string_view SettingFlag(Setting setting);
+// Sets the PlanOptions field that forces `setting` to `value` (0 = tune).
+void ForceSetting(PlanOptions& options, Setting setting, int64_t value);
 
 // A scheduling strategy. Implementations fill micro_batches (ranks, sequences,
 // comm) and may add notes; MakePlan computes every estimate and validates.
@@ -62,6 +82,13 @@ class Strategy {
   // recomputed by MakePlan) or an infeasible Plan.
   virtual Plan Solve(const PlanRequest& request,
                      const PlanOptions& options) const = 0;
+  // The strategy's main setting (kNone: it has none) and the values it tunes
+  // it over for this batch; `fcp simulate` simulates each on its warm-up
+  // batches and fixes the fastest, as a user sets it once.
+  virtual Setting setting() const { return Setting::kNone; }
+  virtual std::vector<int64_t> SettingCandidates(const PlanRequest& /*request*/) const {
+    return {};
+  }
 };
 
 // Names of every registered strategy, default ("fcp") first.

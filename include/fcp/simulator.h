@@ -283,6 +283,11 @@ struct ExperimentConfig {
   // Static strategies (megatron, deepspeed): 0 = tune the degree on the warmup
   // batches; > 0 = this degree, forced (must divide the ranks).
   int cp_degree = 0;
+  // megatron-dcp's max_seqlen_per_dp_cp_rank and bytescale's capacity C
+  // (tokens): 0 = tune on the warmup batches like cp_degree (every candidate
+  // the strategy itself would try, simulated; the fastest kept); > 0 = forced.
+  int64_t max_seqlen_per_rank = 0;
+  int64_t capacity_tokens = 0;
   // Static strategies: sequences per micro-batch per replica (0 = as many as
   // fit in memory, the strategies' own packing).
   int micro_batch_sequences = 0;
@@ -321,6 +326,11 @@ struct StrategyResult {
   double busy_fraction = 0; // mean
   int cp_degree = 0;        // tuned static degree (megatron/deepspeed), else 0
   std::string degree_candidates;  // "1:12.3s,2:10.1s,..." tried while tuning
+  // The tuned (or forced) main setting of any strategy that has one: its
+  // plan-note name (cp_degree, max_seqlen_per_dp_cp_rank, capacity_tokens)
+  // and value; empty / 0 otherwise. `degree_candidates` lists its candidates.
+  std::string setting_name;
+  int64_t setting = 0;
   std::string first_micro_batch_mix;  // e.g. "<8>x1, <6>x2, <1>x4"
   std::map<int, int> degree_histogram;  // degree -> groups, all measured steps
   OverlapReport overlap;    // asynchronous scheduling over the measured steps

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -12,6 +14,8 @@
 #include "baselines/megatron_dcp.h"
 #include "baselines/optimal.h"
 #include "baselines/static_cp.h"
+#include "fcp/datasets.h"
+#include "fcp/presets.h"
 #include "fcp/cost_model.h"
 #include "fcp/scheduler.h"
 #include "testing/brute_force.h"
@@ -320,6 +324,15 @@ TEST(DeepSpeed, DegreeDividesHeadCountAndN) {
 // (CP groups chain their sequences) is never above the planner's
 // per-micro-batch view of the same plan. The exact rules are checked against
 // megatron-core itself in tests/cli/megatron_dcp_oracle.py.
+// Megatron's gpus_needed restated: the power of two of s / t, doubled until
+// the sequence fits memory.
+int64_t DcpCpSize(const PlanRequest& req, int k, int64_t t) {
+  int64_t cp = 1;
+  while (cp * t < req.sequences[k].length_tokens) cp *= 2;
+  while (cp < DMin(req, k)) cp *= 2;
+  return cp;
+}
+
 TEST(MegatronDcp, OneSequencePerGroupOnItsCpSize) {
   int ok = 0;
   for (const PlanRequest& req : RuleInstances(6, 400)) {
@@ -330,16 +343,120 @@ TEST(MegatronDcp, OneSequencePerGroupOnItsCpSize) {
     for (const auto& mb : p.micro_batches) {
       for (const auto& g : mb.groups) {
         ASSERT_EQ(g.sequences.size(), 1u);
-        const int64_t len = req.sequences[g.sequences[0]].length_tokens;
-        int64_t cp = 1;
-        while (cp * t < len) cp *= 2;
-        EXPECT_GE(g.degree(), cp);
-        EXPECT_GE(g.degree(), DMin(req, g.sequences[0]));
+        EXPECT_GE(g.degree(), DcpCpSize(req, g.sequences[0], t));
       }
     }
     EXPECT_LE(std::stod(p.notes.at("hdp_est_ms")), p.est_ms * (1 + 1e-6));
   }
   EXPECT_GT(ok, 100);
+}
+
+// A forced setting (PlanOptions::max_seqlen_per_rank, capacity_tokens; `fcp
+// plan --max-seqlen` / `--capacity`) is the one used and named in the notes,
+// and the plan is the strategy's schedule at that setting: every megatron-dcp
+// group runs on the CP size the setting gives (the power of two of s / t,
+// doubled to the memory minimum), every bytescale long sequence on
+// max(d_min, ceil(s / C)) ranks and every packed rank within C tokens
+// (restated here). A negative value is an input error naming the field.
+TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
+  int dcp = 0, bytescale = 0;
+  for (const PlanRequest& req : RuleInstances(22, 200)) {
+    int64_t longest = 1;
+    for (const Sequence& s : req.sequences) longest = std::max(longest, s.length_tokens);
+    const int64_t t = std::max<int64_t>(1, longest / 3);
+    const Plan p = RunStrategy(req, {.strategy = "megatron-dcp", .max_seqlen_per_rank = t});
+    if (p.status == PlanStatus::kOk) {
+      ++dcp;
+      EXPECT_EQ(p.notes.at("max_seqlen_per_dp_cp_rank"), std::to_string(t));
+      EXPECT_EQ(p.notes.at("max_seqlen_source"), "fixed (--max-seqlen)");
+      for (const auto& mb : p.micro_batches) {
+        for (const auto& g : mb.groups) {
+          ASSERT_EQ(g.sequences.size(), 1u);
+          const int64_t cp = DcpCpSize(req, g.sequences[0], t);
+          // Expansion doubles a group (up to N): cp · 2^j, or N.
+          EXPECT_GE(g.degree(), cp);
+          if (g.degree() != req.cluster.num_ranks) {
+            EXPECT_EQ(g.degree() % cp, 0);
+            EXPECT_TRUE(IsPow2(g.degree() / cp));
+          }
+        }
+      }
+    }
+    const int64_t c = std::max<int64_t>(1, longest / 4);
+    const Plan b = RunStrategy(req, {.strategy = "bytescale", .capacity_tokens = c});
+    if (b.status == PlanStatus::kOk) {
+      ++bytescale;
+      // The one-rank chunks are ByteScale's best-fit packing (Alg. 1 line 8),
+      // restated: the short sequences longest first (ties: lower index), each
+      // into the chunk with the most tokens that still holds it within C
+      // (ties: opened first) unless that overflows memory, else a new chunk.
+      std::vector<int> shorts;
+      for (int k = 0; k < static_cast<int>(req.sequences.size()); ++k) {
+        const int64_t len = req.sequences[k].length_tokens;
+        const int64_t d = std::min<int64_t>(req.cluster.num_ranks,
+                                            std::max(DMin(req, k), (len + c - 1) / c));
+        if (d == 1) shorts.push_back(k);
+      }
+      std::stable_sort(shorts.begin(), shorts.end(), [&](int x, int y) {
+        return req.sequences[x].length_tokens > req.sequences[y].length_tokens;
+      });
+      std::vector<std::vector<int>> want;
+      std::vector<int64_t> tokens;
+      for (int k : shorts) {
+        const int64_t len = req.sequences[k].length_tokens;
+        int best = -1;
+        for (int j = 0; j < static_cast<int>(want.size()); ++j) {
+          if (tokens[j] + len <= c && (best < 0 || tokens[j] > tokens[best])) best = j;
+        }
+        if (best >= 0 && !baselines::FitsOnLoad(req.cost, static_cast<double>(tokens[best] + len), 1))
+          best = -1;
+        if (best < 0) {
+          best = static_cast<int>(want.size());
+          want.emplace_back();
+          tokens.push_back(0);
+        }
+        want[best].push_back(k);
+        tokens[best] += len;
+      }
+      std::vector<std::vector<int>> got;
+      for (const auto& mb : b.micro_batches)
+        for (const auto& g : mb.groups)
+          if (g.degree() == 1) got.push_back(g.sequences);
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(b.notes.at("capacity_tokens"), std::to_string(c));
+      EXPECT_EQ(b.notes.at("capacity_source"), "fixed (--capacity)");
+      for (const auto& mb : b.micro_batches) {
+        for (const auto& g : mb.groups) {
+          GroupLoad load;
+          for (int k : g.sequences) load.Add(req.sequences[k]);
+          if (g.degree() > 1) {
+            const int k = g.sequences[0];
+            const int64_t len = req.sequences[k].length_tokens;
+            EXPECT_EQ(g.degree(), std::min<int64_t>(req.cluster.num_ranks,
+                                                    std::max(DMin(req, k), (len + c - 1) / c)));
+          } else if (g.sequences.size() > 1) {
+            EXPECT_LE(load.sum_tokens, static_cast<double>(c));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(dcp, 50);
+  EXPECT_GT(bytescale, 50);
+  const PlanRequest req = RuleInstances(22, 1).front();
+  for (const auto& [options, field] :
+       {std::pair<PlanOptions, std::string>{{.strategy = "megatron-dcp", .max_seqlen_per_rank = -1},
+                                            "max_seqlen_per_dp_cp_rank"},
+        {{.strategy = "bytescale", .capacity_tokens = -5}, "capacity_tokens"}}) {
+    try {
+      MakePlan(req, options);
+      ADD_FAILURE() << "no error for " << field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), field);
+    }
+  }
 }
 
 // Planning-time bound (issue 18): placements, trims and expansions stay
@@ -393,28 +510,109 @@ TEST(FlexSp, PowerOfTwoUlyssesGroupsAndSolverNotes) {
   EXPECT_GT(ok, 15);
 }
 
-// When the MILP is solved to optimality on one micro-batch with R a power of
-// two (the MILP's bandwidth then equals the placed one), flexsp is no worse
-// than deepspeed's one-micro-batch plan, which lies in flexsp's search space.
-TEST(FlexSp, MilpOptimumBeatsStaticUlysses) {
-  std::mt19937_64 rng(8);
+// Every packing of one micro-batch into uniform Ulysses groups (N / c groups
+// of one power-of-two size c dividing q_heads, on aligned blocks) lies in
+// flexsp's search space. On tiny instances every such packing is enumerated
+// (set partitions of the sequences into at most N / c blocks), checked by
+// ValidatePlan and timed by EvaluatePlan; when flexsp tried one micro-batch
+// and its MILP was solved to optimality (no bucket padding: at most 16
+// lengths), its estimate is no worse than the best of them, nor than
+// deepspeed's own one-micro-batch plan at a power-of-two degree (one of them).
+void EnumeratePartitions(int k, int blocks, std::vector<int>& block_of, int used,
+                         const std::function<void(int)>& visit) {
+  if (static_cast<int>(block_of.size()) == k) {
+    visit(used);
+    return;
+  }
+  for (int b = 0; b < std::min(blocks, used + 1); ++b) {
+    block_of.push_back(b);
+    EnumeratePartitions(k, blocks, block_of, std::max(used, b + 1), visit);
+    block_of.pop_back();
+  }
+}
+
+double BestUniformPackingMs(const PlanRequest& req) {
+  double best = std::numeric_limits<double>::infinity();
+  const int n = req.cluster.num_ranks;
+  const int k = static_cast<int>(req.sequences.size());
+  for (int c = 1; c <= n && req.model->q_heads % c == 0; c *= 2) {
+    std::vector<int> block_of;
+    EnumeratePartitions(k, n / c, block_of, 0, [&](int used) {
+      Plan plan;
+      plan.strategy = "flexsp";
+      plan.num_ranks = n;
+      MicroBatchPlan mb;
+      for (int b = 0; b < used; ++b) {
+        GroupPlan g;
+        for (int r = b * c; r < (b + 1) * c; ++r) g.ranks.push_back(r);
+        for (int i = 0; i < k; ++i)
+          if (block_of[i] == b) g.sequences.push_back(i);
+        g.comm = CommKind::kAllToAll;
+        mb.groups.push_back(g);
+      }
+      plan.micro_batches.push_back(mb);
+      EvaluatePlan(req, plan);
+      if (ValidatePlan(req, plan).empty()) best = std::min(best, plan.est_ms);
+    });
+  }
+  return best;
+}
+
+TEST(FlexSp, NoWorseThanAnyUniformPackingBruteForce) {
+  std::mt19937_64 rng(21);
   RandomInstanceOptions opt;
-  opt.max_sequences = 7;
-  opt.max_ranks = 16;
-  int compared = 0;
-  for (int i = 0; i < 120; ++i) {
+  opt.max_sequences = 6;
+  opt.max_ranks = 8;
+  int compared = 0, with_deepspeed = 0;
+  for (int i = 0; i < 80; ++i) {
     PlanRequest req = RandomRequest(rng, opt);
+    // The MILP's slot bandwidth is that of an aligned block, as placed, when
+    // R is a power of two.
     if (!IsPow2(req.cluster.ranks_per_node)) continue;
     const Plan f = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.5});
-    const Plan d = RunStrategy(req, {.strategy = "deepspeed"});
-    if (f.status != PlanStatus::kOk || d.status != PlanStatus::kOk) continue;
-    if (f.micro_batches.size() != 1 || d.micro_batches.size() != 1) continue;
-    if (f.notes.at("milp_status") != "optimal") continue;
-    if (!IsPow2(d.micro_batches[0].groups[0].degree())) continue;  // outside flexsp's sizes
+    if (f.status != PlanStatus::kOk || f.notes.at("milp_status") != "optimal") continue;
+    if (f.notes.at("micro_batch_counts_tried").rfind("1:", 0) != 0) continue;
+    const double uniform_ms = BestUniformPackingMs(req);
+    if (!std::isfinite(uniform_ms)) continue;
     ++compared;
-    EXPECT_LE(f.est_ms, d.est_ms * (1 + 1e-9)) << "instance " << i;
+    EXPECT_LE(f.est_ms, uniform_ms * (1 + 1e-9)) << "instance " << i;
+    const Plan d = RunStrategy(req, {.strategy = "deepspeed"});
+    if (d.status == PlanStatus::kOk && d.micro_batches.size() == 1 &&
+        IsPow2(d.micro_batches[0].groups[0].degree())) {
+      ++with_deepspeed;
+      EXPECT_LE(f.est_ms, d.est_ms * (1 + 1e-9)) << "instance " << i;
+    }
   }
   EXPECT_GT(compared, 20);
+  EXPECT_GT(with_deepspeed, 10);
+}
+
+// The case issue 12 diagnosed: on github batches (qwen3-8b, 64 Ascend ranks,
+// 512 sequences, up to 131,072 tokens) CBC alone did not improve the greedy
+// packing of one micro-batch (the longest sequence stayed on 4 ranks), so
+// flexsp came out slower than static Ulysses (deepspeed), whose plans lie in
+// its search space. With the uniform packings in its incumbent, flexsp's
+// estimate is no worse than deepspeed's at any degree, whatever the deadline
+// leaves the MILPs (here 0.3 s for five micro-batch counts).
+TEST(FlexSp, NoWorseThanStaticUlyssesOnGithubBatches) {
+  const ModelPreset* model = FindModelPreset("qwen3-8b");
+  const ClusterPreset* cluster = FindClusterPreset("ascend910c-4x16");
+  ASSERT_NE(model, nullptr);
+  ASSERT_NE(cluster, nullptr);
+  for (uint64_t seed : {1, 2}) {
+    PlanRequest req;
+    req.cluster = {cluster->num_ranks, cluster->ranks_per_node};
+    req.cost = DeriveCostModel(*model, *cluster);
+    req.model = model->shape;
+    req.sequences = SampleBatch("github", 512, seed);
+    const Plan f = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.3});
+    ASSERT_EQ(f.status, PlanStatus::kOk);
+    for (int c = 1; c <= req.cluster.num_ranks && req.model->q_heads % c == 0; c *= 2) {
+      const Plan d = RunStrategy(req, {.strategy = "deepspeed", .cp_degree = c});
+      if (d.status != PlanStatus::kOk) continue;
+      EXPECT_LE(f.est_ms, d.est_ms * (1 + 1e-9)) << "seed " << seed << ", degree " << c;
+    }
+  }
 }
 
 // The deadline is structural: with no time left no MILP is started (every

@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <queue>
+#include <set>
 #include <string>
 
 #include "baselines/common.h"
@@ -68,9 +69,13 @@ class MaxTree {
   std::vector<double> tree_;
 };
 
-// One schedule at per-rank token capacity `capacity_tokens` (ByteScale's
-// chunk size C: a sequence of s tokens gets max(d_min, ceil(s / C)) ranks,
-// short sequences are packed up to C tokens). Sets *makespan_s.
+// One schedule at per-rank token capacity `capacity_tokens` (ByteScale's rank
+// capacity C, arXiv 2502.21231 §5.3 Alg. 1: a sequence of s tokens gets
+// max(d_min, ceil(s / C)) ranks, §5.1, without §5.2's selective offloading;
+// short sequences are packed best-fit up to C tokens), then list-scheduled
+// (§6.1: ranks run different numbers of micro-batches; §6.3 Alg. 2's DP
+// balance as longest-first list scheduling; docs/baselines.md states the
+// differences). Sets *makespan_s.
 Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, double* makespan_out) {
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
@@ -92,16 +97,30 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
   std::stable_sort(shorts.begin(), shorts.end(), [&](int a, int b) {
     return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
   });
-  double chunk_tokens = 0;
+  // ByteScale Alg. 1 line 8: the short sequences are packed "by best-fit
+  // strategy to fill capacity C": longest first, each into the open one-rank
+  // chunk with the least room left that still holds it (ties: the chunk
+  // opened first), else into a new chunk; a chunk also stays within one
+  // rank's memory. O(K log K) with the chunks keyed by (room left, index).
+  std::set<std::pair<double, size_t>> room;  // (C - tokens, index in items)
+  std::vector<double> chunk_tokens(items.size() + shorts.size(), 0.0);
   for (int k : shorts) {
     const double len = static_cast<double>(request.sequences[k].length_tokens);
-    if (items.empty() || items.back().degree != 1 ||
-        !FitsOnLoad(request.cost, chunk_tokens + len, 1) || chunk_tokens + len > capacity_tokens) {
-      items.push_back({1, {}, 0});
-      chunk_tokens = 0;
+    auto it = room.lower_bound({len, 0});
+    if (it != room.end() && !FitsOnLoad(request.cost, chunk_tokens[it->second] + len, 1)) {
+      it = room.end();  // the best fit by tokens overflows memory: a new chunk
     }
-    items.back().members.push_back(k);
-    chunk_tokens += len;
+    size_t chunk;
+    if (it == room.end()) {
+      chunk = items.size();
+      items.push_back({1, {}, 0});
+    } else {
+      chunk = it->second;
+      room.erase(it);
+    }
+    items[chunk].members.push_back(k);
+    chunk_tokens[chunk] += len;
+    room.insert({capacity_tokens - chunk_tokens[chunk], chunk});
   }
   for (Item& it : items) {
     GroupLoad load;
@@ -167,14 +186,34 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
 
 }  // namespace
 
-// C is ByteScale's setting; it is tuned like the static degrees: the memory
-// limit T_mem and T_mem / 2^j for 2^j <= 2N, not below the shortest
-// sequence, stopping after two successive worse makespans; the smallest
-// list-schedule makespan is kept. At most log2(N) + 2 schedules.
-Plan ByteScaleStrategy::Solve(const PlanRequest& request,
-                              const PlanOptions& /*options*/) const {
-  const int n = request.cluster.num_ranks;
+// C is ByteScale's setting. Its candidates: the memory limit T_mem (at most
+// the longest sequence) and floor(T_mem / 2^j) for 2^j <= 2N, not below the
+// shortest sequence nor 1. At most log2(N) + 2 values, largest first.
+std::vector<int64_t> ByteScaleCapacityCandidates(const PlanRequest& request) {
   int64_t shortest = std::numeric_limits<int64_t>::max(), longest = 0;
+  for (const Sequence& s : request.sequences) {
+    shortest = std::min(shortest, s.length_tokens);
+    longest = std::max(longest, s.length_tokens);
+  }
+  const CostModel& cm = request.cost;
+  double t_mem = cm.mem_per_token > 0 ? (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
+                                      : static_cast<double>(longest);
+  t_mem = std::max(1.0, std::min(t_mem, static_cast<double>(longest)));
+  std::vector<int64_t> out;
+  for (int64_t p = 1; p <= 2 * static_cast<int64_t>(request.cluster.num_ranks); p *= 2) {
+    const double c = std::floor(t_mem / static_cast<double>(p));
+    if (p > 1 && (c < static_cast<double>(shortest) || c < 1)) break;
+    out.push_back(static_cast<int64_t>(std::max(1.0, c)));
+  }
+  return out;
+}
+
+// PlanOptions::capacity_tokens > 0 fixes C (`fcp simulate` tunes it on the
+// warm-up batches by simulated time, as a user sets it once); 0 tunes it per
+// batch like the static degrees: the candidates largest first, stopping after
+// two successive worse makespans; the smallest list-schedule makespan is kept.
+Plan ByteScaleStrategy::Solve(const PlanRequest& request, const PlanOptions& options) const {
+  const int n = request.cluster.num_ranks;
   for (size_t k = 0; k < request.sequences.size(); ++k) {
     const int64_t d = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
     if (d > n) {
@@ -182,32 +221,29 @@ Plan ByteScaleStrategy::Solve(const PlanRequest& request,
                             "sequences[" + std::to_string(k) + "] needs " + std::to_string(d) +
                                 " ranks > N");
     }
-    shortest = std::min(shortest, request.sequences[k].length_tokens);
-    longest = std::max(longest, request.sequences[k].length_tokens);
   }
-  const CostModel& cm = request.cost;
-  double t_mem = cm.mem_per_token > 0 ? (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
-                                      : static_cast<double>(longest);
-  t_mem = std::min(t_mem, static_cast<double>(longest));
+  const bool fixed = options.capacity_tokens > 0;
+  const std::vector<int64_t> candidates = fixed ? std::vector<int64_t>{options.capacity_tokens}
+                                                : ByteScaleCapacityCandidates(request);
   Plan best;
-  double best_s = std::numeric_limits<double>::infinity(), best_c = 0;
+  double best_s = std::numeric_limits<double>::infinity();
+  int64_t best_c = 0;
   std::string tried;
   int worse = 0;
   double prev_s = std::numeric_limits<double>::infinity();
-  for (int64_t p = 1; p <= 2 * static_cast<int64_t>(n); p *= 2) {
-    const double c = t_mem / static_cast<double>(p);
-    if (p > 1 && (c < static_cast<double>(shortest) || c < 1)) break;
+  for (int64_t c : candidates) {
     double makespan_s = 0;
-    Plan plan = ScheduleByteScale(request, c, &makespan_s);
-    tried += (tried.empty() ? "" : ",") + FormatDouble(std::floor(c), 9) + ":" +
+    Plan plan = ScheduleByteScale(request, static_cast<double>(c), &makespan_s);
+    tried += (tried.empty() ? "" : ",") + std::to_string(c) + ":" +
              FormatDouble(1000.0 * makespan_s, 5) + "ms";
     if (makespan_s < best_s) best_s = makespan_s, best = std::move(plan), best_c = c;
     worse = makespan_s > prev_s ? worse + 1 : 0;
     prev_s = makespan_s;
     if (worse >= 2) break;
   }
-  best.notes["capacity_tokens"] = FormatDouble(std::floor(best_c), 9);
-  best.notes["capacity_source"] = "tuned (smallest list_schedule_est_ms)";
+  best.notes["capacity_tokens"] = std::to_string(best_c);
+  best.notes["capacity_source"] =
+      fixed ? "fixed (--capacity)" : "tuned (smallest list_schedule_est_ms)";
   best.notes["capacity_candidates"] = tried;
   return best;
 }

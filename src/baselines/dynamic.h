@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "fcp/scheduler.h"
 
@@ -13,9 +14,16 @@ namespace fcp::baselines {
 // with T = floor((mem_capacity - mem_static) / mem_per_token) tokens per rank.
 int64_t DcpDegree(const CostModel& cm, int64_t length_tokens);
 
+// ByteScale's candidate per-rank capacities C (tokens), largest first.
+std::vector<int64_t> ByteScaleCapacityCandidates(const PlanRequest& request);
+
 class ByteScaleStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "bytescale"; }
+  Setting setting() const override { return Setting::kCapacityTokens; }
+  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+    return ByteScaleCapacityCandidates(request);
+  }
   std::string_view description() const override {
     return "ByteScale: data-aware sharding (each sequence on the fewest ranks that "
            "hold it, short ones packed per rank) + balance scheduler (list "

@@ -69,12 +69,14 @@ struct Context {
   std::vector<int64_t> cp;    // power-of-two Ulysses size each one needs
   int64_t max_size = 1;     // largest allowed Ulysses size (power of two | q_heads, <= N)
   double headroom_tokens;   // tokens one rank holds
+  std::vector<double> bw_of_size;  // [c]: BwFor, filled for powers of two <= max_size
 };
 
-double BwFor(const Context& ctx, int c) {
-  const int r = ctx.req.cluster.ranks_per_node;
-  return c <= r && r % c == 0 ? ctx.req.cost.bw_intra_node : ctx.req.cost.bw_inter_node;
-}
+// The all-to-all bandwidth of a group of `c` ranks (a power of two <=
+// max_size) placed aligned from rank 0, as EvaluatePlan computes it for a
+// placement (AllToAllBandwidthOnRange), so that the solver ranks packings by
+// the planner's own formula.
+double BwFor(const Context& ctx, int c) { return ctx.bw_of_size.at(c); }
 
 // A micro-batch's groups: (size, members).
 using Groups = std::vector<std::pair<int, std::vector<int>>>;
@@ -190,6 +192,60 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
   return balanced;
 }
 
+// A uniform packing: floor(N / c) Ulysses groups of one size c, the
+// sequences dealt longest first, each to the group with the least estimated
+// time whose memory still holds it (list scheduling). Every such packing lies
+// in FlexSP's search space (static Ulysses at degree c is one of them), so
+// the solver's incumbent starts no worse than the best of them. Empty when
+// a sequence needs more than c ranks or fits no group. O(m log(N/c)), plus
+// a scan of the groups for a sequence that the least loaded one cannot hold.
+Groups UniformPacking(const Context& ctx, const std::vector<int>& seqs, int c,
+                      const std::unordered_map<int, int64_t>* padded = nullptr) {
+  const int count = ctx.req.cluster.num_ranks / c;
+  if (count < 1 || seqs.empty()) return {};
+  const int slots = std::min(count, static_cast<int>(seqs.size()));  // the rest stay empty
+  const double bw = BwFor(ctx, c);
+  std::vector<GroupLoad> load(slots);
+  std::vector<double> tokens(slots, 0);
+  Groups groups(slots, {c, {}});
+  using Slot = std::pair<double, int>;  // (estimated time s, slot)
+  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> heap;
+  for (int g = 0; g < slots; ++g) heap.push({0.0, g});
+  std::vector<Slot> skipped;
+  for (int k : seqs) {
+    if (ctx.cp[k] > c) return {};
+    Sequence s = ctx.seq[k];
+    if (padded) s.length_tokens = padded->at(k);
+    const double len = static_cast<double>(s.length_tokens);
+    skipped.clear();
+    while (!heap.empty() && tokens[heap.top().second] + len > c * ctx.headroom_tokens) {
+      skipped.push_back(heap.top());
+      heap.pop();
+    }
+    if (heap.empty()) return {};
+    const int g = heap.top().second;
+    heap.pop();
+    for (const Slot& slot : skipped) heap.push(slot);
+    load[g].Add(s);
+    tokens[g] += len;
+    groups[g].second.push_back(k);
+    heap.push({AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load[g], c, bw), g});
+  }
+  return groups;
+}
+
+// The group sizes a micro-batch may use uniformly: powers of two from the
+// largest one its sequences need (the first: sorted longest first) up to the
+// largest allowed size.
+std::vector<int> UniformSizes(const Context& ctx, const std::vector<int>& seqs) {
+  std::vector<int> sizes;
+  if (seqs.empty()) return sizes;
+  for (int64_t c = ctx.cp[seqs.front()]; c <= ctx.max_size; c *= 2) {
+    sizes.push_back(static_cast<int>(c));
+  }
+  return sizes;
+}
+
 // A micro-batch's estimate (s) as EvaluatePlan computes it for these groups
 // placed largest first from rank 0: the slowest group's all-to-all time.
 double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
@@ -200,10 +256,10 @@ double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
   for (const auto& [size, members] : groups) {
     GroupLoad load;
     for (int k : members) load.Add(ctx.seq[k]);
-    const bool intra = RangeOnOneNode(ctx.req.cluster, first, size);
     worst = std::max(worst, AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, size,
-                                               intra ? ctx.req.cost.bw_intra_node
-                                                     : ctx.req.cost.bw_inter_node));
+                                               AllToAllBandwidthOnRange(ctx.req.cost,
+                                                                        ctx.req.cluster, first,
+                                                                        size)));
     first += size;
   }
   return worst;
@@ -304,9 +360,9 @@ struct MbSolve {
 // slot g, binary u_g, makespan z. Lengths count at their bucket's boundary
 // (its longest), so the solution is safe for memory and pessimistic in time.
 MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
-                        const Groups& greedy, double seconds) {
+                        const Groups& incumbent, double seconds) {
   MbSolve result;
-  result.groups = greedy;
+  result.groups = incumbent;
   if (seconds < kMinMilpSeconds) {
     result.status = "greedy(no time left)";
     return result;
@@ -407,52 +463,66 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
                           static_cast<CoinBigIndex>(nz_val.size()));
   matrix.setDimensions(static_cast<int>(row_lb.size()), ncols);
 
-  // Warm start: the greedy packing as bucket counts, when it maps onto slots
-  // and respects the bucketed memory rows.
-  // (The greedy packing redone on boundary lengths, so it satisfies the
-  // bucketed memory rows.)
+  // Warm start: the best, by the MILP's own objective (z on bucket
+  // boundaries), of the greedy packing and the uniform packings of every
+  // allowed size redone on boundary lengths (so that they satisfy the
+  // bucketed memory rows), and the incumbent handed in (the best of those on
+  // exact lengths), each as bucket counts on slots where it maps onto them.
+  // The uniform ones are built while less than half the slot is spent.
   std::unordered_map<int, int> bucket_of;
   std::unordered_map<int, int64_t> padded;
   for (int b = 0; b < nb; ++b)
     for (int k : buckets[b]) bucket_of[k] = b, padded[k] = boundary[b];
-  const Groups warm = GreedyPacking(ctx, seqs, &padded);
-  std::vector<double> warm_sol(ncols, 0.0);
-  std::vector<int> next_of_size(n + 1, 0);
-  bool warm_ok = !warm.empty();
-  double warm_z = 0;
-  for (const auto& [size, members] : warm) {
-    int g = -1;
-    for (int s = 0, seen = 0; s < ns; ++s) {
-      if (slot_size[s] == size && seen++ == next_of_size[size]) {
-        g = s;
-        break;
+  // Maps a packing onto slots; false when it does not fit them or the
+  // bucketed memory rows.
+  auto as_counts = [&](const Groups& packing, std::vector<double>* sol, double* z) {
+    sol->assign(ncols, 0.0);
+    *z = 0;
+    std::vector<int> next_of_size(n + 1, 0);
+    if (packing.empty()) return false;
+    for (const auto& [size, members] : packing) {
+      if (members.empty()) continue;
+      int g = -1;
+      for (int s = 0, seen = 0; s < ns; ++s) {
+        if (slot_size[s] == size && seen++ == next_of_size[size]) {
+          g = s;
+          break;
+        }
       }
-    }
-    if (g < 0) {
-      warm_ok = false;
-      break;
-    }
-    ++next_of_size[size];
-    warm_sol[g] = 1.0;
-    double tokens = 0;
-    GroupLoad load;
-    for (int k : members) {
-      const int b = bucket_of[k];
-      if (col[b][g] < 0) {
-        warm_ok = false;
-        break;
+      if (g < 0) return false;
+      ++next_of_size[size];
+      (*sol)[g] = 1.0;
+      double tokens = 0;
+      GroupLoad load;
+      for (int k : members) {
+        const int b = bucket_of.at(k);
+        if (col[b][g] < 0) return false;
+        (*sol)[col[b][g]] += 1.0;
+        tokens += static_cast<double>(boundary[b]);
+        load.Add({boundary[b], eta[b]});
       }
-      warm_sol[col[b][g]] += 1.0;
-      tokens += static_cast<double>(boundary[b]);
-      load.Add({boundary[b], eta[b]});
+      if (tokens > size * ctx.headroom_tokens) return false;
+      *z = std::max(*z, AllToAllGroupTimeS(req.cost, ctx.shape, load, size, BwFor(ctx, size)));
     }
-    if (!warm_ok || tokens > size * ctx.headroom_tokens) {
-      warm_ok = false;
-      break;
+    (*sol)[z_col] = *z;
+    return true;
+  };
+  std::vector<double> warm_sol, candidate_sol;
+  double warm_z = std::numeric_limits<double>::infinity(), candidate_z = 0;
+  bool warm_ok = false;
+  auto consider = [&](const Groups& packing) {
+    if (as_counts(packing, &candidate_sol, &candidate_z) && candidate_z < warm_z) {
+      warm_ok = true;
+      warm_z = candidate_z;
+      warm_sol.swap(candidate_sol);
     }
-    warm_z = std::max(warm_z, AllToAllGroupTimeS(req.cost, ctx.shape, load, size, BwFor(ctx, size)));
+  };
+  consider(GreedyPacking(ctx, seqs, &padded));
+  consider(incumbent);
+  for (int size : UniformSizes(ctx, seqs)) {
+    if (SecondsSince(start) > seconds / 2) break;
+    consider(UniformPacking(ctx, seqs, size, &padded));
   }
-  warm_sol[z_col] = warm_z;
 
   OsiClpSolverInterface solver;
   solver.messageHandler()->setLogLevel(0);
@@ -686,7 +756,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
   bool fallback = false;
-  Context ctx{request, ShapeOrDefault(request, &fallback), {}, {}, 0, 0};
+  Context ctx{request, ShapeOrDefault(request, &fallback), {}, {}, 0, 0, {}};
   ctx.headroom_tokens = request.cost.mem_per_token > 0
                             ? (request.cost.mem_capacity - request.cost.mem_static) /
                                   request.cost.mem_per_token * (1 - 1e-9)
@@ -695,6 +765,10 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   int64_t max_pow2 = 1;
   while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0) max_pow2 *= 2;
   ctx.max_size = max_pow2;
+  ctx.bw_of_size.assign(max_pow2 + 1, 0.0);
+  for (int64_t c = 1; c <= max_pow2; c *= 2) {
+    ctx.bw_of_size[c] = AllToAllBandwidthOnRange(request.cost, request.cluster, 0, static_cast<int>(c));
+  }
   // Phase 1 (always runs, O(K) passes and a radix sort): group sizes, the
   // sorted batch, prefix sums.
   const Clock::time_point sort_start = Clock::now();
@@ -828,6 +902,39 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     }
   }
   FCP_CHECK(!opts.empty() && opts.front().ok);  // m_min and the fallback pack by construction
+
+  // Phase 3b: the uniform packings of every allowed group size (each lies in
+  // FlexSP's search space; static Ulysses is one of them) replace a
+  // micro-batch's greedy packing where their estimate is lower, so that the
+  // MILPs start from the best of them (CBC alone, without SCIP's heuristics,
+  // rarely improves on its warm start within the limit). Count by count while
+  // the deadline leaves room for one more count's packings and for finishing;
+  // O(m log N) per size.
+  double uniform_s = pack_s * static_cast<double>(std::max<size_t>(1, UniformSizes(ctx, opts.front().chunks.front()).size()));
+  for (size_t i = 0; i < opts.size(); ++i) {
+    Option& o = opts[i];
+    if (deadline.LeftS() < finish_s + uniform_s) {
+      if (deadline_note == "not reached") {
+        deadline_note = "reached while trying uniform packings: " + std::to_string(i) + " of " +
+                        std::to_string(opts.size()) + " counts tried";
+      }
+      break;
+    }
+    const Clock::time_point uniform_start = Clock::now();
+    for (size_t c = 0; c < o.chunks.size(); ++c) {
+      for (int size : UniformSizes(ctx, o.chunks[c])) {
+        Groups uniform = UniformPacking(ctx, o.chunks[c], size);
+        if (uniform.empty()) continue;
+        const double est = MicroBatchEstimateS(ctx, uniform);
+        if (est < o.est_s[c]) {
+          o.total_s += est - o.est_s[c];
+          o.est_s[c] = est;
+          o.groups[c] = std::move(uniform);
+        }
+      }
+    }
+    uniform_s = SecondsSince(uniform_start);
+  }
 
   int milps_left = 0;
   for (const Option& o : opts) milps_left += static_cast<int>(o.chunks.size());

@@ -350,9 +350,14 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
 // start as soon as its ranks are free, so it times each CP group's chain as
 // Megatron does; the planner's est_ms (max per micro-batch, summed) is
 // pessimistic for it, so notes.hdp_est_ms gives the schedule's own estimate.
+// PlanOptions::max_seqlen_per_rank > 0 fixes the setting (a real user sets it
+// once in the config; `fcp simulate` tunes it on the warm-up batches by
+// simulated time and then fixes it); 0 tunes it per batch by hdp_est_ms.
 Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
-                                const PlanOptions& /*options*/) const {
-  const std::vector<int64_t> candidates = DcpMaxSeqlenCandidates(request);
+                                const PlanOptions& options) const {
+  const bool fixed = options.max_seqlen_per_rank > 0;
+  const std::vector<int64_t> candidates =
+      fixed ? std::vector<int64_t>{options.max_seqlen_per_rank} : DcpMaxSeqlenCandidates(request);
   DcpSchedule best;
   int64_t best_t = 0;
   std::string tried;
@@ -384,7 +389,10 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
     return InfeasiblePlan(name(), request, std::max(0, last_bad),
                           "sequences[" + std::to_string(std::max(0, last_bad)) +
                               "] needs a power-of-two CP group larger than N = " +
-                              std::to_string(request.cluster.num_ranks));
+                              std::to_string(request.cluster.num_ranks) +
+                              (fixed ? " at max_seqlen_per_dp_cp_rank " +
+                                           std::to_string(options.max_seqlen_per_rank)
+                                     : std::string()));
   }
   Plan plan;
   plan.num_ranks = request.cluster.num_ranks;
@@ -404,7 +412,9 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
   }
   plan.notes["max_seqlen_per_dp_cp_rank"] = std::to_string(best_t);
   plan.notes["max_seqlen_source"] =
-      "tuned (smallest hdp_est_ms among " + std::to_string(candidates.size()) + " candidates)";
+      fixed ? std::string("fixed (--max-seqlen)")
+            : "tuned (smallest hdp_est_ms among " + std::to_string(candidates.size()) +
+                  " candidates)";
   plan.notes["max_seqlen_candidates"] = tried;
   plan.notes["hdp_groups"] = std::to_string(best.steps.size());
   plan.notes["hdp_est_ms"] = FormatDouble(1000.0 * best.est_s, 9);

@@ -52,6 +52,10 @@ std::vector<int64_t> DcpMaxSeqlenCandidates(const PlanRequest& request);
 class MegatronDcpStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "megatron-dcp"; }
+  Setting setting() const override { return Setting::kMaxSeqlenPerRank; }
+  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+    return DcpMaxSeqlenCandidates(request);
+  }
   std::string_view description() const override {
     return "Megatron-Core hybrid CP (BalancedCPScheduler): power-of-two CP per "
            "sequence from max_seqlen_per_dp_cp_rank (tuned), 5% balance, idle "

@@ -112,6 +112,17 @@ std::vector<int> UlyssesDegrees(int num_ranks, int q_heads) {
   return out;
 }
 
+std::vector<int64_t> MegatronStrategy::SettingCandidates(const PlanRequest& request) const {
+  const std::vector<int> degrees = MegatronDegrees(request.cluster.num_ranks);
+  return {degrees.begin(), degrees.end()};
+}
+
+std::vector<int64_t> DeepSpeedStrategy::SettingCandidates(const PlanRequest& request) const {
+  const std::vector<int> degrees =
+      UlyssesDegrees(request.cluster.num_ranks, ShapeOrDefault(request, nullptr).q_heads);
+  return {degrees.begin(), degrees.end()};
+}
+
 Plan MegatronStrategy::Solve(const PlanRequest& request,
                              const PlanOptions& options) const {
   return SolveStatic(name(), request, options,

@@ -25,6 +25,8 @@ std::vector<int> UlyssesDegrees(int num_ranks, int q_heads);
 class MegatronStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "megatron"; }
+  Setting setting() const override { return Setting::kCpDegree; }
+  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override;
   std::string_view description() const override {
     return "Megatron-LM static ring CP: one degree (divisor of N), DP replicas, "
            "sequences dealt by work (--dealing loader: data-loader order)";
@@ -35,6 +37,8 @@ class MegatronStrategy final : public Strategy {
 class DeepSpeedStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "deepspeed"; }
+  Setting setting() const override { return Setting::kCpDegree; }
+  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override;
   std::string_view description() const override {
     return "DeepSpeed-Ulysses static SP: one degree dividing N and the head "
            "count, all-to-all, sequences dealt by work (--dealing loader: data-loader order)";

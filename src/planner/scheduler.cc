@@ -162,6 +162,38 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   return 1000.0 * std::max(work / cluster.num_ranks + cm.beta1, longest);
 }
 
+std::string_view SettingName(Setting setting) {
+  switch (setting) {
+    case Setting::kCpDegree: return "cp_degree";
+    case Setting::kMaxSeqlenPerRank: return "max_seqlen_per_dp_cp_rank";
+    case Setting::kCapacityTokens: return "capacity_tokens";
+    case Setting::kNone: break;
+  }
+  return "";
+}
+
+std::string_view SettingFlag(Setting setting) {
+  switch (setting) {
+    case Setting::kCpDegree: return "--cp";
+    case Setting::kMaxSeqlenPerRank: return "--max-seqlen";
+    case Setting::kCapacityTokens: return "--capacity";
+    case Setting::kNone: break;
+  }
+  return "";
+}
+
+void ForceSetting(PlanOptions& options, Setting setting, int64_t value) {
+  switch (setting) {
+    case Setting::kCpDegree:
+      options.cp_degree = static_cast<int>(
+          std::clamp<int64_t>(value, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+      break;
+    case Setting::kMaxSeqlenPerRank: options.max_seqlen_per_rank = value; break;
+    case Setting::kCapacityTokens: options.capacity_tokens = value; break;
+    case Setting::kNone: break;
+  }
+}
+
 void EvaluatePlan(const PlanRequest& request, Plan& plan) {
   plan.num_ranks = request.cluster.num_ranks;
   plan.est_ms = 0;
@@ -189,6 +221,12 @@ Plan RunStrategy(const Strategy& strategy_ref, const PlanRequest& request,
                  const PlanOptions& options) {
   const Strategy* strategy = &strategy_ref;
   if (options.cp_degree < 0) throw InputError("cp_degree", "must be >= 0");
+  if (options.max_seqlen_per_rank < 0) {
+    throw InputError("max_seqlen_per_dp_cp_rank", "must be >= 0 tokens (0 = tune)");
+  }
+  if (options.capacity_tokens < 0) {
+    throw InputError("capacity_tokens", "must be >= 0 tokens (0 = tune)");
+  }
   if (!(options.time_limit_s > 0) || !std::isfinite(options.time_limit_s)) {
     throw InputError("time_limit_s", "must be a finite number > 0");
   }

@@ -30,6 +30,17 @@ struct Setup {
 
 bool IsStatic(const Plan& plan) { return plan.notes.count("cp_degree") > 0; }
 
+// The value `cfg` forces for `setting` (0: tune).
+int64_t ForcedSetting(const ExperimentConfig& cfg, Setting setting) {
+  switch (setting) {
+    case Setting::kCpDegree: return cfg.cp_degree;
+    case Setting::kMaxSeqlenPerRank: return cfg.max_seqlen_per_rank;
+    case Setting::kCapacityTokens: return cfg.capacity_tokens;
+    case Setting::kNone: break;
+  }
+  return 0;
+}
+
 // Re-packs a static plan into micro-batches of `per_micro_batch` sequences per
 // replica (--mbs), keeping each replica's ranks and sequence order. Estimates
 // are refreshed by EvaluatePlan.
@@ -85,14 +96,17 @@ struct StepRun {
   SimResult sim;
 };
 
+// `setting_value` forces the strategy's main setting (`setting`); 0 lets the
+// strategy tune it per batch.
 StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::string& strategy,
-                int cp_degree, size_t step, std::set<std::vector<int>>* cache) {
+                Setting setting, int64_t setting_value, size_t step,
+                std::set<std::vector<int>>* cache) {
   StepRun run;
   PlanRequest req = setup.base;
   req.sequences = setup.batches[step].seqs;
   PlanOptions opt;
   opt.strategy = strategy;
-  opt.cp_degree = cp_degree;
+  ForceSetting(opt, setting, setting_value);
   opt.time_limit_s = cfg.time_limit_s;
   opt.seed = cfg.seed + step;
   opt.dealing = cfg.dealing;
@@ -143,6 +157,9 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.noise_rel < 0 || !std::isfinite(cfg.noise_rel)) throw InputError("noise", "must be >= 0");
   if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
   if (cfg.cp_degree < 0) throw InputError("cp", "must be >= 1 (0 = tune)");
+  if (cfg.max_seqlen_per_rank < 0)
+    throw InputError("max_seqlen_per_dp_cp_rank", "must be >= 0 tokens (0 = tune)");
+  if (cfg.capacity_tokens < 0) throw InputError("capacity_tokens", "must be >= 0 tokens (0 = tune)");
   if (cfg.micro_batch_sequences < 0) throw InputError("mbs", "must be >= 1 (0 = fill memory)");
   for (const auto& s : cfg.strategies) {
     if (!FindStrategy(s)) {
@@ -269,51 +286,63 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
   for (const auto& strategy : cfg.strategies) {
     StrategyResult r;
     r.strategy = strategy;
-    int degree = 0;
-    // Static baselines: tune the degree by simulated time on the warmup batches.
-    {
-      const StepRun probe = RunStep(setup, cfg, strategy, 0, 0, nullptr);
-      if (IsStatic(probe.plan) && cfg.cp_degree > 0) {
-        degree = cfg.cp_degree;
-        r.cp_degree = degree;
-        r.degree_candidates = "forced (--cp)";
-      } else if (IsStatic(probe.plan)) {
+    // A strategy with a main setting (static degree, megatron-dcp's
+    // max_seqlen_per_dp_cp_rank, bytescale's capacity C) gets it tuned by
+    // simulated time on the warmup batches (every candidate the strategy
+    // itself tries on any of them) and fixed for the run, as a user sets it
+    // once in the configuration; a forced value (--cp, --max-seqlen,
+    // --capacity) is used as it is.
+    const Strategy* impl = FindStrategy(strategy);
+    const Setting setting = impl->setting();
+    int64_t value = 0;
+    if (setting != Setting::kNone) {
+      r.setting_name = std::string(SettingName(setting));
+      const int64_t forced = ForcedSetting(cfg, setting);
+      if (forced > 0) {
+        value = forced;
+        r.degree_candidates = fmt::format("forced ({})", SettingFlag(setting));
+      } else {
         const size_t tune_end = cfg.warmup > 0 ? first_measured : 1;
+        std::set<int64_t> candidates;
+        for (size_t i = 0; i < tune_end; ++i) {
+          PlanRequest req = setup.base;
+          req.sequences = setup.batches[i].seqs;
+          for (int64_t v : impl->SettingCandidates(req)) candidates.insert(v);
+        }
         double best = std::numeric_limits<double>::infinity();
-        for (int c = 1; c <= cfg.ranks; ++c) {
-          if (cfg.ranks % c != 0) continue;
+        std::string last_message;
+        for (int64_t v : candidates) {
           double sum = 0;
           bool ok = true;
           for (size_t i = 0; i < tune_end && ok; ++i) {
-            try {
-              const StepRun run = RunStep(setup, cfg, strategy, c, i, nullptr);
-              if (!run.ok) ok = false;
-              else sum += run.sim.iter_s;
-            } catch (const InputError&) {
-              ok = false;  // degree not allowed for this strategy
-            }
+            const StepRun run = RunStep(setup, cfg, strategy, setting, v, i, nullptr);
+            if (!run.ok) ok = false, last_message = run.message;
+            else sum += run.sim.iter_s;
           }
           if (!ok) continue;
           if (!r.degree_candidates.empty()) r.degree_candidates += ",";
-          r.degree_candidates += fmt::format("{}:{:.3f}s", c, sum / tune_end);
-          if (sum < best) best = sum, degree = c;
+          r.degree_candidates += fmt::format("{}:{:.3f}s", v, sum / tune_end);
+          if (sum < best) best = sum, value = v;
         }
-        if (degree == 0) {
+        if (value == 0) {
           r.infeasible = true;
-          r.message = "no static degree runs without OOM/infeasibility: " + probe.message;
+          r.message = fmt::format("no {} runs without OOM/infeasibility: {}", SettingName(setting),
+                                  last_message);
         }
-        r.cp_degree = degree;
         if (cfg.progress)
-          cfg.progress(Progress(cfg, fmt::format("{} tuned degree {} (candidates {})", strategy,
-                                                 degree, r.degree_candidates)));
+          cfg.progress(Progress(cfg, fmt::format("{} tuned {} {} (candidates {})", strategy,
+                                                 SettingName(setting), value,
+                                                 r.degree_candidates)));
       }
+      r.setting = value;
+      if (setting == Setting::kCpDegree) r.cp_degree = static_cast<int>(value);
     }
     std::set<std::vector<int>> cache;
     StepTotals totals;
     double prev_iter_s = 0;  // the step before (warmup included): hides the solver
     for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
       const int before = static_cast<int>(cache.size());
-      const StepRun run = RunStep(setup, cfg, strategy, degree, i, &cache);
+      const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache);
       if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
         PlanRequest req = setup.base;
         req.sequences = setup.batches[i].seqs;
@@ -376,6 +405,9 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"recompute", std::string(RecomputeName(c.recompute))},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
+                 {"max_seqlen_per_dp_cp_rank",
+                  c.max_seqlen_per_rank > 0 ? json(c.max_seqlen_per_rank) : json("tuned")},
+                 {"capacity_tokens", c.capacity_tokens > 0 ? json(c.capacity_tokens) : json("tuned")},
                  {"mbs", c.micro_batch_sequences > 0 ? json(c.micro_batch_sequences)
                                                      : json("memory-packed")},
                  {"dealing", c.dealing == Dealing::kLoader ? "loader" : "balanced"},
@@ -405,9 +437,9 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
     json hist = json::object();
     for (const auto& [d, n] : r.degree_histogram) hist[std::to_string(d)] = n;
     j["degree_histogram"] = hist;
-    if (r.cp_degree > 0) {
-      j["cp_degree"] = r.cp_degree;
-      j["cp_degree_candidates"] = r.degree_candidates;
+    if (r.setting > 0) {  // cp_degree, max_seqlen_per_dp_cp_rank or capacity_tokens
+      j[r.setting_name] = r.setting;
+      j[r.setting_name + "_candidates"] = r.degree_candidates;
     }
     if (!r.message.empty()) j["message"] = r.message;
     results.push_back(j);
@@ -422,18 +454,27 @@ std::string ExperimentToTable(const ExperimentResult& res) {
       "SIMULATED: {} on {} x {} ({} ranks), gbs {}, {} steps after {} warmup, seed {}{}\n",
       c.lengths.empty() ? c.dataset : "lengths file", c.model, c.cluster, c.ranks,
       c.global_batch, c.steps, c.warmup, c.seed, c.vision_frozen ? ", vision frozen" : "");
-  out += fmt::format("recompute {}, gradient sync {}, static cp {}, static mbs {}\n",
+  // Forced dynamic settings are named; tuned ones are the default, left unsaid
+  // (the `setting` column gives the tuned values).
+  std::string forced;
+  if (c.max_seqlen_per_rank > 0)
+    forced += fmt::format(", megatron-dcp max_seqlen_per_dp_cp_rank {} (forced)",
+                          c.max_seqlen_per_rank);
+  if (c.capacity_tokens > 0)
+    forced += fmt::format(", bytescale capacity {} tokens (forced)", c.capacity_tokens);
+  out += fmt::format("recompute {}, gradient sync {}, static cp {}, static mbs {}{}\n",
                      RecomputeName(c.recompute),
                      c.overlap_grad_reduce ? "overlapped with backward" : "after compute",
                      c.cp_degree > 0 ? std::to_string(c.cp_degree) + " (forced)" : "tuned",
                      c.micro_batch_sequences > 0 ? std::to_string(c.micro_batch_sequences)
-                                                 : "memory-packed");
+                                                 : "memory-packed",
+                     forced);
   out += fmt::format("mean tokens per global batch: {:.0f}\n", res.mean_tokens_per_batch);
   out += fmt::format("physical lower bound: {:.3f} s per global batch (simulated)\n",
                      res.lower_bound_s);
   out += fmt::format("{:<13} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7}  {}\n",
                      "strategy", "iter_s", "vs_bound", "ktok/s", "vs_meg", "vs_ds", "solver_ms",
-                     "hidden_%", "mbs", "degree", "first micro-batch degrees");
+                     "hidden_%", "mbs", "setting", "first micro-batch degrees");
   for (const auto& r : res.results) {
     if (r.oom || r.infeasible) {
       out += fmt::format("{:<13} {}: {}\n", r.strategy, r.oom ? "OOM" : "infeasible",
@@ -447,11 +488,13 @@ std::string ExperimentToTable(const ExperimentResult& res) {
     out += fmt::format("{:<13} {:>9.3f} {:>7.3f}x {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7}  {}\n",
                        r.strategy, r.iter_s, r.vs_bound, r.tokens_per_s / 1e3, sp("megatron"),
                        sp("deepspeed"), r.solver_ms, 100.0 * r.overlap.hidden_fraction(),
-                       r.micro_batches, r.cp_degree > 0 ? std::to_string(r.cp_degree) : "-",
+                       r.micro_batches, r.setting > 0 ? std::to_string(r.setting) : "-",
                        r.first_micro_batch_mix);
   }
   out += "iter_s/ktok/s: simulated hardware; vs_bound: iter_s / physical lower bound; solver_ms: measured planner wall time on this "
-         "machine; hidden_%: solver time hidden behind the previous step (async scheduling).\n";
+         "machine; hidden_%: solver time hidden behind the previous step (async scheduling); "
+         "setting: the static CP degree, megatron-dcp's max_seqlen_per_dp_cp_rank or bytescale's "
+         "capacity C (tokens), tuned on the warmup batches by simulated time unless forced.\n";
   return out;
 }
 

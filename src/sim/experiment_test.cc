@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sstream>
+#include <string>
+
 #include "fcp/simulator.h"
 
 namespace fcp::sim {
@@ -50,6 +53,57 @@ TEST(Experiment, RecomputeNoneIsFasterAndReported) {
   EXPECT_NE(ExperimentToJson(rn).find("\"recompute\": \"none\""), std::string::npos);
 }
 
+// megatron-dcp's max_seqlen_per_dp_cp_rank and bytescale's capacity C are
+// tuned like the static degree: every candidate the strategy tries on the
+// warmup batch is simulated there and the fastest is fixed for the measured
+// steps (so the tuned value is the argmin of the candidate list it reports);
+// forcing that value gives the same simulated run; a forced value is
+// reported as forced.
+TEST(Experiment, DynamicSettingsTunedOnWarmupAndForcible) {
+  ExperimentConfig c;
+  c.model = "qwen3-8b";
+  c.cluster = "ascend910c-4x16";
+  c.ranks = 16;
+  c.dataset = "github";
+  c.global_batch = 48;
+  c.steps = 1;
+  c.warmup = 1;
+  c.strategies = {"megatron-dcp", "bytescale"};
+  const ExperimentResult tuned = RunExperiment(c);
+  ASSERT_EQ(tuned.results.size(), 2u);
+  const char* const names[] = {"max_seqlen_per_dp_cp_rank", "capacity_tokens"};
+  for (int i = 0; i < 2; ++i) {
+    const StrategyResult& r = tuned.results[i];
+    ASSERT_FALSE(r.oom || r.infeasible) << r.message;
+    EXPECT_EQ(r.setting_name, names[i]);
+    // "v:seconds" pairs; the kept value has the smallest time.
+    double best_s = 1e300;
+    int64_t best_v = 0;
+    int candidates = 0;
+    std::stringstream list(r.degree_candidates);
+    for (std::string item; std::getline(list, item, ',');) {
+      const size_t colon = item.find(':');
+      ASSERT_NE(colon, std::string::npos) << r.degree_candidates;
+      const double s = std::stod(item.substr(colon + 1));
+      ++candidates;
+      if (s < best_s) best_s = s, best_v = std::stoll(item.substr(0, colon));
+    }
+    EXPECT_GT(candidates, 1) << r.degree_candidates;
+    EXPECT_EQ(r.setting, best_v) << r.degree_candidates;
+    EXPECT_NE(ExperimentToJson(tuned).find(std::string("\"") + names[i] + "_candidates\""),
+              std::string::npos);
+  }
+  ExperimentConfig forced = c;
+  forced.max_seqlen_per_rank = tuned.results[0].setting;
+  forced.capacity_tokens = tuned.results[1].setting;
+  const ExperimentResult f = RunExperiment(forced);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(f.results[i].setting, tuned.results[i].setting);
+    EXPECT_EQ(f.results[i].degree_candidates.rfind("forced (--", 0), 0u);
+    EXPECT_DOUBLE_EQ(f.results[i].iter_s, tuned.results[i].iter_s);
+  }
+}
+
 TEST(Experiment, BadDegreeAndMicroBatchSize) {
   ExperimentConfig c = Small();
   c.cp_degree = 3;  // does not divide 8
@@ -62,6 +116,16 @@ TEST(Experiment, BadDegreeAndMicroBatchSize) {
   c = Small();
   c.micro_batch_sequences = -1;
   EXPECT_THROW(RunExperiment(c), InputError);
+  for (int which = 0; which < 2; ++which) {
+    c = Small();
+    (which == 0 ? c.max_seqlen_per_rank : c.capacity_tokens) = -1;
+    try {
+      RunExperiment(c);
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), which == 0 ? "max_seqlen_per_dp_cp_rank" : "capacity_tokens");
+    }
+  }
 }
 
 }  // namespace

@@ -524,6 +524,14 @@ def flag_cases():
                  ["simulate", "--gbs", "10000000", "--steps", "3", "-q"], contains="steps")
     expect_error("plan --cp 4294967298", ["plan", "--cp", "4294967298"], stdin=batch([5]),
                  contains="--cp")
+    expect_error("plan --max-seqlen -1", ["plan", "-s", "megatron-dcp", "--max-seqlen", "-1"],
+                 stdin=batch([5]), contains="max_seqlen_per_dp_cp_rank")
+    expect_error("plan --capacity -1", ["plan", "-s", "bytescale", "--capacity", "-1"],
+                 stdin=batch([5]), contains="capacity_tokens")
+    expect_error("simulate --max-seqlen -1", ["simulate", "--max-seqlen", "-1", "-q"],
+                 contains="max_seqlen_per_dp_cp_rank")
+    expect_error("simulate --capacity -1", ["simulate", "--capacity", "-1", "-q"],
+                 contains="capacity_tokens")
     expect_error("plan --seed 0x10 (hex)", ["plan", "--seed", "0x10"], stdin=batch([5]),
                  contains="--seed")
     expect_error("plan --seed -1 (unsigned)", ["plan", "--seed", "-1"], stdin=batch([5]),
