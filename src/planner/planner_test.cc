@@ -1,8 +1,10 @@
 // End-to-end planner properties: validity, the lower bound, brute force,
 // fcp vs fcp-paper, placement, micro-batches, infeasibility, validator.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -100,6 +102,70 @@ TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
       ASSERT_GE(plan.est_ms, plan.lower_bound_ms * (1 - 1e-9)) << strategy << " seed " << seed;
     }
   }
+}
+
+// The plan estimate, independently: the longest path through the groups,
+// where a group follows the previous group (in micro-batch order) of each of
+// its ranks. Solved by relaxing every group until nothing changes, visiting
+// the groups last micro-batch first (order-independent fixed point).
+double LongestPathMs(int num_ranks, const std::vector<MicroBatchPlan>& mbs) {
+  struct Node { double est; std::vector<int> preds; };
+  std::vector<Node> nodes;
+  std::vector<int> last(num_ranks, -1);
+  for (const auto& mb : mbs) {
+    for (const auto& g : mb.groups) {
+      Node node{g.est_ms, {}};
+      for (int r : g.ranks) {
+        if (last[r] >= 0) node.preds.push_back(last[r]);
+      }
+      for (int r : g.ranks) last[r] = static_cast<int>(nodes.size());
+      nodes.push_back(std::move(node));
+    }
+  }
+  std::vector<double> finish(nodes.size(), 0.0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = nodes.size(); i-- > 0;) {
+      double start = 0;
+      for (int p : nodes[i].preds) start = std::max(start, finish[p]);
+      if (start + nodes[i].est != finish[i]) finish[i] = start + nodes[i].est, changed = true;
+    }
+  }
+  return finish.empty() ? 0.0 : *std::max_element(finish.begin(), finish.end());
+}
+
+TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
+  // Every strategy's est_ms is the makespan of its groups with no barrier
+  // between micro-batches: the longest path above, at least the largest
+  // micro-batch and at most their sum.
+  int below_sum = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed * 977);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 40;
+    opt.max_ranks = 32;
+    opt.one_micro_batch_feasible = false;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    for (const char* strategy : {"fcp", "fcp-paper", "megatron", "deepspeed", "bytescale"}) {
+      const Plan plan = MakePlan(req, {.strategy = strategy});
+      if (plan.status != PlanStatus::kOk) continue;
+      ++checked;
+      double largest = 0, sum = 0;
+      for (const auto& mb : plan.micro_batches) {
+        largest = std::max(largest, mb.est_ms);
+        sum += mb.est_ms;
+      }
+      const double want = LongestPathMs(req.cluster.num_ranks, plan.micro_batches);
+      ASSERT_NEAR(plan.est_ms, want, 1e-9 * want) << strategy << " seed " << seed;
+      ASSERT_GE(plan.est_ms, largest * (1 - 1e-12)) << strategy << " seed " << seed;
+      ASSERT_LE(plan.est_ms, sum * (1 + 1e-12)) << strategy << " seed " << seed;
+      below_sum += plan.est_ms < sum * (1 - 1e-6);
+    }
+  }
+  std::printf("plan estimate below the sum of micro-batch maxima on %d of %d plans\n",
+              below_sum, checked);
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(below_sum, 0);  // the barrier-free estimate must actually differ
 }
 
 TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
