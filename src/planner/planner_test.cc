@@ -337,6 +337,22 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
   EXPECT_NE(ValidatePlan(tight, good), "");
   // Inconsistent totals.
   EXPECT_NE(broken([](Plan& p) { p.est_ms *= 2; }), "");
+  // The former estimate (sum of micro-batch maxima) where ranks 4-7 need not
+  // wait for ranks 0-3 between the micro-batches: the plan is shorter.
+  Plan two;
+  two.micro_batches.push_back({{GroupPlan{{0, 1, 2, 3}, {0}, CommKind::kRing, 0, 0},
+                                GroupPlan{{4, 5, 6, 7}, {1}, CommKind::kRing, 0, 0}},
+                               0});
+  two.micro_batches.push_back({{GroupPlan{{4, 5, 6, 7}, {2, 3}, CommKind::kRing, 0, 0}}, 0});
+  EvaluatePlan(req, two);
+  ASSERT_EQ(ValidatePlan(req, two), "");
+  const auto& mbs = two.micro_batches;
+  const double t0 = mbs[0].groups[0].est_ms, t1 = mbs[0].groups[1].est_ms;
+  const double t23 = mbs[1].groups[0].est_ms;
+  EXPECT_NEAR(two.est_ms, std::max(t0, t1 + t23), 1e-9 * two.est_ms);
+  ASSERT_LT(two.est_ms, mbs[0].est_ms + mbs[1].est_ms);
+  two.est_ms = mbs[0].est_ms + mbs[1].est_ms;
+  EXPECT_NE(ValidatePlan(req, two), "");
 }
 
 TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
