@@ -49,10 +49,11 @@ struct Timeline {
   double end_ms = 0;   // last slice end
 };
 
-// The planner's view: each group lasts its est_ms; micro-batches run one after
-// another (micro-batch m starts when the slowest group of m-1 ends).
+// The planner's view, the schedule behind the plan's est_ms (ListScheduleMs):
+// each group lasts its est_ms and starts when all its ranks are free
+// (micro-batches in order, no barrier between them).
 // Throws InputError("plot", ...) when the plan is not kOk or refers to a
-// sequence outside `sequences`.
+// sequence outside `sequences` or a rank outside [0, num_ranks).
 Timeline PlanTimeline(const Plan& plan, std::span<const Sequence> sequences,
                       int ranks_per_node);
 

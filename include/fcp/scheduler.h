@@ -4,7 +4,8 @@
 //
 // Inputs: a batch of sequences (tokens), a cluster (ranks), cost coefficients
 // (SI units, docs/design.md §2) and a strategy name. Output: a Plan whose times are in
-// milliseconds and memory in bytes, with est_ms, lower_bound_ms and solver_ms
+// milliseconds and memory in bytes, with est_ms (the list-schedule makespan of
+// its micro-batches: ListScheduleMs below), lower_bound_ms and solver_ms
 // filled in and every group's estimate computed from its actual ranks.
 // Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
 // coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
@@ -102,13 +103,34 @@ void ValidateRequest(const PlanRequest& request);
 
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 
-// Fills est_ms/mem_bytes of every group, micro-batch est_ms, plan est_ms and
-// lower_bound_ms from the cost model and actual placement. Used by MakePlan;
-// exposed for strategies and tests that build plans by hand.
+// The plan-level estimate (ms, docs/design.md §2): the makespan of
+// `micro_batches` run in order as ranks really run them. Each group starts
+// when all its ranks are free (ranks meet only inside their groups, so
+// nothing waits at a micro-batch boundary) and runs for its est_ms. It lies
+// between the largest micro-batch est_ms and their sum; it equals the sum when
+// every micro-batch's slowest group holds ranks of the next one's slowest
+// group (e.g. every micro-batch spans all ranks with one group). Reads only
+// the groups' est_ms; ranks must lie in [0, num_ranks). `group_start_ms`,
+// when given, receives each group's start (ms), indexed [micro-batch][group].
+double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                      std::vector<std::vector<double>>* group_start_ms = nullptr);
+
+// Fills est_ms/mem_bytes of every group and est_ms (max over its groups) of
+// every micro-batch from the cost model and actual placement, and returns
+// ListScheduleMs of them: the one plan estimate every strategy, baseline
+// tuning and candidate ranking uses.
+double EstimateMicroBatches(const PlanRequest& request, std::vector<MicroBatchPlan>& micro_batches);
+
+// EstimateMicroBatches into plan.est_ms, plus lower_bound_ms. Used by
+// MakePlan; exposed for strategies and tests that build plans by hand.
 void EvaluatePlan(const PlanRequest& request, Plan& plan);
 
-// A valid lower bound on the makespan sum of any plan for `request` (ms):
-// max(total work / N + beta1, max_k min_d T({s_k}, d)). docs/design.md §3. With
+// A valid lower bound on the estimate (ListScheduleMs) of any plan for
+// `request` (ms): max(total work / N + beta1, max_k min_d T({s_k}, d)).
+// The makespan is at least the busiest used rank's busy time, which is at
+// least the average over the M <= N used ranks, Σ_g d·T_g / M >= (work +
+// beta1·Σ_g d) / M >= work / N + beta1 (every used rank is in some group);
+// and at least any one group's time. docs/design.md §3. With
 // `all_to_all`, T is the cheaper of ring and Ulysses all-to-all per degree, so
 // the bound also holds for plans with all-to-all groups (EvaluatePlan uses it
 // for such plans).

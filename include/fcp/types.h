@@ -102,7 +102,10 @@ struct Plan {
   std::string message;           // human-readable reason when not kOk
   int infeasible_sequence = -1;  // the offending sequence index when kInfeasible
   std::vector<MicroBatchPlan> micro_batches;
-  double est_ms = 0;          // sum over micro-batches
+  // Makespan of the micro-batches run in order, each group starting when all
+  // its ranks are free (no barrier between micro-batches; between the largest
+  // micro-batch est_ms and their sum). ListScheduleMs in fcp/scheduler.h.
+  double est_ms = 0;
   double lower_bound_ms = 0;  // a valid lower bound on est_ms for this input
   double solver_ms = 0;       // planner wall time (parsing/printing excluded)
   // Strategy-specific facts worth printing (chosen static degree, MILP status...).

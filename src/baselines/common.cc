@@ -71,9 +71,8 @@ ModelShape ShapeOrDefault(const PlanRequest& request, bool* fallback) {
 }
 
 double EstimateMs(const PlanRequest& request, const Plan& plan) {
-  Plan copy = plan;
-  EvaluatePlan(request, copy);
-  return copy.est_ms;
+  std::vector<MicroBatchPlan> copy = plan.micro_batches;
+  return EstimateMicroBatches(request, copy);
 }
 
 Plan StaticDataParallelPlan(const PlanRequest& request, int cp, CommKind comm) {

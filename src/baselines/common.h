@@ -34,8 +34,9 @@ bool IsPowerOfTwo(int64_t x);
 // when absent or when its head counts are unset. Sets *fallback accordingly.
 ModelShape ShapeOrDefault(const PlanRequest& request, bool* fallback);
 
-// Estimated makespan sum (ms) of `plan` from the cost model and placement
-// (runs EvaluatePlan on a copy).
+// The plan estimate (ms) of `plan` from the cost model and placement, as
+// MakePlan reports it (EstimateMicroBatches on a copy: the list-schedule
+// makespan).
 double EstimateMs(const PlanRequest& request, const Plan& plan);
 
 // Static data-parallel CP (Megatron CP / DeepSpeed-Ulysses): DP = N / cp

@@ -348,11 +348,13 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
 // forward/backward each, as Megatron runs sub-samples), and a CP group's
 // sequences run back to back on the same ranks. The simulator lets a group
 // start as soon as its ranks are free, so it times each CP group's chain as
-// Megatron does; the planner's est_ms (max per micro-batch, summed) is
-// pessimistic for it, so notes.hdp_est_ms gives the schedule's own estimate.
+// the planner's est_ms (the list-schedule makespan) does. notes.hdp_est_ms is
+// the schedule's own estimate with Megatron's barrier after each hdp group
+// (>= est_ms, which lets a next step's group start once its ranks are free);
+// max_seqlen is tuned on it, as Megatron runs the steps.
 // PlanOptions::max_seqlen_per_rank > 0 fixes the setting (a real user sets it
 // once in the config; `fcp simulate` tunes it on the warm-up batches by
-// simulated time and then fixes it); 0 tunes it per batch by hdp_est_ms.
+// simulated time and then fixes it); 0 tunes it per batch.
 Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
                                 const PlanOptions& options) const {
   const bool fixed = options.max_seqlen_per_rank > 0;

@@ -141,20 +141,6 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(const Plan
   return BalancedStaticBuilder(request).MicroBatches(cp, comm);
 }
 
-double RingPlanEstimateMs(const PlanRequest& request, const std::vector<MicroBatchPlan>& mbs) {
-  double total_s = 0;
-  for (const MicroBatchPlan& mb : mbs) {
-    double worst = 0;
-    for (const GroupPlan& g : mb.groups) {
-      GroupLoad load;
-      for (int i : g.sequences) load.Add(request.sequences[i]);
-      worst = std::max(worst, GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks));
-    }
-    total_s += worst;
-  }
-  return 1000.0 * total_s;
-}
-
 std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request, double below_ms) {
   return BalancedStaticBuilder(request).Best(below_ms);
 }
@@ -175,7 +161,8 @@ std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const
   for (int cp = 1; cp <= n; ++cp) {
     if (n % cp != 0 || cp < max_min_degree_) continue;
     // Also T >= Tcp, which adds up over a replica's sequences: the busiest
-    // replica carries at least the average compute of n / cp replicas.
+    // replica carries at least the average compute of n / cp replicas, and
+    // the plan's makespan is at least the busiest replica's busy time.
     const double average_s =
         (all.sum_attn / cp * cm.alpha1 + cm.alpha1 * cm.attn_overhead_tokens * all.sum_attn_tokens +
          cm.alpha2 * all.sum_tokens / cp) /
@@ -193,7 +180,7 @@ std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const
     if (bound_ms >= below_ms || (best && bound_ms >= best->est_ms)) break;
     auto mbs = MicroBatches(cp, CommKind::kRing);
     if (!mbs) continue;
-    const double ms = RingPlanEstimateMs(request, *mbs);
+    const double ms = EstimateMicroBatches(request, *mbs);
     if (!best || ms < best->est_ms) best = BalancedStatic{cp, ms, std::move(*mbs)};
   }
   return best;

@@ -4,8 +4,10 @@
 // (longest-processing-time first onto the least-loaded replica, work =
 // alpha1·(1+eta)·s² + alpha2·s), then each replica packs its share into
 // micro-batches that fit its memory (LPT again, over the fewest micro-batches
-// every replica can use), and micro-batch i of every replica runs together
-// (each replica's micro-batches heaviest first, so heavy meets heavy).
+// every replica can use); micro-batch i holds the i-th of every replica's
+// (each replica's micro-batches heaviest first). Replicas share no ranks, so
+// the plan's estimate (the list-schedule makespan) is the busiest replica's
+// total time: replicas that need fewer micro-batches do not wait for others.
 //
 // Lives in the planner because `fcp` keeps the best such plan among its
 // candidates; the `megatron` / `deepspeed` baselines use it for their
@@ -28,14 +30,9 @@ namespace fcp::planner {
 std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(const PlanRequest& request,
                                                                       int cp, CommKind comm);
 
-// Σ over micro-batches of the max group time placed as given (ms), in the
-// request's cost model; ring groups only (all-to-all groups are the
-// baselines' business).
-double RingPlanEstimateMs(const PlanRequest& request, const std::vector<MicroBatchPlan>& mbs);
-
 struct BalancedStatic {
   int cp = 0;                              // the chosen degree
-  double est_ms = 0;                       // its estimate (ms)
+  double est_ms = 0;                       // its estimate (EstimateMicroBatches, ms)
   std::vector<MicroBatchPlan> micro_batches;
 };
 

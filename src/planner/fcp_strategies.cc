@@ -57,58 +57,39 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   return switched;
 }
 
-// A placed group's time by its comm kind (ring or Ulysses all-to-all), s.
-double PlacedGroupTimeS(const PlanRequest& request, const GroupPlan& g) {
-  GroupLoad load;
-  for (int i : g.sequences) load.Add(request.sequences[i]);
-  if (g.comm == CommKind::kAllToAll && request.model) {
-    return AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(),
-                              AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
-  }
-  return GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
-}
-
-// How long `micro_batches` take as ranks really run them: a group starts once
-// all its ranks are free; ranks meet only inside their groups (and at the
-// gradient sync, the same for every plan), so nothing waits at a micro-batch
-// boundary. The reported estimate stays the sum of micro-batch maxima
-// (docs/design.md §2); this is the tie-breaker between candidates whose
-// micro-batches have different shapes (e.g. static replicas that need
-// different numbers of micro-batches), where that sum overstates the static
-// plan.
-double BarrierFreeS(const PlanRequest& request, const std::vector<MicroBatchPlan>& micro_batches) {
-  std::vector<double> free_at(request.cluster.num_ranks, 0.0);
-  double end = 0;
-  for (const MicroBatchPlan& mb : micro_batches) {
-    for (const GroupPlan& g : mb.groups) {
-      if (g.sequences.empty()) continue;
-      double start = 0;
-      for (int r : g.ranks) start = std::max(start, free_at[r]);
-      const double done = start + PlacedGroupTimeS(request, g);
-      for (int r : g.ranks) free_at[r] = done;
-      end = std::max(end, done);
-    }
-  }
-  return end;
-}
-
-// Σ over micro-batches of the slowest group, each group by its comm (s).
-double PlacedEstimateS(const PlanRequest& request, const std::vector<MicroBatchPlan>& micro_batches) {
-  double total = 0;
-  for (const MicroBatchPlan& mb : micro_batches) {
-    double slowest = 0;
-    for (const GroupPlan& g : mb.groups)
-      if (!g.sequences.empty()) slowest = std::max(slowest, PlacedGroupTimeS(request, g));
-    total += slowest;
-  }
-  return total;
-}
-
 constexpr int kLocalSearchTrials = 48;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
 constexpr int kMaxFewerMicroBatches = 2;
+
+// The paper's plan (docs/design.md §3 verbatim): BFD micro-batch split and
+// grouping, then Algorithm 1, on the paper's terms (Eq. 8-9: the v2 terms are
+// zeroed for planning; estimates are made in the given model by the caller).
+// With `allow_dp` false, or when the DP would be too large, the exact fast
+// allocator gives the same degrees (*used_fast says whether it was used).
+std::vector<MicroBatchPlan> PaperMicroBatches(const PlanRequest& given, bool allow_dp,
+                                              bool* used_fast) {
+  PlanRequest request = given;
+  request.cost = PaperTerms(given.cost);
+  std::vector<MicroBatchPlan> out;
+  std::vector<std::vector<std::vector<int>>> split_bfd;
+  const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
+  *used_fast = false;
+  for (size_t m = 0; m < mbs.size(); ++m) {
+    // The split's feasibility check already grouped each micro-batch by BFD.
+    const auto groups = split_bfd.size() == mbs.size()
+                            ? std::move(split_bfd[m])
+                            : BestFitDecreasing(request.sequences, mbs[m], request.cost);
+    const double n = request.cluster.num_ranks;
+    const bool dp = allow_dp && static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
+    *used_fast |= !dp;
+    auto realized = RealizeGrouping(request, groups, dp ? Allocator::kDp : Allocator::kFast);
+    FCP_CHECK(realized.has_value());
+    out.push_back(std::move(realized->micro_batch));
+  }
+  return out;
+}
 
 class FcpPaperStrategy final : public Strategy {
  public:
@@ -116,28 +97,10 @@ class FcpPaperStrategy final : public Strategy {
   std::string_view description() const override {
     return "FCP as published: BFD atomic grouping + Algorithm 1 (2D-DP) allocation";
   }
-  Plan Solve(const PlanRequest& given, const PlanOptions&) const override {
-    // The paper's algorithm on the paper's terms (Eq. 8-9): the v2 terms are
-    // zeroed for planning; MakePlan still reports estimates in the given model.
-    PlanRequest request = given;
-    request.cost = PaperTerms(given.cost);
+  Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
     Plan plan;
-    std::vector<std::vector<std::vector<int>>> split_bfd;
-    const auto mbs =
-        SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
     bool used_fast = false;
-    for (size_t m = 0; m < mbs.size(); ++m) {
-      // The split's feasibility check already grouped each micro-batch by BFD.
-      const auto groups = split_bfd.size() == mbs.size()
-                              ? std::move(split_bfd[m])
-                              : BestFitDecreasing(request.sequences, mbs[m], request.cost);
-      const double n = request.cluster.num_ranks;
-      const bool dp = static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
-      used_fast |= !dp;
-      auto realized = RealizeGrouping(request, groups, dp ? Allocator::kDp : Allocator::kFast);
-      FCP_CHECK(realized.has_value());
-      plan.micro_batches.push_back(std::move(realized->micro_batch));
-    }
+    plan.micro_batches = PaperMicroBatches(request, /*allow_dp=*/true, &used_fast);
     plan.notes["allocator"] = used_fast ? "fast (equal to Algorithm 1; DP too large)"
                                         : "algorithm-1-dp";
     return plan;
@@ -176,37 +139,48 @@ class FcpStrategy final : public Strategy {
     };
     for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
     if (count > 1 && count < num_seqs) try_count(count + 1);
-    // The yardstick is a candidate too: the best work-balanced static plan
-    // (one degree for everything, docs/design.md §3), so in its own model fcp is
-    // never worse than it.
+    // fcp-paper's own plan (the fast allocator gives Algorithm 1's degrees):
+    // per micro-batch the candidates above are never slower than it, but the
+    // plan estimate is a list schedule, where how one micro-batch's groups
+    // line up with the next one's counts too; with it as a candidate fcp is
+    // never worse than fcp-paper. A one-micro-batch fcp-paper plan has
+    // nothing to line up, and fcp-paper's split has one micro-batch exactly
+    // when fcp's has: one micro-batch holding everything does not depend on
+    // the work order (the only thing fcp-paper's zeroed v2 terms change).
+    if (count > 1) {
+      bool used_fast = true;
+      Plan paper;
+      paper.micro_batches = PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
+      paper.est_ms = EstimateMicroBatches(request, paper.micro_batches);
+      if (paper.est_ms < plan->est_ms * (1 - 1e-12)) {
+        paper.notes["grouping"] = "fcp-paper";
+        plan = std::move(paper);
+      }
+    }
     const int switched = UseAllToAllWhereFaster(request, *plan);
-    if (switched) plan->notes["all_to_all_groups"] = std::to_string(switched);
-    // Degrees that provably cannot beat the plan so far are skipped.
+    if (switched) {
+      plan->notes["all_to_all_groups"] = std::to_string(switched);
+      plan->est_ms = EstimateMicroBatches(request, plan->micro_batches);
+    }
+    // The yardstick is a candidate too: the best work-balanced static ring
+    // plan (one degree for everything, docs/design.md §3), so in its own model
+    // fcp is never worse than it. Degrees that provably cannot beat the plan
+    // so far are skipped.
     const BalancedStaticBuilder statics(request, &work_order);
     if (auto yardstick = statics.Best(plan->est_ms)) {
       plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
                                        FormatMs(yardstick->est_ms) + " ms";
-      if (yardstick->est_ms < plan->est_ms * (1 - 1e-12)) {
-        plan->micro_batches = std::move(yardstick->micro_batches);
-        plan->notes["grouping"] = "balanced static (cp " + std::to_string(yardstick->cp) + ")";
-        const int static_switched = UseAllToAllWhereFaster(request, *plan);
-        plan->notes["all_to_all_groups"] = std::to_string(static_switched);
-      }
     } else {
       plan->notes["balanced_static"] = "no degree can beat this plan (bound)";
     }
-    // The sum of micro-batch maxima assumes a barrier between micro-batches;
-    // ranks really meet only inside their groups, so static replicas that
-    // need different numbers of micro-batches run faster than that sum says.
-    // A static plan (any degree, each group ring or all-to-all) that runs
-    // faster without barriers (BarrierFreeS) and whose estimate is no worse
-    // replaces the plan, so the estimate still never exceeds the yardstick's.
-    double run_s = BarrierFreeS(request, plan->micro_batches);
-    double est_s = PlacedEstimateS(request, plan->micro_batches);
-    // A static plan on cp ranks runs the heaviest sequence in one group of cp
-    // ranks: no faster than that group alone on the faster link and comm
-    // (times grow with a group's contents), so degrees whose bound cannot beat
-    // run_s are not built (planning time only; the result is the same).
+    // Every static degree, each group ring or all-to-all, whichever is faster
+    // on its ranks: no slower than the ring plan of the same degree (a list
+    // schedule's makespan only grows with its groups' times), so the winner
+    // is never worse than the yardstick. A static plan on cp ranks runs the
+    // heaviest sequence in one group of cp ranks: no faster than that group
+    // alone on the faster link and comm (times grow with a group's
+    // contents), so degrees whose bound cannot beat the plan are not built
+    // (planning time only; the result is the same).
     const auto heaviest = std::max_element(
         request.sequences.begin(), request.sequences.end(), [&](const Sequence& a, const Sequence& b) {
           return SequenceWorkS(request.cost, a) < SequenceWorkS(request.cost, b);
@@ -221,21 +195,18 @@ class FcpStrategy final : public Strategy {
                            AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
-      if (bound_s >= run_s) continue;
+      if (1000.0 * bound_s >= plan->est_ms) continue;
       auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
       const int static_switched = UseAllToAllWhereFaster(request, candidate);
-      const double candidate_run_s = BarrierFreeS(request, candidate.micro_batches);
-      const double candidate_est_s = PlacedEstimateS(request, candidate.micro_batches);
-      if (candidate_run_s < run_s * (1 - 1e-9) && candidate_est_s <= est_s * (1 + 1e-12)) {
+      const double candidate_ms = EstimateMicroBatches(request, candidate.micro_batches);
+      if (candidate_ms < plan->est_ms * (1 - 1e-12)) {
         plan->micro_batches = std::move(candidate.micro_batches);
-        plan->notes["grouping"] =
-            "balanced static (cp " + std::to_string(cp) + "), faster without barriers";
+        plan->est_ms = candidate_ms;
+        plan->notes["grouping"] = "balanced static (cp " + std::to_string(cp) + ")";
         plan->notes["all_to_all_groups"] = std::to_string(static_switched);
-        run_s = candidate_run_s;
-        est_s = candidate_est_s;
       }
     }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
@@ -246,7 +217,8 @@ class FcpStrategy final : public Strategy {
   }
 
  private:
-  // Plans each micro-batch of `split`; est_ms holds the sum of placed makespans (ms).
+  // Plans each micro-batch of `split`; est_ms holds the plan estimate
+  // (EstimateMicroBatches: the list-schedule makespan, ms).
   // nullopt when some micro-batch has no grouping that fits N ranks.
   // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
   // of each (computed by the split's feasibility check; BFD is deterministic).
@@ -290,9 +262,9 @@ class FcpStrategy final : public Strategy {
       }
       if (!best) return std::nullopt;
       (best_is_dual ? wins_dual : wins_bfd)++;
-      plan.est_ms += 1000.0 * best->placed_makespan_s;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }
+    plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     plan.notes["grouping"] = "bfd:" + std::to_string(wins_bfd) +
                              " dual:" + std::to_string(wins_dual) + " micro-batches";
     return plan;

@@ -1,8 +1,10 @@
 // End-to-end planner properties: validity, the lower bound, brute force,
 // fcp vs fcp-paper, placement, micro-batches, infeasibility, validator.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -102,13 +104,80 @@ TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
   }
 }
 
+// The plan estimate, independently: the longest path through the groups,
+// where a group follows the previous group (in micro-batch order) of each of
+// its ranks. Solved by relaxing every group until nothing changes, visiting
+// the groups last micro-batch first (order-independent fixed point).
+double LongestPathMs(int num_ranks, const std::vector<MicroBatchPlan>& mbs) {
+  struct Node { double est; std::vector<int> preds; };
+  std::vector<Node> nodes;
+  std::vector<int> last(num_ranks, -1);
+  for (const auto& mb : mbs) {
+    for (const auto& g : mb.groups) {
+      Node node{g.est_ms, {}};
+      for (int r : g.ranks) {
+        if (last[r] >= 0) node.preds.push_back(last[r]);
+      }
+      for (int r : g.ranks) last[r] = static_cast<int>(nodes.size());
+      nodes.push_back(std::move(node));
+    }
+  }
+  std::vector<double> finish(nodes.size(), 0.0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = nodes.size(); i-- > 0;) {
+      double start = 0;
+      for (int p : nodes[i].preds) start = std::max(start, finish[p]);
+      if (start + nodes[i].est != finish[i]) finish[i] = start + nodes[i].est, changed = true;
+    }
+  }
+  return finish.empty() ? 0.0 : *std::max_element(finish.begin(), finish.end());
+}
+
+TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
+  // Every strategy's est_ms is the makespan of its groups with no barrier
+  // between micro-batches: the longest path above, at least the largest
+  // micro-batch and at most their sum.
+  int below_sum = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    std::mt19937_64 rng(seed * 977);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 40;
+    opt.max_ranks = 32;
+    opt.one_micro_batch_feasible = false;
+    const PlanRequest req = testing::RandomRequest(rng, opt);
+    for (const char* strategy : {"fcp", "fcp-paper", "megatron", "deepspeed", "bytescale"}) {
+      const Plan plan = MakePlan(req, {.strategy = strategy});
+      if (plan.status != PlanStatus::kOk) continue;
+      ++checked;
+      double largest = 0, sum = 0;
+      for (const auto& mb : plan.micro_batches) {
+        largest = std::max(largest, mb.est_ms);
+        sum += mb.est_ms;
+      }
+      const double want = LongestPathMs(req.cluster.num_ranks, plan.micro_batches);
+      ASSERT_NEAR(plan.est_ms, want, 1e-9 * want) << strategy << " seed " << seed;
+      ASSERT_GE(plan.est_ms, largest * (1 - 1e-12)) << strategy << " seed " << seed;
+      ASSERT_LE(plan.est_ms, sum * (1 + 1e-12)) << strategy << " seed " << seed;
+      below_sum += plan.est_ms < sum * (1 - 1e-6);
+    }
+  }
+  std::printf("plan estimate below the sum of micro-batch maxima on %d of %d plans\n",
+              below_sum, checked);
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(below_sum, 0);  // the barrier-free estimate must actually differ
+}
+
 TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
-  int strictly_better = 0;
+  // Half the batches need several micro-batches, where the estimate is a list
+  // schedule (fcp keeps fcp-paper's own plan among its candidates there).
+  int strictly_better = 0, multi = 0;
   for (uint64_t seed = 1; seed <= 1500; ++seed) {
     std::mt19937_64 rng(seed * 31);
     testing::RandomInstanceOptions opt;
     opt.max_sequences = 30;
     opt.max_ranks = 32;
+    opt.one_micro_batch_feasible = seed % 2 == 0;
     const PlanRequest req = testing::RandomRequest(rng, opt);
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
     const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
@@ -116,8 +185,10 @@ TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
     if (fcp.status != PlanStatus::kOk) continue;
     ASSERT_LE(fcp.est_ms, paper.est_ms * (1 + 1e-12)) << "seed " << seed;
     strictly_better += fcp.est_ms < paper.est_ms * (1 - 1e-6);
+    multi += paper.micro_batches.size() > 1;
   }
   EXPECT_GT(strictly_better, 100);  // the improvements must actually matter
+  EXPECT_GT(multi, 100);
 }
 
 TEST(PlannerTest, OneMicroBatchPlansAreNeverBelowBruteForce) {
@@ -271,6 +342,22 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
   EXPECT_NE(ValidatePlan(tight, good), "");
   // Inconsistent totals.
   EXPECT_NE(broken([](Plan& p) { p.est_ms *= 2; }), "");
+  // The former estimate (sum of micro-batch maxima) where ranks 4-7 need not
+  // wait for ranks 0-3 between the micro-batches: the plan is shorter.
+  Plan two;
+  two.micro_batches.push_back({{GroupPlan{{0, 1, 2, 3}, {0}, CommKind::kRing, 0, 0},
+                                GroupPlan{{4, 5, 6, 7}, {1}, CommKind::kRing, 0, 0}},
+                               0});
+  two.micro_batches.push_back({{GroupPlan{{4, 5, 6, 7}, {2, 3}, CommKind::kRing, 0, 0}}, 0});
+  EvaluatePlan(req, two);
+  ASSERT_EQ(ValidatePlan(req, two), "");
+  const auto& mbs = two.micro_batches;
+  const double t0 = mbs[0].groups[0].est_ms, t1 = mbs[0].groups[1].est_ms;
+  const double t23 = mbs[1].groups[0].est_ms;
+  EXPECT_NEAR(two.est_ms, std::max(t0, t1 + t23), 1e-9 * two.est_ms);
+  ASSERT_LT(two.est_ms, mbs[0].est_ms + mbs[1].est_ms);
+  two.est_ms = mbs[0].est_ms + mbs[1].est_ms;
+  EXPECT_NE(ValidatePlan(req, two), "");
 }
 
 TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {

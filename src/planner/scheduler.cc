@@ -194,10 +194,27 @@ void ForceSetting(PlanOptions& options, Setting setting, int64_t value) {
   }
 }
 
-void EvaluatePlan(const PlanRequest& request, Plan& plan) {
-  plan.num_ranks = request.cluster.num_ranks;
-  plan.est_ms = 0;
-  for (MicroBatchPlan& mb : plan.micro_batches) {
+double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                      std::vector<std::vector<double>>* group_start_ms) {
+  std::vector<double> free_at(std::max(0, num_ranks), 0.0);
+  double end = 0;
+  if (group_start_ms) group_start_ms->assign(micro_batches.size(), {});
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    for (const GroupPlan& g : micro_batches[m].groups) {
+      double start = 0;
+      for (int r : g.ranks) start = std::max(start, free_at[r]);
+      if (group_start_ms) (*group_start_ms)[m].push_back(start);
+      const double done = start + g.est_ms;
+      for (int r : g.ranks) free_at[r] = done;
+      end = std::max(end, done);
+    }
+  }
+  return end;
+}
+
+double EstimateMicroBatches(const PlanRequest& request,
+                            std::vector<MicroBatchPlan>& micro_batches) {
+  for (MicroBatchPlan& mb : micro_batches) {
     mb.est_ms = 0;
     for (GroupPlan& g : mb.groups) {
       const GroupLoad load = LoadOf(request, g.sequences);
@@ -206,8 +223,13 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan) {
           std::ceil(GroupMemBytes(request.cost, load, std::max(1, g.degree()))));
       mb.est_ms = std::max(mb.est_ms, g.est_ms);
     }
-    plan.est_ms += mb.est_ms;
   }
+  return ListScheduleMs(request.cluster.num_ranks, micro_batches);
+}
+
+void EvaluatePlan(const PlanRequest& request, Plan& plan) {
+  plan.num_ranks = request.cluster.num_ranks;
+  plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
   bool all_to_all = false;
   for (const MicroBatchPlan& mb : plan.micro_batches) {
     for (const GroupPlan& g : mb.groups) all_to_all |= g.comm == CommKind::kAllToAll;

@@ -84,7 +84,7 @@ TEST(PlanTimeline, GroupsLastTheirEstimateAndMicroBatchesFollowEachOther) {
   EXPECT_DOUBLE_EQ(t.slices[0].start_ms, 0);
   EXPECT_DOUBLE_EQ(t.slices[0].end_ms, 30);
   EXPECT_DOUBLE_EQ(t.slices[1].end_ms, 12);
-  EXPECT_DOUBLE_EQ(t.slices[2].start_ms, 30);  // after the slowest group of mb 0
+  EXPECT_DOUBLE_EQ(t.slices[2].start_ms, 30);  // ranks 0, 2, 3 free at 30
   EXPECT_DOUBLE_EQ(t.slices[2].end_ms, 40);
   EXPECT_DOUBLE_EQ(t.end_ms, 40);
   EXPECT_EQ(t.slices[0].tokens, 3000);
@@ -95,6 +95,24 @@ TEST(PlanTimeline, GroupsLastTheirEstimateAndMicroBatchesFollowEachOther) {
   Plan infeasible;
   infeasible.status = PlanStatus::kInfeasible;
   EXPECT_THROW(PlanTimeline(infeasible, SmallBatch(), 4), InputError);
+}
+
+TEST(PlanTimeline, AGroupStartsWhenItsRanksAreFreeNotAtTheMicroBatchBoundary) {
+  // Ranks 2 and 3 finish micro-batch 0 at 12 ms and start micro-batch 1 then;
+  // the plan ends when ranks 0 and 1 do, at 30 ms (not 30 + 10).
+  Plan plan;
+  plan.strategy = "test";
+  plan.num_ranks = 4;
+  plan.micro_batches.push_back({{Group({0, 1}, {0}, 30), Group({2, 3}, {1}, 12)}, 30});
+  plan.micro_batches.push_back({{Group({2, 3}, {2}, 10)}, 10});
+  const Timeline t = PlanTimeline(plan, SmallBatch(), 4);
+  ASSERT_EQ(t.slices.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.slices[2].start_ms, 12);
+  EXPECT_DOUBLE_EQ(t.slices[2].end_ms, 22);
+  EXPECT_DOUBLE_EQ(t.end_ms, 30);
+  EXPECT_DOUBLE_EQ(t.end_ms, ListScheduleMs(plan.num_ranks, plan.micro_batches));
+  plan.micro_batches[1].groups[0].ranks = {2, 4};
+  EXPECT_THROW(PlanTimeline(plan, SmallBatch(), 4), InputError);
 }
 
 TEST(SimulatedTimeline, MatchesTheSimulatorsScheduleOnEveryRank) {

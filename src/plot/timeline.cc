@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "fcp/plot.h"
+#include "fcp/scheduler.h"
 
 namespace fcp::plot {
 namespace {
@@ -57,21 +59,30 @@ Timeline PlanTimeline(const Plan& plan, std::span<const Sequence> sequences,
   t.source = "planner estimate";
   t.num_ranks = plan.num_ranks;
   t.ranks_per_node = ranks_per_node;
-  double mb_start = 0;
   for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb) {
-    double mb_len = 0;
+    for (size_t g = 0; g < plan.micro_batches[mb].groups.size(); ++g) {
+      for (int r : plan.micro_batches[mb].groups[g].ranks) {
+        if (r < 0 || r >= plan.num_ranks) {
+          throw InputError("plot", fmt::format("micro_batches[{}].groups[{}]: rank {} outside "
+                                               "[0, {})", mb, g, r, plan.num_ranks));
+        }
+      }
+    }
+  }
+  // The plan estimate's own schedule (ListScheduleMs): a group starts when
+  // all its ranks are free.
+  std::vector<std::vector<double>> starts;
+  t.end_ms = ListScheduleMs(plan.num_ranks, plan.micro_batches, &starts);
+  for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb) {
     const auto& groups = plan.micro_batches[mb].groups;
     for (size_t g = 0; g < groups.size(); ++g) {
-      mb_len = std::max(mb_len, groups[g].est_ms);
       if (groups[g].sequences.empty() || groups[g].ranks.empty()) continue;
       TimelineSlice s = SliceOf(plan, sequences, mb, g);
-      s.start_ms = mb_start;
-      s.end_ms = mb_start + groups[g].est_ms;
+      s.start_ms = starts[mb][g];
+      s.end_ms = s.start_ms + groups[g].est_ms;
       t.slices.push_back(std::move(s));
     }
-    mb_start += mb_len;
   }
-  t.end_ms = mb_start;
   return t;
 }
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from checks import check, summary
+from checks import check, list_schedule_ms, summary
 
 FCP = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -113,8 +113,11 @@ def plan_problem(inp, plan):
         total += mb["est_ms"]
     if any(c != 1 for c in seen):
         return "some sequence not scheduled exactly once"
-    if not math.isfinite(plan["est_ms"]) or abs(plan["est_ms"] - total) > 1e-9 * max(1.0, total):
-        return "plan est_ms is not the sum of its micro-batches"
+    makespan = list_schedule_ms(plan, n)
+    if not math.isfinite(plan["est_ms"]) or abs(plan["est_ms"] - makespan) > 1e-9 * max(1.0, makespan):
+        return "plan est_ms is not the list-schedule makespan of its micro-batches"
+    if plan["est_ms"] > total * (1 + 1e-9):
+        return "plan est_ms exceeds the sum of its micro-batches"
     if not plan["lower_bound_ms"] <= plan["est_ms"] * (1 + 1e-9):
         return "lower bound above the estimate"
     return None
