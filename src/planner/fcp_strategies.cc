@@ -147,7 +147,14 @@ class FcpStrategy final : public Strategy {
     // nothing to line up, and fcp-paper's split has one micro-batch exactly
     // when fcp's has: one micro-batch holding everything does not depend on
     // the work order (the only thing fcp-paper's zeroed v2 terms change).
-    if (count > 1) {
+    // With one micro-batch fcp's own candidates are at least as fast when
+    // every node is full; when the last node is partial (N not a multiple of
+    // R) its allocator, which prices any d <= R at intra-node figures, can
+    // pick degrees that no placement keeps inside nodes (e.g. 8 8 5 5 on
+    // nodes of 8 8 8 2 ranks), and the topology rounds only move ranks one at
+    // a time, so fcp-paper's degrees (8 4 3 3 there) are a candidate too.
+    const bool partial_node = request.cluster.num_ranks % request.cluster.ranks_per_node != 0;
+    if (count > 1 || partial_node) {
       bool used_fast = true;
       Plan paper;
       paper.micro_batches = PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
@@ -228,6 +235,7 @@ class FcpStrategy final : public Strategy {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
     const bool have_bfd = split_bfd && split_bfd->size() == split.size();
+    const bool partial_node = request.cluster.num_ranks % request.cluster.ranks_per_node != 0;
     for (size_t m = 0; m < split.size(); ++m) {
       const std::vector<int>& members = split[m];
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
@@ -261,6 +269,21 @@ class FcpStrategy final : public Strategy {
         consider(*dual, true);
       }
       if (!best) return std::nullopt;
+      // With a partial last node the winner is realized once more with the
+      // full nodes' allocation as a further candidate (realize.h); this comes
+      // after the ranking so that it cannot steer the candidates above (the
+      // dual approximation starts from the best allocator makespan so far),
+      // and its placed makespan is never above the winner's.
+      if (partial_node) {
+        std::vector<std::vector<int>> winner;
+        for (const GroupPlan& g : best->micro_batch.groups) winner.push_back(g.sequences);
+        auto on_full_nodes = RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
+                                             /*full_nodes_too=*/true);
+        if (on_full_nodes &&
+            on_full_nodes->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+          best = std::move(on_full_nodes);
+        }
+      }
       (best_is_dual ? wins_dual : wins_bfd)++;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }

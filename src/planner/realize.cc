@@ -74,7 +74,8 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int
 
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator, bool topology_aware) {
+                                        Allocator allocator, bool topology_aware,
+                                        bool full_nodes_too) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups = MakeAllocGroups(request.sequences, groups, cm);
@@ -85,15 +86,22 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
           ? &*request.model
           : nullptr;
   const GroupTimeFn best_case = BestCaseRingOrAllToAll(cm, cluster, shape);
-  const Allocation alloc = allocator == Allocator::kDp
-                               ? AllocateDp(alloc_groups, cluster.num_ranks, best_case)
-                               : AllocateFast(alloc_groups, cluster.num_ranks, best_case);
-  if (!alloc.feasible) return std::nullopt;
-  std::vector<int> degrees = alloc.degrees;
-  std::vector<int> first;
-  double makespan = PlaceAndCost(alloc_groups, degrees, cm, cluster, shape, first);
-  bool topology_bound = false;  // some group straddled a node boundary
-  if (topology_aware) {
+  // Allocate `usable` ranks, place, and (topology-aware) re-allocate the
+  // groups that placement could not keep inside a node.
+  struct Attempt {
+    std::vector<int> degrees, first;
+    double makespan = 0;
+    bool topology_bound = false;  // some group straddled a node boundary
+  };
+  auto allocate = [&](const std::vector<AllocGroup>& costed, int usable) {
+    return allocator == Allocator::kDp ? AllocateDp(costed, usable, best_case)
+                                       : AllocateFast(costed, usable, best_case);
+  };
+  auto attempt = [&](int usable, const Allocation& alloc) {
+    Attempt out;
+    out.degrees = alloc.degrees;
+    out.makespan = PlaceAndCost(alloc_groups, out.degrees, cm, cluster, shape, out.first);
+    if (!topology_aware) return out;
     // Allocate-then-place above is the first candidate. The allocator costed
     // every group with d <= R at intra-node figures; a group that placement
     // could not keep inside a node is re-costed at inter-node figures for
@@ -101,7 +109,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     // decided together. A few rounds; the best placed makespan wins, so this
     // is never worse than allocate-then-place.
     std::vector<bool> inter_only(groups.size(), false);
-    std::vector<int> cur_degrees = degrees, cur_first = first;
+    std::vector<int> cur_degrees = out.degrees, cur_first = out.first;
     for (int round = 0; round < kTopologyRounds; ++round) {
       bool changed = false;
       for (size_t p = 0; p < groups.size(); ++p) {
@@ -111,95 +119,115 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         }
       }
       if (!changed) break;
-      topology_bound = true;
+      out.topology_bound = true;
       std::vector<AllocGroup> costed = alloc_groups;
       for (size_t p = 0; p < groups.size(); ++p) costed[p].inter_node = inter_only[p];
-      const Allocation a = allocator == Allocator::kDp
-                               ? AllocateDp(costed, cluster.num_ranks, best_case)
-                               : AllocateFast(costed, cluster.num_ranks, best_case);
+      const Allocation a = allocate(costed, usable);
       if (!a.feasible) break;
       std::vector<int> f;
       const double m = PlaceAndCost(alloc_groups, a.degrees, cm, cluster, shape, f);
       cur_degrees = a.degrees;
       cur_first = f;
-      if (m < makespan * (1 - 1e-12)) {
-        makespan = m;
-        degrees = a.degrees;
-        first = std::move(f);
+      if (m < out.makespan * (1 - 1e-12)) {
+        out.makespan = m;
+        out.degrees = a.degrees;
+        out.first = std::move(f);
       }
     }
-  }
-  if (topology_aware && topology_bound) {
-    // Rank moves around the placed bottleneck: give it a rank (from the
-    // spare pool or from a group with slack), or take one away (a straddling
-    // group one rank smaller may fit inside a node). Each candidate is placed
-    // and costed as placed; the best strict improvement is kept. Bounded:
-    // kTopologyRounds · (kMoveDonors + 2) placements.
-    const int n = cluster.num_ranks;
-    for (int round = 0; round < 2 * kTopologyRounds; ++round) {
-      std::vector<double> placed_t(groups.size());
-      int b = 0;
-      bool straddles = false;
-      for (size_t p = 0; p < groups.size(); ++p) {
-        const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
-        straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
-        placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load, first[p],
-                                      degrees[p]);
-        if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
-      }
-      if (!straddles && round > 0) break;
-      const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
-      std::vector<std::vector<int>> trials;
-      if (used < n) {
-        trials.push_back(degrees);
-        ++trials.back()[b];
-      }
-      // Tied bottlenecks: one spare rank for each (a single move cannot
-      // lower a max that several groups share).
-      std::vector<int> tied;
-      for (size_t p = 0; p < groups.size(); ++p) {
-        if (placed_t[p] >= placed_t[b] * (1 - 1e-9)) tied.push_back(static_cast<int>(p));
-      }
-      if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
-        trials.push_back(degrees);
-        for (int p : tied) ++trials.back()[p];
-      }
-      if (degrees[b] > alloc_groups[b].min_degree) {
-        trials.push_back(degrees);
-        --trials.back()[b];
-      }
-      std::vector<int> donors;
-      for (size_t q = 0; q < groups.size(); ++q) {
-        if (static_cast<int>(q) != b && degrees[q] > alloc_groups[q].min_degree) {
-          donors.push_back(static_cast<int>(q));
+    // From here on, one attempt's degrees and placement are improved in place.
+    std::vector<int>& degrees = out.degrees;
+    std::vector<int>& first = out.first;
+    double& makespan = out.makespan;
+    if (out.topology_bound) {
+      // Rank moves around the placed bottleneck: give it a rank (from the
+      // spare pool or from a group with slack), or take one away (a straddling
+      // group one rank smaller may fit inside a node). Each candidate is placed
+      // and costed as placed; the best strict improvement is kept. Bounded:
+      // kTopologyRounds · (kMoveDonors + 2) placements.
+      const int n = cluster.num_ranks;
+      for (int round = 0; round < 2 * kTopologyRounds; ++round) {
+        std::vector<double> placed_t(groups.size());
+        int b = 0;
+        bool straddles = false;
+        for (size_t p = 0; p < groups.size(); ++p) {
+          const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
+          straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
+          placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load, first[p],
+                                        degrees[p]);
+          if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
         }
-      }
-      std::stable_sort(donors.begin(), donors.end(),
-                       [&](int x, int y) { return placed_t[x] < placed_t[y]; });
-      if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
-      for (int q : donors) {
-        trials.push_back(degrees);
-        --trials.back()[q];
-        ++trials.back()[b];
-      }
-      double best_m = makespan * (1 - 1e-12);
-      int best_t = -1;
-      std::vector<int> best_first;
-      for (size_t t = 0; t < trials.size(); ++t) {
-        std::vector<int> f;
-        const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
-        if (m < best_m) {
-          best_m = m;
-          best_t = static_cast<int>(t);
-          best_first = std::move(f);
+        if (!straddles && round > 0) break;
+        const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
+        std::vector<std::vector<int>> trials;
+        if (used < n) {
+          trials.push_back(degrees);
+          ++trials.back()[b];
         }
+        // Tied bottlenecks: one spare rank for each (a single move cannot
+        // lower a max that several groups share).
+        std::vector<int> tied;
+        for (size_t p = 0; p < groups.size(); ++p) {
+          if (placed_t[p] >= placed_t[b] * (1 - 1e-9)) tied.push_back(static_cast<int>(p));
+        }
+        if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
+          trials.push_back(degrees);
+          for (int p : tied) ++trials.back()[p];
+        }
+        if (degrees[b] > alloc_groups[b].min_degree) {
+          trials.push_back(degrees);
+          --trials.back()[b];
+        }
+        std::vector<int> donors;
+        for (size_t q = 0; q < groups.size(); ++q) {
+          if (static_cast<int>(q) != b && degrees[q] > alloc_groups[q].min_degree) {
+            donors.push_back(static_cast<int>(q));
+          }
+        }
+        std::stable_sort(donors.begin(), donors.end(),
+                         [&](int x, int y) { return placed_t[x] < placed_t[y]; });
+        if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
+        for (int q : donors) {
+          trials.push_back(degrees);
+          --trials.back()[q];
+          ++trials.back()[b];
+        }
+        double best_m = makespan * (1 - 1e-12);
+        int best_t = -1;
+        std::vector<int> best_first;
+        for (size_t t = 0; t < trials.size(); ++t) {
+          std::vector<int> f;
+          const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
+          if (m < best_m) {
+            best_m = m;
+            best_t = static_cast<int>(t);
+            best_first = std::move(f);
+          }
+        }
+        if (best_t < 0) break;
+        makespan = best_m;
+        degrees = trials[best_t];
+        first = std::move(best_first);
       }
-      if (best_t < 0) break;
-      makespan = best_m;
-      degrees = trials[best_t];
-      first = std::move(best_first);
+    }
+    return out;
+  };
+  const Allocation alloc = allocate(alloc_groups, cluster.num_ranks);
+  if (!alloc.feasible) return std::nullopt;
+  Attempt best = attempt(cluster.num_ranks, alloc);
+  // The full nodes alone (see realize.h): the lower placed makespan wins.
+  const int full_node_ranks =
+      cluster.num_ranks - cluster.num_ranks % cluster.ranks_per_node;
+  if (topology_aware && full_nodes_too && full_node_ranks > 0 &&
+      full_node_ranks < cluster.num_ranks) {
+    const Allocation on_full_nodes = allocate(alloc_groups, full_node_ranks);
+    if (on_full_nodes.feasible) {
+      Attempt alt = attempt(full_node_ranks, on_full_nodes);
+      if (alt.makespan < best.makespan * (1 - 1e-12)) best = std::move(alt);
     }
   }
+  const std::vector<int>& degrees = best.degrees;
+  const std::vector<int>& first = best.first;
+  const double makespan = best.makespan;
   Realized r;
   r.alloc_makespan_s = alloc.makespan_s;
   r.placed_makespan_s = makespan;

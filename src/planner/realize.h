@@ -37,8 +37,14 @@ inline constexpr size_t kMoveDonors = 8;
 // smallest placed makespan wins, so it is never worse than allocate-then-place.
 // While some group with d <= R straddles a node boundary, single-rank moves to
 // or from the placed bottleneck are tried too (each placed and costed as placed).
+// With `full_nodes_too` (topology-aware only) and a partial last node (N not
+// a multiple of R), the same is also done allocating the full nodes' ranks
+// only, and the lower placed makespan wins: the allocator counts the partial
+// node's ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on nodes
+// of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes fit).
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator, bool topology_aware = false);
+                                        Allocator allocator, bool topology_aware = false,
+                                        bool full_nodes_too = false);
 
 }  // namespace fcp::planner
