@@ -57,6 +57,11 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   return switched;
 }
 
+// N is not a multiple of the node size: the last node has fewer ranks.
+bool LastNodePartial(const Cluster& cluster) {
+  return cluster.num_ranks % cluster.ranks_per_node != 0;
+}
+
 constexpr int kLocalSearchTrials = 48;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
@@ -153,7 +158,7 @@ class FcpStrategy final : public Strategy {
     // pick degrees that no placement keeps inside nodes (e.g. 8 8 5 5 on
     // nodes of 8 8 8 2 ranks), and the topology rounds only move ranks one at
     // a time, so fcp-paper's degrees (8 4 3 3 there) are a candidate too.
-    const bool partial_node = request.cluster.num_ranks % request.cluster.ranks_per_node != 0;
+    const bool partial_node = LastNodePartial(request.cluster);
     if (count > 1 || partial_node) {
       bool used_fast = true;
       Plan paper;
@@ -235,7 +240,7 @@ class FcpStrategy final : public Strategy {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
     const bool have_bfd = split_bfd && split_bfd->size() == split.size();
-    const bool partial_node = request.cluster.num_ranks % request.cluster.ranks_per_node != 0;
+    const bool partial_node = LastNodePartial(request.cluster);
     for (size_t m = 0; m < split.size(); ++m) {
       const std::vector<int>& members = split[m];
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
