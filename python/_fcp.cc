@@ -110,6 +110,8 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("attn_overhead_tokens", &fcp::CostModel::attn_overhead_tokens)
       .def_readwrite("gamma_intra", &fcp::CostModel::gamma_intra)
       .def_readwrite("gamma_inter", &fcp::CostModel::gamma_inter)
+      .def_readwrite("gamma_serial", &fcp::CostModel::gamma_serial)
+      .def_readwrite("ring_tail_steps", &fcp::CostModel::ring_tail_steps)
       .def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
 
   py::class_<fcp::ModelShape>(m, "ModelShape")

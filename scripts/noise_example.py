@@ -26,7 +26,7 @@ from pathlib import Path
 
 CLUSTER, MODEL, DATASET, GBS, SEED, HEADROOM = "ascend910c-4x16", "qwen3-8b", "github", 512, 1, 0.02
 TIMING = ("alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens", "gamma_intra",
-          "gamma_inter")
+          "gamma_inter", "gamma_serial")
 
 
 def run(cmd: list[str], stdin: str | None = None) -> str:

@@ -47,7 +47,8 @@ void CheckCostModel(const CostModel& cm);
 enum class Link { kIntraNode, kInterNode };
 
 // The parts of T(G, d) (s), docs/design.md §2: attention A, compute Tcp = A + Lin +
-// beta1, communication Tcm (0 for d = 1), total T = Tcp + Tcm - min(A, Tcm).
+// beta1 + (d - 1)·gamma_serial, communication Tcm (0 for d = 1), total
+// T = Tcp + Tcm - min(A·(d - e)/d, Tcm) with e = ring_tail_steps.
 // This is the one place the formula lives; everything else calls it.
 struct GroupTimeParts {
   double attn_s = 0;
@@ -122,11 +123,15 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load
   const double gamma = intra ? cm.gamma_intra : cm.gamma_inter;
   GroupTimeParts p;
   p.attn_s = cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens);
-  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
+  // A ring step's kernel launches are on the critical path (not hidden).
+  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1 + (d - 1) * cm.gamma_serial;
   p.comm_s = degree == 1 ? 0.0
                          : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw + cm.beta2 +
                                (d - 1) * gamma;
-  p.total_s = p.compute_s + p.comm_s - std::min(p.attn_s, p.comm_s);
+  // d - 1 transfers overlap d - 1 of the d attention steps; the last
+  // ring_tail_steps of them have nothing left to receive.
+  const double hideable_s = p.attn_s * (d - cm.ring_tail_steps) / d;
+  p.total_s = p.compute_s + p.comm_s - std::min(hideable_s, p.comm_s);
   return p;
 }
 

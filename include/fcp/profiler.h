@@ -99,9 +99,9 @@ std::string ProfileReportToTable(const ProfileReport& report);
 // time of both plans is SIMULATED (fcp::sim::SimulatePlan, no noise).
 // The timing coefficients `fcp eval noise` can perturb, in its draw order
 // (names as in the cost_model JSON).
-inline constexpr const char* kNoiseCoefficients[8] = {
+inline constexpr const char* kNoiseCoefficients[9] = {
     "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
-    "gamma_intra", "gamma_inter"};
+    "gamma_intra", "gamma_inter", "gamma_serial"};
 
 struct NoiseEvalOptions {
   std::string cluster = "ascend910c-4x16";

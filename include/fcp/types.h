@@ -44,6 +44,8 @@ struct CostModel {
   double attn_overhead_tokens = 0;  // tokens: short-chunk attention overhead h
   double gamma_intra = 0;           // s: latency of one ring step, group on one node
   double gamma_inter = 0;           // s: latency of one ring step, group spans nodes
+  double gamma_serial = 0;          // s: per ring step, on the critical path (kernel launches)
+  double ring_tail_steps = 0;       // steps of a ring whose attention hides no transfer, in [0, 1]
 };
 
 // `cm` with the v2 terms zeroed: the paper's Eq. 8-9 (what fcp-paper plans with).
@@ -51,6 +53,8 @@ inline CostModel PaperTerms(CostModel cm) {
   cm.attn_overhead_tokens = 0;
   cm.gamma_intra = 0;
   cm.gamma_inter = 0;
+  cm.gamma_serial = 0;
+  cm.ring_tail_steps = 0;
   return cm;
 }
 

@@ -57,7 +57,8 @@ _INT_MAX = 2 ** 31 - 1
 
 _COST_FIELDS = ("alpha1", "alpha2", "beta1", "alpha3", "beta2", "bw_intra_node",
                 "bw_inter_node", "mem_per_token", "mem_static", "mem_capacity",
-                "attn_overhead_tokens", "gamma_intra", "gamma_inter")
+                "attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial",
+                "ring_tail_steps")
 
 
 def _core():

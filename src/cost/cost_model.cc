@@ -29,12 +29,18 @@ std::optional<std::string> ValidateCostModel(const CostModel& cm) {
       {"attn_overhead_tokens", cm.attn_overhead_tokens, false},
       {"gamma_intra", cm.gamma_intra, false},
       {"gamma_inter", cm.gamma_inter, false},
+      {"gamma_serial", cm.gamma_serial, false},
+      {"ring_tail_steps", cm.ring_tail_steps, false},
   };
   for (const Field& f : fields) {
     if (!FiniteNonNegative(f.value) || (f.positive && f.value <= 0)) {
       return std::string("cost_model.") + f.name + ": must be a finite number " +
              (f.positive ? "> 0" : ">= 0");
     }
+  }
+  if (cm.ring_tail_steps > 1) {
+    return std::string("cost_model.ring_tail_steps: must be in [0, 1] (a ring of d steps has d - 1 "
+                       "transfers to hide)");
   }
   if (cm.mem_capacity <= cm.mem_static) {
     return std::string(

@@ -46,6 +46,12 @@ TEST(CostModelTest, CommunicationHiddenBehindAttention) {
   // d = 4: A = 2e-9 * 1e10 / 4 = 5; Lin = 0.3 / 4 = 0.075; Tcp = 5.085.
   // Tcm = 1000 * 1e5 * 3/4 / 100e9 + 0.002 = 0.00075 + 0.002 = 0.00275 < A.
   ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 5.085);
+  // v2: the three ring steps' launches are not hidden; their latency is.
+  CostModel v2 = cm;
+  v2.gamma_intra = 1e-4;
+  v2.gamma_serial = 2e-4;
+  v2.ring_tail_steps = 1;  // A * 3/4 = 3.75 still hides Tcm
+  ExpectRel(GroupTimeS(v2, g, 4, Link::kIntraNode), 5.085 + 3 * 2e-4);
 }
 
 TEST(CostModelTest, CommunicationBoundGroupPaysTheExcess) {
@@ -93,16 +99,23 @@ TEST(CostModelTest, V2TermsMatchHandComputation) {
   cm.attn_overhead_tokens = 500;
   cm.gamma_intra = 1e-4;
   cm.gamma_inter = 3e-4;
+  cm.gamma_serial = 2e-4;
+  cm.ring_tail_steps = 1;
   GroupLoad g;
   g.Add({2000, 0.0});
   g.Add({1000, 1.0});
   // A = 2e-9 * ((4e6 + 2e6) / 4 + 500 * (2000 + 2 * 1000)) = 2e-9 * 3.5e6 = 0.007.
-  // Lin = 3e-6 * 3000 / 4 = 0.00225; Tcp = 0.007 + 0.00225 + 0.01 = 0.01925.
+  // Lin = 3e-6 * 3000 / 4 = 0.00225; Tcp = 0.007 + 0.00225 + 0.01 + 3 * 2e-4 = 0.01985.
   // Tcm intra = 1e6 * 3000 * 3/4 / 100e9 + 0.002 + 3 * 1e-4 = 0.0225 + 0.0023 = 0.0248.
-  // T = Tcp + Tcm - min(A, Tcm) = 0.01925 + 0.0248 - 0.007 = 0.03705.
-  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.03705);
+  // Hideable attention: A * (4 - 1) / 4 = 0.00525 < Tcm.
+  // T = Tcp + Tcm - min(0.00525, Tcm) = 0.01985 + 0.0248 - 0.00525 = 0.0394.
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.0394);
   // Inter: Tcm = 1e6 * 3000 * 3/4 / 10e9 + 0.002 + 3 * 3e-4 = 0.225 + 0.0029 = 0.2279.
-  ExpectRel(GroupTimeS(cm, g, 4, Link::kInterNode), 0.01925 + 0.2279 - 0.007);
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kInterNode), 0.01985 + 0.2279 - 0.00525);
+  // Half a tail step: A * 3.5 / 4 = 0.006125 hides.
+  cm.ring_tail_steps = 0.5;
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.01985 + 0.0248 - 0.006125);
+  cm.ring_tail_steps = 1;
   // d = 1: no communication, and the overhead does not shrink.
   ExpectRel(GroupTimeS(cm, g, 1, Link::kInterNode),
             2e-9 * (6e6 + 500 * 4000) + 3e-6 * 3000 + 0.01);
@@ -158,7 +171,8 @@ TEST(CostModelTest, ValidationNamesTheField) {
   cm.beta1 = std::nan("");
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.beta1:", 0), 0u);
   for (double CostModel::*field : {&CostModel::attn_overhead_tokens, &CostModel::gamma_intra,
-                                   &CostModel::gamma_inter}) {
+                                   &CostModel::gamma_inter, &CostModel::gamma_serial,
+                                   &CostModel::ring_tail_steps}) {
     cm = HandModel();
     cm.*field = -1;
     ASSERT_TRUE(ValidateCostModel(cm).has_value());
@@ -166,6 +180,11 @@ TEST(CostModelTest, ValidationNamesTheField) {
   cm = HandModel();
   cm.gamma_inter = -1;
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.gamma_inter:", 0), 0u);
+  cm = HandModel();
+  cm.ring_tail_steps = 1.01;  // a ring has one transfer fewer than steps, not two
+  EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.ring_tail_steps:", 0), 0u);
+  cm.ring_tail_steps = 1;
+  EXPECT_FALSE(ValidateCostModel(cm).has_value());
 }
 
 TEST(PresetsTest, EveryPresetDerivesAValidModel) {
@@ -205,8 +224,10 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   //   diagonal, weighted).
   EXPECT_NEAR(cm.attn_overhead_tokens, 336.65 + 0.6 * 466.7, 0.5);
   // Per ring step and layer: 3 latencies (one per pass) + 7 kernel launches.
-  ExpectRel(cm.gamma_intra, 36 * (3 * 8e-6 + 7 * 8e-6));
-  ExpectRel(cm.gamma_inter, 36 * (3 * 20e-6 + 7 * 8e-6));
+  ExpectRel(cm.gamma_intra, 36 * 3 * 8e-6);
+  ExpectRel(cm.gamma_inter, 36 * 3 * 20e-6);
+  ExpectRel(cm.gamma_serial, 36 * 7 * 8e-6);
+  EXPECT_EQ(cm.ring_tail_steps, 1);
   // Home hop: one inter-node latency and 8 launches per layer.
   ExpectRel(cm.beta2, 36 * (20e-6 + 8 * 8e-6));
   // KV bytes: 5 chunk units per hop (fwd 1 + recompute 1 + bwd 3) plus the

@@ -14,9 +14,11 @@ namespace {
 bool Has(double x) { return std::isfinite(x); }
 
 // The regressors of the linear parametrisation, in this column order:
-// alpha1, alpha1·h, alpha2, beta1 (compute) and alpha3, beta2, gamma_intra,
-// gamma_inter (communication).
-enum Col { kAttn, kOverhead, kLin, kBeta1, kComm, kBeta2, kGammaIntra, kGammaInter, kNumCols };
+// alpha1, alpha1·h, alpha2, beta1, gamma_serial (compute) and alpha3, beta2,
+// gamma_intra, gamma_inter (communication).
+enum Col {
+  kAttn, kOverhead, kLin, kBeta1, kGammaSerial, kComm, kBeta2, kGammaIntra, kGammaInter, kNumCols
+};
 
 double XAttn(const FitSample& s) { return s.load.sum_attn / s.degree; }
 double XOverhead(const FitSample& s) { return s.load.sum_attn_tokens; }
@@ -27,6 +29,7 @@ double XComm(const FitSample& s) {
 double XGamma(const FitSample& s, Link link) {
   return s.degree > 1 && s.link == link ? s.degree - 1.0 : 0.0;
 }
+double XRingSteps(const FitSample& s) { return s.degree - 1.0; }
 
 // `cm` with the sample's own bandwidth on the sample's link, so that the one
 // formula (GroupTimePartsS) predicts it.
@@ -44,7 +47,7 @@ struct LsqResult {
 };
 
 // min ||W (X c - y)|| subject to c >= 0, W = diag(1/y). Exact: tries every
-// subset of free coefficients (p <= 5) and keeps the best feasible one.
+// subset of free coefficients (p <= 9) and keeps the best feasible one.
 LsqResult RelativeNnls(const Eigen::MatrixXd& x, const Eigen::VectorXd& y) {
   const int n = static_cast<int>(x.rows()), p = static_cast<int>(x.cols());
   Eigen::MatrixXd xw = x;
@@ -127,6 +130,8 @@ CostModel FitResult::Apply(const CostModel& base) const {
   cm.attn_overhead_tokens = attn_overhead_tokens.value;
   cm.gamma_intra = gamma_intra.value;
   cm.gamma_inter = gamma_inter.value;
+  cm.gamma_serial = gamma_serial.value;
+  cm.ring_tail_steps = ring_tail_steps;
   return cm;
 }
 
@@ -148,9 +153,9 @@ namespace {
 // the linear parametrisation (other coefficients keep their values).
 void StoreColumns(const LsqResult& r, const std::vector<int>& cols, FitResult& out) {
   double values[kNumCols], errors[kNumCols];
-  FittedCoefficient* fields[kNumCols] = {&out.alpha1, nullptr, &out.alpha2, &out.beta1,
-                                         &out.alpha3, &out.beta2, &out.gamma_intra,
-                                         &out.gamma_inter};
+  FittedCoefficient* fields[kNumCols] = {&out.alpha1,       nullptr,          &out.alpha2,
+                                         &out.beta1,        &out.gamma_serial, &out.alpha3,
+                                         &out.beta2,        &out.gamma_intra,  &out.gamma_inter};
   bool has_overhead = false;
   for (size_t j = 0; j < cols.size(); ++j) {
     values[cols[j]] = r.coef(j);
@@ -196,8 +201,13 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     for (double t : {s.compute_s, s.comm_s, s.total_s})
       if (Has(t) && !(t > 0)) throw InputError(field, "times must be > 0");
   }
+  if (!(options.ring_tail_steps >= 0 && options.ring_tail_steps <= 1))
+    throw InputError("ring_tail_steps", "must be in [0, 1]");
   FitResult out;
   const bool v2 = !options.paper_terms_only;
+  out.ring_tail_steps = v2 ? options.ring_tail_steps : 0.0;
+  // Of a ring group's attention, the share that can hide its transfers.
+  auto hideable = [&](const FitSample& s) { return (s.degree - out.ring_tail_steps) / s.degree; };
   // --- Eq. 8 (+ h) on compute samples (or totals of d = 1 groups, where T = Tcp) ---
   std::vector<const FitSample*> comp, comm, total;
   for (const auto& s : samples) {
@@ -208,7 +218,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   if (comp.size() < 3)
     throw InputError("samples", "need at least 3 samples with a compute time (or d = 1 total)");
   std::vector<int> compute_cols = {kAttn, kLin, kBeta1};
-  if (v2) compute_cols.push_back(kOverhead);
+  if (v2) compute_cols.insert(compute_cols.end(), {kOverhead, kGammaSerial});
   std::vector<int> comm_cols = {kComm, kBeta2};
   if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter});
   auto compute_row = [](const FitSample& s, double* x) {
@@ -216,6 +226,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     x[kOverhead] = XOverhead(s);
     x[kLin] = XLin(s);
     x[kBeta1] = 1.0;
+    x[kGammaSerial] = XRingSteps(s);
   };
   auto comm_row = [](const FitSample& s, double* x) {
     x[kComm] = XComm(s);
@@ -240,15 +251,16 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   }
   // No split communication times: derive them from totals of d > 1 groups
   // that are clearly communication-bound under the compute fit, where
-  // T = Lin + beta1 + Tcm, i.e. Tcm = T - Lin - beta1 > A.
+  // T = Tcp - H + Tcm with H the hideable attention, i.e. Tcm = T - Tcp + H > H.
   if (comm.size() < 2) {
     const CostModel cfit = out.Apply(CostModel{});
     std::vector<FitSample> derived;
     for (const FitSample* s : total) {
       if (s->degree < 2) continue;
       const GroupTimeParts p = PredictParts(cfit, *s);
-      const double rest = s->total_s - (p.compute_s - p.attn_s);
-      if (rest > 1.05 * p.attn_s && rest > 0) {
+      const double hidden = p.attn_s * hideable(*s);
+      const double rest = s->total_s - (p.compute_s - hidden);
+      if (rest > 1.05 * hidden && rest > 0) {
         derived.push_back(*s);
         derived.back().comm_s = rest;
       }
@@ -278,7 +290,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
       std::vector<int> branch(total.size());
       for (size_t i = 0; i < total.size(); ++i) {
         const GroupTimeParts p = PredictParts(cur, *total[i]);
-        branch[i] = total[i]->degree > 1 && p.attn_s <= p.comm_s;
+        branch[i] = total[i]->degree > 1 && p.attn_s * hideable(*total[i]) <= p.comm_s;
       }
       if (branch == prev_branch) break;
       prev_branch = branch;
@@ -289,8 +301,10 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
         double* x = rows[i].data();
         std::fill(x, x + kNumCols, 0.0);
         compute_row(*total[i], x);
-        if (branch[i]) {  // communication-bound: attention hides behind Tcm
-          x[kAttn] = x[kOverhead] = 0;
+        if (branch[i]) {  // communication-bound: the hideable attention hides behind Tcm
+          const double exposed = 1.0 - hideable(*total[i]);
+          x[kAttn] *= exposed;
+          x[kOverhead] *= exposed;
           comm_row(*total[i], x);
         }
       }

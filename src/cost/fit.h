@@ -2,8 +2,9 @@
 // paper Eq. 8-9) from measured or simulated samples, with standard errors and
 // held-out error. Thread-safety: pure functions.
 //
-// Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin + beta1,
-//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d        (Eq. 8 + v2 h)
+// Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin + beta1
+//                           + gamma_serial·(d-1),
+//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h, gamma_serial)
 // Communication samples (d > 1) fit
 //   Tcm = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge,
 //   x_comm = Σs·(d-1)/d / v, x_gi = d-1 on one node (else 0),
@@ -11,10 +12,11 @@
 // Both by weighted least squares minimising RELATIVE residuals (weights 1/y),
 // with coefficients constrained >= 0 (exact active-set search over the few
 // unknowns). A sample may carry only a total time T (no split); such samples
-// refine all eight coefficients on the full formula T = Tcp + Tcm - min(A, Tcm)
-// (see FitOptions::refine_on_total). Predictions call GroupTimePartsS (the
-// one implementation of the formula). With FitOptions::paper_terms_only the
-// v2 columns are left out (h = gamma = 0: the paper's model).
+// refine all nine coefficients on the full formula
+// T = Tcp + Tcm - min(A·(d - ring_tail_steps)/d, Tcm), ring_tail_steps fixed by
+// FitOptions (see FitOptions::refine_on_total). Predictions call
+// GroupTimePartsS (the one implementation of the formula). With
+// FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
 #pragma once
 
 #include <cmath>
@@ -41,12 +43,15 @@ struct FitSample {
 };
 
 struct FitOptions {
-  // After the separate linear fits, refine all five coefficients on total_s
+  // After the separate linear fits, refine all coefficients on total_s
   // (samples that have one) by Gauss-Newton with relative residuals.
   bool refine_on_total = true;
   int max_iterations = 50;
-  // Fit only the paper's five coefficients (h = gamma_intra = gamma_inter = 0).
+  // Fit only the paper's five coefficients (the v2 terms h, gamma_intra,
+  // gamma_inter, gamma_serial and ring_tail_steps 0).
   bool paper_terms_only = false;
+  // Not fitted: the ring's structure (docs/design.md §2), 1 for a zigzag ring.
+  double ring_tail_steps = 1;
 };
 
 struct FittedCoefficient {
@@ -57,13 +62,15 @@ struct FittedCoefficient {
 struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
   // Cost model v2 (docs/design.md §2); 0 with paper_terms_only.
-  FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter;
+  FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter, gamma_serial;
+  double ring_tail_steps = 0;  // FitOptions::ring_tail_steps the fit assumed (0 for paper terms)
   int compute_samples = 0;
   int comm_samples = 0;
   int total_samples = 0;
   double rms_rel_residual = 0;  // over total_s (else compute_s vs Tcp) of the fit samples
   bool refined = false;
-  // Copies the eight fitted values into `base` (bandwidths and memory fields kept).
+  // Copies the nine fitted values and ring_tail_steps into `base` (bandwidths
+  // and memory fields kept).
   CostModel Apply(const CostModel& base) const;
 };
 

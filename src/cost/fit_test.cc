@@ -23,6 +23,7 @@ CostModel Truth() {
   cm.beta1 = 4.0e-3;    // s
   cm.alpha3 = 2.0e5;    // bytes/token
   cm.beta2 = 1.0e-3;    // s
+  cm.ring_tail_steps = 1;  // FitOptions' default: a zigzag ring
   return cm;
 }
 
@@ -68,10 +69,13 @@ Eigen::VectorXd TrueStdErrors(const std::vector<Eigen::VectorXd>& rows,
 }
 
 TEST(FitTest, RecoversExactCoefficientsWithoutNoise) {
-  const CostModel t = Truth();
+  CostModel t = Truth();
+  for (double tail : {0.0, 1.0})
   for (bool split : {true, false}) {
+    t.ring_tail_steps = tail;
     const auto samples = Grid(t, 0.0, 1, split);
-    const FitResult r = FitCostCoefficients(samples);
+    const FitResult r = FitCostCoefficients(samples, {.ring_tail_steps = tail});
+    EXPECT_EQ(r.ring_tail_steps, tail);
     EXPECT_NEAR(r.alpha1.value, t.alpha1, 1e-8 * t.alpha1) << split;
     EXPECT_NEAR(r.alpha2.value, t.alpha2, 1e-8 * t.alpha2) << split;
     EXPECT_NEAR(r.beta1.value, t.beta1, 1e-8 * t.beta1) << split;
@@ -134,12 +138,14 @@ TEST(FitTest, TotalOnlySamplesRefineAllFiveCoefficients) {
 
 // Cost model v2: samples from the exact formula with h and both ring-step
 // latencies (intra-node for d <= 4, inter-node above, as the profiler places
-// groups on ranks 0..d-1 of 4-rank nodes) recover all eight coefficients.
+// groups on ranks 0..d-1 of 4-rank nodes) and the serial per-step cost
+// recover all nine coefficients.
 TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   CostModel t = Truth();
   t.attn_overhead_tokens = 600;
   t.gamma_intra = 2e-4;
   t.gamma_inter = 6e-4;
+  t.gamma_serial = 3e-4;
   std::vector<FitSample> samples;
   for (int64_t len : {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
     for (int d : {1, 2, 3, 4, 6, 8, 12}) {
@@ -153,7 +159,9 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
         const double dd = d;
         const double attn = t.alpha1 * (s.load.sum_attn / dd +
                                         t.attn_overhead_tokens * s.load.sum_attn_tokens);
-        s.compute_s = attn + t.alpha2 * s.load.sum_tokens / dd + t.beta1;
+        // A ring step's launches are on the critical path (compute), its
+        // latency travels with the transfer (communication).
+        s.compute_s = attn + t.alpha2 * s.load.sum_tokens / dd + t.beta1 + (dd - 1) * t.gamma_serial;
         if (d > 1) {
           s.comm_s = t.alpha3 * s.load.sum_tokens * (dd - 1) / dd / s.bw_bytes_per_s + t.beta2 +
                      (dd - 1) * (d <= 4 ? t.gamma_intra : t.gamma_inter);
@@ -171,6 +179,7 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   EXPECT_NEAR(r.beta2.value, t.beta2, 1e-7 * t.beta2);
   EXPECT_NEAR(r.gamma_intra.value, t.gamma_intra, 1e-7 * t.gamma_intra);
   EXPECT_NEAR(r.gamma_inter.value, t.gamma_inter, 1e-7 * t.gamma_inter);
+  EXPECT_NEAR(r.gamma_serial.value, t.gamma_serial, 1e-7 * t.gamma_serial);
   // The paper-only fit leaves the v2 terms at 0.
   FitOptions paper;
   paper.paper_terms_only = true;
@@ -178,6 +187,9 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   EXPECT_EQ(p.attn_overhead_tokens.value, 0);
   EXPECT_EQ(p.gamma_intra.value, 0);
   EXPECT_EQ(p.gamma_inter.value, 0);
+  EXPECT_EQ(p.gamma_serial.value, 0);
+  EXPECT_EQ(r.ring_tail_steps, 1);
+  EXPECT_EQ(p.ring_tail_steps, 0);
 }
 
 TEST(FitTest, CoefficientsStayNonNegative) {

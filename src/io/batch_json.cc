@@ -229,6 +229,8 @@ constexpr CostField kCostFields[] = {
     {"attn_overhead_tokens", &CostModel::attn_overhead_tokens},
     {"gamma_intra", &CostModel::gamma_intra},
     {"gamma_inter", &CostModel::gamma_inter},
+    {"gamma_serial", &CostModel::gamma_serial},
+    {"ring_tail_steps", &CostModel::ring_tail_steps},
 };
 
 // Applies the keys of `obj` to `cm`; returns how many were given.
@@ -253,7 +255,8 @@ int ApplyCostModel(const json& obj, CostModel& cm) {
   for (const char* k : {"alpha1", "alpha2", "beta1", "alpha3", "beta2"}) {
     paper_timing |= obj.contains(k);
   }
-  for (const char* k : {"attn_overhead_tokens", "gamma_intra", "gamma_inter"}) {
+  for (const char* k :
+       {"attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial", "ring_tail_steps"}) {
     v2 |= obj.contains(k);
   }
   if (paper_timing && !v2) cm = PaperTerms(cm);

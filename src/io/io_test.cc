@@ -51,8 +51,14 @@ TEST(BatchJsonTest, CostModelKeysOverrideThePreset) {
 TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
   const BatchInput in = ParseBatchJson(
       R"({"cost_model": {"attn_overhead_tokens": 600, "gamma_intra": 1e-4,
-          "gamma_inter": 3e-4}, "sequences": [10]})");
+          "gamma_inter": 3e-4, "gamma_serial": 2e-4, "ring_tail_steps": 1}, "sequences": [10]})");
+  EXPECT_EQ(in.request.cost.gamma_serial, 2e-4);
   EXPECT_EQ(in.request.cost.attn_overhead_tokens, 600);
+  EXPECT_EQ(in.request.cost.ring_tail_steps, 1);
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": 1.5}})"),
+            "cost_model.ring_tail_steps");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": -0.5}})"),
+            "cost_model.ring_tail_steps");
   EXPECT_EQ(in.request.cost.gamma_intra, 1e-4);
   EXPECT_EQ(in.request.cost.gamma_inter, 3e-4);
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma_intra": -1}})"),
@@ -69,11 +75,14 @@ TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
   const BatchInput preset = ParseBatchJson(R"({"model": "qwen3-8b", "sequences": [10]})");
   EXPECT_GT(preset.request.cost.attn_overhead_tokens, 0);
   EXPECT_GT(preset.request.cost.gamma_inter, 0);
+  EXPECT_EQ(preset.request.cost.ring_tail_steps, 1);
   const BatchInput paper =
       ParseBatchJson(R"({"model": "qwen3-8b", "cost_model": {"alpha1": 1e-9}, "sequences": [10]})");
   EXPECT_EQ(paper.request.cost.attn_overhead_tokens, 0);
   EXPECT_EQ(paper.request.cost.gamma_intra, 0);
   EXPECT_EQ(paper.request.cost.gamma_inter, 0);
+  EXPECT_EQ(paper.request.cost.ring_tail_steps, 0);
+  EXPECT_EQ(paper.request.cost.gamma_serial, 0);
   const BatchInput memory_only = ParseBatchJson(
       R"({"model": "qwen3-8b", "cost_model": {"mem_capacity": 9e10}, "sequences": [10]})");
   EXPECT_EQ(memory_only.request.cost.gamma_inter, preset.request.cost.gamma_inter);
@@ -114,11 +123,15 @@ TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
   cm.attn_overhead_tokens = 583.75;
   cm.gamma_intra = 7.2e-4;
   cm.gamma_inter = 2.16e-3;
+  cm.gamma_serial = 5.6e-4;
+  cm.ring_tail_steps = 1;
   const CostModel back = ParseCostModelJson(CostModelToJson(cm), CostModel{});
   EXPECT_EQ(back.alpha1, cm.alpha1);
   EXPECT_EQ(back.attn_overhead_tokens, cm.attn_overhead_tokens);
   EXPECT_EQ(back.gamma_intra, cm.gamma_intra);
   EXPECT_EQ(back.gamma_inter, cm.gamma_inter);
+  EXPECT_EQ(back.ring_tail_steps, cm.ring_tail_steps);
+  EXPECT_EQ(back.gamma_serial, cm.gamma_serial);
   EXPECT_EQ(back.mem_capacity, cm.mem_capacity);
   const CostModel wrapped =
       ParseCostModelJson("{\"cost_model\": " + CostModelToJson(cm) + "}", CostModel{});

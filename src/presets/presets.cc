@@ -34,7 +34,9 @@
 // plus the home hop's 2 spread over kRingRefDegree - 1 hops). Every ring step
 // pays, per layer, one message latency in each of its 3 passes and 7 kernel
 // launches (2 per forward pass, 3 backward): gamma = L · (3·latency + 7·launch)
-// with the link's latency; beta2 = L · (latency_inter + 8·launch) (the home
+// with the link's latency. The latency travels with the transfer, which
+// attention hides: gamma_intra/inter = L · 3·latency; the launches are on the
+// critical path: gamma_serial = L · 7·launch. beta2 = L · (latency_inter + 8·launch) (the home
 // hop and the passes' extra launches).
 //
 // Launch overhead of the layers: beta1 += L · 3 passes · kKernelsPerLayerPass
@@ -232,8 +234,10 @@ CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster
              layers * 3 * kKernelsPerLayerPass * cluster.launch_s;
   // Ring.
   cm.alpha3 = kRingBytesUnits * layers * 2.0 * dkv * 2.0;
-  cm.gamma_intra = layers * (3 * cluster.latency_intra_s + 7 * cluster.launch_s);
-  cm.gamma_inter = layers * (3 * cluster.latency_inter_s + 7 * cluster.launch_s);
+  cm.gamma_intra = layers * 3 * cluster.latency_intra_s;
+  cm.gamma_inter = layers * 3 * cluster.latency_inter_s;
+  cm.gamma_serial = layers * 7 * cluster.launch_s;
+  cm.ring_tail_steps = 1;  // zigzag ring: d attention steps, d - 1 transfers
   cm.beta2 = layers * (cluster.latency_inter_s + 8 * cluster.launch_s);
   cm.bw_intra_node = cluster.bw_intra_node;
   cm.bw_inter_node = cluster.bw_inter_node;

@@ -60,7 +60,7 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   for (size_t i = 0; i < o.noise_levels.size(); ++i)
     if (!(o.noise_levels[i] >= 0 && o.noise_levels[i] <= 0.95))
       throw InputError("noise[" + std::to_string(i) + "]", "must be in [0, 0.95]");
-  bool perturbed[8] = {};
+  bool perturbed[std::size(kNoiseCoefficients)] = {};
   for (size_t i = 0; i < o.perturb.size(); ++i) {
     const auto* it = std::find(std::begin(kNoiseCoefficients), std::end(kNoiseCoefficients),
                                o.perturb[i]);
@@ -123,14 +123,14 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
           req.sequences = batches[b];
           // The timing coefficients, the v2 terms included (memory is not
           // perturbed: a wrong memory model is an OOM, not a slowdown), in
-          // kNoiseCoefficients' order; eight draws per trial in any case.
-          double* coefs[8] = {&req.cost.alpha1,      &req.cost.alpha2,
-                              &req.cost.beta1,       &req.cost.alpha3,
-                              &req.cost.beta2,       &req.cost.attn_overhead_tokens,
-                              &req.cost.gamma_intra, &req.cost.gamma_inter};
-          double factors[8];
+          // kNoiseCoefficients' order; one draw per coefficient per trial in any case.
+          double* coefs[std::size(kNoiseCoefficients)] = {
+              &req.cost.alpha1,      &req.cost.alpha2,      &req.cost.beta1,
+              &req.cost.alpha3,      &req.cost.beta2,       &req.cost.attn_overhead_tokens,
+              &req.cost.gamma_intra, &req.cost.gamma_inter, &req.cost.gamma_serial};
+          double factors[std::size(kNoiseCoefficients)];
           for (double& f : factors) f = 1.0 + p * (2.0 * rng.Uniform() - 1.0);
-          for (int c = 0; c < 8; ++c) {
+          for (size_t c = 0; c < std::size(kNoiseCoefficients); ++c) {
             if (perturbed[c]) *coefs[c] *= o.common_factor ? factors[0] : factors[c];
           }
           const Plan plan = MakePlan(req, popt);
@@ -208,7 +208,7 @@ std::string NoiseEvalToTable(const NoiseEvalReport& r) {
       "memory headroom {:.0f}%\n\n",
       r.options.model, r.options.cluster, r.options.dataset, r.options.batches,
       r.options.batch_sequences, r.options.trials, r.options.strategy,
-      r.options.perturb.size() == 8 ? std::string("coefficients")
+      r.options.perturb.size() == std::size(kNoiseCoefficients) ? std::string("coefficients")
                                     : fmt::format("{}", fmt::join(r.options.perturb, ",")),
       r.options.common_factor ? "by one common factor" : "each", r.options.seed,
       100 * r.options.mem_headroom);

@@ -321,6 +321,7 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
   j["coefficients"]["attn_overhead_tokens"] = coef(r.fit.attn_overhead_tokens);
   j["coefficients"]["gamma_intra"] = coef(r.fit.gamma_intra);
   j["coefficients"]["gamma_inter"] = coef(r.fit.gamma_inter);
+  j["coefficients"]["gamma_serial"] = coef(r.fit.gamma_serial);
   j["heldout_error"]["mean"] = r.heldout.overall.mean;
   j["heldout_error"]["max"] = r.heldout.overall.max;
   j["heldout_error"]["points"] = r.heldout.overall.count;
@@ -357,6 +358,9 @@ std::string ProfileReportToTable(const ProfileReport& r) {
   row("h", r.fit.attn_overhead_tokens, "tokens (attn_overhead_tokens)");
   row("gamma_i", r.fit.gamma_intra, "s per ring step, one node");
   row("gamma_e", r.fit.gamma_inter, "s per ring step, across nodes");
+  row("gamma_s", r.fit.gamma_serial, "s per ring step, not hidden (gamma_serial)");
+  out << fmt::format("{:<8} {:>14.6g} {:>30}  {}\n", "tail", r.fit.ring_tail_steps, "(not fitted)",
+                     "ring steps (ring_tail_steps)");
   out << "\nheld-out relative error of T(G, d) (paper Table 3: < 8%)\n";
   out << fmt::format("{:<20} {:>8} {:>8} {:>7}\n", "model", "mean", "max", "points");
   for (const auto& [label, e] : r.heldout.by_label)

@@ -21,16 +21,18 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
   const double d = degree;
   const double a = cm.alpha1 * (sum_attn / d + sum_overhead);
   const double lin = cm.alpha2 * sum_s / d;
-  const double tcp = a + lin + cm.beta1;
+  double tcp = a + lin + cm.beta1;
   double tcm = 0;
   if (degree > 1) {
     const bool one_node =
         first / cluster.ranks_per_node == (first + degree - 1) / cluster.ranks_per_node;
     const double v = one_node ? cm.bw_intra_node : cm.bw_inter_node;
     const double step_latency = one_node ? cm.gamma_intra : cm.gamma_inter;
+    tcp += (d - 1) * cm.gamma_serial;  // launches: not hidden
     tcm = cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2 + (d - 1) * step_latency;
   }
-  return tcp + tcm - std::min(a, tcm);
+  // The last ring_tail_steps of the d attention steps have no transfer to hide.
+  return tcp + tcm - std::min(a * (d - cm.ring_tail_steps) / d, tcm);
 }
 
 namespace {

@@ -39,8 +39,10 @@ def group_time(cm, seqs, ranks, per_node):
         one_node = len({r // per_node for r in ranks}) == 1
         bw = cm["bw_intra_node"] if one_node else cm["bw_inter_node"]
         gamma = cm.get("gamma_intra" if one_node else "gamma_inter", 0.0)
+        tcp += (d - 1) * cm.get("gamma_serial", 0.0)  # not hidden behind attention
         tcm = cm["alpha3"] * sum_s * (d - 1) / d / bw + cm["beta2"] + (d - 1) * gamma
-    return tcp + tcm - min(attn, tcm)
+    hideable = attn * (d - cm.get("ring_tail_steps", 0.0)) / d
+    return tcp + tcm - min(hideable, tcm)
 
 
 def sequences_of(inp):
