@@ -59,7 +59,8 @@ struct MpiSession {
 int RunProfileCmd(int argc, char** argv) {
   CLI::App app{
       "Measure one CP rank's step time over lengths x degrees, fit alpha1, alpha2, beta1 "
-      "(Eq. 8) and alpha3, beta2 (Eq. 9) by least squares, report standard errors and "
+      "(Eq. 8), alpha3, beta2 (Eq. 9) and the v2 terms (h, gamma_intra, gamma_inter, "
+      "gamma_serial; ring_tail_steps = 1) by least squares, report standard errors and "
       "held-out relative error, and write the cost_model JSON (fcp plan --cost-model).\n"
       "Targets: cpu (real fp32 kernels on this machine, measured) or sim:CLUSTER "
       "(the simulator's hardware with noise, simulated).\n"
