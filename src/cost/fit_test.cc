@@ -70,18 +70,19 @@ Eigen::VectorXd TrueStdErrors(const std::vector<Eigen::VectorXd>& rows,
 
 TEST(FitTest, RecoversExactCoefficientsWithoutNoise) {
   CostModel t = Truth();
-  for (double tail : {0.0, 1.0})
-  for (bool split : {true, false}) {
-    t.ring_tail_steps = tail;
-    const auto samples = Grid(t, 0.0, 1, split);
-    const FitResult r = FitCostCoefficients(samples, {.ring_tail_steps = tail});
-    EXPECT_EQ(r.ring_tail_steps, tail);
-    EXPECT_NEAR(r.alpha1.value, t.alpha1, 1e-8 * t.alpha1) << split;
-    EXPECT_NEAR(r.alpha2.value, t.alpha2, 1e-8 * t.alpha2) << split;
-    EXPECT_NEAR(r.beta1.value, t.beta1, 1e-8 * t.beta1) << split;
-    EXPECT_NEAR(r.alpha3.value, t.alpha3, 1e-8 * t.alpha3) << split;
-    EXPECT_NEAR(r.beta2.value, t.beta2, 1e-8 * t.beta2) << split;
-    EXPECT_LT(r.rms_rel_residual, 1e-9);
+  for (double tail : {0.0, 1.0}) {
+    for (bool split : {true, false}) {
+      t.ring_tail_steps = tail;
+      const auto samples = Grid(t, 0.0, 1, split);
+      const FitResult r = FitCostCoefficients(samples, {.ring_tail_steps = tail});
+      EXPECT_EQ(r.ring_tail_steps, tail);
+      EXPECT_NEAR(r.alpha1.value, t.alpha1, 1e-8 * t.alpha1) << split;
+      EXPECT_NEAR(r.alpha2.value, t.alpha2, 1e-8 * t.alpha2) << split;
+      EXPECT_NEAR(r.beta1.value, t.beta1, 1e-8 * t.beta1) << split;
+      EXPECT_NEAR(r.alpha3.value, t.alpha3, 1e-8 * t.alpha3) << split;
+      EXPECT_NEAR(r.beta2.value, t.beta2, 1e-8 * t.beta2) << split;
+      EXPECT_LT(r.rms_rel_residual, 1e-9);
+    }
   }
 }
 
