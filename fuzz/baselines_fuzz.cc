@@ -1,5 +1,6 @@
 // libFuzzer target: every registered strategy (the baselines as well as fcp)
-// on fuzzed small requests, including near-equal memory (issue 18).
+// on fuzzed small requests, including near-equal memory (issue 18) and cost
+// model v2's terms.
 //
 // Properties:
 //  - MakePlan returns or throws fcp::InputError (nothing else);
@@ -52,6 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.cp_degree = fdp.ConsumeBool() ? 0 : fdp.ConsumeIntegralInRange<int>(-1, 70);
   const bool check_determinism = fdp.ConsumeIntegralInRange<int>(0, 3) == 0;
   MaybeNearEqualMemory(fdp, req);
+  MaybeV2Terms(fdp, req);
   if (std::getenv("FCP_FUZZ_DUMP")) DumpRequest(req, strategy);
   const bool request_valid = RequestValid(req);
 

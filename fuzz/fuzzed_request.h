@@ -85,6 +85,20 @@ inline void MaybeNearEqualMemory(FuzzedDataProvider& fdp, PlanRequest& req) {
                              : cm.mem_capacity * (1 - std::ldexp(1.0, -bits));
 }
 
+// Cost model v2 terms (docs/design.md §2), consumed after everything else so
+// that older corpus entries keep their meaning (and their paper-model terms).
+// ring_tail_steps is sometimes above 1 (invalid).
+inline void MaybeV2Terms(FuzzedDataProvider& fdp, PlanRequest& req) {
+  if (fdp.remaining_bytes() == 0 || !fdp.ConsumeBool()) return;
+  CostModel& cm = req.cost;
+  cm.attn_overhead_tokens = Coefficient(fdp, 256);
+  cm.gamma_intra = Coefficient(fdp, 1e-4);
+  cm.gamma_inter = Coefficient(fdp, 4e-4);
+  cm.gamma_serial = Coefficient(fdp, 2e-4);
+  cm.ring_tail_steps = fdp.ConsumeBool() ? fdp.ConsumeProbability<double>()
+                                         : Coefficient(fdp, 1.0);
+}
+
 // The documented input rules (scheduler.h, types.h), restated
 // independently, without the numeric-range rule.
 inline bool RequestValid(const PlanRequest& req) {
@@ -96,7 +110,10 @@ inline bool RequestValid(const PlanRequest& req) {
                finite_ge0(cm.mem_per_token) && finite_ge0(cm.mem_static) &&
                finite_ge0(cm.bw_intra_node) && cm.bw_intra_node > 0 &&
                finite_ge0(cm.bw_inter_node) && cm.bw_inter_node > 0 &&
-               std::isfinite(cm.mem_capacity) && cm.mem_capacity > cm.mem_static;
+               std::isfinite(cm.mem_capacity) && cm.mem_capacity > cm.mem_static &&
+               finite_ge0(cm.attn_overhead_tokens) && finite_ge0(cm.gamma_intra) &&
+               finite_ge0(cm.gamma_inter) && finite_ge0(cm.gamma_serial) &&
+               finite_ge0(cm.ring_tail_steps) && cm.ring_tail_steps <= 1;
   for (const Sequence& s : req.sequences) {
     valid &= s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40) && s.eta >= 0 &&
              s.eta <= 1;

@@ -58,7 +58,7 @@ fuzz_one() {
     echo "fuzz $t: ok, ${execs:-?} executions in ${SECONDS_PER_TARGET} s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) new + $(ls "fuzz/corpus/$t" | wc -l) seeds" >"$summary"
   else
     { echo "fuzz $t: FAILED (log: $log; artifacts: $artifacts)"
-      grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|SUMMARY|timeout' "$log" | head -20 || true
+      grep -E 'ERROR|runtime error|_fuzz: |FCP_CHECK|invalid plan|SUMMARY|timeout' "$log" | head -20 || true
     } >"$summary"
     return 1
   fi

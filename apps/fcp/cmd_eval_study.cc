@@ -33,7 +33,15 @@ int RunEvalStudy(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
   app.add_flag("--quick", opt.quick, "a small grid with one measured batch per case");
+  std::string coefficients = "profiled";
+  app.add_option("--coefficients", coefficients,
+                 "planner coefficients of every strategy: profiled (fcp profile --target "
+                 "sim:CLUSTER --model MODEL, once per cluster and model, as a user profiles "
+                 "before planning) or preset (derived from the presets' hardware figures)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"profiled", "preset"}));
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  opt.profiled_coefficients = coefficients == "profiled";
   opt.progress = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);

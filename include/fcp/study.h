@@ -23,6 +23,12 @@ struct StudyOptions {
   std::string lengths_label = "real";  // how the real lengths are named in the tables
   int warmup = 2;                 // batches that tune the static degrees, not measured
   int steps = 3;                  // measured global batches per case
+  // Planner coefficients of every strategy (fcp's plans, the static
+  // baselines' dealing by work): true = fitted by `fcp profile --target
+  // sim:CLUSTER --model MODEL` with its defaults (2 % measurement noise, seed
+  // 1), once per cluster and model, as a user profiles their cluster before
+  // planning; false = the presets' coefficients derived from hardware figures.
+  bool profiled_coefficients = true;
   std::function<void(const std::string&)> progress;  // may be empty
 };
 

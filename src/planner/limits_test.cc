@@ -62,6 +62,30 @@ TEST(LimitsTest, TimesThatOverflowAreRejectedNotAborted) {
     PlanRequest slow_link = Request({4096, 131072});
     slow_link.cost.bw_intra_node = 1e-320;  // denormal: alpha3 * s / bw = inf
     EXPECT_EQ(RejectedField(slow_link, strategy), "cost_model") << strategy;
+
+    PlanRequest slow_launch = Request({4096, 131072});
+    slow_launch.cost.gamma_serial = 1e307;  // (d - 1) · gamma_serial = inf
+    EXPECT_EQ(RejectedField(slow_launch, strategy), "cost_model") << strategy;
+  }
+}
+
+TEST(LimitsTest, DenormalBandwidthWithZeroAlpha3IsRejectedByEveryStrategy) {
+  // Found by fuzz/baselines_fuzz: with alpha3 = 0 the ring's transfer time is
+  // 0 / bw = 0, but the all-to-all cost divides bytes by (d - 1) / (s per
+  // byte) = 0, and 0 / 0 made flexsp's group estimate NaN (FCP_CHECK).
+  std::vector<int64_t> lengths(8, 146462);
+  lengths.insert(lengths.begin(), 801845);
+  PlanRequest req = Request(lengths, 58, 22);
+  req.cost.alpha3 = 0;
+  req.cost.mem_per_token = 595611.33;
+  req.cost.mem_static = 1.35e11;
+  req.cost.mem_capacity = 2.7e11;
+  for (double CostModel::*bw : {&CostModel::bw_intra_node, &CostModel::bw_inter_node}) {
+    PlanRequest slow = req;
+    slow.cost.*bw = 5e-324;
+    for (const std::string& strategy : StrategyNames()) {
+      EXPECT_EQ(RejectedField(slow, strategy.c_str()), "cost_model") << strategy;
+    }
   }
 }
 

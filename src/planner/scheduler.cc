@@ -79,13 +79,18 @@ void ValidateRequest(const PlanRequest& request) {
       cm.alpha1 * (sum_attn + 2.0 * cm.attn_overhead_tokens * sum_tokens) +
       cm.alpha2 * sum_tokens + cm.beta1 +
       cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2 +
-      std::max(cm.gamma_intra, cm.gamma_inter) * request.cluster.num_ranks;
+      (std::max(cm.gamma_intra, cm.gamma_inter) + cm.gamma_serial) * request.cluster.num_ranks;
   // GroupTimeS multiplies alpha3 · Σs by (d - 1) before dividing by d and the
   // bandwidth: that intermediate must stay finite too (found by planner_fuzz).
   const double worst_product =
       cm.alpha3 * sum_tokens * static_cast<double>(request.cluster.num_ranks);
+  // The all-to-all costs (deepspeed, flexsp, the bound) work in seconds per
+  // byte, up to N / bw: with a denormal bandwidth that is inf, and 0 · inf
+  // is NaN even when alpha3 = 0 (found by baselines_fuzz).
+  const double worst_s_per_byte = static_cast<double>(request.cluster.num_ranks) /
+                                  std::min(cm.bw_intra_node, cm.bw_inter_node);
   if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300) ||
-      !(worst_product <= 1e300)) {
+      !(worst_product <= 1e300) || !(worst_s_per_byte <= 1e300)) {
     throw InputError("cost_model",
                      "coefficients too large for these sequence lengths (times overflow)");
   }

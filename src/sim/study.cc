@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "fcp/profiler.h"
 #include "fcp/simulator.h"
 #include "fcp/types.h"
 
@@ -96,10 +99,27 @@ StudyResult RunStudy(const StudyOptions& o) {
     throw InputError("out", "cannot create directory: " + (ec ? ec.message() : o.out_dir));
 
   const std::vector<Case> cases = Grid(o);
+  // One profile per (cluster, model); memory fields are the simulator's for
+  // each case's N either way (ExperimentConfig::calibrate_memory).
+  std::map<std::pair<std::string, std::string>, CostModel> profiled;
+  auto coefficients = [&](const Case& k) {
+    auto [it, inserted] = profiled.try_emplace({k.cluster, k.model});
+    if (inserted) {
+      if (o.progress)
+        o.progress(fmt::format("[eval study] profiling {} on sim:{} (fcp profile, simulated)",
+                               k.model, k.cluster));
+      ProfileOptions p;
+      p.target = "sim:" + k.cluster;
+      p.model = k.model;
+      it->second = RunProfile(p).cost_model;
+    }
+    return it->second;
+  };
   StudyResult result;
   int done = 0;
   for (const Case& k : cases) {
     ExperimentConfig cfg;
+    if (o.profiled_coefficients) cfg.cost_model = coefficients(k);
     cfg.cluster = k.cluster;
     cfg.model = k.model;
     cfg.ranks = k.ranks;
@@ -112,7 +132,13 @@ StudyResult RunStudy(const StudyOptions& o) {
     } else {
       cfg.dataset = k.dataset;
     }
-    StudyRow row{k.part, k.cluster, k.dataset, k.model, k.ranks, k.gbs};
+    StudyRow row;
+    row.part = k.part;
+    row.cluster = k.cluster;
+    row.dataset = k.dataset;
+    row.model = k.model;
+    row.ranks = k.ranks;
+    row.global_batch = k.gbs;
     cfg.strategies = {"fcp", "megatron", "deepspeed"};
     cfg.dealing = Dealing::kBalanced;
     const ExperimentResult balanced = RunExperiment(cfg);
@@ -168,9 +194,10 @@ StudyResult RunStudy(const StudyOptions& o) {
       "cases {} (both ran: {}, failed: {})\n"
       "fcp / best balanced static: geometric mean {:.3f}x, worst {}, best {}\n"
       "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the physical bound: {}\n"
-      "(simulated)",
+      "(simulated; planner coefficients: {})",
       result.rows.size(), ratios.size(), failed, GeoMean(ratios), name(worst), name(best), wins20,
-      losses, near_bound);
+      losses, near_bound,
+      o.profiled_coefficients ? "profiled on the simulated cluster" : "presets");
 
   std::string md =
       "# Where flexible CP pays (simulated)\n\n"
@@ -181,7 +208,13 @@ StudyResult RunStudy(const StudyOptions& o) {
       "onto the least-loaded replica); `loader` is the best static plan in data-loader order "
       "(stock framework behaviour), shown for reference only. `bound` is the physical lower "
       "bound (every token's work spread over all ranks at the best efficiencies, plus the "
-      "gradient sync no schedule can hide).\n\n## Summary\n\n```text\n" +
+      "gradient sync no schedule can hide). Every strategy plans with the same coefficients: " +
+      (o.profiled_coefficients
+           ? std::string("fitted by `fcp profile --target sim:CLUSTER --model MODEL` (its "
+                         "defaults: 2 % measurement noise, seed 1), once per cluster and model, as "
+                         "a user profiles their cluster before planning")
+           : std::string("the presets', derived from hardware figures (`--coefficients preset`)")) +
+      ".\n\n## Summary\n\n```text\n" +
       result.summary + "\n```\n";
   std::string part;
   std::string csv =
