@@ -83,6 +83,10 @@ int RunSimulate(int argc, char** argv) {
   app.add_flag("--no-overlap-grad-reduce", serial_grad_sync,
                "run the gradient sync after compute instead of overlapping it with the "
                "backward (Megatron --overlap-grad-reduce, default on)");
+  bool makespan_only = false;
+  app.add_flag("--makespan-only", makespan_only,
+               "fcp ranks its candidate plans by makespan alone; by default, with the gradient "
+               "sync overlapped, it ranks them by step time (makespan + the sync's exposed part)");
   std::string plot_file, trace_file;
   app.add_option("--plot", plot_file,
                  "draw the first measured batch of every strategy (simulated timelines, one "
@@ -106,6 +110,7 @@ int RunSimulate(int argc, char** argv) {
     if (!quiet) cfg.progress = progress.Callback();
     cfg.recompute = sim::ParseRecompute(recompute);
     cfg.overlap_grad_reduce = !serial_grad_sync;
+    cfg.planner_grad_sync = !makespan_only;
     plot::CheckOutputPaths(plot_file, trace_file);
     std::vector<plot::Timeline> timelines;
     if (!plot_file.empty() || !trace_file.empty()) {

@@ -9,7 +9,8 @@
 // filled in and every group's estimate computed from its actual ranks.
 // Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
 // coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
-// would overflow, N < 1, R < 1, unknown strategy or bad option) throws
+// would overflow or positive ones so small (< 1e-280) that they underflow, a
+// bad grad_sync, N < 1, R < 1, unknown strategy or bad option) throws
 // InputError naming the field. A batch in which some sequence cannot fit even on all N
 // ranks is not an error: the Plan has status kInfeasible and names it.
 // Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
@@ -27,12 +28,30 @@
 
 namespace fcp {
 
+// The data-parallel gradient sync that ends a training step, for a planner
+// that ranks plans by step time rather than makespan (fcp; the other
+// strategies ignore it). As in Megatron-Core's DistributedDataParallel with
+// --overlap-grad-reduce and the distributed optimizer's parameter all-gather
+// overlapped with the next forward: the gradients' reduce-scatter runs in
+// `buckets` pieces behind the backward of the last group on the last rank to
+// finish, the all-gather behind the shortest first forward of any rank, and
+// at least one bucket of each is exposed. Without overlap the sync is a
+// constant that no plan changes: leave grad_sync unset.
+struct GradientSync {
+  double collective_s = 0;      // one reduce-scatter (= one all-gather) over all N ranks, s
+  int buckets = 1;              // gradient buckets (>= 1)
+  double forward_share = 0.25;  // forward part of a group's time, [0, 1] (full recompute: 1/4)
+};
+
 struct PlanRequest {
   Cluster cluster;
   CostModel cost;
   std::vector<Sequence> sequences;
   // Model shape when known (DeepSpeed needs head counts; else ignored).
   std::optional<ModelShape> model;
+  // The step's gradient sync when known (fcp ranks its candidates by
+  // StepMs with it; else ignored).
+  std::optional<GradientSync> grad_sync;
 };
 
 // How the static baselines (megatron, deepspeed) take their share of the
@@ -114,6 +133,16 @@ Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 // when given, receives each group's start (ms), indexed [micro-batch][group].
 double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
                       std::vector<std::vector<double>>* group_start_ms = nullptr);
+
+// The step estimate (ms) of micro-batches whose groups' est_ms are filled:
+// ListScheduleMs plus the exposed part of the gradient sync (GradientSync):
+// for each of the two collectives, one bucket plus whatever of the rest its
+// window does not cover. The reduce-scatter's window is the backward share of
+// the last group on the rank that finishes last (the first such rank), the
+// all-gather's the forward share of the shortest first group of any rank that
+// has one. The optimizer step is the same for every plan and is left out.
+double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+              const GradientSync& sync);
 
 // Fills est_ms/mem_bytes of every group and est_ms (max over its groups) of
 // every micro-batch from the cost model and actual placement, and returns

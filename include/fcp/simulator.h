@@ -258,6 +258,13 @@ double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> se
                            bool overlap_grad_reduce = true,
                            std::span<const int64_t> vision_tokens = {});
 
+// The gradient sync this simulator charges with overlap (SimOptions::
+// overlap_grad_reduce), as a planner input (PlanRequest::grad_sync): one
+// collective's time and bucket count as simulated, and the forward share of a
+// group's time by the recompute policy (full: forward, recompute forward and
+// a backward of twice the forward's work, 1/4; otherwise 1/3).
+GradientSync PlannerGradientSync(const HardwareModel& hw);
+
 // The Gantt chart and Chrome trace of a plan live in include/fcp/plot.h.
 
 // --- Experiments: many global batches × strategies on the simulator ---
@@ -293,6 +300,10 @@ struct ExperimentConfig {
   int micro_batch_sequences = 0;
   Recompute recompute = Recompute::kFull;
   bool overlap_grad_reduce = true;  // SimOptions::overlap_grad_reduce
+  // With overlap, give the planners the step's gradient sync
+  // (PlannerGradientSync): fcp then ranks its candidates by step time, not
+  // makespan. false: makespan only (fcp simulate --makespan-only).
+  bool planner_grad_sync = true;
   // Replace the planner's memory coefficients by the simulator's own
   // (CalibrateMemory), as a profiled deployment would. Timing coefficients
   // are never taken from the simulator.

@@ -411,7 +411,11 @@ class Scheduler:
     ``cost_model``: a dict of coefficient overrides (SI units, docs/design.md §2),
     or an ``fcp.CostModel``, e.g. the output of ``fcp profile``.
     ``strategy``: one of ``fcp.strategies()``. ``cp_degree``, ``time_limit_s``,
-    ``seed``: the CLI's options of the same names.
+    ``seed``: the CLI's options of the same names. ``grad_sync``: optional dict
+    ``{"collective_s": S, "buckets": B, "forward_share": F}``, the step's
+    data-parallel gradient sync (one reduce-scatter in seconds, its buckets, the
+    forward share of a group's time; the input JSON's ``grad_sync``): with it
+    ``fcp`` ranks its candidate plans by step time (note ``step_ms``).
 
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
@@ -419,7 +423,8 @@ class Scheduler:
     """
 
     def __init__(self, cluster=None, model=None, cost_model=None, strategy: str = "fcp",
-                 cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0):
+                 cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0,
+                 grad_sync=None):
         core = _core()
         config = {}
         spec = _cluster_spec(cluster)
@@ -430,6 +435,10 @@ class Scheduler:
         cm = _cost_spec(cost_model)
         if cm is not None:
             config["cost_model"] = cm
+        if grad_sync is not None:
+            if not isinstance(grad_sync, dict):
+                raise ValueError(f"grad_sync: must be a dict, got {type(grad_sync).__name__}")
+            config["grad_sync"] = _json_value(grad_sync, "grad_sync")
         config["sequences"] = [1]  # placeholder: the config is what is parsed here
         batch = core.parse_batch_json(_json.dumps(config, allow_nan=False))
         self._request = batch.request

@@ -323,8 +323,9 @@ BatchInput ParseBatch(io::ByteSource& source) {
     }
   };
   auto on_top_level_key = [](const std::string& k) {
-    if (k != "cluster" && k != "model" && k != "cost_model" && k != "sequences") {
-      throw InputError(k, "unknown key (expected cluster, model, cost_model, sequences)");
+    if (k != "cluster" && k != "model" && k != "cost_model" && k != "grad_sync" &&
+        k != "sequences") {
+      throw InputError(k, "unknown key (expected cluster, model, cost_model, grad_sync, sequences)");
     }
   };
   StrictDomSax sax("input", on_sequence, on_top_level_key);
@@ -399,6 +400,34 @@ BatchInput ParseBatch(io::ByteSource& source) {
   if (model || !complete) in.request.model = base_model->shape;
   if (!model && !complete) in.model_name = base_model->shape.name;
   CheckCostModel(in.request.cost);
+
+  // The step's gradient sync (optional): {"collective_s": S[, "buckets": B]
+  // [, "forward_share": F]}, with ValidateRequest's ranges.
+  if (root.contains("grad_sync")) {
+    const json& g = root["grad_sync"];
+    if (!g.is_object()) throw InputError("grad_sync", "must be an object, got " + TypeName(g));
+    GradientSync sync;
+    for (auto it = g.begin(); it != g.end(); ++it) {
+      const std::string field = "grad_sync." + it.key();
+      if (it.key() == "collective_s") {
+        sync.collective_s = GetNumber(*it, field);
+        if (sync.collective_s < 0 || sync.collective_s > 1e9) {
+          throw InputError(field, "must be in [0, 1e9] seconds");
+        }
+      } else if (it.key() == "buckets") {
+        sync.buckets = static_cast<int>(GetInt(*it, field, 1, std::numeric_limits<int>::max()));
+      } else if (it.key() == "forward_share") {
+        sync.forward_share = GetNumber(*it, field);
+        if (sync.forward_share < 0 || sync.forward_share > 1) {
+          throw InputError(field, "must be in [0, 1]");
+        }
+      } else {
+        throw InputError(field, "unknown key (expected collective_s, buckets, forward_share)");
+      }
+    }
+    if (!g.contains("collective_s")) throw InputError("grad_sync.collective_s", "missing");
+    in.request.grad_sync = sync;
+  }
 
   if (!root.contains("sequences")) throw InputError("sequences", "missing");
   const json& seqs = root["sequences"];

@@ -108,6 +108,35 @@ TEST(BatchJsonTest, ErrorsNameTheField) {
   EXPECT_EQ(FieldOf(R"({"sequences": [1]})"), "<accepted>");
 }
 
+TEST(BatchJsonTest, GradientSyncIsOptionalAndStrict) {
+  EXPECT_FALSE(ParseBatchJson(R"({"sequences": [1]})").request.grad_sync);
+  const BatchInput in = ParseBatchJson(
+      R"({"sequences": [1], "grad_sync": {"collective_s": 0.3, "buckets": 4, "forward_share": 0.5}})");
+  ASSERT_TRUE(in.request.grad_sync);
+  EXPECT_EQ(in.request.grad_sync->collective_s, 0.3);
+  EXPECT_EQ(in.request.grad_sync->buckets, 4);
+  EXPECT_EQ(in.request.grad_sync->forward_share, 0.5);
+  const BatchInput defaults = ParseBatchJson(R"({"sequences": [1], "grad_sync": {"collective_s": 0}})");
+  ASSERT_TRUE(defaults.request.grad_sync);
+  EXPECT_EQ(defaults.request.grad_sync->buckets, 1);
+  EXPECT_EQ(defaults.request.grad_sync->forward_share, 0.25);
+
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": 0.3})"), "grad_sync");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {}})"), "grad_sync.collective_s");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": -1}})"),
+            "grad_sync.collective_s");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": "1"}})"),
+            "grad_sync.collective_s");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 0}})"),
+            "grad_sync.buckets");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 1.5}})"),
+            "grad_sync.buckets");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "forward_share": 2}})"),
+            "grad_sync.forward_share");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "bucket": 2}})"),
+            "grad_sync.bucket");
+}
+
 TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
   CostModel cm;
   cm.alpha1 = 1.5e-9;

@@ -57,6 +57,15 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   return switched;
 }
 
+// What fcp minimises over its candidates (ms): the step estimate (StepMs)
+// when the request gives the gradient sync, else the plan estimate. Reads the
+// groups' est_ms (filled by EstimateMicroBatches).
+double ScoreMs(const PlanRequest& request, const Plan& plan) {
+  return request.grad_sync
+             ? StepMs(request.cluster.num_ranks, plan.micro_batches, *request.grad_sync)
+             : plan.est_ms;
+}
+
 // N is not a multiple of the node size: the last node has fewer ranks.
 bool LastNodePartial(const Cluster& cluster) {
   return cluster.num_ranks % cluster.ranks_per_node != 0;
@@ -140,7 +149,9 @@ class FcpStrategy final : public Strategy {
                                 /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
       if (alt_split.empty()) return;
       std::optional<Plan> alt = PlanSplit(request, alt_split);
-      if (alt && alt->est_ms < plan->est_ms * (1 - 1e-12)) plan = std::move(alt);
+      if (alt && ScoreMs(request, *alt) < ScoreMs(request, *plan) * (1 - 1e-12)) {
+        plan = std::move(alt);
+      }
     };
     for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
     if (count > 1 && count < num_seqs) try_count(count + 1);
@@ -164,15 +175,22 @@ class FcpStrategy final : public Strategy {
       Plan paper;
       paper.micro_batches = PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
       paper.est_ms = EstimateMicroBatches(request, paper.micro_batches);
-      if (paper.est_ms < plan->est_ms * (1 - 1e-12)) {
+      if (ScoreMs(request, paper) < ScoreMs(request, *plan) * (1 - 1e-12)) {
         paper.notes["grouping"] = "fcp-paper";
         plan = std::move(paper);
       }
     }
-    const int switched = UseAllToAllWhereFaster(request, *plan);
-    if (switched) {
+    // Faster groups never lengthen the makespan, but they can shorten the
+    // windows that hide the gradient sync: ranked by step time, the all-ring
+    // plan stays a candidate (copied only then: planning time).
+    std::optional<Plan> all_ring;
+    if (request.grad_sync) all_ring = *plan;
+    if (const int switched = UseAllToAllWhereFaster(request, *plan)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
       plan->est_ms = EstimateMicroBatches(request, plan->micro_batches);
+      if (all_ring && ScoreMs(request, *all_ring) < ScoreMs(request, *plan)) {
+        plan = std::move(all_ring);
+      }
     }
     // The yardstick is a candidate too: the best work-balanced static ring
     // plan (one degree for everything, docs/design.md §3), so in its own model
@@ -192,7 +210,14 @@ class FcpStrategy final : public Strategy {
     // heaviest sequence in one group of cp ranks: no faster than that group
     // alone on the faster link and comm (times grow with a group's
     // contents), so degrees whose bound cannot beat the plan are not built
-    // (planning time only; the result is the same).
+    // (planning time only; the result is the same). Ranked by step time
+    // (ScoreMs), a plan's step is at least its makespan plus one bucket of
+    // each collective.
+    const double exposed_floor_ms =
+        request.grad_sync
+            ? 2000.0 * request.grad_sync->collective_s / request.grad_sync->buckets
+            : 0.0;
+    double best_score_ms = ScoreMs(request, *plan);
     const auto heaviest = std::max_element(
         request.sequences.begin(), request.sequences.end(), [&](const Sequence& a, const Sequence& b) {
           return SequenceWorkS(request.cost, a) < SequenceWorkS(request.cost, b);
@@ -207,16 +232,29 @@ class FcpStrategy final : public Strategy {
                            AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
-      if (1000.0 * bound_s >= plan->est_ms) continue;
+      if (1000.0 * bound_s + exposed_floor_ms >= best_score_ms) continue;
       auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      const int static_switched = UseAllToAllWhereFaster(request, candidate);
-      const double candidate_ms = EstimateMicroBatches(request, candidate.micro_batches);
-      if (candidate_ms < plan->est_ms * (1 - 1e-12)) {
+      // Ranked by step time the all-ring plan is a candidate too (see above).
+      std::optional<Plan> ring_only;
+      if (request.grad_sync) {
+        ring_only = candidate;
+        ring_only->est_ms = EstimateMicroBatches(request, ring_only->micro_batches);
+      }
+      int static_switched = UseAllToAllWhereFaster(request, candidate);
+      candidate.est_ms = EstimateMicroBatches(request, candidate.micro_batches);
+      double candidate_score_ms = ScoreMs(request, candidate);
+      if (ring_only && static_switched && ScoreMs(request, *ring_only) < candidate_score_ms) {
+        candidate = std::move(*ring_only);
+        candidate_score_ms = ScoreMs(request, candidate);
+        static_switched = 0;
+      }
+      if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
+        best_score_ms = candidate_score_ms;
         plan->micro_batches = std::move(candidate.micro_batches);
-        plan->est_ms = candidate_ms;
+        plan->est_ms = candidate.est_ms;
         plan->notes["grouping"] = "balanced static (cp " + std::to_string(cp) + ")";
         plan->notes["all_to_all_groups"] = std::to_string(static_switched);
       }
@@ -224,6 +262,7 @@ class FcpStrategy final : public Strategy {
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) + ", memory " +
                                    std::to_string(fewest) + ")";
+    if (request.grad_sync) plan->notes["step_ms"] = FormatMs(best_score_ms);
     plan->est_ms = 0;  // MakePlan recomputes every estimate
     return std::move(*plan);
   }

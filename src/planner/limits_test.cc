@@ -69,6 +69,28 @@ TEST(LimitsTest, TimesThatOverflowAreRejectedNotAborted) {
   }
 }
 
+TEST(LimitsTest, SubnormalTimeCoefficientsAreRejected) {
+  // Found by fuzz/planner_fuzz: alpha2 = 5e-324 and every other time
+  // coefficient 0: the lower bound (work / N) and the group estimates were
+  // computed in subnormal numbers and the bound came out above the estimate.
+  std::vector<int64_t> lengths(5, 8372157);
+  lengths.push_back(4);
+  lengths.push_back(4);
+  PlanRequest req = Request(lengths, 247, 24);
+  req.cost.alpha1 = req.cost.beta1 = req.cost.alpha3 = req.cost.beta2 = 0;
+  req.cost.alpha2 = 5e-324;
+  req.cost.mem_per_token = 1623039.2;
+  req.cost.mem_static = 1.0387e11;
+  req.cost.mem_capacity = 2.0775e11;
+  for (const char* strategy : {"fcp", "fcp-paper"}) {
+    EXPECT_EQ(RejectedField(req, strategy), "cost_model") << strategy;
+  }
+  req.cost.alpha2 = 1e-280;  // the smallest accepted: plans, bound below the estimate
+  const Plan plan = MakePlan(req, {.strategy = "fcp"});
+  ASSERT_EQ(plan.status, PlanStatus::kOk);
+  EXPECT_EQ(ValidatePlan(req, plan), "");
+}
+
 TEST(LimitsTest, DenormalBandwidthWithZeroAlpha3IsRejectedByEveryStrategy) {
   // Found by fuzz/baselines_fuzz: with alpha3 = 0 the ring's transfer time is
   // 0 / bw = 0, but the all-to-all cost divides bytes by (d - 1) / (s per

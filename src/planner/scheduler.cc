@@ -45,6 +45,16 @@ void ValidateRequest(const PlanRequest& request) {
     throw InputError("cluster.ranks_per_node", "must be >= 1");
   }
   CheckCostModel(request.cost);
+  if (const auto& sync = request.grad_sync) {
+    if (!std::isfinite(sync->collective_s) || sync->collective_s < 0 ||
+        sync->collective_s > 1e9) {
+      throw InputError("grad_sync.collective_s", "must be a finite number in [0, 1e9] seconds");
+    }
+    if (sync->buckets < 1) throw InputError("grad_sync.buckets", "must be >= 1");
+    if (!(sync->forward_share >= 0 && sync->forward_share <= 1)) {
+      throw InputError("grad_sync.forward_share", "must be in [0, 1]");
+    }
+  }
   if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
   if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
     throw InputError("sequences", "too many sequences");
@@ -89,6 +99,17 @@ void ValidateRequest(const PlanRequest& request) {
   // is NaN even when alpha3 = 0 (found by baselines_fuzz).
   const double worst_s_per_byte = static_cast<double>(request.cluster.num_ranks) /
                                   std::min(cm.bw_intra_node, cm.bw_inter_node);
+  // At the other end, a positive time coefficient so small that products with
+  // token counts leave the normal range (subnormal numbers keep a few bits)
+  // makes estimates and the lower bound disagree by more than rounding
+  // (found by planner_fuzz: alpha2 = 5e-324).
+  for (const double c : {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2, cm.gamma_intra,
+                         cm.gamma_inter, cm.gamma_serial}) {
+    if (c > 0 && c < 1e-280) {
+      throw InputError("cost_model",
+                       "a positive time coefficient below 1e-280 (times would underflow)");
+    }
+  }
   if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300) ||
       !(worst_product <= 1e300) || !(worst_s_per_byte <= 1e300)) {
     throw InputError("cost_model",
@@ -215,6 +236,39 @@ double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
     }
   }
   return end;
+}
+
+double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+              const GradientSync& sync) {
+  std::vector<double> free_at(std::max(0, num_ranks), 0.0);
+  std::vector<double> last_group_ms(free_at.size(), 0.0);
+  std::vector<double> first_group_ms(free_at.size(), -1.0);
+  for (const MicroBatchPlan& mb : micro_batches) {
+    for (const GroupPlan& g : mb.groups) {
+      double start = 0;
+      for (int r : g.ranks) start = std::max(start, free_at[r]);
+      for (int r : g.ranks) {
+        free_at[r] = start + g.est_ms;
+        last_group_ms[r] = g.est_ms;
+        if (first_group_ms[r] < 0) first_group_ms[r] = g.est_ms;
+      }
+    }
+  }
+  if (free_at.empty()) return 0;
+  const size_t last =
+      static_cast<size_t>(std::max_element(free_at.begin(), free_at.end()) - free_at.begin());
+  double shortest_first = std::numeric_limits<double>::infinity();
+  for (double ms : first_group_ms) {
+    if (ms >= 0) shortest_first = std::min(shortest_first, ms);
+  }
+  if (!std::isfinite(shortest_first)) shortest_first = 0;
+  const double total_ms = 1000.0 * sync.collective_s;
+  const double bucket_ms = total_ms / sync.buckets;
+  auto exposed = [&](double window_ms) {
+    return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
+  };
+  return free_at[last] + exposed((1 - sync.forward_share) * last_group_ms[last]) +
+         exposed(sync.forward_share * shortest_first);
 }
 
 double EstimateMicroBatches(const PlanRequest& request,

@@ -194,6 +194,9 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   setup.base.cost = cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
   if (cfg.calibrate_memory) setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
   setup.base.model = model->shape;
+  if (cfg.overlap_grad_reduce && cfg.planner_grad_sync) {
+    setup.base.grad_sync = PlannerGradientSync(setup.hw);
+  }
 
   DatasetOptions dopt;
   if (model->multimodal && model->vision_tokens_per_tile > 0)
@@ -404,6 +407,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"noise", c.noise_rel},
                  {"recompute", std::string(RecomputeName(c.recompute))},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
+                 {"planner_grad_sync", c.overlap_grad_reduce && c.planner_grad_sync},
                  {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
                  {"max_seqlen_per_dp_cp_rank",
                   c.max_seqlen_per_rank > 0 ? json(c.max_seqlen_per_rank) : json("tuned")},

@@ -214,6 +214,19 @@ GradSync GradSyncOf(const HardwareModel& hw) {
   return g;
 }
 
+}  // namespace
+
+GradientSync PlannerGradientSync(const HardwareModel& hw) {
+  const GradSync gs = GradSyncOf(hw);
+  GradientSync out;
+  out.collective_s = gs.collective_s;
+  out.buckets = static_cast<int>(gs.buckets);
+  out.forward_share = hw.recompute == Recompute::kFull ? 0.25 : 1.0 / 3.0;
+  return out;
+}
+
+namespace {
+
 // Exposed part of a bucketed collective of `total_s` that may hide behind
 // `window_s` of compute: at least its last bucket.
 double ExposedBucketed(double total_s, double buckets, double window_s) {

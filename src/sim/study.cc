@@ -156,7 +156,8 @@ StudyResult RunStudy(const StudyOptions& o) {
     }
     cfg.strategies = {"megatron", "deepspeed"};
     cfg.dealing = Dealing::kLoader;
-    if (const StrategyResult* s = BestStatic(RunExperiment(cfg))) row.loader_s = s->iter_s;
+    const ExperimentResult loader = RunExperiment(cfg);
+    if (const StrategyResult* s = BestStatic(loader)) row.loader_s = s->iter_s;
     result.rows.push_back(row);
     ++done;
     if (o.progress)

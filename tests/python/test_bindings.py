@@ -151,10 +151,26 @@ def test_bad_eta_names_the_field():
     (dict(cost_model={"alpha9": 1.0}), r"cost_model\.alpha9"),
     (dict(cost_model={"alpha1": -1.0}), r"cost_model\.alpha1"),
     (dict(cp_degree=-1), "cp_degree"),
+    (dict(grad_sync=0.3), "grad_sync"),
+    (dict(grad_sync={"collective_s": 0.3, "bucket": 2}), r"grad_sync\.bucket"),
+    (dict(grad_sync={"collective_s": float("nan")}), r"grad_sync\.collective_s"),
 ])
 def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match="^" + field):
         fcp.Scheduler(**kwargs)
+
+
+def test_grad_sync_plans_as_the_cli(tmp_path):
+    # The same input through the CLI and the binding: identical plans, ranked
+    # by step time (the step_ms note) with the gradient sync.
+    lengths = [65536, 16384, 4096, 2048, 1024, 512, 300, 200]
+    sync = {"collective_s": 0.3, "buckets": 4, "forward_share": 0.25}
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", grad_sync=sync)
+    plan = sched.plan(lengths).to_dict()
+    assert "step_ms" in plan["notes"]
+    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "grad_sync": sync,
+                     "sequences": lengths}, tmp_path)
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
 
 
 def test_infeasible_is_a_status_not_an_error():
