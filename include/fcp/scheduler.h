@@ -119,6 +119,9 @@ const Strategy* FindStrategy(std::string_view name);
 
 // Validates the request (throws InputError naming the field).
 void ValidateRequest(const PlanRequest& request);
+// The grad_sync part of it (the batch JSON parser applies it too): collective_s
+// finite in [0, 1e9] s, buckets >= 1, forward_share in [0, 1].
+void CheckGradientSync(const GradientSync& sync);
 
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 

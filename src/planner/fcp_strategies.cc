@@ -66,6 +66,26 @@ double ScoreMs(const PlanRequest& request, const Plan& plan) {
              : plan.est_ms;
 }
 
+// UseAllToAllWhereFaster on `plan`, which leaves with its estimates filled
+// (`estimated`: they already are, for the plan as given). Faster groups never
+// lengthen the makespan but can shorten the windows that hide the gradient
+// sync, so ranked by step time the all-ring plan is kept when its step is
+// shorter. Returns the number of groups switched (0 when none or all ring kept).
+int SwitchWhereFaster(const PlanRequest& request, Plan& plan, bool estimated) {
+  std::optional<Plan> all_ring;  // copied only when it can win (planning time)
+  if (request.grad_sync) {
+    all_ring = plan;
+    if (!estimated) all_ring->est_ms = EstimateMicroBatches(request, all_ring->micro_batches);
+  }
+  const int switched = UseAllToAllWhereFaster(request, plan);
+  if (switched || !estimated) plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
+  if (switched && all_ring && ScoreMs(request, *all_ring) < ScoreMs(request, plan)) {
+    plan = std::move(*all_ring);
+    return 0;
+  }
+  return switched;
+}
+
 // N is not a multiple of the node size: the last node has fewer ranks.
 bool LastNodePartial(const Cluster& cluster) {
   return cluster.num_ranks % cluster.ranks_per_node != 0;
@@ -180,17 +200,8 @@ class FcpStrategy final : public Strategy {
         plan = std::move(paper);
       }
     }
-    // Faster groups never lengthen the makespan, but they can shorten the
-    // windows that hide the gradient sync: ranked by step time, the all-ring
-    // plan stays a candidate (copied only then: planning time).
-    std::optional<Plan> all_ring;
-    if (request.grad_sync) all_ring = *plan;
-    if (const int switched = UseAllToAllWhereFaster(request, *plan)) {
+    if (const int switched = SwitchWhereFaster(request, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
-      plan->est_ms = EstimateMicroBatches(request, plan->micro_batches);
-      if (all_ring && ScoreMs(request, *all_ring) < ScoreMs(request, *plan)) {
-        plan = std::move(all_ring);
-      }
     }
     // The yardstick is a candidate too: the best work-balanced static ring
     // plan (one degree for everything, docs/design.md §3), so in its own model
@@ -237,20 +248,8 @@ class FcpStrategy final : public Strategy {
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      // Ranked by step time the all-ring plan is a candidate too (see above).
-      std::optional<Plan> ring_only;
-      if (request.grad_sync) {
-        ring_only = candidate;
-        ring_only->est_ms = EstimateMicroBatches(request, ring_only->micro_batches);
-      }
-      int static_switched = UseAllToAllWhereFaster(request, candidate);
-      candidate.est_ms = EstimateMicroBatches(request, candidate.micro_batches);
-      double candidate_score_ms = ScoreMs(request, candidate);
-      if (ring_only && static_switched && ScoreMs(request, *ring_only) < candidate_score_ms) {
-        candidate = std::move(*ring_only);
-        candidate_score_ms = ScoreMs(request, candidate);
-        static_switched = 0;
-      }
+      const int static_switched = SwitchWhereFaster(request, candidate, /*estimated=*/false);
+      const double candidate_score_ms = ScoreMs(request, candidate);
       if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
         best_score_ms = candidate_score_ms;
         plan->micro_batches = std::move(candidate.micro_batches);

@@ -37,6 +37,16 @@ double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
 
 }  // namespace
 
+void CheckGradientSync(const GradientSync& sync) {
+  if (!std::isfinite(sync.collective_s) || sync.collective_s < 0 || sync.collective_s > 1e9) {
+    throw InputError("grad_sync.collective_s", "must be a finite number in [0, 1e9] seconds");
+  }
+  if (sync.buckets < 1) throw InputError("grad_sync.buckets", "must be >= 1");
+  if (!(sync.forward_share >= 0 && sync.forward_share <= 1)) {
+    throw InputError("grad_sync.forward_share", "must be in [0, 1]");
+  }
+}
+
 void ValidateRequest(const PlanRequest& request) {
   if (request.cluster.num_ranks < 1 || request.cluster.num_ranks > kMaxRanks) {
     throw InputError("cluster.ranks", "must be in [1, 2^20]");
@@ -45,16 +55,7 @@ void ValidateRequest(const PlanRequest& request) {
     throw InputError("cluster.ranks_per_node", "must be >= 1");
   }
   CheckCostModel(request.cost);
-  if (const auto& sync = request.grad_sync) {
-    if (!std::isfinite(sync->collective_s) || sync->collective_s < 0 ||
-        sync->collective_s > 1e9) {
-      throw InputError("grad_sync.collective_s", "must be a finite number in [0, 1e9] seconds");
-    }
-    if (sync->buckets < 1) throw InputError("grad_sync.buckets", "must be >= 1");
-    if (!(sync->forward_share >= 0 && sync->forward_share <= 1)) {
-      throw InputError("grad_sync.forward_share", "must be in [0, 1]");
-    }
-  }
+  if (request.grad_sync) CheckGradientSync(*request.grad_sync);
   if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
   if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
     throw InputError("sequences", "too many sequences");
@@ -220,22 +221,35 @@ void ForceSetting(PlanOptions& options, Setting setting, int64_t value) {
   }
 }
 
-double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
-                      std::vector<std::vector<double>>* group_start_ms) {
-  std::vector<double> free_at(std::max(0, num_ranks), 0.0);
-  double end = 0;
-  if (group_start_ms) group_start_ms->assign(micro_batches.size(), {});
+namespace {
+
+// The list schedule behind ListScheduleMs and StepMs: the groups run in
+// order, each starting when all its ranks are free. `free_at` (one zero per
+// rank) ends as each rank's finish time; on_group(micro_batch, group, start_ms)
+// sees every group as it is scheduled.
+template <class OnGroup>
+void RunListSchedule(const std::vector<MicroBatchPlan>& micro_batches,
+                     std::vector<double>& free_at, OnGroup&& on_group) {
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     for (const GroupPlan& g : micro_batches[m].groups) {
       double start = 0;
       for (int r : g.ranks) start = std::max(start, free_at[r]);
-      if (group_start_ms) (*group_start_ms)[m].push_back(start);
-      const double done = start + g.est_ms;
-      for (int r : g.ranks) free_at[r] = done;
-      end = std::max(end, done);
+      on_group(m, g, start);
+      for (int r : g.ranks) free_at[r] = start + g.est_ms;
     }
   }
-  return end;
+}
+
+}  // namespace
+
+double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                      std::vector<std::vector<double>>* group_start_ms) {
+  std::vector<double> free_at(std::max(0, num_ranks), 0.0);
+  if (group_start_ms) group_start_ms->assign(micro_batches.size(), {});
+  RunListSchedule(micro_batches, free_at, [&](size_t m, const GroupPlan&, double start) {
+    if (group_start_ms) (*group_start_ms)[m].push_back(start);
+  });
+  return free_at.empty() ? 0.0 : *std::max_element(free_at.begin(), free_at.end());
 }
 
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
@@ -243,17 +257,12 @@ double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
   std::vector<double> free_at(std::max(0, num_ranks), 0.0);
   std::vector<double> last_group_ms(free_at.size(), 0.0);
   std::vector<double> first_group_ms(free_at.size(), -1.0);
-  for (const MicroBatchPlan& mb : micro_batches) {
-    for (const GroupPlan& g : mb.groups) {
-      double start = 0;
-      for (int r : g.ranks) start = std::max(start, free_at[r]);
-      for (int r : g.ranks) {
-        free_at[r] = start + g.est_ms;
-        last_group_ms[r] = g.est_ms;
-        if (first_group_ms[r] < 0) first_group_ms[r] = g.est_ms;
-      }
+  RunListSchedule(micro_batches, free_at, [&](size_t, const GroupPlan& g, double) {
+    for (int r : g.ranks) {
+      last_group_ms[r] = g.est_ms;
+      if (first_group_ms[r] < 0) first_group_ms[r] = g.est_ms;
     }
-  }
+  });
   if (free_at.empty()) return 0;
   const size_t last =
       static_cast<size_t>(std::max_element(free_at.begin(), free_at.end()) - free_at.begin());
