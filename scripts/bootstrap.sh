@@ -35,6 +35,7 @@ TEST_PACKAGES=(
   python3-dev python3-venv
   gnuplot-nox
   time  # GNU time (/usr/bin/time): peak memory in docs/reliability.md's figure block
+  valgrind  # callgrind: the planner's instruction counts in docs/planner.md
 )
 
 packages=("${PLAN_PACKAGES[@]}")
