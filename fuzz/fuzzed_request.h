@@ -99,6 +99,14 @@ inline void MaybeV2Terms(FuzzedDataProvider& fdp, PlanRequest& req) {
                                          : Coefficient(fdp, 1.0);
 }
 
+// A quarter of the inputs plan for group-time noise (group_time_sigma; fcp
+// then scores candidates by the expected step over fixed draws), drawn from
+// [-0.5, 2.5] so that the range rule is exercised too. Consumed last.
+inline void MaybeGroupTimeSigma(FuzzedDataProvider& fdp, PlanRequest& req) {
+  if (fdp.remaining_bytes() == 0 || fdp.ConsumeIntegralInRange<int>(0, 3) != 0) return;
+  req.group_time_sigma = fdp.ConsumeFloatingPointInRange<double>(-0.5, 2.5);
+}
+
 // The documented input rules (scheduler.h, types.h), restated
 // independently, without the numeric-range rule.
 inline bool RequestValid(const PlanRequest& req) {
@@ -113,7 +121,8 @@ inline bool RequestValid(const PlanRequest& req) {
                std::isfinite(cm.mem_capacity) && cm.mem_capacity > cm.mem_static &&
                finite_ge0(cm.attn_overhead_tokens) && finite_ge0(cm.gamma_intra) &&
                finite_ge0(cm.gamma_inter) && finite_ge0(cm.gamma_serial) &&
-               finite_ge0(cm.ring_tail_steps) && cm.ring_tail_steps <= 1;
+               finite_ge0(cm.ring_tail_steps) && cm.ring_tail_steps <= 1 &&
+               finite_ge0(req.group_time_sigma) && req.group_time_sigma <= 2;
   for (const Sequence& s : req.sequences) {
     valid &= s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40) && s.eta >= 0 &&
              s.eta <= 1;

@@ -10,7 +10,8 @@
 //  - kInfeasible exactly when some sequence needs more than N ranks of memory
 //    (recomputed here), naming such a sequence;
 //  - planning twice gives the identical plan (determinism), on a sample.
-// Half of the inputs also set cost model v2's terms (gamma_*, h, e).
+// Half of the inputs also set cost model v2's terms (gamma_*, h, e); a quarter
+// plan for group-time noise (group_time_sigma).
 // A quarter of inputs put mem_static a hair below mem_capacity (issue 18's
 // hang); scripts/fuzz.sh gives every input a timeout, so a hang is a finding.
 // Sizes are kept small (K <= 48, N <= 320) so that one input takes
@@ -55,6 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool check_determinism = fdp.ConsumeIntegralInRange<int>(0, 3) == 0;
   MaybeNearEqualMemory(fdp, req);
   MaybeV2Terms(fdp, req);
+  MaybeGroupTimeSigma(fdp, req);
   if (std::getenv("FCP_FUZZ_DUMP")) DumpRequest(req, options.strategy);
   const bool request_valid = RequestValid(req);
 

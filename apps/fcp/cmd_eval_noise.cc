@@ -43,6 +43,10 @@ int RunEvalNoise(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--common-factor", o.common_factor,
                "one common factor for every perturbed coefficient instead of one each");
+  app.add_option("--group-time-sigma", o.group_time_sigma,
+                 "plan every batch for this group-time spread (fcp ranks its candidates by the "
+                 "expected step under log-normal noise of this sigma), in [0, 2]")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--mem-headroom", o.mem_headroom,
                  "plan against this fraction less memory (planner vs simulator memory model)")

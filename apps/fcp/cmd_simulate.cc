@@ -60,8 +60,13 @@ int RunSimulate(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   app.add_flag("--frozen-vision", cfg.vision_frozen, "MLLMs: freeze the vision encoder");
-  app.add_option("--noise", cfg.noise_rel, "simulator noise sigma (0 = none)")
+  app.add_option("--noise", cfg.noise_rel,
+                 "simulator noise: every group's time times exp(sigma*Z - sigma^2/2), this sigma "
+                 "(0 = none)")
       ->capture_default_str();
+  app.add_option("--planner-noise", cfg.planner_noise,
+                 "the group-time sigma fcp plans for (it ranks its candidates by the expected "
+                 "step under it), in [0, 2]; default: --noise's");
   AddDealingOption(app, cfg.dealing);
   app.add_option("--time-limit", cfg.time_limit_s,
                  "flexsp: wall-clock limit of each planning call, seconds; other strategies "
@@ -86,7 +91,9 @@ int RunSimulate(int argc, char** argv) {
   bool makespan_only = false;
   app.add_flag("--makespan-only", makespan_only,
                "fcp ranks its candidate plans by makespan alone; by default, with the gradient "
-               "sync overlapped, it ranks them by step time (makespan + the sync's exposed part)");
+               "sync overlapped, it ranks them by step time (makespan + the sync's exposed part + "
+               "the creation of communicators the run does not hold yet) and, with --noise, by "
+               "its expectation");
   std::string plot_file, trace_file;
   app.add_option("--plot", plot_file,
                  "draw the first measured batch of every strategy (simulated timelines, one "
@@ -111,6 +118,7 @@ int RunSimulate(int argc, char** argv) {
     cfg.recompute = sim::ParseRecompute(recompute);
     cfg.overlap_grad_reduce = !serial_grad_sync;
     cfg.planner_grad_sync = !makespan_only;
+    if (makespan_only) cfg.planner_noise = 0, cfg.planner_communicators = false;
     plot::CheckOutputPaths(plot_file, trace_file);
     std::vector<plot::Timeline> timelines;
     if (!plot_file.empty() || !trace_file.empty()) {

@@ -130,6 +130,10 @@ struct NoiseEvalOptions {
   // fills memory exactly can be an OOM in the simulator. Batches whose base
   // plan still OOMs are skipped (NoiseEvalRow::batches counts the used ones).
   double mem_headroom = 0.02;
+  // PlanRequest::group_time_sigma of every plan, base and perturbed (fcp
+  // ranks by the expected step under it: a hedge that trades unperturbed
+  // speed for robustness; base_step_s shows the price).
+  double group_time_sigma = 0;
 };
 
 struct NoiseEvalRow {
@@ -140,6 +144,7 @@ struct NoiseEvalRow {
   double cp_match = 0;       // fraction of plans with an unchanged degree multiset
   double time_change_mean = 0;  // mean of (t_perturbed - t_base) / t_base (simulated)
   double time_change_max = 0;
+  double base_step_s = 0;    // mean simulated step of the unperturbed plans (s)
   double paper_time_change = -1;  // paper Table 4/5 (fraction), -1 when not reported
   double paper_cp_match = -1;
 };

@@ -10,9 +10,10 @@
 // Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
 // coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
 // would overflow or positive ones so small (< 1e-280) that they underflow, a
-// bad grad_sync, N < 1, R < 1, unknown strategy or bad option) throws
-// InputError naming the field. A batch in which some sequence cannot fit even on all N
-// ranks is not an error: the Plan has status kInfeasible and names it.
+// bad grad_sync, group_time_sigma or communicators, N < 1, R < 1, unknown
+// strategy or bad option) throws InputError naming the field. A batch in
+// which some sequence cannot fit even on all N ranks is not an error: the
+// Plan has status kInfeasible and names it.
 // Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +45,16 @@ struct GradientSync {
   double forward_share = 0.25;  // forward part of a group's time, [0, 1] (full recompute: 1/4)
 };
 
+// Communicators a runtime already holds, and what a new one costs. A group of
+// d > 1 ranks needs a communicator for its rank set; runtimes create one on
+// first use and keep it (the executor's CommCache, fcp.megatron's
+// CPGroupCache, the simulator's cache), so a group on a new rank set starts
+// create_s later, once per rank set. fcp charges it when ranking candidates.
+struct CommunicatorCache {
+  double create_s = 0;                      // creating one communicator, s
+  std::vector<std::vector<int>> existing;   // rank sets (any order within a set)
+};
+
 struct PlanRequest {
   Cluster cluster;
   CostModel cost;
@@ -52,7 +64,18 @@ struct PlanRequest {
   // The step's gradient sync when known (fcp ranks its candidates by
   // StepMs with it; else ignored).
   std::optional<GradientSync> grad_sync;
+  // How far a group's real time strays from its estimate: each group's time
+  // times an independent log-normal factor exp(sigma·Z - sigma²/2) (mean 1),
+  // as `fcp simulate --noise` draws it. With sigma > 0 fcp ranks its
+  // candidates by the expected step (ExpectedStepMs), where the max over many
+  // near-tied groups grows with their number; 0 = exact estimates. [0, 2].
+  double group_time_sigma = 0;
+  // The runtime's communicators when known (fcp adds the creation of new ones
+  // to its candidates' scores; else ignored).
+  std::optional<CommunicatorCache> communicators;
 };
+
+inline constexpr double kMaxGroupTimeSigma = 2.0;
 
 // How the static baselines (megatron, deepspeed) take their share of the
 // global batch: dealt by work (LPT onto the least-loaded replica, the
@@ -122,6 +145,8 @@ void ValidateRequest(const PlanRequest& request);
 // The grad_sync part of it (the batch JSON parser applies it too): collective_s
 // finite in [0, 1e9] s, buckets >= 1, forward_share in [0, 1].
 void CheckGradientSync(const GradientSync& sync);
+// The communicators part: create_s finite in [0, 1e6] s, ranks in [0, N).
+void CheckCommunicatorCache(const CommunicatorCache& cache, int num_ranks);
 
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 
@@ -146,6 +171,40 @@ double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
 // has one. The optimizer step is the same for every plan and is left out.
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
               const GradientSync& sync);
+
+// Fixed draws of the log-normal group-time factors of PlanRequest::
+// group_time_sigma: `samples` factors per group index, drawn on first use
+// from a fixed seed, so that every plan scored with one object sees the same
+// draws (common random numbers: two plans' difference is estimated with far
+// less noise than either). Not thread-safe (one per planning call).
+class GroupTimeNoise {
+ public:
+  // Throws InputError for sigma outside [0, 2] (group_time_sigma) or samples < 1.
+  explicit GroupTimeNoise(double sigma, int samples = 128);
+  double sigma() const { return sigma_; }
+  int samples() const { return samples_; }
+  // The factor of the group-th group (in micro-batch, group order) in `sample`.
+  double Factor(int sample, size_t group);
+
+ private:
+  double sigma_;
+  int samples_;
+  std::vector<double> factors_;  // [group][sample]
+};
+
+// The mean over `noise`'s samples of StepMs (ListScheduleMs when `sync` is
+// null) with every group's est_ms times its factor and, when given, the k-th
+// group (in micro-batch, group order) starting delay_ms[k] after its ranks are
+// free (NewCommunicatorDelaysMs). sigma 0: the exact value.
+double ExpectedStepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                      const GradientSync* sync, GroupTimeNoise& noise,
+                      std::span<const double> delay_ms = {});
+
+// Per group of `micro_batches` (in micro-batch, group order): cache.create_s
+// (ms) for the first group of d > 1 on a rank set that `cache` does not hold,
+// 0 for every other.
+std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
+                                            const CommunicatorCache& cache);
 
 // Fills est_ms/mem_bytes of every group and est_ms (max over its groups) of
 // every micro-batch from the cost model and actual placement, and returns

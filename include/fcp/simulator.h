@@ -304,6 +304,15 @@ struct ExperimentConfig {
   // (PlannerGradientSync): fcp then ranks its candidates by step time, not
   // makespan. false: makespan only (fcp simulate --makespan-only).
   bool planner_grad_sync = true;
+  // The group-time spread the planners are told (PlanRequest::
+  // group_time_sigma: fcp ranks its candidates by the expected step under
+  // it); < 0: the simulator's own noise_rel, as a deployment that measured
+  // its variability would. fcp simulate --planner-noise; --makespan-only: 0.
+  double planner_noise = -1;
+  // Give the planners the communicators the run has created so far and the
+  // cost of a new one (PlanRequest::communicators: fcp charges new rank sets
+  // in its ranking). false: fcp simulate --makespan-only.
+  bool planner_communicators = true;
   // Replace the planner's memory coefficients by the simulator's own
   // (CalibrateMemory), as a profiled deployment would. Timing coefficients
   // are never taken from the simulator.

@@ -416,6 +416,13 @@ class Scheduler:
     data-parallel gradient sync (one reduce-scatter in seconds, its buckets, the
     forward share of a group's time; the input JSON's ``grad_sync``): with it
     ``fcp`` ranks its candidate plans by step time (note ``step_ms``).
+    ``group_time_sigma``: how far a group's real time strays from its estimate
+    (log-normal sigma, [0, 2]; the input JSON's ``group_time_sigma``): above 0
+    ``fcp`` ranks its candidates by the expected step (note ``expected_step_ms``).
+    ``communicators``: optional dict ``{"create_s": S, "existing": [[ranks],
+    ...]}``, the communicators your runtime holds and what creating one costs
+    (the input JSON's ``communicators``): ``fcp`` then charges groups on new
+    rank sets in its ranking.
 
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
@@ -424,7 +431,7 @@ class Scheduler:
 
     def __init__(self, cluster=None, model=None, cost_model=None, strategy: str = "fcp",
                  cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0,
-                 grad_sync=None):
+                 grad_sync=None, group_time_sigma: float = 0.0, communicators=None):
         core = _core()
         config = {}
         spec = _cluster_spec(cluster)
@@ -439,6 +446,13 @@ class Scheduler:
             if not isinstance(grad_sync, dict):
                 raise ValueError(f"grad_sync: must be a dict, got {type(grad_sync).__name__}")
             config["grad_sync"] = _json_value(grad_sync, "grad_sync")
+        if group_time_sigma:
+            config["group_time_sigma"] = _json_value(group_time_sigma, "group_time_sigma")
+        if communicators is not None:
+            if not isinstance(communicators, dict):
+                raise ValueError(
+                    f"communicators: must be a dict, got {type(communicators).__name__}")
+            config["communicators"] = _json_value(communicators, "communicators")
         config["sequences"] = [1]  # placeholder: the config is what is parsed here
         batch = core.parse_batch_json(_json.dumps(config, allow_nan=False))
         self._request = batch.request

@@ -324,8 +324,10 @@ BatchInput ParseBatch(io::ByteSource& source) {
   };
   auto on_top_level_key = [](const std::string& k) {
     if (k != "cluster" && k != "model" && k != "cost_model" && k != "grad_sync" &&
-        k != "sequences") {
-      throw InputError(k, "unknown key (expected cluster, model, cost_model, grad_sync, sequences)");
+        k != "group_time_sigma" && k != "communicators" && k != "sequences") {
+      throw InputError(k,
+                       "unknown key (expected cluster, model, cost_model, grad_sync, "
+                       "group_time_sigma, communicators, sequences)");
     }
   };
   StrictDomSax sax("input", on_sequence, on_top_level_key);
@@ -422,6 +424,44 @@ BatchInput ParseBatch(io::ByteSource& source) {
     if (!g.contains("collective_s")) throw InputError("grad_sync.collective_s", "missing");
     CheckGradientSync(sync);
     in.request.grad_sync = sync;
+  }
+  // The spread of group times around their estimates (optional, log-normal sigma).
+  if (root.contains("group_time_sigma")) {
+    const double sigma = GetNumber(root["group_time_sigma"], "group_time_sigma");
+    if (!(sigma >= 0 && sigma <= kMaxGroupTimeSigma)) {
+      throw InputError("group_time_sigma", "must be a number in [0, 2]");
+    }
+    in.request.group_time_sigma = sigma;
+  }
+  // The runtime's communicators (optional): {"create_s": S, "existing": [[ranks], ...]}.
+  if (root.contains("communicators")) {
+    const json& c = root["communicators"];
+    if (!c.is_object()) throw InputError("communicators", "must be an object, got " + TypeName(c));
+    CommunicatorCache cache;
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      const std::string field = "communicators." + it.key();
+      if (it.key() == "create_s") {
+        cache.create_s = GetNumber(*it, field);
+      } else if (it.key() == "existing") {
+        if (!it->is_array()) throw InputError(field, "must be an array, got " + TypeName(*it));
+        for (size_t i = 0; i < it->size(); ++i) {
+          const json& set = (*it)[i];
+          const std::string set_field = field + "[" + std::to_string(i) + "]";
+          if (!set.is_array()) throw InputError(set_field, "must be an array of ranks");
+          std::vector<int> ranks;
+          for (size_t j = 0; j < set.size(); ++j) {
+            ranks.push_back(static_cast<int>(GetInt(set[j], set_field + "[" + std::to_string(j) + "]",
+                                                    0, std::numeric_limits<int>::max())));
+          }
+          cache.existing.push_back(std::move(ranks));
+        }
+      } else {
+        throw InputError(field, "unknown key (expected create_s, existing)");
+      }
+    }
+    if (!c.contains("create_s")) throw InputError("communicators.create_s", "missing");
+    CheckCommunicatorCache(cache, in.request.cluster.num_ranks);
+    in.request.communicators = std::move(cache);
   }
 
   if (!root.contains("sequences")) throw InputError("sequences", "missing");

@@ -137,6 +137,39 @@ TEST(BatchJsonTest, GradientSyncIsOptionalAndStrict) {
             "grad_sync.bucket");
 }
 
+TEST(BatchJsonTest, GroupTimeSigmaIsOptionalAndStrict) {
+  EXPECT_EQ(ParseBatchJson(R"({"sequences": [1]})").request.group_time_sigma, 0);
+  EXPECT_EQ(ParseBatchJson(R"({"sequences": [1], "group_time_sigma": 0.15})").request.group_time_sigma,
+            0.15);
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": -0.1})"), "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": 3})"), "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": "0.1"})"), "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": null})"), "group_time_sigma");
+}
+
+TEST(BatchJsonTest, CommunicatorsAreOptionalAndStrict) {
+  EXPECT_FALSE(ParseBatchJson(R"({"sequences": [1]})").request.communicators);
+  const BatchInput in = ParseBatchJson(
+      R"({"cluster": {"ranks": 8, "ranks_per_node": 4}, "sequences": [1],
+          "communicators": {"create_s": 0.002, "existing": [[0, 1], [7, 4, 5]]}})");
+  ASSERT_TRUE(in.request.communicators);
+  EXPECT_EQ(in.request.communicators->create_s, 0.002);
+  EXPECT_EQ(in.request.communicators->existing,
+            (std::vector<std::vector<int>>{{0, 1}, {7, 4, 5}}));
+  const std::string c8 = R"({"cluster": {"ranks": 8, "ranks_per_node": 4}, "sequences": [1], )";
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": 1})"), "communicators");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {}})"), "communicators.create_s");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": -1}})"), "communicators.create_s");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [[0, 8]]}})"),
+            "communicators.existing[0][1]");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [[0, -1]]}})"),
+            "communicators.existing[0][1]");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [3]}})"),
+            "communicators.existing[0]");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "exist": []}})"),
+            "communicators.exist");
+}
+
 TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
   CostModel cm;
   cm.alpha1 = 1.5e-9;

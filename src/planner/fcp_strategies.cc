@@ -58,28 +58,56 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
 }
 
 // What fcp minimises over its candidates (ms): the step estimate (StepMs)
-// when the request gives the gradient sync, else the plan estimate. Reads the
-// groups' est_ms (filled by EstimateMicroBatches).
-double ScoreMs(const PlanRequest& request, const Plan& plan) {
-  return request.grad_sync
-             ? StepMs(request.cluster.num_ranks, plan.micro_batches, *request.grad_sync)
-             : plan.est_ms;
-}
+// when the request gives the gradient sync, else the plan estimate; groups on
+// rank sets without a communicator start its creation time later when the
+// request gives the communicators (NewCommunicatorDelaysMs); with
+// group_time_sigma > 0, the expectation over the noise's fixed draws
+// (ExpectedStepMs). Reads the groups' est_ms (filled by EstimateMicroBatches).
+class Scorer {
+ public:
+  explicit Scorer(const PlanRequest& request)
+      : request_(request),
+        noise_(request.group_time_sigma),
+        charge_communicators_(request.communicators && request.communicators->create_s > 0) {}
+  double operator()(const Plan& plan) {
+    if (noise_.sigma() > 0 || charge_communicators_) {
+      const std::vector<double> delays =
+          charge_communicators_
+              ? NewCommunicatorDelaysMs(plan.micro_batches, *request_.communicators)
+              : std::vector<double>{};
+      return ExpectedStepMs(request_.cluster.num_ranks, plan.micro_batches,
+                            request_.grad_sync ? &*request_.grad_sync : nullptr, noise_, delays);
+    }
+    return request_.grad_sync
+               ? StepMs(request_.cluster.num_ranks, plan.micro_batches, *request_.grad_sync)
+               : plan.est_ms;
+  }
+  // Whether a score can differ from the plan estimate.
+  bool BeyondMakespan() const {
+    return request_.grad_sync || noise_.sigma() > 0 || charge_communicators_;
+  }
+
+ private:
+  const PlanRequest& request_;
+  GroupTimeNoise noise_;
+  bool charge_communicators_;
+};
 
 // UseAllToAllWhereFaster on `plan`, which leaves with its estimates filled
 // (`estimated`: they already are, for the plan as given). Faster groups never
 // lengthen the makespan but can shorten the windows that hide the gradient
-// sync, so ranked by step time the all-ring plan is kept when its step is
-// shorter. Returns the number of groups switched (0 when none or all ring kept).
-int SwitchWhereFaster(const PlanRequest& request, Plan& plan, bool estimated) {
+// sync, or their noise can outweigh the gain, so ranked by step time the
+// all-ring plan is kept when it scores better. Returns the number of groups
+// switched (0 when none or all ring kept).
+int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan, bool estimated) {
   std::optional<Plan> all_ring;  // copied only when it can win (planning time)
-  if (request.grad_sync) {
+  if (score.BeyondMakespan()) {
     all_ring = plan;
     if (!estimated) all_ring->est_ms = EstimateMicroBatches(request, all_ring->micro_batches);
   }
   const int switched = UseAllToAllWhereFaster(request, plan);
   if (switched || !estimated) plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
-  if (switched && all_ring && ScoreMs(request, *all_ring) < ScoreMs(request, plan)) {
+  if (switched && all_ring && score(*all_ring) < score(plan)) {
     plan = std::move(*all_ring);
     return 0;
   }
@@ -154,6 +182,7 @@ class FcpStrategy final : public Strategy {
     // (BFD fragments memory; the dual grouping may pack it tighter), and one
     // with an extra micro-batch, which gives memory-bound batches room to
     // balance time. The lowest total wins.
+    Scorer score(request);
     const WorkOrder work_order = MakeWorkOrder(request.sequences, request.cost);
     std::vector<std::vector<std::vector<int>>> split_bfd;
     const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster,
@@ -169,7 +198,7 @@ class FcpStrategy final : public Strategy {
                                 /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
       if (alt_split.empty()) return;
       std::optional<Plan> alt = PlanSplit(request, alt_split);
-      if (alt && ScoreMs(request, *alt) < ScoreMs(request, *plan) * (1 - 1e-12)) {
+      if (alt && score(*alt) < score(*plan) * (1 - 1e-12)) {
         plan = std::move(alt);
       }
     };
@@ -195,12 +224,12 @@ class FcpStrategy final : public Strategy {
       Plan paper;
       paper.micro_batches = PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
       paper.est_ms = EstimateMicroBatches(request, paper.micro_batches);
-      if (ScoreMs(request, paper) < ScoreMs(request, *plan) * (1 - 1e-12)) {
+      if (score(paper) < score(*plan) * (1 - 1e-12)) {
         paper.notes["grouping"] = "fcp-paper";
         plan = std::move(paper);
       }
     }
-    if (const int switched = SwitchWhereFaster(request, *plan, /*estimated=*/true)) {
+    if (const int switched = SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
     // The yardstick is a candidate too: the best work-balanced static ring
@@ -222,13 +251,13 @@ class FcpStrategy final : public Strategy {
     // alone on the faster link and comm (times grow with a group's
     // contents), so degrees whose bound cannot beat the plan are not built
     // (planning time only; the result is the same). Ranked by step time
-    // (ScoreMs), a plan's step is at least its makespan plus one bucket of
+    // (Scorer), a plan's step is at least its makespan plus one bucket of
     // each collective.
     const double exposed_floor_ms =
         request.grad_sync
             ? 2000.0 * request.grad_sync->collective_s / request.grad_sync->buckets
             : 0.0;
-    double best_score_ms = ScoreMs(request, *plan);
+    double best_score_ms = score(*plan);
     const auto heaviest = std::max_element(
         request.sequences.begin(), request.sequences.end(), [&](const Sequence& a, const Sequence& b) {
           return SequenceWorkS(request.cost, a) < SequenceWorkS(request.cost, b);
@@ -243,13 +272,17 @@ class FcpStrategy final : public Strategy {
                            AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
-      if (1000.0 * bound_s + exposed_floor_ms >= best_score_ms) continue;
+      // The noisy score is a mean over finite draws, which the bound does
+      // not bound: every degree is built then.
+      if (request.group_time_sigma == 0 && 1000.0 * bound_s + exposed_floor_ms >= best_score_ms) {
+        continue;
+      }
       auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      const int static_switched = SwitchWhereFaster(request, candidate, /*estimated=*/false);
-      const double candidate_score_ms = ScoreMs(request, candidate);
+      const int static_switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+      const double candidate_score_ms = score(candidate);
       if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
         best_score_ms = candidate_score_ms;
         plan->micro_batches = std::move(candidate.micro_batches);
@@ -258,15 +291,74 @@ class FcpStrategy final : public Strategy {
         plan->notes["all_to_all_groups"] = std::to_string(static_switched);
       }
     }
+    if (request.group_time_sigma > 0) {
+      if (const int k = TryFewerGroups(request, score, work_order, *plan, best_score_ms)) {
+        plan->notes["grouping"] = "at most " + std::to_string(k) + " groups per micro-batch (noise)";
+      }
+    }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) + ", memory " +
                                    std::to_string(fewest) + ")";
-    if (request.grad_sync) plan->notes["step_ms"] = FormatMs(best_score_ms);
+    if (request.group_time_sigma > 0) {
+      plan->notes["expected_step_ms"] = FormatMs(best_score_ms);
+    } else if (score.BeyondMakespan()) {
+      plan->notes["step_ms"] = FormatMs(best_score_ms);
+    }
     plan->est_ms = 0;  // MakePlan recomputes every estimate
     return std::move(*plan);
   }
 
  private:
+  // Under noise (group_time_sigma > 0) the expected step grows with the number
+  // of near-tied groups whose max it is. Each micro-batch of `plan` regrouped
+  // into k groups by work (LPT: heaviest sequence onto the lightest group)
+  // and realized as fcp's own groupings, for k = 1, 2, 3, 4, 6, 8, ... below
+  // the plan's largest group count, is a candidate; the best replaces `plan`
+  // when it scores below `best_score_ms` (updated). Returns its k, or 0.
+  static int TryFewerGroups(const PlanRequest& request, Scorer& score, const WorkOrder& work_order,
+                            Plan& plan, double& best_score_ms) {
+    size_t most_groups = 0;
+    std::vector<std::vector<int>> members(plan.micro_batches.size());
+    for (size_t m = 0; m < plan.micro_batches.size(); ++m) {
+      most_groups = std::max(most_groups, plan.micro_batches[m].groups.size());
+      for (const GroupPlan& g : plan.micro_batches[m].groups) {
+        members[m].insert(members[m].end(), g.sequences.begin(), g.sequences.end());
+      }
+    }
+    std::vector<int> position(request.sequences.size());
+    for (size_t i = 0; i < work_order.order.size(); ++i) position[work_order.order[i]] = static_cast<int>(i);
+    for (std::vector<int>& mb : members) {
+      std::sort(mb.begin(), mb.end(), [&](int a, int b) { return position[a] < position[b]; });
+    }
+    int best_k = 0;
+    for (size_t k = 1; k < most_groups; k = std::max(k + 1, k * 3 / 2)) {
+      Plan candidate;
+      for (const std::vector<int>& mb : members) {
+        std::vector<std::vector<int>> groups(std::min(k, mb.size()));
+        std::vector<double> load(groups.size(), 0.0);
+        for (int i : mb) {
+          const size_t lightest =
+              static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+          groups[lightest].push_back(i);
+          load[lightest] += work_order.work[i];
+        }
+        auto realized = RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+        if (!realized) break;
+        candidate.micro_batches.push_back(std::move(realized->micro_batch));
+      }
+      if (candidate.micro_batches.size() != members.size()) continue;
+      SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+      const double candidate_score_ms = score(candidate);
+      if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
+        best_score_ms = candidate_score_ms;
+        plan.micro_batches = std::move(candidate.micro_batches);
+        plan.est_ms = candidate.est_ms;
+        best_k = static_cast<int>(k);
+      }
+    }
+    return best_k;
+  }
+
   // Plans each micro-batch of `split`; est_ms holds the plan estimate
   // (EstimateMicroBatches: the list-schedule makespan, ms).
   // nullopt when some micro-batch has no grouping that fits N ranks.

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
+#include "fcp/datasets.h"
 
 namespace fcp {
 namespace {
@@ -56,6 +58,11 @@ void ValidateRequest(const PlanRequest& request) {
   }
   CheckCostModel(request.cost);
   if (request.grad_sync) CheckGradientSync(*request.grad_sync);
+  if (request.communicators) CheckCommunicatorCache(*request.communicators, request.cluster.num_ranks);
+  if (!std::isfinite(request.group_time_sigma) || request.group_time_sigma < 0 ||
+      request.group_time_sigma > kMaxGroupTimeSigma) {
+    throw InputError("group_time_sigma", "must be a finite number in [0, 2]");
+  }
   if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
   if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
     throw InputError("sequences", "too many sequences");
@@ -223,21 +230,72 @@ void ForceSetting(PlanOptions& options, Setting setting, int64_t value) {
 
 namespace {
 
-// The list schedule behind ListScheduleMs and StepMs: the groups run in
-// order, each starting when all its ranks are free. `free_at` (one zero per
-// rank) ends as each rank's finish time; on_group(micro_batch, group, start_ms)
+// The list schedule behind ListScheduleMs, StepMs and ExpectedStepMs: the
+// groups run in order, each starting when all its ranks are free plus
+// delay(k) ms and running for duration(group, k) ms, k = the group's index in
+// (micro-batch, group) order. `free_at` (one zero per rank) ends as each
+// rank's finish time; on_group(micro_batch, group, start_ms, duration_ms)
 // sees every group as it is scheduled.
-template <class OnGroup>
+template <class Duration, class Delay, class OnGroup>
 void RunListSchedule(const std::vector<MicroBatchPlan>& micro_batches,
-                     std::vector<double>& free_at, OnGroup&& on_group) {
+                     std::vector<double>& free_at, Duration&& duration, Delay&& delay,
+                     OnGroup&& on_group) {
+  size_t k = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     for (const GroupPlan& g : micro_batches[m].groups) {
       double start = 0;
       for (int r : g.ranks) start = std::max(start, free_at[r]);
-      on_group(m, g, start);
-      for (int r : g.ranks) free_at[r] = start + g.est_ms;
+      start += delay(k);
+      const double ms = duration(g, k++);
+      on_group(m, g, start, ms);
+      for (int r : g.ranks) free_at[r] = start + ms;
     }
   }
+}
+
+double EstMs(const GroupPlan& g, size_t) { return g.est_ms; }
+double NoDelay(size_t) { return 0; }
+
+// StepMs with each group running for duration(group, k) ms after delay(k)
+// (RunListSchedule); without `sync`, the makespan. `scratch` holds three
+// per-rank vectors (reused across calls).
+template <class Duration, class Delay>
+double StepWith(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                const GradientSync* sync, Duration&& duration, Delay&& delay,
+                std::vector<double> (&scratch)[3]) {
+  const size_t n = static_cast<size_t>(std::max(0, num_ranks));
+  std::vector<double>& free_at = scratch[0];
+  std::vector<double>& last_group_ms = scratch[1];
+  std::vector<double>& first_group_ms = scratch[2];
+  free_at.assign(n, 0.0);
+  if (sync) {
+    last_group_ms.assign(n, 0.0);
+    first_group_ms.assign(n, -1.0);
+  }
+  RunListSchedule(micro_batches, free_at, duration, delay,
+                  [&](size_t, const GroupPlan& g, double, double ms) {
+                    if (!sync) return;
+                    for (int r : g.ranks) {
+                      last_group_ms[r] = ms;
+                      if (first_group_ms[r] < 0) first_group_ms[r] = ms;
+                    }
+                  });
+  if (free_at.empty()) return 0;
+  const size_t last =
+      static_cast<size_t>(std::max_element(free_at.begin(), free_at.end()) - free_at.begin());
+  if (!sync) return free_at[last];
+  double shortest_first = std::numeric_limits<double>::infinity();
+  for (double ms : first_group_ms) {
+    if (ms >= 0) shortest_first = std::min(shortest_first, ms);
+  }
+  if (!std::isfinite(shortest_first)) shortest_first = 0;
+  const double total_ms = 1000.0 * sync->collective_s;
+  const double bucket_ms = total_ms / sync->buckets;
+  auto exposed = [&](double window_ms) {
+    return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
+  };
+  return free_at[last] + exposed((1 - sync->forward_share) * last_group_ms[last]) +
+         exposed(sync->forward_share * shortest_first);
 }
 
 }  // namespace
@@ -246,38 +304,91 @@ double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
                       std::vector<std::vector<double>>* group_start_ms) {
   std::vector<double> free_at(std::max(0, num_ranks), 0.0);
   if (group_start_ms) group_start_ms->assign(micro_batches.size(), {});
-  RunListSchedule(micro_batches, free_at, [&](size_t m, const GroupPlan&, double start) {
-    if (group_start_ms) (*group_start_ms)[m].push_back(start);
-  });
+  RunListSchedule(micro_batches, free_at, EstMs, NoDelay,
+                  [&](size_t m, const GroupPlan&, double start, double) {
+                    if (group_start_ms) (*group_start_ms)[m].push_back(start);
+                  });
   return free_at.empty() ? 0.0 : *std::max_element(free_at.begin(), free_at.end());
 }
 
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
               const GradientSync& sync) {
-  std::vector<double> free_at(std::max(0, num_ranks), 0.0);
-  std::vector<double> last_group_ms(free_at.size(), 0.0);
-  std::vector<double> first_group_ms(free_at.size(), -1.0);
-  RunListSchedule(micro_batches, free_at, [&](size_t, const GroupPlan& g, double) {
-    for (int r : g.ranks) {
-      last_group_ms[r] = g.est_ms;
-      if (first_group_ms[r] < 0) first_group_ms[r] = g.est_ms;
-    }
-  });
-  if (free_at.empty()) return 0;
-  const size_t last =
-      static_cast<size_t>(std::max_element(free_at.begin(), free_at.end()) - free_at.begin());
-  double shortest_first = std::numeric_limits<double>::infinity();
-  for (double ms : first_group_ms) {
-    if (ms >= 0) shortest_first = std::min(shortest_first, ms);
+  std::vector<double> scratch[3];
+  return StepWith(num_ranks, micro_batches, &sync, EstMs, NoDelay, scratch);
+}
+
+void CheckCommunicatorCache(const CommunicatorCache& cache, int num_ranks) {
+  if (!std::isfinite(cache.create_s) || cache.create_s < 0 || cache.create_s > 1e6) {
+    throw InputError("communicators.create_s", "must be a finite number in [0, 1e6] seconds");
   }
-  if (!std::isfinite(shortest_first)) shortest_first = 0;
-  const double total_ms = 1000.0 * sync.collective_s;
-  const double bucket_ms = total_ms / sync.buckets;
-  auto exposed = [&](double window_ms) {
-    return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
-  };
-  return free_at[last] + exposed((1 - sync.forward_share) * last_group_ms[last]) +
-         exposed(sync.forward_share * shortest_first);
+  for (size_t i = 0; i < cache.existing.size(); ++i) {
+    for (size_t j = 0; j < cache.existing[i].size(); ++j) {
+      const int r = cache.existing[i][j];
+      if (r < 0 || r >= num_ranks) {
+        throw InputError("communicators.existing[" + std::to_string(i) + "][" +
+                             std::to_string(j) + "]",
+                         "rank must be in [0, " + std::to_string(num_ranks) + ")");
+      }
+    }
+  }
+}
+
+std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
+                                            const CommunicatorCache& cache) {
+  std::set<std::vector<int>> known;
+  for (std::vector<int> ranks : cache.existing) {
+    std::sort(ranks.begin(), ranks.end());
+    known.insert(std::move(ranks));
+  }
+  std::vector<double> delays;
+  for (const MicroBatchPlan& mb : micro_batches) {
+    for (const GroupPlan& g : mb.groups) {
+      double ms = 0;
+      if (g.ranks.size() > 1) {
+        std::vector<int> key = g.ranks;
+        std::sort(key.begin(), key.end());
+        if (known.insert(std::move(key)).second) ms = 1000.0 * cache.create_s;
+      }
+      delays.push_back(ms);
+    }
+  }
+  return delays;
+}
+
+GroupTimeNoise::GroupTimeNoise(double sigma, int samples) : sigma_(sigma), samples_(samples) {
+  if (!std::isfinite(sigma) || sigma < 0 || sigma > kMaxGroupTimeSigma) {
+    throw InputError("group_time_sigma", "must be a finite number in [0, 2]");
+  }
+  if (samples < 1) throw InputError("samples", "must be >= 1");
+}
+
+double GroupTimeNoise::Factor(int sample, size_t group) {
+  // Draws are made per group index, all samples at once, on first use: every
+  // plan scored with this object sees the same factor for its k-th group.
+  while (factors_.size() <= group * static_cast<size_t>(samples_)) {
+    const size_t k = factors_.size() / static_cast<size_t>(samples_);
+    DeterministicRng rng(0x67726f7570ULL + k);
+    for (int s = 0; s < samples_; ++s) {
+      factors_.push_back(std::exp(sigma_ * rng.Normal() - 0.5 * sigma_ * sigma_));
+    }
+  }
+  return factors_[group * static_cast<size_t>(samples_) + static_cast<size_t>(sample)];
+}
+
+double ExpectedStepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+                      const GradientSync* sync, GroupTimeNoise& noise,
+                      std::span<const double> delay_ms) {
+  std::vector<double> scratch[3];
+  auto delay = [&](size_t k) { return k < delay_ms.size() ? delay_ms[k] : 0.0; };
+  if (noise.sigma() == 0) return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
+  double sum = 0;
+  for (int s = 0; s < noise.samples(); ++s) {
+    sum += StepWith(
+        num_ranks, micro_batches, sync,
+        [&](const GroupPlan& g, size_t k) { return g.est_ms * noise.Factor(s, k); }, delay,
+        scratch);
+  }
+  return sum / noise.samples();
 }
 
 double EstimateMicroBatches(const PlanRequest& request,

@@ -52,6 +52,8 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   if (o.trials < 1) throw InputError("trials", "must be >= 1");
   if (!(o.mem_headroom >= 0 && o.mem_headroom < 0.5))
     throw InputError("mem_headroom", "must be in [0, 0.5)");
+  if (!(o.group_time_sigma >= 0 && o.group_time_sigma <= kMaxGroupTimeSigma))
+    throw InputError("group_time_sigma", "must be in [0, 2]");
   if (o.rank_counts.empty()) throw InputError("ranks", "need at least one rank count");
   for (size_t i = 0; i < o.rank_counts.size(); ++i)
     if (o.rank_counts[i] < 1 || o.rank_counts[i] > cluster->num_ranks)
@@ -92,6 +94,7 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
                                  (rep.base.mem_capacity - rep.base.mem_static) *
                                      (1.0 - o.mem_headroom);
     base_req.model = model->shape;
+    base_req.group_time_sigma = o.group_time_sigma;
     PlanOptions popt;
     popt.strategy = o.strategy;
     popt.seed = o.seed;
@@ -115,6 +118,7 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
       row.ranks = n;
       row.noise = p;
       row.batches = static_cast<int>(batches.size());
+      for (double t : base_time) row.base_step_s += t / static_cast<double>(base_time.size());
       int matches = 0;
       double sum_change = 0, max_change = -1e300;
       for (size_t b = 0; b < batches.size(); ++b) {
@@ -178,6 +182,7 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
   j["seed"] = r.options.seed;
   j["perturb"] = r.options.perturb;
   j["common_factor"] = r.options.common_factor;
+  j["group_time_sigma"] = r.options.group_time_sigma;
   j["times"] = "simulated";
   j["base_cost_model"] = nlohmann::ordered_json::parse(CostModelToJson(r.base, -1));
   j["rows"] = nlohmann::ordered_json::array();
@@ -190,6 +195,7 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
     o["cp_match"] = row.cp_match;
     o["time_change_mean"] = row.time_change_mean;
     o["time_change_max"] = row.time_change_max;
+    o["base_step_s"] = row.base_step_s;
     if (row.paper_cp_match >= 0) {
       o["paper_cp_match"] = row.paper_cp_match;
       o["paper_time_change"] = row.paper_time_change;
@@ -205,25 +211,26 @@ std::string NoiseEvalToTable(const NoiseEvalReport& r) {
   out << fmt::format(
       "fcp eval noise: {} on {} ({}), {} batches x {} sequences, {} perturbations each; "
       "strategy {}\nstep times SIMULATED; {} x (1 + U[-p, p]) {}, seed {}; planner "
-      "memory headroom {:.0f}%\n\n",
+      "memory headroom {:.0f}%; group_time_sigma {:g}\n\n",
       r.options.model, r.options.cluster, r.options.dataset, r.options.batches,
       r.options.batch_sequences, r.options.trials, r.options.strategy,
       r.options.perturb.size() == std::size(kNoiseCoefficients) ? std::string("coefficients")
                                     : fmt::format("{}", fmt::join(r.options.perturb, ",")),
       r.options.common_factor ? "by one common factor" : "each", r.options.seed,
-      100 * r.options.mem_headroom);
-  out << fmt::format("{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} | {:>11} {:>11}\n", "ranks",
-                     "noise", "batches", "plans", "CP match", "time/step", "worst", "paper time",
-                     "paper match");
+      100 * r.options.mem_headroom, r.options.group_time_sigma);
+  out << fmt::format("{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} {:>9} | {:>11} {:>11}\n",
+                     "ranks", "noise", "batches", "plans", "CP match", "time/step", "worst",
+                     "base_s", "paper time", "paper match");
   for (const auto& row : r.rows) {
     const std::string pt = row.paper_time_change >= 0
                                ? fmt::format("{:+.2f}%", 100 * row.paper_time_change)
                                : "-";
     const std::string pm =
         row.paper_cp_match >= 0 ? fmt::format("{:.1f}%", 100 * row.paper_cp_match) : "-";
-    out << fmt::format("{:>5} {:>5.0f}% {:>7} {:>6} {:>9.1f}% {:>+11.2f}% {:>+10.2f}% | {:>11} {:>11}\n",
-                       row.ranks, 100 * row.noise, row.batches, row.plans, 100 * row.cp_match,
-                       100 * row.time_change_mean, 100 * row.time_change_max, pt, pm);
+    out << fmt::format(
+        "{:>5} {:>5.0f}% {:>7} {:>6} {:>9.1f}% {:>+11.2f}% {:>+10.2f}% {:>9.3f} | {:>11} {:>11}\n",
+        row.ranks, 100 * row.noise, row.batches, row.plans, 100 * row.cp_match,
+        100 * row.time_change_mean, 100 * row.time_change_max, row.base_step_s, pt, pm);
   }
   out << fmt::format("\n{:.1f} s\n", r.wall_s);
   return out.str();

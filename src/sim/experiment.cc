@@ -92,6 +92,7 @@ struct StepRun {
   bool oom = false;
   bool infeasible = false;
   std::string message;
+  PlanRequest request;  // what the strategy planned (communicators included)
   Plan plan;
   SimResult sim;
 };
@@ -104,6 +105,9 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
   StepRun run;
   PlanRequest req = setup.base;
   req.sequences = setup.batches[step].seqs;
+  if (cache && cfg.planner_communicators) {
+    req.communicators = CommunicatorCache{setup.hw.group_create_s, {cache->begin(), cache->end()}};
+  }
   PlanOptions opt;
   opt.strategy = strategy;
   ForceSetting(opt, setting, setting_value);
@@ -111,6 +115,7 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
   opt.seed = cfg.seed + step;
   opt.dealing = cfg.dealing;
   run.plan = MakePlan(req, opt);
+  run.request = req;
   if (run.plan.status != PlanStatus::kOk) {
     run.infeasible = true;
     run.message = run.plan.message;
@@ -155,6 +160,11 @@ Setup MakeSetup(ExperimentConfig& cfg) {
                                           kMaxSequencesDrawn));
   }
   if (cfg.noise_rel < 0 || !std::isfinite(cfg.noise_rel)) throw InputError("noise", "must be >= 0");
+  const double planner_noise = cfg.planner_noise < 0 ? cfg.noise_rel : cfg.planner_noise;
+  if (!std::isfinite(cfg.planner_noise) || planner_noise > kMaxGroupTimeSigma) {
+    throw InputError(cfg.planner_noise < 0 ? "noise" : "planner_noise",
+                     "the planners take a group-time sigma in [0, 2]");
+  }
   if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
   if (cfg.cp_degree < 0) throw InputError("cp", "must be >= 1 (0 = tune)");
   if (cfg.max_seqlen_per_rank < 0)
@@ -197,6 +207,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.overlap_grad_reduce && cfg.planner_grad_sync) {
     setup.base.grad_sync = PlannerGradientSync(setup.hw);
   }
+  setup.base.group_time_sigma = cfg.planner_noise < 0 ? cfg.noise_rel : cfg.planner_noise;
 
   DatasetOptions dopt;
   if (model->multimodal && model->vision_tokens_per_tile > 0)
@@ -347,9 +358,7 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       const int before = static_cast<int>(cache.size());
       const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache);
       if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
-        PlanRequest req = setup.base;
-        req.sequences = setup.batches[i].seqs;
-        cfg.on_plan(strategy, req, run.plan);
+        cfg.on_plan(strategy, run.request, run.plan);
       }
       if (!run.ok) {
         r.oom = run.oom;
@@ -405,9 +414,11 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"seed", c.seed},
                  {"vision_frozen", c.vision_frozen},
                  {"noise", c.noise_rel},
+                 {"planner_noise", c.planner_noise < 0 ? c.noise_rel : c.planner_noise},
                  {"recompute", std::string(RecomputeName(c.recompute))},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"planner_grad_sync", c.overlap_grad_reduce && c.planner_grad_sync},
+                 {"planner_communicators", c.planner_communicators},
                  {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
                  {"max_seqlen_per_dp_cp_rank",
                   c.max_seqlen_per_rank > 0 ? json(c.max_seqlen_per_rank) : json("tuned")},

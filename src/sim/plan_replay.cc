@@ -90,6 +90,17 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
                       {"ranks_per_node", request.cluster.ranks_per_node}};
   if (request.model && FindModelPreset(request.model->name)) batch["model"] = request.model->name;
   batch["cost_model"] = json::parse(CostModelToJson(request.cost, -1));
+  // What the planner ranked by, so that `fcp plan` of the batch makes the plan.
+  if (request.grad_sync) {
+    batch["grad_sync"] = {{"collective_s", request.grad_sync->collective_s},
+                          {"buckets", request.grad_sync->buckets},
+                          {"forward_share", request.grad_sync->forward_share}};
+  }
+  if (request.group_time_sigma > 0) batch["group_time_sigma"] = request.group_time_sigma;
+  if (request.communicators) {
+    batch["communicators"] = {{"create_s", request.communicators->create_s},
+                              {"existing", request.communicators->existing}};
+  }
   json seqs = json::array();
   for (const Sequence& s : request.sequences) {
     seqs.push_back(s.eta == 0 ? json(s.length_tokens)

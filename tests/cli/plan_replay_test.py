@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`fcp simulate --plan`: every strategy's plans, saved by `--save-plans` and
 simulated again from the file, give exactly the simulated times of
-`--strategies` (same warm-up and gradient-sync rules); bad pairs exit 2 with
+`--strategies` (same warm-up and gradient-sync rules); `fcp plan` of a saved
+batch makes the saved plan (with --noise too); bad pairs exit 2 with
 one `error:` line naming the field; stdin (`-`) works.
 
 Usage: plan_replay_test.py FCP_BINARY
@@ -42,6 +43,25 @@ def main():
                 ra["compute_s"] != rb["compute_s"] or ra["grad_sync_s"] != rb["grad_sync_s"]:
             failures.append(f"{s}: --strategies {ra['iter_s']} s vs --plan {rb['iter_s']} s")
         saved[s] = path
+    # A saved batch carries what fcp ranked by (the gradient sync, and with
+    # --noise the group-time sigma): `fcp plan` of it makes the saved plan.
+    for extra in ([], ["--noise", "0.2"]):
+        path = os.path.join(tmp, "fcp-noise.jsonl")
+        a = run(["simulate", "--strategies", "fcp", "--save-plans", path] + common + extra)
+        if a.returncode != 0:
+            failures.append(f"fcp {extra}: simulate exit {a.returncode}: {a.stderr.strip()}")
+            continue
+        for i, line in enumerate(open(path).read().splitlines()):
+            item = json.loads(line)
+            if "grad_sync" not in item["batch"] or \
+                    ("group_time_sigma" in item["batch"]) != bool(extra):
+                failures.append(f"fcp {extra} [{i}]: batch keys {sorted(item['batch'])}")
+            p = run(["plan", "-i", "-", "--format", "json"], stdin=json.dumps(item["batch"]))
+            replanned = json.loads(p.stdout) if p.returncode == 0 else {}
+            for plan in (replanned, item["plan"]):
+                plan.pop("solver_ms", None)
+            if replanned != item["plan"]:
+                failures.append(f"fcp {extra} [{i}]: fcp plan of the saved batch differs")
     # stdin and the JSON-array form give the same result.
     if "megatron" in saved:
         lines = open(saved["megatron"]).read().splitlines()

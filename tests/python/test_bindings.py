@@ -154,6 +154,14 @@ def test_bad_eta_names_the_field():
     (dict(grad_sync=0.3), "grad_sync"),
     (dict(grad_sync={"collective_s": 0.3, "bucket": 2}), r"grad_sync\.bucket"),
     (dict(grad_sync={"collective_s": float("nan")}), r"grad_sync\.collective_s"),
+    (dict(group_time_sigma=-0.1), "group_time_sigma"),
+    (dict(group_time_sigma=2.5), "group_time_sigma"),
+    (dict(group_time_sigma=float("nan")), "group_time_sigma"),
+    (dict(group_time_sigma="0.1"), "group_time_sigma"),
+    (dict(communicators=[[0, 1]]), "communicators"),
+    (dict(communicators={"create_s": -1}), r"communicators\.create_s"),
+    (dict(communicators={"create_s": 0.001, "existing": [[0, 1 << 20]]}),
+     r"communicators\.existing\[0\]\[1\]"),
 ])
 def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match="^" + field):
@@ -171,6 +179,36 @@ def test_grad_sync_plans_as_the_cli(tmp_path):
     cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "grad_sync": sync,
                      "sequences": lengths}, tmp_path)
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
+
+
+def test_group_time_sigma_plans_as_the_cli(tmp_path):
+    # Ranked by the expected step under group-time noise (the
+    # expected_step_ms note), through the CLI and the binding alike.
+    lengths = [65536, 16384] + [4096] * 6 + [1024] * 24 + [300] * 40
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", group_time_sigma=0.3)
+    plan = sched.plan(lengths).to_dict()
+    assert "expected_step_ms" in plan["notes"]
+    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "group_time_sigma": 0.3,
+                     "sequences": lengths}, tmp_path)
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
+
+
+def test_communicators_plan_as_the_cli(tmp_path):
+    # Charged for new communicators, through the CLI and the binding alike;
+    # with every communicator of that plan held, nothing is charged and the
+    # plan is unchanged.
+    lengths = [65536, 16384] + [4096] * 6 + [1024] * 24 + [300] * 40
+    comms = {"create_s": 0.05}
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", communicators=comms)
+    plan = sched.plan(lengths).to_dict()
+    assert "step_ms" in plan["notes"]
+    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "communicators": comms,
+                     "sequences": lengths}, tmp_path)
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
+    held = {"create_s": 0.05, "existing": [g["ranks"] for mb in plan["micro_batches"]
+                                            for g in mb["groups"] if len(g["ranks"]) > 1]}
+    again = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", communicators=held)
+    assert again.plan(lengths).to_dict()["micro_batches"] == plan["micro_batches"]
 
 
 def test_infeasible_is_a_status_not_an_error():
