@@ -144,4 +144,29 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
   return result;
 }
 
+double ResumeFastMakespan(const std::vector<AllocGroup>& groups, int num_ranks,
+                          const GroupTimeFn& time, const std::vector<int>& start,
+                          const std::vector<double>& start_envelope) {
+  const size_t k = groups.size();
+  int64_t used = 0;
+  for (int d : start) used += d;
+  if (used > num_ranks) return kInf;
+  if (k == 0) return 0;
+  // The same heap and grants as AllocateFast (ties may be granted in another
+  // order, which leaves the makespan unchanged).
+  using Entry = std::pair<double, int>;
+  std::vector<Entry> heap(k);
+  std::vector<int> granted(start);
+  for (size_t p = 0; p < k; ++p) heap[p] = {start_envelope[p], -static_cast<int>(p)};
+  std::make_heap(heap.begin(), heap.end());
+  while (used < num_ranks) {
+    const int p = -heap.front().second;
+    ++granted[p];
+    ++used;
+    const double envelope = std::min(heap.front().first, time(groups[p], granted[p]));
+    ReplaceHeapTop(heap, Entry{envelope, -p}, std::less<>());
+  }
+  return heap.front().first;
+}
+
 }  // namespace fcp::planner

@@ -46,4 +46,19 @@ Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
 Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
                         const GroupTimeFn& time);
 
+// AllocateFast's greedy resumed from `start[p]` (>= min_degree) ranks per
+// group, `start_envelope[p]` being T̂(G_p, start[p]); returns only the
+// makespan, +inf when Σ start > num_ranks. The greedy hands out ranks in
+// non-increasing order of T̂, so its makespan is the (N - Σ d_min + 1)-th
+// largest T̂(G_p, d) over all p and d >= d_min: when every skipped value
+// T̂(G_p, d), d < start[p], is above AllocateFast's makespan, the result is
+// exactly that makespan (same T values); otherwise it is some allocation's
+// makespan, never below AllocateFast's. A caller that knows every group's
+// canonical degree for a makespan M (its T there is T̂ there) resumes from
+// them after changing a few groups, and learns the exact makespan whenever it
+// is below M, from a handful of grants instead of N.
+double ResumeFastMakespan(const std::vector<AllocGroup>& groups, int num_ranks,
+                          const GroupTimeFn& time, const std::vector<int>& start,
+                          const std::vector<double>& start_envelope);
+
 }  // namespace fcp::planner

@@ -97,6 +97,67 @@ TEST(AllocationTest, BothEqualExhaustiveEnumerationOnTinyInstances) {
   EXPECT_GT(feasible, 500);
 }
 
+// LocalSearch's use: resume from the canonical degrees of an allocation with
+// makespan M after changing, adding or removing a group; the result is the
+// fast allocator's makespan whenever that is below M, and never below M
+// otherwise.
+TEST(AllocationTest, ResumedMakespanMatchesFastBelowTheOldMakespan) {
+  int below = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 4000; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    const Instance in = RandomInstance(rng, 12, 96);
+    const GroupTimeFn time = BestCaseTime(in.cm, in.cluster);
+    const int n = in.cluster.num_ranks;
+    const Allocation old = AllocateFast(in.groups, n, time);
+    if (!old.feasible) continue;
+    // The trial: group `changed` gets another group's load added (a merge) or
+    // a new sequence, or a new group is appended; `erased` (a merge) goes.
+    std::vector<AllocGroup> trial = in.groups;
+    const int k = static_cast<int>(trial.size());
+    const int changed = std::uniform_int_distribution<int>(0, k - 1)(rng);
+    const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
+    int erased = -1;
+    if (kind == 0 && k > 1) {
+      erased = (changed + 1) % k;
+      trial[changed].load.sum_tokens += trial[erased].load.sum_tokens;
+      trial[changed].load.sum_attn += trial[erased].load.sum_attn;
+      trial[changed].load.sum_attn_tokens += trial[erased].load.sum_attn_tokens;
+    } else {
+      const int64_t len = std::uniform_int_distribution<int64_t>(64, 65536)(rng);
+      if (kind == 1) {
+        trial[changed].load.Add({len, 0.0});
+      } else {
+        trial.push_back({GroupLoad::Of({len, 0.0}), 1});
+      }
+    }
+    for (auto& g : trial) g.min_degree = MinDegree(in.cm, g.load);
+    if (erased >= 0) trial.erase(trial.begin() + erased);
+    std::vector<int> start;
+    std::vector<double> envelope;
+    for (size_t q = 0; q < trial.size(); ++q) {
+      const int p = erased >= 0 && static_cast<int>(q) >= erased ? static_cast<int>(q) + 1
+                                                                 : static_cast<int>(q);
+      if (p == changed || p >= k) {
+        start.push_back(static_cast<int>(trial[q].min_degree));
+      } else {
+        start.push_back(old.degrees[p]);
+      }
+      envelope.push_back(time(trial[q], start.back()));
+    }
+    const double resumed = ResumeFastMakespan(trial, n, time, start, envelope);
+    const Allocation fresh = AllocateFast(trial, n, time);
+    ++checked;
+    if (fresh.feasible && fresh.makespan_s < old.makespan_s) {
+      ++below;
+      ASSERT_EQ(resumed, fresh.makespan_s) << "seed " << seed;
+    } else {
+      ASSERT_GE(resumed, old.makespan_s) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(below, 100);  // the generator must exercise the exact case
+}
+
 TEST(AllocationTest, InfeasibleWhenMinDegreesExceedRanks) {
   std::vector<AllocGroup> groups(3);
   for (auto& g : groups) {
