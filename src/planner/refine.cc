@@ -262,33 +262,11 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();
   int trials = 0;
-  std::vector<AllocGroup> trial;  // one buffer for every trial's groups
   // A trial only matters when its makespan beats the current one, M: then
-  // every unchanged group needs at least its canonical degree for M, so the
-  // allocator resumes from there (ResumeFastMakespan) with the same result.
-  std::vector<int> start;
-  std::vector<double> start_envelope;
-  // Resume point for `trial`: its group q is original group q, or q + 1 from
-  // `erased` on (a merge erases the bottleneck); the changed groups and an
-  // appended one start at d_min.
-  auto trial_makespan = [&](int erased, int changed1, int changed2,
-                            const std::vector<double>& group_time) {
-    start.resize(trial.size());
-    start_envelope.resize(trial.size());
-    for (size_t q = 0; q < trial.size(); ++q) {
-      const int p = erased >= 0 && static_cast<int>(q) >= erased ? static_cast<int>(q) + 1
-                                                                 : static_cast<int>(q);
-      if (p == changed1 || p == changed2 || p >= static_cast<int>(alloc_groups.size())) {
-        start[q] = static_cast<int>(trial[q].min_degree);
-        start_envelope[q] = time(trial[q], start[q]);
-      } else {
-        // The first degree with T <= M: T̂ there is T there.
-        start[q] = current.degrees[p];
-        start_envelope[q] = group_time[p];
-      }
-    }
-    return ResumeFastMakespan(trial, cluster.num_ranks, time, start, start_envelope);
-  };
+  // the allocator resumes from every unchanged group's canonical degree for M
+  // (ResumedAllocator) with the same result.
+  std::vector<int> removed;
+  std::vector<AllocGroup> added;
   while (trials < max_trials) {
     // Bottleneck: the group at the makespan (first on ties).
     int b = 0;
@@ -317,6 +295,10 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     if (targets.size() > 4) targets.resize(4);
     targets.insert(targets.begin(), -1);
 
+    // T at the canonical degrees is group_time (computed above).
+    ResumedAllocator resumed(alloc_groups, current.degrees, group_time, cluster.num_ranks,
+                             time);
+    // best_makespan < M, and an infeasible trial (Σ d_min > N) gets +inf.
     double best_makespan = current.makespan_s * (1 - 1e-9);
     int best_mover = -1, best_target = -2;
     bool best_is_merge = false;
@@ -325,12 +307,11 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     for (int target : targets) {
       if (target < 0 || trials >= max_trials) continue;
       ++trials;
-      trial.assign(alloc_groups.begin(), alloc_groups.end());
-      for (int i : groups[b]) trial[target].load.Add(seqs[i]);
-      trial[target].min_degree = MinDegree(cm, trial[target].load);
-      trial.erase(trial.begin() + b);
-      // best_makespan < M: an infeasible trial (Σ d_min > N) gets +inf.
-      const double makespan = trial_makespan(b, target, -1, group_time);
+      added.assign(1, alloc_groups[target]);
+      for (int i : groups[b]) added[0].load.Add(seqs[i]);
+      added[0].min_degree = MinDegree(cm, added[0].load);
+      removed = {b, target};
+      const double makespan = resumed.Makespan(removed, added);
       if (makespan < best_makespan) {
         best_makespan = makespan;
         best_target = target;
@@ -342,16 +323,19 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       for (int target : targets) {
         if (trials >= max_trials) break;
         ++trials;
-        trial.assign(alloc_groups.begin(), alloc_groups.end());
-        trial[b].load.Remove(seqs[mover]);
-        trial[b].min_degree = MinDegree(cm, trial[b].load);
+        added.assign(1, alloc_groups[b]);
+        added[0].load.Remove(seqs[mover]);
+        added[0].min_degree = MinDegree(cm, added[0].load);
+        removed.assign(1, b);
         if (target < 0) {
-          trial.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
+          added.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
         } else {
-          trial[target].load.Add(seqs[mover]);
-          trial[target].min_degree = MinDegree(cm, trial[target].load);
+          added.push_back(alloc_groups[target]);
+          added[1].load.Add(seqs[mover]);
+          added[1].min_degree = MinDegree(cm, added[1].load);
+          removed.push_back(target);
         }
-        const double makespan = trial_makespan(-1, b, target, group_time);
+        const double makespan = resumed.Makespan(removed, added);
         if (makespan < best_makespan) {
           best_makespan = makespan;
           best_mover = mover;

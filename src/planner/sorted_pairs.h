@@ -59,27 +59,33 @@ class SortedPairs {
                                 [key](const Entry& e) { return e.key < key; }) -
            entries_.begin();
   }
-  void Insert(const Entry& e) {
-    entries_.insert(std::lower_bound(entries_.begin(), entries_.end(), e, Less), e);
-  }
+  void Insert(const Entry& e) { entries_.insert(PlaceOf(e, entries_.begin(), entries_.end()), e); }
   // Gives the entry at `i` the key `key`, moving it to its place in the order.
   void Rekey(size_t i, double key) {
     const Entry e{key, entries_[i].index};
     const auto at = entries_.begin() + static_cast<std::ptrdiff_t>(i);
     if (Less(e, *at)) {
-      const auto to = std::lower_bound(entries_.begin(), at, e, Less);
+      const auto to = PlaceOf(e, entries_.begin(), at);
       std::move_backward(to, at, at + 1);
       *to = e;
     } else {
-      const auto to = std::lower_bound(at + 1, entries_.end(), e, Less);
+      const auto to = PlaceOf(e, at + 1, entries_.end());
       std::move(at + 1, to, at);
       *(to - 1) = e;
     }
   }
 
  private:
+  using Iterator = std::vector<Entry>::iterator;
   static bool Less(const Entry& a, const Entry& b) {
     return a.key < b.key || (a.key == b.key && a.index < b.index);
+  }
+  // std::lower_bound(first, last, e, Less) on a sorted range: a search on the
+  // key alone, then past the (rare) equal keys with smaller indices.
+  static Iterator PlaceOf(const Entry& e, Iterator first, Iterator last) {
+    Iterator it = std::partition_point(first, last, [&](const Entry& x) { return x.key < e.key; });
+    while (it != last && it->key == e.key && it->index < e.index) ++it;
+    return it;
   }
   std::vector<Entry> entries_;
 };
