@@ -131,6 +131,10 @@ std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& clu
 
   size_t best = 0;
   double best_time = std::numeric_limits<double>::infinity();
+  // Each group's last costed start and time: layouts agree on many groups
+  // (those with d > R always), and placed_time is a function of its arguments.
+  std::vector<int> costed_first(degrees.size(), -1);
+  std::vector<double> costed_time(degrees.size(), 0.0);
   for (size_t c = 0; c < candidates.size(); ++c) {
     // A layout equal to an earlier one has its max time and cannot win.
     if (std::find(candidates.begin(), candidates.begin() + c, candidates[c]) !=
@@ -139,7 +143,12 @@ std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& clu
     }
     double worst = 0;
     for (size_t p = 0; p < degrees.size(); ++p) {
-      worst = std::max(worst, placed_time(static_cast<int>(p), candidates[c][p], degrees[p]));
+      const int first = candidates[c][p];
+      if (costed_first[p] != first) {
+        costed_first[p] = first;
+        costed_time[p] = placed_time(static_cast<int>(p), first, degrees[p]);
+      }
+      worst = std::max(worst, costed_time[p]);
       // The max only grows: once it reaches the best, this layout has lost.
       if (!(worst < best_time)) break;
     }

@@ -9,7 +9,8 @@
 
 namespace fcp::planner {
 
-// Time of group `p` if placed on [first, first + degree) (seconds).
+// Time of group `p` if placed on [first, first + degree) (seconds); a function
+// of its arguments (PlaceGroups may reuse a value instead of asking again).
 using PlacedTimeFn = std::function<double(int p, int first, int degree)>;
 
 // Returns the first rank of each group (Σ degrees <= N). Groups with d <= R are
