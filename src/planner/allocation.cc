@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <functional>
+#include <numeric>
 
 #include "fcp/check.h"
 #include "planner/heap.h"
@@ -111,7 +112,7 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     used += g.granted;
     heap[p] = {g.envelope, -static_cast<int>(p)};
   }
-  std::make_heap(heap.begin(), heap.end());
+  std::make_heap(heap.begin(), heap.end(), PairLess());
   // Every grant in order (T̂ after it, group): the canonical degrees are read
   // from it instead of evaluating T again (CanonicalDegrees).
   std::vector<Entry> grants;
@@ -123,7 +124,7 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     ++g.granted;
     ++used;
     g.envelope = std::min(g.envelope, time(groups[p], g.granted));
-    ReplaceHeapTop(heap, Entry{g.envelope, -p}, std::less<>());
+    ReplaceHeapTop(heap, Entry{g.envelope, -p}, PairLess());
     grants.push_back({g.envelope, p});
   }
   result.makespan_s = heap.front().first;
@@ -142,6 +143,77 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     state[p].settled = envelope_after <= result.makespan_s;
   }
   return result;
+}
+
+ResumedAllocator::ResumedAllocator(const std::vector<AllocGroup>& groups,
+                                   const std::vector<int>& degrees,
+                                   const std::vector<double>& times, int num_ranks,
+                                   const GroupTimeFn& time)
+    : groups_(groups),
+      time_(time),
+      num_ranks_(num_ranks),
+      degrees_(degrees),
+      times_(times),
+      by_time_(groups.size()),
+      removed_(groups.size(), 0) {
+  for (int d : degrees_) used_ += d;
+  std::iota(by_time_.begin(), by_time_.end(), 0);
+  std::sort(by_time_.begin(), by_time_.end(),
+            [&](int a, int b) { return times_[a] > times_[b]; });
+}
+
+double ResumedAllocator::Makespan(const std::vector<int>& removed,
+                                  const std::vector<AllocGroup>& added) {
+  int64_t used = used_;
+  for (int p : removed) used -= degrees_[p];
+  for (const AllocGroup& g : added) used += g.min_degree;
+  if (used > num_ranks_) return kInf;
+  for (int p : removed) removed_[p] = 1;
+  // Groups that got a rank here, and the added ones: (T̂, degree, group),
+  // group >= 0 an original one, -1 - a the added one a. A max-heap; the
+  // untouched groups wait in by_time_ order, the next one at `next`.
+  struct Head {
+    double envelope;
+    int degree;
+    int group;
+    bool operator<(const Head& o) const { return envelope < o.envelope; }
+  };
+  std::vector<Head> touched;
+  touched.reserve(added.size() + 8);
+  for (size_t a = 0; a < added.size(); ++a) {
+    const int d = static_cast<int>(added[a].min_degree);
+    touched.push_back({time_(added[a], d), d, -1 - static_cast<int>(a)});
+  }
+  std::make_heap(touched.begin(), touched.end());
+  size_t next = 0;
+  auto skip_removed = [&] {
+    while (next < by_time_.size() && removed_[by_time_[next]]) ++next;
+  };
+  skip_removed();
+  for (; used < num_ranks_; ++used) {
+    if (next >= by_time_.size() && touched.empty()) break;  // no groups: no grants
+    // The current bottleneck (ties either way: the makespan is the same).
+    Head h;
+    if (next < by_time_.size() &&
+        (touched.empty() || times_[by_time_[next]] > touched.front().envelope)) {
+      const int p = by_time_[next++];
+      skip_removed();
+      h = {times_[p], degrees_[p], p};
+    } else {
+      std::pop_heap(touched.begin(), touched.end());
+      h = touched.back();
+      touched.pop_back();
+    }
+    ++h.degree;
+    const AllocGroup& g = h.group >= 0 ? groups_[h.group] : added[-1 - h.group];
+    h.envelope = std::min(h.envelope, time_(g, h.degree));
+    touched.push_back(h);
+    std::push_heap(touched.begin(), touched.end());
+  }
+  double makespan = touched.empty() ? 0 : touched.front().envelope;
+  if (next < by_time_.size()) makespan = std::max(makespan, times_[by_time_[next]]);
+  for (int p : removed) removed_[p] = 0;
+  return makespan;
 }
 
 }  // namespace fcp::planner

@@ -46,4 +46,37 @@ Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
 Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
                         const GroupTimeFn& time);
 
+// AllocateFast's makespan for variants of one set of groups (a few left out,
+// a few added) while it is below the makespan M of an allocation of them,
+// from a handful of grants instead of N. The greedy hands out ranks in
+// non-increasing order of T̂, so its makespan is the (N - Σ d_min + 1)-th
+// largest T̂(G, d) over all groups G and d >= d_min(G), whatever the order of
+// ties. When that is below M, each kept group already holds every rank below
+// its canonical degree c for M (where T̂ > M), and T̂(G, c) = T(G, c): the
+// greedy resumes from there with the same values and the same result.
+// Otherwise the resumed greedy still ends at some allocation's makespan, never
+// below AllocateFast's, so it is >= M.
+class ResumedAllocator {
+ public:
+  // `degrees`: AllocateFast's canonical degrees of `groups` for makespan M;
+  // `times[p]` = time(groups[p], degrees[p]). Keeps references to `groups`
+  // and `time`.
+  ResumedAllocator(const std::vector<AllocGroup>& groups, const std::vector<int>& degrees,
+                   const std::vector<double>& times, int num_ranks, const GroupTimeFn& time);
+  // AllocateFast's makespan for `groups` without the (distinct) indices
+  // `removed` plus `added`, when it is below M; else a value >= M, +inf when
+  // the minimum degrees do not fit.
+  double Makespan(const std::vector<int>& removed, const std::vector<AllocGroup>& added);
+
+ private:
+  const std::vector<AllocGroup>& groups_;
+  const GroupTimeFn& time_;
+  int num_ranks_;
+  std::vector<int> degrees_;
+  std::vector<double> times_;
+  std::vector<int> by_time_;  // group indices, times_ descending
+  int64_t used_ = 0;          // Σ degrees_
+  std::vector<char> removed_;  // scratch: marks of Makespan's `removed`
+};
+
 }  // namespace fcp::planner

@@ -2,6 +2,7 @@
 // 10,000+ random instances and with exhaustive enumeration on tiny ones.
 #include "planner/allocation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -95,6 +96,72 @@ TEST(AllocationTest, BothEqualExhaustiveEnumerationOnTinyInstances) {
     ASSERT_EQ(dp.makespan_s, exact) << "seed " << seed;
   }
   EXPECT_GT(feasible, 500);
+}
+
+// LocalSearch's use: from the canonical degrees of an allocation with
+// makespan M, leave out one or two groups and add one or two (a merge, a move
+// to another group or to a new one); the result is the fast allocator's
+// makespan of that variant whenever it is below M, and never below M
+// otherwise.
+TEST(AllocationTest, ResumedMakespanMatchesFastBelowTheOldMakespan) {
+  int below = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 4000; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    const Instance in = RandomInstance(rng, 12, 96);
+    const GroupTimeFn time = BestCaseTime(in.cm, in.cluster);
+    const int n = in.cluster.num_ranks;
+    const Allocation old = AllocateFast(in.groups, n, time);
+    if (!old.feasible) continue;
+    std::vector<double> times;
+    for (size_t p = 0; p < in.groups.size(); ++p) {
+      times.push_back(time(in.groups[p], old.degrees[p]));
+    }
+    ResumedAllocator resumed(in.groups, old.degrees, times, n, time);
+    const int k = static_cast<int>(in.groups.size());
+    for (int variant = 0; variant < 4; ++variant) {
+      const int b = std::uniform_int_distribution<int>(0, k - 1)(rng);
+      const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
+      const int64_t len = std::uniform_int_distribution<int64_t>(64, 65536)(rng);
+      std::vector<int> removed = {b};
+      std::vector<AllocGroup> added;
+      if (kind == 0 && k > 1) {  // merge b into t
+        const int t = (b + 1) % k;
+        removed.push_back(t);
+        added.push_back(in.groups[t]);
+        added[0].load.sum_tokens += in.groups[b].load.sum_tokens;
+        added[0].load.sum_attn += in.groups[b].load.sum_attn;
+        added[0].load.sum_attn_tokens += in.groups[b].load.sum_attn_tokens;
+      } else if (kind == 1) {  // b loses a sequence to a new group
+        added.push_back(in.groups[b]);
+        added[0].load.sum_tokens *= 0.75;
+        added[0].load.sum_attn *= 0.5;
+        added[0].load.sum_attn_tokens *= 0.75;
+        added.push_back({GroupLoad::Of({len, 0.0}), 1});
+      } else {  // b gains one
+        added.push_back(in.groups[b]);
+        added[0].load.Add({len, 1.0});
+      }
+      for (auto& g : added) g.min_degree = MinDegree(in.cm, g.load);
+      std::vector<AllocGroup> variant_groups;
+      for (int p = 0; p < k; ++p) {
+        if (std::find(removed.begin(), removed.end(), p) == removed.end()) {
+          variant_groups.push_back(in.groups[p]);
+        }
+      }
+      variant_groups.insert(variant_groups.end(), added.begin(), added.end());
+      const double makespan = resumed.Makespan(removed, added);
+      const Allocation fresh = AllocateFast(variant_groups, n, time);
+      ++checked;
+      if (fresh.feasible && fresh.makespan_s < old.makespan_s) {
+        ++below;
+        ASSERT_EQ(makespan, fresh.makespan_s) << "seed " << seed;
+      } else {
+        ASSERT_GE(makespan, old.makespan_s) << "seed " << seed;
+      }
+    }
+  }
+  EXPECT_GT(checked, 4000);
+  EXPECT_GT(below, 400);  // the generator must exercise the exact case
 }
 
 TEST(AllocationTest, InfeasibleWhenMinDegreesExceedRanks) {

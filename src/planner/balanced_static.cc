@@ -73,7 +73,7 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
       const int j = heap[0].second;
       shares[j].push_back(i);
       share_tokens[j] += tokens_[i];
-      ReplaceHeapTop(heap, Entry{heap[0].first + work_[i], j}, std::greater<>());
+      ReplaceHeapTop(heap, Entry{heap[0].first + work_[i], j}, PairGreater());
     }
   }
   // One micro-batch count for every replica: the largest any replica needs.

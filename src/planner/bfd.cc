@@ -1,9 +1,9 @@
 #include "planner/bfd.h"
 
 #include <algorithm>
-#include <set>
 
 #include "fcp/cost_model.h"
+#include "planner/sorted_pairs.h"
 
 namespace fcp::planner {
 
@@ -17,22 +17,20 @@ std::vector<std::vector<int>> BestFitDecreasing(const std::vector<Sequence>& seq
   const double headroom = cm.mem_capacity - cm.mem_static;
   std::vector<std::vector<int>> bins;
   // (remaining activation bytes, bin id); best fit = smallest remaining >= need.
-  std::set<std::pair<double, int>> open;
+  SortedPairs open;
+  size_t hint = 0;  // the previous answer: lengths descend, so the next is near
   for (int idx : order) {
     const double need = cm.mem_per_token * static_cast<double>(seqs[idx].length_tokens);
-    auto it = open.lower_bound({need, -1});
-    if (it != open.end()) {
-      // Re-keyed in place (the node is reused: no allocation).
-      auto node = open.extract(it);
-      bins[node.value().second].push_back(idx);
-      node.value().first -= need;
-      open.insert(std::move(node));
+    const size_t it = hint = open.LowerBound(need, hint);
+    if (it < open.size()) {
+      bins[open[it].index].push_back(idx);
+      open.Rekey(it, open[it].key - need);
       continue;
     }
     const int64_t d_min = MinDegree(cm, GroupLoad::Of(seqs[idx]));
     const double capacity = static_cast<double>(d_min) * headroom;
     bins.push_back({idx});
-    open.insert({capacity - need, static_cast<int>(bins.size()) - 1});
+    open.Insert({capacity - need, static_cast<int>(bins.size()) - 1});
   }
   return bins;
 }

@@ -29,4 +29,21 @@ void ReplaceHeapTop(std::vector<T>& heap, T value, Less less) {
   heap[at] = std::move(value);
 }
 
+// std::less<> and std::greater<> on (key, index) pairs with a floating-point
+// key that is never NaN: the same order, compared directly (std::pair's
+// comparison goes through operator<=> and a partial ordering, several more
+// instructions in the planner's hottest heaps).
+struct PairLess {
+  template <class Pair>
+  bool operator()(const Pair& a, const Pair& b) const {
+    return a.first < b.first || (!(b.first < a.first) && a.second < b.second);
+  }
+};
+struct PairGreater {
+  template <class Pair>
+  bool operator()(const Pair& a, const Pair& b) const {
+    return b.first < a.first || (!(a.first < b.first) && b.second < a.second);
+  }
+};
+
 }  // namespace fcp::planner

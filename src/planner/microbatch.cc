@@ -24,7 +24,7 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
   std::vector<std::vector<int>> bins(count);
   std::vector<double> used(count, 0.0);
   using Entry = std::pair<double, int>;  // (work, bin): a min-heap, distinct keys
-  const std::greater<> heap_less;        // std heap order with the least on top
+  const PairGreater heap_less;           // std heap order with the least on top
   std::vector<Entry> heap(count);
   for (int m = 0; m < count; ++m) heap[m] = {0.0, m};  // ascending: already a heap
   std::vector<Entry> skipped;

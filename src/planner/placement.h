@@ -9,7 +9,8 @@
 
 namespace fcp::planner {
 
-// Time of group `p` if placed on [first, first + degree) (seconds).
+// Time of group `p` if placed on [first, first + degree) (seconds); a function
+// of its arguments (PlaceGroups may reuse a value instead of asking again).
 using PlacedTimeFn = std::function<double(int p, int first, int degree)>;
 
 // Returns the first rank of each group (Σ degrees <= N). Groups with d <= R are
@@ -17,7 +18,10 @@ using PlacedTimeFn = std::function<double(int p, int first, int degree)>;
 // boundary whenever that is possible; groups with d > R (multi-node anyway) are
 // laid out first from rank 0. Among this and plain sequential layouts the one
 // with the smallest max placed time wins (ties: the node-aligned one).
+// `max_placed_time`, when given, receives the winner's max over its groups of
+// placed_time (0 when there are none), so callers need not evaluate it again.
 std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& cluster,
-                             const PlacedTimeFn& placed_time);
+                             const PlacedTimeFn& placed_time,
+                             double* max_placed_time = nullptr);
 
 }  // namespace fcp::planner

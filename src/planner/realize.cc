@@ -62,11 +62,10 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int
   auto placed_time = [&](int p, int first, int degree) {
     return RingOrAllToAllS(cm, cluster, shape, groups[p].load, first, degree);
   };
-  placed = PlaceGroups(degrees, cluster, placed_time);
+  // PlaceGroups computed the makespan of the layout it chose: max from 0 over
+  // the groups in order, as here before.
   double makespan = 0;
-  for (size_t p = 0; p < groups.size(); ++p) {
-    makespan = std::max(makespan, placed_time(static_cast<int>(p), placed[p], degrees[p]));
-  }
+  placed = PlaceGroups(degrees, cluster, placed_time, &makespan);
   return makespan;
 }
 

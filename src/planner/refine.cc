@@ -4,12 +4,14 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <set>
+#include <utility>
+#include <vector>
 
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
+#include "planner/sorted_pairs.h"
 
 namespace fcp::planner {
 namespace {
@@ -55,8 +57,21 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit, int max_degree
   return max_degree + 1;
 }
 
-// Grouping meeting `tau` with at most N ranks, or empty when infeasible.
-std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
+// What TryTau found: the group of each member position, and the limit that
+// told the long members from the short ones. The lists are built only for the
+// grouping the bisection keeps (BuildGroups).
+struct TauGrouping {
+  double limit = 0;
+  int num_groups = 0;  // 0: τ not met (or no members)
+  std::vector<int> group_of;
+};
+
+bool IsShort(const DualContext& ctx, size_t pos, double limit) {
+  return ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit;
+}
+
+// Grouping meeting `tau` with at most N ranks, or num_groups 0 when infeasible.
+TauGrouping TryTau(DualContext& ctx, double tau) {
   const CostModel& cm = ctx.request.cost;
   const Cluster& cluster = ctx.request.cluster;
   const auto& seqs = ctx.request.sequences;
@@ -72,17 +87,17 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
   std::vector<Long> longs;
   // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
   // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
-  std::set<std::pair<double, int>> long_slack;
+  SortedPairs long_slack;
   int64_t ranks = 0;
-  // The group of each member position; the groups' lists are built once at
-  // the end (most calls of the bisection fail, and growing hundreds of lists
-  // one index at a time dominated the allocation).
+  // The group of each member position; the groups' lists are built only for
+  // the grouping the bisection keeps (growing hundreds of lists one index at
+  // a time dominated the allocation).
   std::vector<int> group_of(ctx.order.size(), -1);
   int num_groups = 0;
   std::vector<size_t> shorts;
   shorts.reserve(ctx.order.size());
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
-    if (ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit) {
+    if (IsShort(ctx, pos, limit)) {
       shorts.push_back(pos);
       continue;
     }
@@ -90,15 +105,17 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     const int d = FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
-    long_slack.insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
+    long_slack.Insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
                        static_cast<int>(longs.size())});
     longs.push_back({num_groups, d, load});
     group_of[pos] = num_groups++;
   }
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
   // time and memory each bin uses.
-  std::set<std::pair<double, int>> bins;
+  SortedPairs bins;
   std::vector<double> bin_mem(num_groups, 0.0), bin_time(num_groups, 0.0);
+  // The previous lookups' answers, where the next ones start.
+  size_t long_hint = 0, bin_hint = 0;
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
@@ -110,10 +127,11 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     int tries_long = 0;
     const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
     // lower_bound finds nothing when even the largest slack is below linear_s.
-    const bool may_fit_long = !long_slack.empty() && long_slack.rbegin()->first >= linear_s;
-    for (auto it = may_fit_long ? long_slack.lower_bound({linear_s, -1}) : long_slack.end();
-         it != long_slack.end() && tries_long < 8; ++it) {
-      Long& l = longs[it->second];
+    const bool may_fit_long = !long_slack.empty() && long_slack.back().key >= linear_s;
+    if (may_fit_long) long_hint = long_slack.LowerBound(linear_s, long_hint);
+    for (size_t it = may_fit_long ? long_hint : long_slack.size();
+         it < long_slack.size() && tries_long < 8; ++it) {
+      Long& l = longs[long_slack[it].index];
       ++tries_long;
       if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
           headroom * l.degree) {
@@ -123,10 +141,7 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
       load.Add(s);
       const double t = GroupTimeBestS(cm, cluster, load, l.degree);
       if (t > limit) continue;
-      // Re-keyed in place (the node is reused: no allocation).
-      auto node = long_slack.extract(it);
-      node.value().first = (limit - t) * l.degree;
-      long_slack.insert(std::move(node));
+      long_slack.Rekey(it, (limit - t) * l.degree);
       l.load = load;
       group_of[pos] = l.group;
       absorbed = true;
@@ -139,15 +154,12 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     // (best fit on the binding resource).
     const double dt = ctx.work[pos];
     const double size = std::max(dt / limit, need_mem / headroom);
-    auto it = bins.lower_bound({size, -1});
-    if (it != bins.end()) {
-      const int b = it->second;
-      auto node = bins.extract(it);
+    const size_t it = bin_hint = bins.LowerBound(size, bin_hint);
+    if (it < bins.size()) {
+      const int b = bins[it].index;
       bin_time[b] += dt;
       bin_mem[b] += need_mem;
-      node.value().first =
-          std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom);
-      bins.insert(std::move(node));
+      bins.Rekey(it, std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom));
       group_of[pos] = b;
       continue;
     }
@@ -157,21 +169,25 @@ std::vector<std::vector<int>> TryTau(DualContext& ctx, double tau) {
     group_of[pos] = num_groups++;
     bin_mem.push_back(need_mem);
     bin_time.push_back(ctx.t_one[pos]);
-    bins.insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
+    bins.Insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
                  num_groups - 1});
   }
-  // Each group lists its members in the order they joined: the long
-  // sequences (by position), then the short ones (by position).
-  std::vector<int> sizes(num_groups, 0);
-  for (int g : group_of) ++sizes[g];
-  std::vector<std::vector<int>> groups(num_groups);
-  for (int g = 0; g < num_groups; ++g) groups[g].reserve(sizes[g]);
+  return {limit, num_groups, std::move(group_of)};
+}
+
+// The groups' member lists: each lists its members in the order they joined,
+// the long sequences (by position), then the short ones (by position).
+std::vector<std::vector<int>> BuildGroups(const DualContext& ctx, const TauGrouping& found) {
+  std::vector<int> sizes(found.num_groups, 0);
+  for (int g : found.group_of) ++sizes[g];
+  std::vector<std::vector<int>> groups(found.num_groups);
+  for (int g = 0; g < found.num_groups; ++g) groups[g].reserve(sizes[g]);
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
-    if (!(ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit)) {
-      groups[group_of[pos]].push_back(ctx.order[pos]);
-    }
+    if (!IsShort(ctx, pos, found.limit)) groups[found.group_of[pos]].push_back(ctx.order[pos]);
   }
-  for (size_t pos : shorts) groups[group_of[pos]].push_back(ctx.order[pos]);
+  for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
+    if (IsShort(ctx, pos, found.limit)) groups[found.group_of[pos]].push_back(ctx.order[pos]);
+  }
   return groups;
 }
 
@@ -220,20 +236,20 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     }
     upper_s *= 2;
   }
-  std::vector<std::vector<int>> best_groups = TryTau(ctx, upper_s);
-  if (best_groups.empty()) return std::nullopt;
+  TauGrouping best = TryTau(ctx, upper_s);
+  if (best.num_groups == 0) return std::nullopt;
   double hi = upper_s, lo = std::min(lower, upper_s);
   for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
-    auto groups = TryTau(ctx, mid);
-    if (groups.empty()) {
+    TauGrouping found = TryTau(ctx, mid);
+    if (found.num_groups == 0) {
       lo = mid;
     } else {
       hi = mid;
-      best_groups = std::move(groups);
+      best = std::move(found);
     }
   }
-  return best_groups;
+  return BuildGroups(ctx, best);
 }
 
 double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
@@ -246,7 +262,11 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();
   int trials = 0;
-  std::vector<AllocGroup> trial;  // one buffer for every trial's groups
+  // A trial only matters when its makespan beats the current one, M: then
+  // the allocator resumes from every unchanged group's canonical degree for M
+  // (ResumedAllocator) with the same result.
+  std::vector<int> removed;
+  std::vector<AllocGroup> added;
   while (trials < max_trials) {
     // Bottleneck: the group at the makespan (first on ties).
     int b = 0;
@@ -275,6 +295,10 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     if (targets.size() > 4) targets.resize(4);
     targets.insert(targets.begin(), -1);
 
+    // T at the canonical degrees is group_time (computed above).
+    ResumedAllocator resumed(alloc_groups, current.degrees, group_time, cluster.num_ranks,
+                             time);
+    // best_makespan < M, and an infeasible trial (Σ d_min > N) gets +inf.
     double best_makespan = current.makespan_s * (1 - 1e-9);
     int best_mover = -1, best_target = -2;
     bool best_is_merge = false;
@@ -283,13 +307,13 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     for (int target : targets) {
       if (target < 0 || trials >= max_trials) continue;
       ++trials;
-      trial.assign(alloc_groups.begin(), alloc_groups.end());
-      for (int i : groups[b]) trial[target].load.Add(seqs[i]);
-      trial[target].min_degree = MinDegree(cm, trial[target].load);
-      trial.erase(trial.begin() + b);
-      const Allocation a = AllocateFast(trial, cluster.num_ranks, time);
-      if (a.feasible && a.makespan_s < best_makespan) {
-        best_makespan = a.makespan_s;
+      added.assign(1, alloc_groups[target]);
+      for (int i : groups[b]) added[0].load.Add(seqs[i]);
+      added[0].min_degree = MinDegree(cm, added[0].load);
+      removed = {b, target};
+      const double makespan = resumed.Makespan(removed, added);
+      if (makespan < best_makespan) {
+        best_makespan = makespan;
         best_target = target;
         best_is_merge = true;
       }
@@ -299,18 +323,21 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       for (int target : targets) {
         if (trials >= max_trials) break;
         ++trials;
-        trial.assign(alloc_groups.begin(), alloc_groups.end());
-        trial[b].load.Remove(seqs[mover]);
-        trial[b].min_degree = MinDegree(cm, trial[b].load);
+        added.assign(1, alloc_groups[b]);
+        added[0].load.Remove(seqs[mover]);
+        added[0].min_degree = MinDegree(cm, added[0].load);
+        removed.assign(1, b);
         if (target < 0) {
-          trial.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
+          added.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
         } else {
-          trial[target].load.Add(seqs[mover]);
-          trial[target].min_degree = MinDegree(cm, trial[target].load);
+          added.push_back(alloc_groups[target]);
+          added[1].load.Add(seqs[mover]);
+          added[1].min_degree = MinDegree(cm, added[1].load);
+          removed.push_back(target);
         }
-        const Allocation a = AllocateFast(trial, cluster.num_ranks, time);
-        if (a.feasible && a.makespan_s < best_makespan) {
-          best_makespan = a.makespan_s;
+        const double makespan = resumed.Makespan(removed, added);
+        if (makespan < best_makespan) {
+          best_makespan = makespan;
           best_mover = mover;
           best_target = target;
           best_is_merge = false;
