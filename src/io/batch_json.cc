@@ -450,8 +450,9 @@ BatchInput ParseBatch(io::ByteSource& source) {
           if (!set.is_array()) throw InputError(set_field, "must be an array of ranks");
           std::vector<int> ranks;
           for (size_t j = 0; j < set.size(); ++j) {
-            ranks.push_back(static_cast<int>(GetInt(set[j], set_field + "[" + std::to_string(j) + "]",
-                                                    0, std::numeric_limits<int>::max())));
+            const std::string rank_field = set_field + "[" + std::to_string(j) + "]";
+            ranks.push_back(
+                static_cast<int>(GetInt(set[j], rank_field, 0, std::numeric_limits<int>::max())));
           }
           cache.existing.push_back(std::move(ranks));
         }

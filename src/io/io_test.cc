@@ -139,8 +139,8 @@ TEST(BatchJsonTest, GradientSyncIsOptionalAndStrict) {
 
 TEST(BatchJsonTest, GroupTimeSigmaIsOptionalAndStrict) {
   EXPECT_EQ(ParseBatchJson(R"({"sequences": [1]})").request.group_time_sigma, 0);
-  EXPECT_EQ(ParseBatchJson(R"({"sequences": [1], "group_time_sigma": 0.15})").request.group_time_sigma,
-            0.15);
+  const BatchInput in = ParseBatchJson(R"({"sequences": [1], "group_time_sigma": 0.15})");
+  EXPECT_EQ(in.request.group_time_sigma, 0.15);
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": -0.1})"), "group_time_sigma");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": 3})"), "group_time_sigma");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": "0.1"})"), "group_time_sigma");

@@ -293,7 +293,8 @@ class FcpStrategy final : public Strategy {
     }
     if (request.group_time_sigma > 0) {
       if (const int k = TryFewerGroups(request, score, work_order, *plan, best_score_ms)) {
-        plan->notes["grouping"] = "at most " + std::to_string(k) + " groups per micro-batch (noise)";
+        plan->notes["grouping"] =
+            "at most " + std::to_string(k) + " groups per micro-batch (noise)";
       }
     }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
@@ -326,7 +327,9 @@ class FcpStrategy final : public Strategy {
       }
     }
     std::vector<int> position(request.sequences.size());
-    for (size_t i = 0; i < work_order.order.size(); ++i) position[work_order.order[i]] = static_cast<int>(i);
+    for (size_t i = 0; i < work_order.order.size(); ++i) {
+      position[work_order.order[i]] = static_cast<int>(i);
+    }
     for (std::vector<int>& mb : members) {
       std::sort(mb.begin(), mb.end(), [&](int a, int b) { return position[a] < position[b]; });
     }

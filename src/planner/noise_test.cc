@@ -34,6 +34,34 @@ std::string GroupsJson(Plan plan) {
   return PlanToJson(plan, -1);
 }
 
+// A random request (up to 40 sequences on 32 ranks); every third with a
+// gradient sync of half the lower bound.
+PlanRequest RandomRequestMaybeSync(uint64_t seed, uint64_t salt) {
+  std::mt19937_64 rng(seed * salt);
+  testing::RandomInstanceOptions opt;
+  opt.max_sequences = 40;
+  opt.max_ranks = 32;
+  opt.one_micro_batch_feasible = seed % 2 == 0;
+  PlanRequest req = testing::RandomRequest(rng, opt);
+  if (seed % 3 == 0) {
+    req.grad_sync = GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
+  }
+  return req;
+}
+
+// Asserts that no balanced static ring plan of `req` scores below `fcp_ms`.
+template <class Score>
+void ExpectNoStaticPlanScoresLower(const PlanRequest& req, double fcp_ms, Score&& score,
+                                   uint64_t seed) {
+  for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
+    if (req.cluster.num_ranks % cp) continue;
+    auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
+    if (!mbs) continue;
+    EstimateMicroBatches(req, *mbs);
+    ASSERT_LE(fcp_ms, score(*mbs) * (1 + 1e-9)) << "seed " << seed << " cp " << cp;
+  }
+}
+
 // One micro-batch of groups on one rank each, with these estimates (ms).
 std::vector<MicroBatchPlan> OneMicroBatch(const std::vector<double>& est_ms) {
   std::vector<MicroBatchPlan> mbs(1);
@@ -80,7 +108,8 @@ TEST(GroupNoiseTest, ExpectedMaxAgainstTheLogNormalIntegral) {
          {std::vector<double>{10}, std::vector<double>{10, 10}, std::vector<double>(16, 10),
           std::vector<double>{12, 10, 10, 9, 5, 5, 5, 1}}) {
       GroupTimeNoise noise(sigma, 4096);
-      const double mc = ExpectedStepMs(static_cast<int>(t.size()), OneMicroBatch(t), nullptr, noise);
+      const double mc =
+          ExpectedStepMs(static_cast<int>(t.size()), OneMicroBatch(t), nullptr, noise);
       const double exact = ExpectedMaxByIntegral(t, sigma);
       EXPECT_NEAR(mc, exact, 0.015 * exact) << "sigma " << sigma << " groups " << t.size();
     }
@@ -96,7 +125,7 @@ TEST(GroupNoiseTest, DrawsDependOnlyOnSampleAndGroup) {
   // whatever was drawn before; every factor has mean 1.
   GroupTimeNoise in_order(0.3, 512), backwards(0.3, 512);
   std::vector<double> late(10);
-  for (int k = 9; k >= 0; --k) late[static_cast<size_t>(k)] = backwards.Factor(5, static_cast<size_t>(k));
+  for (size_t k = 10; k-- > 0;) late[k] = backwards.Factor(5, k);
   for (size_t k = 0; k < 10; ++k) EXPECT_EQ(in_order.Factor(5, k), late[k]) << k;
   GroupTimeNoise many(0.3, 20000);
   double mean = 0;
@@ -110,16 +139,8 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
   // score no worse than any of them.
   int total = 0, differs = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
-    std::mt19937_64 rng(seed * 6151);
-    testing::RandomInstanceOptions opt;
-    opt.max_sequences = 40;
-    opt.max_ranks = 32;
-    opt.one_micro_batch_feasible = seed % 2 == 0;
-    PlanRequest req = testing::RandomRequest(rng, opt);
-    if (seed % 3 == 0) {
-      req.grad_sync = GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
-    }
-    req.group_time_sigma = 0.05 + 0.45 * std::uniform_real_distribution<double>(0, 1)(rng);
+    PlanRequest req = RandomRequestMaybeSync(seed, 6151);
+    req.group_time_sigma = 0.05 + 0.45 * static_cast<double>(seed % 10) / 9;
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
     if (fcp.status != PlanStatus::kOk) continue;
     ++total;
@@ -128,14 +149,12 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
     const double fcp_ms = ExpectedStepMs(req.cluster.num_ranks, fcp.micro_batches, sync, noise);
     ASSERT_EQ(fcp.notes.count("expected_step_ms"), 1u);
     EXPECT_NEAR(std::stod(fcp.notes.at("expected_step_ms")), fcp_ms, 1e-5 * fcp_ms) << seed;
-    for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
-      if (req.cluster.num_ranks % cp) continue;
-      auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
-      if (!mbs) continue;
-      EstimateMicroBatches(req, *mbs);
-      ASSERT_LE(fcp_ms, ExpectedStepMs(req.cluster.num_ranks, *mbs, sync, noise) * (1 + 1e-9))
-          << "seed " << seed << " cp " << cp;
-    }
+    ExpectNoStaticPlanScoresLower(
+        req, fcp_ms,
+        [&](const std::vector<MicroBatchPlan>& mbs) {
+          return ExpectedStepMs(req.cluster.num_ranks, mbs, sync, noise);
+        },
+        seed);
     PlanRequest exact = req;
     exact.group_time_sigma = 0;
     differs += GroupsJson(MakePlan(exact, {.strategy = "fcp"})) != GroupsJson(fcp);
@@ -170,15 +189,7 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
   // and can only move to another plan that creates none.
   int total = 0, differs = 0, charged_differs = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
-    std::mt19937_64 rng(seed * 3571);
-    testing::RandomInstanceOptions opt;
-    opt.max_sequences = 40;
-    opt.max_ranks = 32;
-    opt.one_micro_batch_feasible = seed % 2 == 0;
-    PlanRequest req = testing::RandomRequest(rng, opt);
-    if (seed % 3 == 0) {
-      req.grad_sync = GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
-    }
+    const PlanRequest req = RandomRequestMaybeSync(seed, 3571);
     const Plan plain = MakePlan(req, {.strategy = "fcp"});
     if (plain.status != PlanStatus::kOk) continue;
     ++total;
@@ -196,13 +207,7 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
     charged_differs += GroupsJson(fcp) != GroupsJson(plain);
     ASSERT_EQ(fcp.notes.count("step_ms"), 1u);
     EXPECT_NEAR(std::stod(fcp.notes.at("step_ms")), fcp_ms, 1e-5 * fcp_ms) << seed;
-    for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
-      if (req.cluster.num_ranks % cp) continue;
-      auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
-      if (!mbs) continue;
-      EstimateMicroBatches(req, *mbs);
-      ASSERT_LE(fcp_ms, score(*mbs) * (1 + 1e-9)) << "seed " << seed << " cp " << cp;
-    }
+    ExpectNoStaticPlanScoresLower(req, fcp_ms, score, seed);
     // Every communicator of the plain plan already exists: nothing to charge.
     PlanRequest held = charged;
     for (const MicroBatchPlan& mb : plain.micro_batches) {
@@ -226,12 +231,8 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
 }
 
 TEST(GroupNoiseTest, BadSigmaNamesTheField) {
-  PlanRequest req;
+  PlanRequest req = RandomRequestMaybeSync(1, 1);
   req.cluster = {8, 8};
-  req.cost = {.alpha1 = 1e-11, .alpha2 = 1e-6, .beta1 = 1e-3, .alpha3 = 1e5, .beta2 = 1e-4,
-              .bw_intra_node = 2e11, .bw_inter_node = 5e10, .mem_per_token = 5e5,
-              .mem_static = 2e10, .mem_capacity = 6.4e10};
-  req.sequences = {{4096, 1.0}, {8192, 1.0}};
   auto field = [&](double sigma) -> std::string {
     req.group_time_sigma = sigma;
     try {

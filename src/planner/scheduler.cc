@@ -58,7 +58,9 @@ void ValidateRequest(const PlanRequest& request) {
   }
   CheckCostModel(request.cost);
   if (request.grad_sync) CheckGradientSync(*request.grad_sync);
-  if (request.communicators) CheckCommunicatorCache(*request.communicators, request.cluster.num_ranks);
+  if (request.communicators) {
+    CheckCommunicatorCache(*request.communicators, request.cluster.num_ranks);
+  }
   if (!std::isfinite(request.group_time_sigma) || request.group_time_sigma < 0 ||
       request.group_time_sigma > kMaxGroupTimeSigma) {
     throw InputError("group_time_sigma", "must be a finite number in [0, 2]");
