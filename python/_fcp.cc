@@ -217,10 +217,22 @@ PYBIND11_MODULE(_fcp, m) {
       "make_plan_lengths",
       [](fcp::PlanRequest request, const fcp::PlanOptions& options,
          py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         std::optional<std::vector<std::vector<int>>> existing_communicators) {
         request.sequences = SequencesFromArrays(lengths, etas);
+        // The rank sets the runtime holds now (per call); what creating one
+        // costs comes with the request (Scheduler(communicators=...)).
+        if (existing_communicators) {
+          if (!request.communicators) {
+            throw fcp::InputError("existing_communicators",
+                                  "the Scheduler was made without communicators "
+                                  "(communicators={\"create_s\": S})");
+          }
+          request.communicators->existing = std::move(*existing_communicators);
+        }
         py::gil_scoped_release release;
         return fcp::MakePlan(request, options);
       },
-      py::arg("request"), py::arg("options"), py::arg("lengths"), py::arg("eta") = py::none());
+      py::arg("request"), py::arg("options"), py::arg("lengths"), py::arg("eta") = py::none(),
+      py::arg("existing_communicators") = py::none());
 }

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json as _json
 import numbers as _numbers
+import operator as _operator
 
 try:
     from . import _fcp  # noqa: F401  (C++ planner)
@@ -422,7 +423,8 @@ class Scheduler:
     ``communicators``: optional dict ``{"create_s": S, "existing": [[ranks],
     ...]}``, the communicators your runtime holds and what creating one costs
     (the input JSON's ``communicators``): ``fcp`` then charges groups on new
-    rank sets in its ranking.
+    rank sets in its ranking; ``plan(..., existing_communicators=...)`` gives
+    the sets held at each call.
 
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
@@ -459,6 +461,8 @@ class Scheduler:
         self.cluster_name = batch.cluster_name
         self.model_name = batch.model_name
         self._options = _plan_options(strategy, cp_degree, time_limit_s, seed)
+        # Whether plans charge new communicators (plan(existing_communicators=...)).
+        self.charges_communicators = communicators is not None
         self._hardware = (spec.get("hardware", batch.cluster_name) if isinstance(spec, dict)
                           else batch.cluster_name) or None
 
@@ -483,15 +487,28 @@ class Scheduler:
     def strategy(self) -> str:
         return self._options.strategy
 
-    def plan(self, lengths, eta=None):
+    def plan(self, lengths, eta=None, existing_communicators=None):
         """Plans one global batch. ``lengths``: token counts (list, tuple or
         numpy array of integers >= 1). ``eta``: optional mask factor per
-        sequence in [0, 1] (0 causal, 1 full). Returns an ``fcp.Plan``.
-        Releases the GIL while planning. Raises ValueError naming the field
-        (``sequences[i]``, ``eta``)."""
+        sequence in [0, 1] (0 causal, 1 full). ``existing_communicators``:
+        the rank sets (plan ranks) your runtime holds a communicator for now,
+        replacing the configuration's ``communicators["existing"]`` for this
+        call (the Scheduler must have been made with ``communicators``).
+        Returns an ``fcp.Plan``. Releases the GIL while planning. Raises
+        ValueError naming the field (``sequences[i]``, ``eta``,
+        ``existing_communicators``, ``communicators.existing[i][j]``)."""
         arr = _lengths_array(lengths)
         etas = None if eta is None else _eta_array(eta, arr.shape[0])
-        return _fcp.make_plan_lengths(self._request, self._options, arr, etas)
+        sets = None
+        if existing_communicators is not None:
+            try:
+                sets = [[_operator.index(r) for r in s] for s in existing_communicators]
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError("existing_communicators: must be a list of lists of ranks") \
+                    from None
+            if any(not -2 ** 31 <= r < 2 ** 31 for s in sets for r in s):
+                raise ValueError("existing_communicators: ranks out of range")
+        return _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets)
 
     def __repr__(self) -> str:
         c = self._request.cluster

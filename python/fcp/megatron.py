@@ -189,6 +189,11 @@ class CPGroupCache:
     def __len__(self) -> int:
         return len(self._mine)
 
+    def rank_sets(self) -> List[List[int]]:
+        """The plan-rank sets that have groups, in creation order (the same
+        on every rank): what the planner charges nothing to reuse."""
+        return [list(k) for k in self._mine]
+
     def get(self, plan_ranks: Sequence[int]):
         """This rank's process group for the set ``plan_ranks`` (None when the
         set has one rank or does not contain this rank). Collective on a miss."""
@@ -240,7 +245,11 @@ class FcpCPScheduler:
     check once per global batch that all ranks hold the same plan (an
     all-reduce of a digest over ``verify_group``, default the world; needs a
     CPU-capable backend such as gloo, or pass a group). ``background``: plan
-    the next batch on a worker thread while this one trains.
+    the next batch on a worker thread while this one trains. When
+    ``scheduler`` was made with ``communicators={"create_s": S}`` (what a new
+    process group costs here), every plan is told the rank sets ``cache``
+    holds when its batch is submitted, so fcp charges only groups it would
+    have to create.
 
     Two ways in:
     * :meth:`get_groups_and_subsamples` -- the call and answer format of
@@ -290,11 +299,21 @@ class FcpCPScheduler:
 
     # -- planning pipeline ---------------------------------------------------
     def _plan_now(self, lengths):
-        return self._plan_timed(lengths)[0]
+        return self._plan_timed(lengths, self._held_sets())[0]
 
-    def _plan_timed(self, lengths):
+    def _held_sets(self):
+        """The rank sets the cache holds now, when the fcp.Scheduler charges
+        new communicators (made with ``communicators={"create_s": S}``), else
+        None. Taken on the training thread, where the cache grows, so every
+        rank passes the same sets."""
+        if getattr(self.scheduler, "charges_communicators", False):
+            return self.cache.rank_sets()
+        return None
+
+    def _plan_timed(self, lengths, held=None):
         t0 = time.perf_counter()
-        plan = self.scheduler.plan(list(lengths))
+        plan = (self.scheduler.plan(list(lengths)) if held is None
+                else self.scheduler.plan(list(lengths), existing_communicators=held))
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
         if any(getattr(getattr(g, "comm", None), "name", "RING") != "RING"
@@ -310,7 +329,8 @@ class FcpCPScheduler:
         ``background``). Batches are taken back in submission order."""
         key = tuple(int(x) for x in lengths)
         if self._pool is not None:
-            self._pending.append((key, self._pool.submit(self._plan_timed, key)))
+            self._pending.append((key, self._pool.submit(self._plan_timed, key,
+                                                         self._held_sets())))
         else:
             self._pending.append((key, None))
 
@@ -324,7 +344,7 @@ class FcpCPScheduler:
         if pending_key != key:
             raise ValueError("lengths: differ from the batch submitted first")
         t0 = time.perf_counter()
-        plan, spent = fut.result() if fut is not None else self._plan_timed(key)
+        plan, spent = fut.result() if fut is not None else self._plan_timed(key, self._held_sets())
         exposed = time.perf_counter() - t0
         self.exposed_planning_s.append(exposed)
         self.planning_s.append(spent)

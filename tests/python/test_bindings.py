@@ -211,6 +211,26 @@ def test_communicators_plan_as_the_cli(tmp_path):
     assert again.plan(lengths).to_dict()["micro_batches"] == plan["micro_batches"]
 
 
+def test_existing_communicators_per_call(tmp_path):
+    # plan(existing_communicators=...) is the CLI input with those sets.
+    lengths = [65536, 16384] + [4096] * 6 + [1024] * 24 + [300] * 40
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b",
+                          communicators={"create_s": 0.05})
+    held = [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9]]
+    plan = sched.plan(lengths, existing_communicators=held).to_dict()
+    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "sequences": lengths,
+                     "communicators": {"create_s": 0.05, "existing": held}}, tmp_path)
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
+    with pytest.raises(ValueError, match=r"^communicators\.existing\[1\]\[1\]"):
+        sched.plan(lengths, existing_communicators=[[0, 1], [2, 64]])
+    with pytest.raises(ValueError, match="^existing_communicators"):
+        sched.plan(lengths, existing_communicators=[[0, "x"]])
+    with pytest.raises(ValueError, match="^existing_communicators"):
+        sched.plan(lengths, existing_communicators=[[0, 1.5]])
+    with pytest.raises(ValueError, match="^existing_communicators"):
+        fcp.Scheduler(cluster="h100-8x8").plan(lengths, existing_communicators=[[0, 1]])
+
+
 def test_infeasible_is_a_status_not_an_error():
     sched = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b")
     plan = sched.plan([1 << 30])

@@ -210,6 +210,38 @@ def test_planning_runs_off_the_training_thread():
     assert len(sched.exposed_planning_s) == 2 and len(sched.planning_s) == 2
 
 
+class _RecordingScheduler:
+    """fcp.Scheduler that charges new communicators and notes the rank sets
+    each plan call was told the cache holds."""
+
+    def __init__(self):
+        self.inner = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b",
+                                   strategy="fcp-ring", cost_model=TOY_COST,
+                                   communicators={"create_s": 0.001})
+        self.cluster = self.inner.cluster
+        self.charges_communicators = True
+        self.held = []
+
+    def plan(self, lengths, existing_communicators=None):
+        self.held.append(existing_communicators)
+        return self.inner.plan(lengths, existing_communicators=existing_communicators)
+
+
+def test_plans_are_told_the_groups_the_cache_holds():
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    rec = _RecordingScheduler()
+    sched = fm.FcpCPScheduler(rec, grid=grid, verify=False, background=False,
+                              cache=fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r))))
+    sched.assignments(sched.take(LENGTHS))
+    held_after_first = sched.cache.rank_sets()
+    assert held_after_first                                  # the first plan created groups
+    sched.take(LENGTHS[::-1])
+    assert rec.held == [[], held_after_first]
+    # A plain fcp.Scheduler (no communicators) is called as before.
+    plain = _scheduler_on(grid, [], background=False)
+    assert plain._held_sets() is None
+
+
 def test_take_checks_submission_order():
     sched = _scheduler_on(fm.RankGrid([[0, 1, 2, 3]], 0), [])
     sched.submit(LENGTHS)
