@@ -230,17 +230,22 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
   EXPECT_GT(charged_differs, 0);  // the charge must matter somewhere
 }
 
+// The field MakePlan's InputError names for `req`, or "" when it plans.
+std::string FieldOf(const PlanRequest& req) {
+  try {
+    MakePlan(req, {.strategy = "fcp"});
+  } catch (const InputError& e) {
+    return e.field();
+  }
+  return "";
+}
+
 TEST(GroupNoiseTest, BadSigmaNamesTheField) {
   PlanRequest req = RandomRequestMaybeSync(1, 1);
   req.cluster = {8, 8};
-  auto field = [&](double sigma) -> std::string {
+  auto field = [&](double sigma) {
     req.group_time_sigma = sigma;
-    try {
-      MakePlan(req, {.strategy = "fcp"});
-    } catch (const InputError& e) {
-      return e.field();
-    }
-    return "";
+    return FieldOf(req);
   };
   EXPECT_EQ(field(-0.1), "group_time_sigma");
   EXPECT_EQ(field(2.5), "group_time_sigma");
@@ -249,14 +254,9 @@ TEST(GroupNoiseTest, BadSigmaNamesTheField) {
   EXPECT_EQ(field(0.3), "");
   EXPECT_THROW(GroupTimeNoise(0.1, 0), InputError);
   req.group_time_sigma = 0;
-  auto comm_field = [&](CommunicatorCache cache) -> std::string {
+  auto comm_field = [&](CommunicatorCache cache) {
     req.communicators = cache;
-    try {
-      MakePlan(req, {.strategy = "fcp"});
-    } catch (const InputError& e) {
-      return e.field();
-    }
-    return "";
+    return FieldOf(req);
   };
   EXPECT_EQ(comm_field({.create_s = -1}), "communicators.create_s");
   EXPECT_EQ(comm_field({.create_s = std::nan("")}), "communicators.create_s");
