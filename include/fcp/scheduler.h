@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -205,6 +206,12 @@ double ExpectedStepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
 // 0 for every other.
 std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
                                             const CommunicatorCache& cache);
+// The same with the cache's rank sets sorted once (SortedRankSets), for a
+// caller that scores many plans against one cache.
+std::set<std::vector<int>> SortedRankSets(const CommunicatorCache& cache);
+std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
+                                            const std::set<std::vector<int>>& held,
+                                            double create_s);
 
 // Fills est_ms/mem_bytes of every group and est_ms (max over its groups) of
 // every micro-batch from the cost model and actual placement, and returns

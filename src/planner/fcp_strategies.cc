@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "fcp/cost_model.h"
@@ -68,12 +69,14 @@ class Scorer {
   explicit Scorer(const PlanRequest& request)
       : request_(request),
         noise_(request.group_time_sigma),
-        charge_communicators_(request.communicators && request.communicators->create_s > 0) {}
+        charge_communicators_(request.communicators && request.communicators->create_s > 0),
+        held_(charge_communicators_ ? SortedRankSets(*request.communicators)
+                                    : std::set<std::vector<int>>{}) {}
   double operator()(const Plan& plan) {
     if (noise_.sigma() > 0 || charge_communicators_) {
       const std::vector<double> delays =
           charge_communicators_
-              ? NewCommunicatorDelaysMs(plan.micro_batches, *request_.communicators)
+              ? NewCommunicatorDelaysMs(plan.micro_batches, held_, request_.communicators->create_s)
               : std::vector<double>{};
       return ExpectedStepMs(request_.cluster.num_ranks, plan.micro_batches,
                             request_.grad_sync ? &*request_.grad_sync : nullptr, noise_, delays);
@@ -91,6 +94,7 @@ class Scorer {
   const PlanRequest& request_;
   GroupTimeNoise noise_;
   bool charge_communicators_;
+  std::set<std::vector<int>> held_;  // the request's communicators, sorted once
 };
 
 // UseAllToAllWhereFaster on `plan`, which leaves with its estimates filled

@@ -14,25 +14,15 @@
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
 #include "planner/balanced_static.h"
+#include "planner/schedule_testing.h"
 #include "testing/random_batch.h"
 
 namespace fcp {
 namespace {
 
-GroupPlan Group(std::vector<int> ranks, double est_ms) {
-  GroupPlan g;
-  g.ranks = std::move(ranks);
-  g.sequences = {0};
-  g.est_ms = est_ms;
-  return g;
-}
+using testing::Group;
+using testing::GroupsJson;
 
-// The plan's groups (JSON), without notes and solver time.
-std::string GroupsJson(Plan plan) {
-  plan.notes.clear();
-  plan.solver_ms = 0;
-  return PlanToJson(plan, -1);
-}
 
 // A random request (up to 40 sequences on 32 ranks); every third with a
 // gradient sync of half the lower bound.

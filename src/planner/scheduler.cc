@@ -335,13 +335,19 @@ void CheckCommunicatorCache(const CommunicatorCache& cache, int num_ranks) {
   }
 }
 
-std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
-                                            const CommunicatorCache& cache) {
-  std::set<std::vector<int>> known;
+std::set<std::vector<int>> SortedRankSets(const CommunicatorCache& cache) {
+  std::set<std::vector<int>> held;
   for (std::vector<int> ranks : cache.existing) {
     std::sort(ranks.begin(), ranks.end());
-    known.insert(std::move(ranks));
+    held.insert(std::move(ranks));
   }
+  return held;
+}
+
+std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
+                                            const std::set<std::vector<int>>& held,
+                                            double create_s) {
+  std::set<std::vector<int>> created;  // by earlier groups of this plan
   std::vector<double> delays;
   for (const MicroBatchPlan& mb : micro_batches) {
     for (const GroupPlan& g : mb.groups) {
@@ -349,12 +355,17 @@ std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& m
       if (g.ranks.size() > 1) {
         std::vector<int> key = g.ranks;
         std::sort(key.begin(), key.end());
-        if (known.insert(std::move(key)).second) ms = 1000.0 * cache.create_s;
+        if (!held.count(key) && created.insert(std::move(key)).second) ms = 1000.0 * create_s;
       }
       delays.push_back(ms);
     }
   }
   return delays;
+}
+
+std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
+                                            const CommunicatorCache& cache) {
+  return NewCommunicatorDelaysMs(micro_batches, SortedRankSets(cache), cache.create_s);
 }
 
 GroupTimeNoise::GroupTimeNoise(double sigma, int samples) : sigma_(sigma), samples_(samples) {

@@ -11,18 +11,14 @@
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
 #include "planner/balanced_static.h"
+#include "planner/schedule_testing.h"
 #include "testing/random_batch.h"
 
 namespace fcp {
 namespace {
 
-GroupPlan Group(std::vector<int> ranks, double est_ms) {
-  GroupPlan g;
-  g.ranks = std::move(ranks);
-  g.sequences = {0};
-  g.est_ms = est_ms;
-  return g;
-}
+using testing::Group;
+using testing::GroupsJson;
 
 TEST(StepTest, StepMsAgainstAHandComputedSchedule) {
   // 4 ranks. Micro-batch 0: A on {0,1} 10 ms, B on {2,3} 4 ms; micro-batch 1:
@@ -49,12 +45,6 @@ TEST(StepTest, StepMsAgainstAHandComputedSchedule) {
                    8 + (10 + std::max(0.0, 10 - 10 - 4.0)) + 10);
 }
 
-// The plan's groups (JSON), without notes and solver time.
-std::string GroupsJson(Plan plan) {
-  plan.notes.clear();
-  plan.solver_ms = 0;
-  return PlanToJson(plan, -1);
-}
 
 // A random request with a random gradient sync: collectives from nothing to
 // several times the batch's lower bound, so that some batches are
