@@ -15,6 +15,7 @@
 
 #include "fcp/io.h"
 #include "fcp/presets.h"
+#include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 #include "fcp/version.h"
@@ -157,12 +158,28 @@ PYBIND11_MODULE(_fcp, m) {
       .def("to_json", &fcp::PlanToJson, py::arg("indent") = 2,
            "The plan as `fcp plan --format json` prints it (indent < 0: one line).");
 
+  // Learning from measured steps (fcp.Scheduler.observe).
+  py::class_<fcp::FitSample>(m, "FitSample")
+      .def_readonly("degree", &fcp::FitSample::degree)
+      .def_readonly("comm", &fcp::FitSample::comm)
+      .def_readonly("total_s", &fcp::FitSample::total_s);
+  py::class_<fcp::Recalibration>(m, "Recalibration")
+      .def_readonly("cost_model", &fcp::Recalibration::cost_model)
+      .def_readonly("scale", &fcp::Recalibration::scale)
+      .def_readonly("samples", &fcp::Recalibration::samples)
+      .def_readonly("rms_rel_before", &fcp::Recalibration::rms_rel_before)
+      .def_readonly("rms_rel_after", &fcp::Recalibration::rms_rel_after);
+  m.attr("timing_coefficients") = std::vector<std::string>(std::begin(fcp::kTimingCoefficients),
+                                                           std::end(fcp::kTimingCoefficients));
+
   py::class_<fcp::PlanRequest>(m, "PlanRequest")
       .def(py::init<>())
       .def_readwrite("cluster", &fcp::PlanRequest::cluster)
       .def_readwrite("cost", &fcp::PlanRequest::cost)
       .def_readwrite("sequences", &fcp::PlanRequest::sequences)
-      .def_readwrite("model", &fcp::PlanRequest::model);
+      .def_readwrite("model", &fcp::PlanRequest::model)
+      .def("__copy__", [](const fcp::PlanRequest& r) { return r; })
+      .def("__deepcopy__", [](const fcp::PlanRequest& r, py::dict) { return r; });
 
   py::class_<fcp::PlanOptions>(m, "PlanOptions")
       .def(py::init<>())
@@ -235,4 +252,42 @@ PYBIND11_MODULE(_fcp, m) {
       },
       py::arg("request"), py::arg("options"), py::arg("lengths"), py::arg("eta") = py::none(),
       py::arg("existing_communicators") = py::none());
+  // MeasuredGroupSamples for `plan` of `request` with its sequences replaced
+  // by the arrays.
+  m.def(
+      "measured_group_samples",
+      [](fcp::PlanRequest request,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         const fcp::Plan& plan, const std::vector<double>& group_times_s) {
+        request.sequences = SequencesFromArrays(lengths, etas);
+        return fcp::MeasuredGroupSamples(request, plan, group_times_s);
+      },
+      py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
+      py::arg("group_times_s"));
+  m.def(
+      "recalibrate",
+      [](const fcp::CostModel& prior, const std::vector<fcp::FitSample>& samples,
+         double prior_sigma, double measurement_sigma, std::optional<fcp::ModelShape> model) {
+        fcp::RecalibrationOptions options;
+        options.prior_sigma = prior_sigma;
+        options.measurement_sigma = measurement_sigma;
+        options.model = std::move(model);
+        py::gil_scoped_release release;
+        return fcp::RecalibrateCostModel(prior, samples, options);
+      },
+      py::arg("prior"), py::arg("samples"), py::arg("prior_sigma"), py::arg("measurement_sigma"),
+      py::arg("model") = py::none());
+  m.def(
+      "evaluate_plan",
+      [](fcp::PlanRequest request,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         fcp::Plan plan) {
+        request.sequences = SequencesFromArrays(lengths, etas);
+        fcp::EvaluatePlan(request, plan);
+        return plan;
+      },
+      py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
+      "The plan with every estimate recomputed under request's cost model.");
 }

@@ -47,6 +47,14 @@ int RunEvalNoise(int argc, char** argv) {
                  "plan every batch for this group-time spread (fcp ranks its candidates by the "
                  "expected step under log-normal noise of this sigma), in [0, 2]")
       ->capture_default_str();
+  app.add_option("--feedback-steps", o.feedback_steps,
+                 "before each plan, learn from this many other batches: plan them, time "
+                 "their groups in the simulator, recalibrate the coefficients (0..64)")
+      ->capture_default_str();
+  app.add_option("--prior-sigma", o.recalibration.prior_sigma,
+                 "with --feedback-steps: how far (log-normal sigma) the planner's coefficients "
+                 "are believed to be off, in (0, 2]")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--mem-headroom", o.mem_headroom,
                  "plan against this fraction less memory (planner vs simulator memory model)")

@@ -40,6 +40,10 @@ int RunEvalStudy(int argc, char** argv) {
                  "before planning) or preset (derived from the presets' hardware figures)")
       ->capture_default_str()
       ->check(CLI::IsMember({"profiled", "preset"}));
+  app.add_flag("--learn", opt.learn,
+               "every strategy learns from the steps it ran (fcp simulate --learn): the "
+               "warm-up batches and each measured batch recalibrate the coefficients for the "
+               "next");
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   opt.profiled_coefficients = coefficients == "profiled";
   opt.progress = [](const std::string& line) {

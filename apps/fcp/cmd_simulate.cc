@@ -94,6 +94,10 @@ int RunSimulate(int argc, char** argv) {
                "sync overlapped, it ranks them by step time (makespan + the sync's exposed part + "
                "the creation of communicators the run does not hold yet) and, with --noise, by "
                "its expectation");
+  app.add_flag("--learn", cfg.learn,
+               "every strategy learns from the steps it ran: after each step (warm-up "
+               "included) its coefficients are recalibrated from the group times the simulator "
+               "measured, and the next step plans with them");
   std::string plot_file, trace_file;
   app.add_option("--plot", plot_file,
                  "draw the first measured batch of every strategy (simulated timelines, one "

@@ -23,10 +23,12 @@
 #include <optional>
 #include <functional>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cost/fit.h"
+#include "fcp/scheduler.h"
 #include "fcp/types.h"
 
 namespace fcp {
@@ -99,9 +101,7 @@ std::string ProfileReportToTable(const ProfileReport& report);
 // time of both plans is SIMULATED (fcp::sim::SimulatePlan, no noise).
 // The timing coefficients `fcp eval noise` can perturb, in its draw order
 // (names as in the cost_model JSON).
-inline constexpr const char* kNoiseCoefficients[9] = {
-    "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
-    "gamma_intra", "gamma_inter", "gamma_serial"};
+inline constexpr const auto& kNoiseCoefficients = kTimingCoefficients;
 
 struct NoiseEvalOptions {
   std::string cluster = "ascend910c-4x16";
@@ -134,6 +134,12 @@ struct NoiseEvalOptions {
   // ranks by the expected step under it: a hedge that trades unperturbed
   // speed for robustness; base_step_s shows the price).
   double group_time_sigma = 0;
+  // Learning from measured steps (RecalibrateCostModel): before each plan,
+  // base and perturbed, the planner runs this many other batches of the
+  // dataset (the same ones for every plan), times their groups in the
+  // simulator and recalibrates its coefficients from them. 0: plans as given.
+  int feedback_steps = 0;
+  RecalibrationOptions recalibration;
 };
 
 struct NoiseEvalRow {
@@ -155,6 +161,20 @@ struct NoiseEvalReport {
   std::vector<NoiseEvalRow> rows;
   double wall_s = 0;
 };
+
+// Learning from measured steps: the groups of `plan` (made for `request`) as
+// they ran, for RecalibrateCostModel (cost/fit.h). `group_times_s` holds the
+// measured time (s) of every group of the plan in plan order
+// (micro_batches[0].groups, then micro_batches[1].groups, ...), e.g. the time
+// from a group's first forward to its last backward on its slowest rank.
+// A NaN entry (not measured) gives no sample.
+// Each sample carries the group's load, degree, comm kind, and the bandwidth
+// and link of its placement under request.cost. Throws
+// InputError("group_times_s") when the count is not the plan's group count,
+// ("group_times_s[i]") for a time that is not NaN and not > 0, and ("plan")
+// when the plan is not a plan of `request` (ValidatePlan). Pure function.
+std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Plan& plan,
+                                            std::span<const double> group_times_s);
 
 // Throws InputError naming the field for bad options (unknown preset/dataset,
 // counts < 1, noise outside [0, 0.95], ranks above the cluster's).

@@ -232,6 +232,13 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
                        std::span<const Sequence> sequences,
                        const SimOptions& options = {});
 
+// The run time (s) of every group of `plan` as `result` (SimulatePlan of that
+// plan) ran it: end - start of its span, the measured time a training loop
+// would report to learn from (fcp::MeasuredGroupSamples). Plan order
+// (micro_batches[0].groups, then [1], ...); NaN for a group that did not run
+// (no sequences) and for every group of an OOM result.
+std::vector<double> MeasuredGroupTimesS(const Plan& plan, const SimResult& result);
+
 // Asynchronous CPU scheduling (paper §4, "decoupling scheduling and
 // training"): the plan of step i is computed while step i-1 runs. Step 0's
 // solver time is exposed (nothing to hide behind).
@@ -317,6 +324,13 @@ struct ExperimentConfig {
   // (CalibrateMemory), as a profiled deployment would. Timing coefficients
   // are never taken from the simulator.
   bool calibrate_memory = true;
+  // Learning from measured steps (fcp simulate --learn): after every step,
+  // warm-up included, each strategy's coefficients are recalibrated
+  // (RecalibrateCostModel, default options) from the ones above with every
+  // group the strategy has run so far, timed by the simulator (noise
+  // included), and the next step plans with them. The static degree is still
+  // tuned on the warm-up batches with the coefficients above.
+  bool learn = false;
   // Progress lines (e.g. to stderr); may be empty.
   std::function<void(const std::string&)> progress;
   // Called with each strategy's first measured global batch: its plan, the

@@ -29,6 +29,8 @@ struct StudyOptions {
   // 1), once per cluster and model, as a user profiles their cluster before
   // planning; false = the presets' coefficients derived from hardware figures.
   bool profiled_coefficients = true;
+  // Every strategy learns from the steps it ran (ExperimentConfig::learn).
+  bool learn = false;
   std::function<void(const std::string&)> progress;  // may be empty
 };
 

@@ -25,6 +25,7 @@ the GIL while planning, so several threads may plan concurrently.
 
 from __future__ import annotations
 
+import copy as _copy
 import json as _json
 import numbers as _numbers
 import operator as _operator
@@ -401,6 +402,44 @@ def _eta_array(eta, n):
     return etas
 
 
+_LEARNING_DEFAULTS = {"prior_sigma": 0.2, "measurement_sigma": 0.03, "window_groups": 4096}
+
+
+def _learning_options(learning):
+    if learning is None:
+        return dict(_LEARNING_DEFAULTS)
+    if not isinstance(learning, dict):
+        raise ValueError(f"learning: must be a dict, got {type(learning).__name__}")
+    out = dict(_LEARNING_DEFAULTS)
+    for key, value in learning.items():
+        if key not in out:
+            raise ValueError(f"learning.{key}: unknown key (known: {', '.join(out)})")
+        if key == "window_groups":
+            _check_int(value, "learning.window_groups", 1, 2 ** 31 - 1)
+        elif (isinstance(value, bool) or not isinstance(value, (int, float))
+              or not 0 < value <= 2):
+            raise ValueError(f"learning.{key}: must be a number in (0, 2], got {value!r}")
+        out[key] = value
+    return out
+
+
+def _flat_group_times(plan, group_times_s):
+    counts = [len(mb.groups) for mb in plan.micro_batches]
+    try:
+        items = list(group_times_s)
+    except TypeError:
+        raise ValueError("group_times_s: must be a list of times (s)") from None
+    if items and all(isinstance(x, (list, tuple)) for x in items):
+        if [len(x) for x in items] != counts:
+            raise ValueError(f"group_times_s: needs one list per micro-batch with one time "
+                             f"per group ({counts}), got {[len(x) for x in items]}")
+        items = [t for mb in items for t in mb]
+    try:
+        return [float(t) for t in items]
+    except (TypeError, ValueError):
+        raise ValueError("group_times_s: times must be numbers (s)") from None
+
+
 class Scheduler:
     """Plans micro-batches of context-parallel groups for batches of sequences.
 
@@ -424,7 +463,11 @@ class Scheduler:
     ...]}``, the communicators your runtime holds and what creating one costs
     (the input JSON's ``communicators``): ``fcp`` then charges groups on new
     rank sets in its ranking; ``plan(..., existing_communicators=...)`` gives
-    the sets held at each call.
+    the sets held at each call. ``learning``: optional dict
+    ``{"prior_sigma": 0.2, "measurement_sigma": 0.03, "window_groups": 4096}``
+    for :meth:`observe` (how far the starting coefficients may be off, the
+    relative error of one measured group time, how many measured groups are
+    kept).
 
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
@@ -433,7 +476,8 @@ class Scheduler:
 
     def __init__(self, cluster=None, model=None, cost_model=None, strategy: str = "fcp",
                  cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0,
-                 grad_sync=None, group_time_sigma: float = 0.0, communicators=None):
+                 grad_sync=None, group_time_sigma: float = 0.0, communicators=None,
+                 learning=None):
         core = _core()
         config = {}
         spec = _cluster_spec(cluster)
@@ -465,6 +509,10 @@ class Scheduler:
         self.charges_communicators = communicators is not None
         self._hardware = (spec.get("hardware", batch.cluster_name) if isinstance(spec, dict)
                           else batch.cluster_name) or None
+        self._learning = _learning_options(learning)
+        self._prior_cost = _copy.copy(self._request.cost)  # observe() refines from it
+        self._observed = []
+        self._calibration = None
 
     @property
     def cluster(self) -> Cluster:
@@ -481,7 +529,7 @@ class Scheduler:
     @property
     def cost_model(self):
         """The resolved ``fcp.CostModel`` (a copy; SI units)."""
-        return self._request.cost
+        return _copy.copy(self._request.cost)
 
     @property
     def strategy(self) -> str:
@@ -509,6 +557,56 @@ class Scheduler:
             if any(not -2 ** 31 <= r < 2 ** 31 for s in sets for r in s):
                 raise ValueError("existing_communicators: ranks out of range")
         return _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets)
+
+    def observe(self, lengths, plan, group_times_s, eta=None) -> dict:
+        """Learns from a step that ran: the coefficients are recalibrated from
+        the ones the Scheduler was made with and every group observed so far
+        (the last ``learning["window_groups"]``), and later ``plan`` calls use
+        them (docs/planner.md "Learning from measured steps").
+
+        ``lengths``, ``eta``: the batch ``plan`` was made for. ``group_times_s``:
+        the measured time in seconds of each group, per micro-batch
+        (``[[t for g in mb.groups] for mb in plan.micro_batches]``) or flat in
+        that order; ``float("nan")`` for a group not measured. Every rank that
+        plans must observe the same times (e.g. all-gather them first), or
+        their plans diverge. Returns (and keeps as ``.calibration``) a dict:
+        ``groups`` (kept), ``scale`` (coefficient name -> factor against the
+        starting value), ``rms_rel_before`` / ``rms_rel_after`` (RMS log error
+        of the kept groups under the starting / the learnt coefficients).
+        Raises ValueError naming the field (``group_times_s``,
+        ``group_times_s[i]``, ``plan``)."""
+        times = _flat_group_times(plan, group_times_s)
+        arr = _lengths_array(lengths)
+        etas = None if eta is None else _eta_array(eta, arr.shape[0])
+        self._observed = (self._observed + _fcp.measured_group_samples(
+            self._request, arr, etas, plan, times))[-self._learning["window_groups"]:]
+        rec = _fcp.recalibrate(self._prior_cost, self._observed,
+                               self._learning["prior_sigma"],
+                               self._learning["measurement_sigma"], self._request.model)
+        # A new request, not the old one changed: a copy of this Scheduler
+        # (copy.copy, e.g. one planning on another thread) keeps what it had.
+        request = _copy.copy(self._request)
+        request.cost = rec.cost_model
+        self._request = request
+        self._calibration = {
+            "groups": rec.samples,
+            "scale": dict(zip(_fcp.timing_coefficients, rec.scale)),
+            "rms_rel_before": rec.rms_rel_before,
+            "rms_rel_after": rec.rms_rel_after,
+        }
+        return self._calibration
+
+    @property
+    def calibration(self):
+        """What the last :meth:`observe` learnt (its return value), or None."""
+        return self._calibration
+
+    def estimate(self, lengths, plan, eta=None):
+        """``plan`` with every estimate (``est_ms`` of groups, micro-batches,
+        the plan) recomputed under the Scheduler's current coefficients."""
+        arr = _lengths_array(lengths)
+        etas = None if eta is None else _eta_array(eta, arr.shape[0])
+        return _fcp.evaluate_plan(self._request, arr, etas, plan)
 
     def __repr__(self) -> str:
         c = self._request.cluster

@@ -262,8 +262,10 @@ class FcpCPScheduler:
     """
 
     def __init__(self, scheduler, grid: Optional[RankGrid] = None, cache: Optional[CPGroupCache] = None,
-                 background: bool = True, verify: bool = True, verify_group=None):
+                 background: bool = True, verify: bool = True, verify_group=None,
+                 gather_times: Optional[Callable[[List[float]], List[List[float]]]] = None):
         self.scheduler = scheduler
+        self._gather_times = gather_times or _all_gather_times
         self.grid = grid if grid is not None else RankGrid.from_parallel_state()
         n = int(scheduler.cluster.num_ranks)
         if n != self.grid.size:
@@ -310,10 +312,17 @@ class FcpCPScheduler:
             return self.cache.rank_sets()
         return None
 
-    def _plan_timed(self, lengths, held=None):
+    def _planner_now(self):
+        """The fcp.Scheduler as it is now: a copy when it can learn
+        (:meth:`observe`), so that a plan on the worker thread uses the
+        coefficients of the moment it was submitted, the same on every rank."""
+        return copy.copy(self.scheduler) if hasattr(self.scheduler, "observe") else self.scheduler
+
+    def _plan_timed(self, lengths, held=None, planner=None):
+        planner = planner or self.scheduler
         t0 = time.perf_counter()
-        plan = (self.scheduler.plan(list(lengths)) if held is None
-                else self.scheduler.plan(list(lengths), existing_communicators=held))
+        plan = (planner.plan(list(lengths)) if held is None
+                else planner.plan(list(lengths), existing_communicators=held))
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
         if any(getattr(getattr(g, "comm", None), "name", "RING") != "RING"
@@ -330,7 +339,7 @@ class FcpCPScheduler:
         key = tuple(int(x) for x in lengths)
         if self._pool is not None:
             self._pending.append((key, self._pool.submit(self._plan_timed, key,
-                                                         self._held_sets())))
+                                                         self._held_sets(), self._planner_now())))
         else:
             self._pending.append((key, None))
 
@@ -353,6 +362,32 @@ class FcpCPScheduler:
         if self.verify:
             self._check_agreement(plan)
         return plan
+
+    def observe(self, plan, lengths: Sequence[int], my_times_s: Sequence[float]) -> dict:
+        """Learns from a global batch that ran (``fcp.Scheduler.observe``).
+
+        ``my_times_s``: this rank's time (s) in each micro-batch of ``plan``
+        (NaN where it was idle or not measured). Every rank's list is gathered
+        (one all-gather over the world; ``gather_times`` replaces it), each
+        group's time is the slowest of its ranks over every TP x PP coordinate,
+        and the fcp.Scheduler recalibrates its coefficients from them. Batches
+        submitted after this call plan with what was learnt; one already
+        submitted keeps the coefficients it started with. Collective; call it
+        at the same point on every rank. Returns the Scheduler's calibration."""
+        mine = [float(t) for t in my_times_s]
+        if len(mine) != len(plan.micro_batches):
+            raise ValueError(f"my_times_s: needs one time per micro-batch "
+                             f"({len(plan.micro_batches)}), got {len(mine)}")
+        by_rank = self._gather_times(mine)
+        times = []
+        for j, mb in enumerate(plan.micro_batches):
+            row = []
+            for g in mb.groups:
+                seen = [by_rank[coord[p]][j] for coord in self.grid.coordinates
+                        for p in g.ranks if by_rank[coord[p]][j] == by_rank[coord[p]][j]]
+                row.append(max(seen) if seen else float("nan"))
+            times.append(row)
+        return self.scheduler.observe(list(lengths), plan, times)
 
     def _check_agreement(self, plan) -> None:
         import torch
@@ -385,6 +420,21 @@ class FcpCPScheduler:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _all_gather_times(mine: List[float]) -> List[List[float]]:
+    """Every global rank's list (all the same length), by global rank."""
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return [mine]
+    device = torch.device("cpu")
+    if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    t = torch.tensor(mine, dtype=torch.float64, device=device)
+    rows = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, t)
+    return [r.tolist() for r in rows]
 
 
 # --------------------------------------------------------------------------- data path
@@ -486,6 +536,9 @@ class FcpMegatronLoader:
         self.scheduler = scheduler
         self.packer = packer or MicroBatchPacker()
         self._batches = iter(batches)
+        self._current = None  # (batch, plan, steps) of the batch handed out last
+        self._stamps: List[object] = []  # when each of its micro-batches was handed out
+        self._end = None
         self._next: Optional[GlobalBatch] = self._read_ahead()
 
     def _read_ahead(self) -> Optional[GlobalBatch]:
@@ -505,11 +558,71 @@ class FcpMegatronLoader:
         plan = self.scheduler.take(batch.lengths)
         self._next = self._read_ahead()   # plan i+1 while i trains
         steps = self.scheduler.assignments(plan)
+        self._current, self._stamps, self._end = (batch, plan, steps), [], None
         return self._micro_batches(batch, steps), len(steps)
+
+    # -- learning from the steps that ran -------------------------------------
+    def _stamp(self):
+        """Now, on the device's stream (a CUDA event) or the host clock."""
+        import torch
+        if torch.cuda.is_available() and torch.device(self.packer.device or "cpu").type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def mark_end(self) -> None:
+        """Marks the end of the last micro-batch's backward. Call it from
+        Megatron's ``config.finalize_model_grads_func`` (see
+        :meth:`finalize_model_grads_hook`) or right after
+        ``forward_backward_func`` returns."""
+        self._end = self._stamp()
+
+    def finalize_model_grads_hook(self, finalize):
+        """Wraps Megatron's ``finalize_model_grads`` (set the result as
+        ``config.finalize_model_grads_func``) so that the last micro-batch
+        ends before the gradient reduction, not after it."""
+        def wrapped(*args, **kwargs):
+            self.mark_end()
+            return finalize(*args, **kwargs)
+        return wrapped
+
+    def micro_batch_times(self) -> List[float]:
+        """This rank's time (s) in each micro-batch of the batch handed out
+        last: from the hand-out of one micro-batch to the next (the last to
+        :meth:`mark_end`); NaN where the rank was idle. Assumes Megatron's
+        schedule without pipeline parallelism (forward and backward of one
+        micro-batch before the next is taken); with PP pass your own times to
+        :meth:`observe`. Synchronizes the device once."""
+        if self._current is None:
+            raise RuntimeError("micro_batch_times: no batch has been handed out")
+        steps = self._current[2]
+        if len(self._stamps) != len(steps) or self._end is None:
+            raise RuntimeError("micro_batch_times: the batch has not finished (every micro-batch "
+                               "taken and mark_end() called)")
+        marks = self._stamps + [self._end]
+        if not isinstance(self._end, float):
+            self._end.synchronize()
+            seconds = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        else:
+            seconds = [b - a for a, b in zip(marks, marks[1:])]
+        return [t if a.sequences else float("nan") for t, a in zip(seconds, steps)]
+
+    def observe(self, my_times_s: Optional[Sequence[float]] = None) -> dict:
+        """The fcp.Scheduler learns from the batch handed out last
+        (:meth:`FcpCPScheduler.observe`): ``my_times_s`` default
+        :meth:`micro_batch_times`. Collective; batches read ahead after this
+        call plan with what was learnt. Returns the Scheduler's calibration."""
+        if self._current is None:
+            raise RuntimeError("observe: no batch has been handed out")
+        batch, plan, _ = self._current
+        times = self.micro_batch_times() if my_times_s is None else my_times_s
+        return self.scheduler.observe(plan, batch.lengths, times)
 
     def _micro_batches(self, batch: GlobalBatch, steps: List[Assignment]):
         like = None
         for a in steps:
+            self._stamps.append(self._stamp())
             if a.sequences:
                 samples = [batch.get_sample(i) for i in a.sequences]
                 like = samples[0]

@@ -1141,6 +1141,43 @@ def per_token_loss(token_losses: torch.Tensor, global_num_tokens: int,
     return loss
 
 
+def group_times(plan, my_times_s: Sequence[float], group=None,
+                device: Optional[torch.device] = None) -> List[List[float]]:
+    """Each group's measured time (s) for ``fcp.Scheduler.observe``.
+
+    ``my_times_s``: this rank's time in each micro-batch of ``plan`` (e.g. from
+    its group's first forward to its last backward, with CUDA events), NaN
+    where the rank is idle. Gathers every rank's list over ``group`` (default
+    world, whose ranks must be the plan's ranks in order; one all-gather on
+    ``device``) and returns, per micro-batch, the time of each of its groups:
+    the slowest of the group's ranks (NaN when none of them measured).
+    Every rank gets the same lists, so every rank learns the same
+    coefficients. Collective; without a process group ``my_times_s`` are the
+    times of every rank (a one-rank world). Raises ValueError when the count
+    is not the plan's micro-batch count."""
+    groups = plan_groups(plan)
+    mine = [float(t) for t in my_times_s]
+    if len(mine) != len(groups):
+        raise ValueError(f"my_times_s: needs one time per micro-batch ({len(groups)}), "
+                         f"got {len(mine)}")
+    if dist.is_initialized():
+        dev = torch.device(device) if device is not None else _collective_device(group)
+        t = torch.tensor(mine, dtype=torch.float64, device=dev)
+        rows = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(rows, t, group=group)
+        by_rank = [row.tolist() for row in rows]
+    else:
+        by_rank = [mine]
+    out = []
+    for j, mb in enumerate(groups):
+        times = []
+        for ranks in mb:
+            seen = [by_rank[r][j] for r in ranks if r < len(by_rank) and not math.isnan(by_rank[r][j])]
+            times.append(max(seen) if seen else float("nan"))
+        out.append(times)
+    return out
+
+
 def reduce_gradients(parameters: Iterable[torch.Tensor], group=None) -> None:
     """Collective: sums every parameter's gradient over ``group`` (default
     world), once per global batch. A parameter without a gradient (a rank idle

@@ -19,9 +19,11 @@
 // FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +38,10 @@ struct FitSample {
   int degree = 1;        // d >= 1
   double bw_bytes_per_s = 1;  // v used for this group's placement
   Link link = Link::kIntraNode;  // which step latency (gamma) the placement pays
+  // Ring samples follow T(G, d); an all-to-all (Ulysses) sample follows
+  // AllToAllGroupTimeS with bw_bytes_per_s its per-rank all-to-all bandwidth.
+  // FitCostCoefficients takes ring samples only.
+  CommKind comm = CommKind::kRing;
   double compute_s = std::numeric_limits<double>::quiet_NaN();  // measured Tcp
   double comm_s = std::numeric_limits<double>::quiet_NaN();     // measured Tcm (d > 1)
   double total_s = std::numeric_limits<double>::quiet_NaN();    // measured T
@@ -97,5 +103,52 @@ struct HeldoutReport {
 };
 HeldoutReport EvaluateRelativeError(const CostModel& cm,
                                     std::span<const FitSample> samples);
+
+// The nine timing coefficients of the cost model (names as in the cost_model
+// JSON); memory and bandwidths are not among them.
+inline constexpr const char* kTimingCoefficients[9] = {
+    "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
+    "gamma_intra", "gamma_inter", "gamma_serial"};
+// Pointers to those fields of `cm`, in kTimingCoefficients' order.
+std::array<double*, 9> TimingCoefficientFields(CostModel& cm);
+
+// Learning from measured steps (docs/planner.md "Learning from measured
+// steps"). The coefficients the planner starts with are a prior; group times
+// measured while training refine them. Each timing coefficient c_k becomes
+// c_k·exp(theta_k) with theta_k ~ N(0, prior_sigma²) a priori, and each
+// measured total T_i carries log-normal error of measurement_sigma (the
+// model's own error included). The result is the maximum a posteriori theta:
+//   min  Σ_i (ln T̂_i(theta) - ln T_i)² / measurement_sigma²
+//      + Σ_k theta_k² / prior_sigma²
+// by Levenberg-Marquardt. A coefficient that no sample moves (a zero one, or a
+// ring term where every transfer hides behind attention) keeps its prior
+// value, so a few steps suffice where a fresh fit (FitCostCoefficients) would
+// be unidentified.
+struct RecalibrationOptions {
+  double prior_sigma = 0.2;         // > 0: how far off the start coefficients may be
+  double measurement_sigma = 0.03;  // > 0: relative error of one measured group time
+  int max_iterations = 50;
+  // The model's head counts, needed to predict all-to-all samples.
+  std::optional<ModelShape> model;
+};
+
+struct Recalibration {
+  CostModel cost_model;            // `prior` with the nine timing coefficients rescaled
+  std::array<double, 9> scale{};   // c_k / prior c_k, kTimingCoefficients' order
+  int samples = 0;                 // measured groups used
+  double rms_rel_before = 0;       // RMS of ln(T̂/T) under the prior
+  double rms_rel_after = 0;        // ... under cost_model
+};
+
+// `measured`: groups as they ran (load, degree, the bandwidth and link of
+// their placement) with total_s, the measured T(G, d) in seconds; other times
+// are ignored. No samples: the prior comes back unchanged. Throws
+// InputError("samples[i]") for a sample without a positive finite total_s, a
+// degree < 1, zero load or bandwidth, an all-to-all sample without
+// options.model; ("prior_sigma"), ("measurement_sigma")
+// unless > 0 and finite. Pure function.
+Recalibration RecalibrateCostModel(const CostModel& prior,
+                                   std::span<const FitSample> measured,
+                                   const RecalibrationOptions& options = {});
 
 }  // namespace fcp

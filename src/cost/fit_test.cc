@@ -214,5 +214,100 @@ TEST(FitTest, RejectsBadSamples) {
   }
 }
 
+// RecalibrateCostModel (learning from measured steps).
+
+// Every timing coefficient of `cm` times the matching factor.
+CostModel Scaled(CostModel cm, const std::array<double, 9>& factors) {
+  const std::array<double*, 9> fields = TimingCoefficientFields(cm);
+  for (int k = 0; k < 9; ++k) *fields[k] *= factors[k];
+  return cm;
+}
+
+// With data far more precise than the prior, the recalibrated model predicts
+// what the true one does, from a prior 15-25 % off in every coefficient.
+TEST(RecalibrationTest, LearnsTheTruthFromExactTimes) {
+  CostModel truth = Truth();
+  truth.attn_overhead_tokens = 300;
+  truth.gamma_intra = 2e-5;
+  truth.gamma_serial = 1e-5;
+  const std::array<double, 9> off = {1.2, 0.8, 1.25, 0.85, 1.15, 0.8, 1.2, 1.0, 0.75};
+  const CostModel prior = Scaled(truth, off);
+  const auto samples = Grid(truth, 0.0, 1, /*split_times=*/false);
+  const Recalibration r =
+      RecalibrateCostModel(prior, samples, {.prior_sigma = 0.3, .measurement_sigma = 1e-4});
+  EXPECT_EQ(r.samples, static_cast<int>(samples.size()));
+  EXPECT_GT(r.rms_rel_before, 0.05);
+  EXPECT_LT(r.rms_rel_after, 1e-3);
+  for (const FitSample& s : samples)
+    EXPECT_NEAR(PredictTotalS(r.cost_model, s) / s.total_s, 1.0, 2e-3) << s.label;
+  // The two work coefficients are pinned down by the grid: their scales undo the error.
+  EXPECT_NEAR(r.scale[0] * off[0], 1.0, 5e-3);
+  EXPECT_NEAR(r.scale[1] * off[1], 1.0, 5e-3);
+  EXPECT_EQ(r.cost_model.mem_per_token, prior.mem_per_token);
+}
+
+// One coefficient, closed form: with T̂_i = c·e^θ·x_i the log residuals are
+// θ - m_i, m_i = ln(T_i / (c·x_i)), so the MAP is
+// θ = (Σ m_i / σm²) / (n / σm² + 1 / σp²).
+TEST(RecalibrationTest, MatchesTheClosedFormMapForOneCoefficient) {
+  CostModel cm;
+  cm.alpha2 = 3e-6;  // only linear work: T = alpha2 · Σs (d = 1)
+  cm.alpha1 = cm.beta1 = cm.alpha3 = cm.beta2 = 0;
+  std::vector<FitSample> samples;
+  const double factors[] = {1.3, 1.1, 1.25, 0.95};
+  double sum_m = 0;
+  for (int i = 0; i < 4; ++i) {
+    FitSample s;
+    s.load.Add(Sequence{1000 * (i + 1), 0.0});
+    s.total_s = cm.alpha2 * s.load.sum_tokens * factors[i];
+    sum_m += std::log(factors[i]);
+    samples.push_back(s);
+  }
+  const double sp = 0.2, sm = 0.05;
+  const Recalibration r =
+      RecalibrateCostModel(cm, samples, {.prior_sigma = sp, .measurement_sigma = sm});
+  const double theta = (sum_m / (sm * sm)) / (4 / (sm * sm) + 1 / (sp * sp));
+  EXPECT_NEAR(std::log(r.scale[1]), theta, 1e-6);
+  EXPECT_NEAR(r.cost_model.alpha2, cm.alpha2 * std::exp(theta), 1e-6 * cm.alpha2);
+}
+
+// Coefficients that no sample moves keep their prior values; no samples at all
+// give the prior back.
+TEST(RecalibrationTest, UnidentifiedCoefficientsKeepThePrior) {
+  const CostModel truth = Truth();
+  const CostModel prior = Scaled(truth, {1.2, 0.8, 1.1, 1.3, 0.7, 1, 1, 1, 1});
+  std::vector<FitSample> single_rank;
+  for (const FitSample& s : Grid(truth, 0.01, 3, false))
+    if (s.degree == 1) single_rank.push_back(s);
+  const Recalibration r = RecalibrateCostModel(prior, single_rank);
+  EXPECT_EQ(r.cost_model.alpha3, prior.alpha3);
+  EXPECT_EQ(r.cost_model.beta2, prior.beta2);
+  EXPECT_LT(r.rms_rel_after, r.rms_rel_before);
+
+  const Recalibration none = RecalibrateCostModel(prior, {});
+  EXPECT_EQ(none.samples, 0);
+  for (double f : none.scale) EXPECT_EQ(f, 1.0);
+  EXPECT_EQ(none.cost_model.alpha1, prior.alpha1);
+}
+
+TEST(RecalibrationTest, RejectsBadInputNamingTheField) {
+  auto samples = Grid(Truth(), 0.0, 1, false);
+  auto field_of = [&](const RecalibrationOptions& o) {
+    try {
+      RecalibrateCostModel(Truth(), samples, o);
+    } catch (const InputError& e) {
+      return e.field();
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(field_of({.prior_sigma = 0}), "prior_sigma");
+  EXPECT_EQ(field_of({.measurement_sigma = -1}), "measurement_sigma");
+  EXPECT_EQ(field_of({.prior_sigma = NAN}), "prior_sigma");
+  samples[2].total_s = std::nan("");
+  EXPECT_EQ(field_of({}), "samples[2]");
+  samples[2].total_s = 0;
+  EXPECT_EQ(field_of({}), "samples[2]");
+}
+
 }  // namespace
 }  // namespace fcp

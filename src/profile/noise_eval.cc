@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -38,6 +39,29 @@ std::vector<int> DegreeMultiset(const Plan& plan) {
   return d;
 }
 
+// The plan for `req` after `feedback` steps of learning: each step is planned
+// with the coefficients learnt so far and its groups measured; the
+// coefficients are then recalibrated from req.cost with every group measured.
+Plan PlanAfterFeedback(const sim::HardwareModel& hw, PlanRequest req, const PlanOptions& popt,
+                       const std::vector<std::vector<Sequence>>& feedback,
+                       const RecalibrationOptions& recalibration) {
+  const CostModel start = req.cost;
+  RecalibrationOptions options = recalibration;
+  options.model = req.model;
+  std::vector<FitSample> measured;
+  for (const auto& batch : feedback) {
+    PlanRequest step = req;
+    step.sequences = batch;
+    const Plan plan = MakePlan(step, popt);
+    if (plan.status != PlanStatus::kOk) continue;
+    const std::vector<FitSample> groups = MeasuredGroupSamples(
+        step, plan, sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
+    measured.insert(measured.end(), groups.begin(), groups.end());
+    req.cost = RecalibrateCostModel(start, measured, options).cost_model;
+  }
+  return MakePlan(req, popt);
+}
+
 }  // namespace
 
 NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
@@ -54,6 +78,10 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     throw InputError("mem_headroom", "must be in [0, 0.5)");
   if (!(o.group_time_sigma >= 0 && o.group_time_sigma <= kMaxGroupTimeSigma))
     throw InputError("group_time_sigma", "must be in [0, 2]");
+  if (o.feedback_steps < 0 || o.feedback_steps > 64)
+    throw InputError("feedback_steps", "must be in [0, 64]");
+  if (!(o.recalibration.prior_sigma > 0 && o.recalibration.prior_sigma <= 2))
+    throw InputError("prior_sigma", "must be in (0, 2]");
   if (o.rank_counts.empty()) throw InputError("ranks", "need at least one rank count");
   for (size_t i = 0; i < o.rank_counts.size(); ++i)
     if (o.rank_counts[i] < 1 || o.rank_counts[i] > cluster->num_ranks)
@@ -98,6 +126,12 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     PlanOptions popt;
     popt.strategy = o.strategy;
     popt.seed = o.seed;
+    // The steps the planner learns from before each measured plan: the same
+    // batches for the base and every perturbed plan.
+    std::vector<std::vector<Sequence>> feedback;
+    for (int k = 0; k < o.feedback_steps; ++k)
+      feedback.push_back(
+          SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + 900001 + k));
     // Base plans and their simulated times, per batch.
     std::vector<std::vector<Sequence>> batches;
     std::vector<std::vector<int>> base_degrees;
@@ -105,7 +139,7 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     for (int b = 0; b < o.batches; ++b) {
       PlanRequest req = base_req;
       req.sequences = SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + b);
-      const Plan plan = MakePlan(req, popt);
+      const Plan plan = PlanAfterFeedback(hw, req, popt, feedback, o.recalibration);
       if (plan.status != PlanStatus::kOk) continue;  // no feasible plan at all
       const sim::SimResult sr = sim::SimulatePlan(hw, plan, req.sequences);
       if (sr.oom) continue;
@@ -128,16 +162,14 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
           // The timing coefficients, the v2 terms included (memory is not
           // perturbed: a wrong memory model is an OOM, not a slowdown), in
           // kNoiseCoefficients' order; one draw per coefficient per trial in any case.
-          double* coefs[std::size(kNoiseCoefficients)] = {
-              &req.cost.alpha1,      &req.cost.alpha2,      &req.cost.beta1,
-              &req.cost.alpha3,      &req.cost.beta2,       &req.cost.attn_overhead_tokens,
-              &req.cost.gamma_intra, &req.cost.gamma_inter, &req.cost.gamma_serial};
+          const std::array<double*, std::size(kNoiseCoefficients)> coefs =
+              TimingCoefficientFields(req.cost);
           double factors[std::size(kNoiseCoefficients)];
           for (double& f : factors) f = 1.0 + p * (2.0 * rng.Uniform() - 1.0);
           for (size_t c = 0; c < std::size(kNoiseCoefficients); ++c) {
             if (perturbed[c]) *coefs[c] *= o.common_factor ? factors[0] : factors[c];
           }
-          const Plan plan = MakePlan(req, popt);
+          const Plan plan = PlanAfterFeedback(hw, req, popt, feedback, o.recalibration);
           double change = 0;
           bool match = false;
           if (plan.status == PlanStatus::kOk) {
@@ -183,6 +215,8 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
   j["perturb"] = r.options.perturb;
   j["common_factor"] = r.options.common_factor;
   j["group_time_sigma"] = r.options.group_time_sigma;
+  j["feedback_steps"] = r.options.feedback_steps;
+  j["prior_sigma"] = r.options.recalibration.prior_sigma;
   j["times"] = "simulated";
   j["base_cost_model"] = nlohmann::ordered_json::parse(CostModelToJson(r.base, -1));
   j["rows"] = nlohmann::ordered_json::array();
@@ -211,13 +245,17 @@ std::string NoiseEvalToTable(const NoiseEvalReport& r) {
   out << fmt::format(
       "fcp eval noise: {} on {} ({}), {} batches x {} sequences, {} perturbations each; "
       "strategy {}\nstep times SIMULATED; {} x (1 + U[-p, p]) {}, seed {}; planner "
-      "memory headroom {:.0f}%; group_time_sigma {:g}\n\n",
+      "memory headroom {:.0f}%; group_time_sigma {:g}{}\n\n",
       r.options.model, r.options.cluster, r.options.dataset, r.options.batches,
       r.options.batch_sequences, r.options.trials, r.options.strategy,
       r.options.perturb.size() == std::size(kNoiseCoefficients) ? std::string("coefficients")
                                     : fmt::format("{}", fmt::join(r.options.perturb, ",")),
       r.options.common_factor ? "by one common factor" : "each", r.options.seed,
-      100 * r.options.mem_headroom, r.options.group_time_sigma);
+      100 * r.options.mem_headroom, r.options.group_time_sigma,
+      r.options.feedback_steps == 0
+          ? std::string()
+          : fmt::format("; each plan after {} feedback steps (prior sigma {:g})",
+                        r.options.feedback_steps, r.options.recalibration.prior_sigma));
   out << fmt::format("{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} {:>9} | {:>11} {:>11}\n",
                      "ranks", "noise", "batches", "plans", "CP match", "time/step", "worst",
                      "base_s", "paper time", "paper match");

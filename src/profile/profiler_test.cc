@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <tuple>
+#include <vector>
+
 #include "fcp/io.h"
 #include "fcp/presets.h"
+#include "fcp/scheduler.h"
 #include "profile/cpu_info.h"
 
 namespace fcp {
@@ -172,6 +177,92 @@ TEST(NoiseEvalTest, PerturbSelectsCoefficients) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "perturb[1]");
   }
+}
+
+// Feedback: with no coefficient error the base plans and every "perturbed"
+// plan learn from the same steps alike, so nothing changes; learning keeps
+// the zero-noise rows exact and the options are checked.
+TEST(NoiseEvalTest, FeedbackStepsLearnAlikeAndAreChecked) {
+  NoiseEvalOptions o = TinyNoise();
+  o.feedback_steps = 2;
+  for (const auto& row : RunNoiseEval(o).rows) {
+    if (row.noise != 0.0) continue;
+    EXPECT_EQ(row.cp_match, 1.0) << row.ranks;
+    EXPECT_EQ(row.time_change_mean, 0.0) << row.ranks;
+  }
+  const auto j = nlohmann::json::parse(NoiseEvalToJson(RunNoiseEval(o)));
+  EXPECT_EQ(j["feedback_steps"], 2);
+  for (auto [steps, sigma, field] : {std::tuple{65, 0.2, "feedback_steps"},
+                                     std::tuple{-1, 0.2, "feedback_steps"},
+                                     std::tuple{1, 0.0, "prior_sigma"}}) {
+    o.feedback_steps = steps;
+    o.recalibration.prior_sigma = sigma;
+    try {
+      RunNoiseEval(o);
+      ADD_FAILURE() << field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), field);
+    }
+  }
+}
+
+// MeasuredGroupSamples against the cost model's own placement rules: the
+// link is intra-node only when every rank is on one node, the bandwidth is
+// the link's (ring) or the all-to-all bandwidth of those ranks; a NaN time
+// gives no sample.
+TEST(LearnTest, MeasuredGroupSamplesFollowThePlacement) {
+  PlanRequest req;
+  req.cluster = Cluster{16, 8};
+  req.cost.bw_intra_node = 100e9;
+  req.cost.bw_inter_node = 20e9;
+  req.sequences = {{8192, 0.0}, {4096, 1.0}, {1000, 0.0}, {2000, 0.0}, {500, 0.0}};
+  Plan plan;
+  plan.num_ranks = 16;
+  MicroBatchPlan mb;
+  auto group = [](std::vector<int> ranks, std::vector<int> seqs, CommKind comm) {
+    GroupPlan g;
+    g.ranks = std::move(ranks);
+    g.sequences = std::move(seqs);
+    g.comm = comm;
+    return g;
+  };
+  mb.groups = {group({0, 1, 2, 3}, {0}, CommKind::kRing),
+               group({6, 7, 8, 9}, {1}, CommKind::kRing),
+               group({10, 11, 12, 13}, {2, 3}, CommKind::kAllToAll),
+               group({14}, {4}, CommKind::kRing)};
+  plan.micro_batches = {mb};
+  EvaluatePlan(req, plan);
+  const std::vector<double> times = {0.5, 0.25, 0.125, std::nan("")};
+  const std::vector<FitSample> s = MeasuredGroupSamples(req, plan, times);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].link, Link::kIntraNode);
+  EXPECT_EQ(s[0].bw_bytes_per_s, 100e9);
+  EXPECT_EQ(s[0].load.sum_tokens, 8192);
+  EXPECT_EQ(s[1].link, Link::kInterNode);
+  EXPECT_EQ(s[1].bw_bytes_per_s, 20e9);
+  EXPECT_EQ(s[1].load.sum_attn, 2.0 * 4096 * 4096);
+  EXPECT_EQ(s[2].comm, CommKind::kAllToAll);
+  EXPECT_EQ(s[2].bw_bytes_per_s,
+            AllToAllBandwidthOnRanks(req.cost, req.cluster, std::vector<int>{10, 11, 12, 13}));
+  EXPECT_EQ(s[2].load.sum_tokens, 3000);
+  EXPECT_EQ(s[0].total_s, 0.5);
+  EXPECT_EQ(s[2].total_s, 0.125);
+  EXPECT_EQ(s[2].degree, 4);
+
+  auto field_of = [&](std::vector<double> t, const Plan& p) {
+    try {
+      MeasuredGroupSamples(req, p, t);
+    } catch (const InputError& e) {
+      return e.field();
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(field_of({0.5, 0.25}, plan), "group_times_s");
+  EXPECT_EQ(field_of({0.5, -1, 0.1, 0.1}, plan), "group_times_s[1]");
+  EXPECT_EQ(field_of({0.5, 0.25, INFINITY, 0.1}, plan), "group_times_s[2]");
+  Plan lost = plan;
+  lost.micro_batches[0].groups[3].sequences.clear();  // sequence 4 in no group
+  EXPECT_EQ(field_of(times, lost), "plan");
 }
 
 TEST(CpuInfoTest, DerivesPeakFromFlags) {

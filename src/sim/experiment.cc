@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fcp/datasets.h"
 #include "fcp/presets.h"
+#include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
 #include "sim/step_totals.h"
@@ -99,12 +101,15 @@ struct StepRun {
 
 // `setting_value` forces the strategy's main setting (`setting`); 0 lets the
 // strategy tune it per batch.
+// `learnt`: the coefficients learnt from the steps before (ExperimentConfig::
+// learn), else null (setup.base's).
 StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::string& strategy,
                 Setting setting, int64_t setting_value, size_t step,
-                std::set<std::vector<int>>* cache) {
+                std::set<std::vector<int>>* cache, const CostModel* learnt = nullptr) {
   StepRun run;
   PlanRequest req = setup.base;
   req.sequences = setup.batches[step].seqs;
+  if (learnt) req.cost = *learnt;
   if (cache && cfg.planner_communicators) {
     req.communicators = CommunicatorCache{setup.hw.group_create_s, {cache->begin(), cache->end()}};
   }
@@ -163,7 +168,11 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   const double planner_noise = cfg.planner_noise < 0 ? cfg.noise_rel : cfg.planner_noise;
   if (!std::isfinite(cfg.planner_noise) || planner_noise > kMaxGroupTimeSigma) {
     throw InputError(cfg.planner_noise < 0 ? "noise" : "planner_noise",
-                     "the planners take a group-time sigma in [0, 2]");
+                     cfg.planner_noise < 0
+                         ? "the planners are told it and take a group-time sigma in [0, 2]; to "
+                           "simulate more noise, tell them less (fcp simulate --planner-noise, "
+                           "ExperimentConfig::planner_noise)"
+                         : "the planners take a group-time sigma in [0, 2]");
   }
   if (cfg.strategies.empty()) throw InputError("strategies", "empty list");
   if (cfg.cp_degree < 0) throw InputError("cp", "must be >= 1 (0 = tune)");
@@ -354,9 +363,12 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
     std::set<std::vector<int>> cache;
     StepTotals totals;
     double prev_iter_s = 0;  // the step before (warmup included): hides the solver
+    std::vector<FitSample> measured;  // cfg.learn: every group run so far
+    std::optional<CostModel> learnt;
     for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
       const int before = static_cast<int>(cache.size());
-      const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache);
+      const StepRun run =
+          RunStep(setup, cfg, strategy, setting, value, i, &cache, learnt ? &*learnt : nullptr);
       if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
         cfg.on_plan(strategy, run.request, run.plan);
       }
@@ -368,6 +380,18 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       }
       const double hide_behind = prev_iter_s;
       prev_iter_s = run.sim.iter_s;
+      if (cfg.learn) {
+        const std::vector<FitSample> groups =
+            MeasuredGroupSamples(run.request, run.plan, MeasuredGroupTimesS(run.plan, run.sim));
+        measured.insert(measured.end(), groups.begin(), groups.end());
+        RecalibrationOptions learning;
+        learning.model = setup.base.model;
+        // Group times stray by the spread the planners are told: one measured
+        // group is no more precise than that.
+        learning.measurement_sigma =
+            std::max(learning.measurement_sigma, setup.base.group_time_sigma);
+        learnt = RecalibrateCostModel(setup.base.cost, measured, learning).cost_model;
+      }
       if (i < first_measured) continue;
       if (i == first_measured && cfg.on_first_measured_step)
         cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
@@ -419,6 +443,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"planner_grad_sync", c.overlap_grad_reduce && c.planner_grad_sync},
                  {"planner_communicators", c.planner_communicators},
+                 {"learn", c.learn},
                  {"cp", c.cp_degree > 0 ? json(c.cp_degree) : json("tuned")},
                  {"max_seqlen_per_dp_cp_rank",
                   c.max_seqlen_per_rank > 0 ? json(c.max_seqlen_per_rank) : json("tuned")},
@@ -469,6 +494,7 @@ std::string ExperimentToTable(const ExperimentResult& res) {
       "SIMULATED: {} on {} x {} ({} ranks), gbs {}, {} steps after {} warmup, seed {}{}\n",
       c.lengths.empty() ? c.dataset : "lengths file", c.model, c.cluster, c.ranks,
       c.global_batch, c.steps, c.warmup, c.seed, c.vision_frozen ? ", vision frozen" : "");
+  if (c.learn) out += "planners learn from the steps they ran (--learn)\n";
   // Forced dynamic settings are named; tuned ones are the default, left unsaid
   // (the `setting` column gives the tuned values).
   std::string forced;

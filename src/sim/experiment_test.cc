@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 
+#include "fcp/presets.h"
+#include "fcp/scheduler.h"
 #include "fcp/simulator.h"
 
 namespace fcp::sim {
@@ -102,6 +105,64 @@ TEST(Experiment, DynamicSettingsTunedOnWarmupAndForcible) {
     EXPECT_EQ(f.results[i].degree_candidates.rfind("forced (--", 0), 0u);
     EXPECT_DOUBLE_EQ(f.results[i].iter_s, tuned.results[i].iter_s);
   }
+}
+
+// --learn: from the second step on, fcp plans with coefficients recalibrated
+// from the groups it ran, and they predict the simulator's group times (the
+// oracle) better than the badly wrong ones it started with.
+TEST(Experiment, LearningRecalibratesFromTheStepsRun) {
+  ExperimentConfig c;
+  c.model = "qwen3-8b";
+  c.cluster = "h100-8x8";
+  c.ranks = 16;
+  c.dataset = "github";
+  c.global_batch = 96;
+  c.steps = 2;
+  c.warmup = 2;
+  c.strategies = {"fcp"};
+  CostModel wrong = DeriveCostModel(*FindModelPreset(c.model), *FindClusterPreset(c.cluster));
+  wrong.alpha1 *= 1.4;
+  wrong.alpha2 *= 0.7;
+  c.cost_model = wrong;
+  c.learn = true;
+  std::vector<PlanRequest> requests;
+  std::vector<Plan> plans;
+  c.on_plan = [&](const std::string&, const PlanRequest& r, const Plan& p) {
+    requests.push_back(r);
+    plans.push_back(p);
+  };
+  const ExperimentResult res = RunExperiment(c);
+  ASSERT_EQ(res.results.size(), 1u);
+  ASSERT_EQ(plans.size(), 4u);
+  HardwareModel hw =
+      MakeHardwareModel(*FindModelPreset(c.model), *FindClusterPreset(c.cluster), c.ranks);
+  hw.recompute = c.recompute;
+  // RMS log error of the group estimates of step `i` under `cm` against the simulator.
+  auto error = [&](size_t i, const CostModel& cm) {
+    PlanRequest r = requests[i];
+    r.cost = cm;
+    Plan p = plans[i];
+    EvaluatePlan(r, p);
+    double sum = 0;
+    int n = 0;
+    for (const auto& mb : p.micro_batches) {
+      for (const auto& g : mb.groups) {
+        std::vector<Sequence> seqs;
+        for (int k : g.sequences) seqs.push_back(r.sequences[k]);
+        if (seqs.empty()) continue;
+        sum += std::pow(std::log(g.est_ms / 1e3 / SimulateGroupTimeS(hw, seqs, g.ranks, g.comm)), 2);
+        ++n;
+      }
+    }
+    return std::sqrt(sum / n);
+  };
+  EXPECT_EQ(requests[0].cost.alpha1, wrong.alpha1);  // nothing learnt before step 0
+  for (size_t i = 1; i < plans.size(); ++i) {
+    EXPECT_NE(requests[i].cost.alpha1, wrong.alpha1) << i;
+    EXPECT_LT(error(i, requests[i].cost), 0.5 * error(i, wrong)) << i;
+    EXPECT_EQ(requests[i].cost.mem_per_token, requests[0].cost.mem_per_token) << i;
+  }
+  EXPECT_NE(ExperimentToJson(res).find("\"learn\": true"), std::string::npos);
 }
 
 TEST(Experiment, BadDegreeAndMicroBatchSize) {

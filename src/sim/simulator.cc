@@ -718,4 +718,16 @@ OverlapReport OverlapScheduling(std::span<const double> solver_s,
   return r;
 }
 
+std::vector<double> MeasuredGroupTimesS(const Plan& plan, const SimResult& result) {
+  std::vector<size_t> first(plan.micro_batches.size() + 1, 0);
+  for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb)
+    first[mb + 1] = first[mb] + plan.micro_batches[mb].groups.size();
+  std::vector<double> out(first.back(), std::numeric_limits<double>::quiet_NaN());
+  if (result.oom) return out;
+  for (const SimResult::GroupSpan& span : result.group_spans)
+    out.at(first.at(static_cast<size_t>(span.micro_batch)) + static_cast<size_t>(span.group)) =
+        span.end_s - span.start_s;
+  return out;
+}
+
 }  // namespace fcp::sim

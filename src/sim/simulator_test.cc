@@ -335,7 +335,19 @@ TEST(SimulatePlan, RanksProceedIndependentlyAndGroupsAreCached) {
   Plan again = plan;
   again.micro_batches.push_back({{Group({0, 1}, {0})}, 0});
   EXPECT_EQ(SimulatePlan(hw, again, seqs, o).new_groups, 2);
-  (void)b;
+  // The measured group times: each group's own time (no creation, no wait),
+  // plan order; an empty group did not run.
+  Plan with_idle = plan;
+  with_idle.micro_batches[1].groups.push_back(Group({0}, {}));
+  const std::vector<double> t = MeasuredGroupTimesS(with_idle, SimulatePlan(hw, with_idle, seqs, o));
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_NEAR(t[0], a, 1e-12);
+  EXPECT_NEAR(t[1], b, 1e-12);
+  EXPECT_NEAR(t[2], c, 1e-12);
+  EXPECT_TRUE(std::isnan(t[3]));
+  SimResult oom;
+  oom.oom = true;
+  for (double x : MeasuredGroupTimesS(plan, oom)) EXPECT_TRUE(std::isnan(x));
 }
 
 TEST(SimulatePlan, GradSyncAddedOncePerGlobalBatch) {

@@ -127,6 +127,7 @@ StudyResult RunStudy(const StudyOptions& o) {
     cfg.steps = o.quick ? 1 : o.steps;
     cfg.warmup = o.quick ? 1 : o.warmup;
     cfg.seed = o.seed;
+    cfg.learn = o.learn;
     if (k.dataset == o.lengths_label && !o.lengths.empty()) {
       cfg.lengths = o.lengths;
     } else {
@@ -197,10 +198,11 @@ StudyResult RunStudy(const StudyOptions& o) {
       "cases {} (both ran: {}, failed: {})\n"
       "fcp / best balanced static: geometric mean {:.3f}x, worst {}, best {}\n"
       "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the physical bound: {}\n"
-      "(simulated; planner coefficients: {})",
+      "(simulated; planner coefficients: {}{})",
       result.rows.size(), ratios.size(), failed, GeoMean(ratios), name(worst), name(best), wins20,
       losses, near_bound,
-      o.profiled_coefficients ? "profiled on the simulated cluster" : "presets");
+      o.profiled_coefficients ? "profiled on the simulated cluster" : "presets",
+      o.learn ? ", learnt from the steps run" : "");
 
   std::string md =
       "# Where flexible CP pays (simulated)\n\n"
@@ -217,6 +219,9 @@ StudyResult RunStudy(const StudyOptions& o) {
                          "defaults: 2 % measurement noise, seed 1), once per cluster and model, as "
                          "a user profiles their cluster before planning")
            : std::string("the presets', derived from hardware figures (`--coefficients preset`)")) +
+      (o.learn ? "; each strategy then learns from the steps it ran (`--learn`: after every "
+                 "step the coefficients are recalibrated from the group times measured so far)"
+               : "") +
       ".\n\n## Summary\n\n```text\n" +
       result.summary + "\n```\n";
   std::string part;

@@ -541,6 +541,12 @@ def flag_cases():
                  contains="--seed")
     expect_error("eval noise --ranks 4294967296", ["eval", "noise", "--ranks", "4294967296"],
                  contains="ranks")
+    expect_error("eval noise --feedback-steps 65",
+                 ["eval", "noise", "--ranks", "8", "--feedback-steps", "65"],
+                 contains="feedback_steps")
+    expect_error("eval noise --prior-sigma 0",
+                 ["eval", "noise", "--ranks", "8", "--feedback-steps", "1", "--prior-sigma", "0"],
+                 contains="prior_sigma")
     # "08" is decimal 8 (CLI11 alone reads a leading 0 as octal and rejects it).
     text = batch([4096] * 8, 16, 8)
     a = run(["plan", "--strategy", "megatron", "--cp", "08"], stdin=text)

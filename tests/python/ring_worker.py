@@ -14,6 +14,7 @@ memory of a 32k-token sequence on 4 ranks. The pytest files assert on them.
 """
 
 import os
+import time
 import sys
 
 import torch
@@ -158,11 +159,14 @@ def _training_step(rank, world, cache):
     total_tokens = ft.global_token_count(local_tokens)
     loss_value = torch.zeros((), dtype=torch.float64)
     idle_micro_batches = 0
+    my_times = []  # this rank's seconds per micro-batch, NaN when idle
     for mb in mbs:
         group = cache.for_micro_batch([ranks for ranks, _ in mb], rank)
         if group is None:
             idle_micro_batches += 1
+            my_times.append(float("nan"))
             continue
+        started = time.perf_counter()
         ids = next(ids for ranks, ids in mb if rank in ranks)
         losses = []
         for sid in ids:
@@ -174,6 +178,9 @@ def _training_step(rank, world, cache):
         loss = ft.per_token_loss(torch.cat(losses), total_tokens)
         loss_value += loss.detach()
         loss.backward()
+        my_times.append(time.perf_counter() - started)
+    # What fcp.Scheduler.observe takes: each group's time, gathered.
+    gathered = ft.group_times([[ranks for ranks, _ in mb] for mb in mbs], my_times)
     had_grad = [p.grad is not None for p in params]
     ft.reduce_gradients(params)
     dist.all_reduce(loss_value)
@@ -189,6 +196,8 @@ def _training_step(rank, world, cache):
         "total_tokens": total_tokens,
         "expected_tokens": sum(n for n, _ in TRAIN_SEQUENCES.values()),
         "idle_micro_batches": idle_micro_batches,
+        "my_times": my_times,
+        "group_times": gathered,
         "had_grad": had_grad,
         "loss_err": abs(float(loss_value) - float(ref_loss)),
         "grad_err": max(_max_err(p.grad, r.grad) for p, r in zip(params, ref_params)) / scale,

@@ -441,3 +441,74 @@ def test_python_dash_m_fcp_runs_the_packaged_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fcp", "plan", "--no-such-flag"], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_observe_learns_the_true_coefficients():
+    # A Scheduler that starts 20-25 % off in alpha1 and alpha2 is told the
+    # true time of every group of three steps (the true model's estimate of
+    # its own plans, an independent evaluation of the formula); afterwards it
+    # estimates new plans as the true model does and plans as well as it does.
+    truth = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b")
+    true_cm = truth.cost_model
+    start = {k: getattr(true_cm, k) for k in fcp._fcp.timing_coefficients}
+    start.update(alpha1=true_cm.alpha1 * 1.25, alpha2=true_cm.alpha2 * 0.8)
+    wrong = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=start)
+    assert wrong.calibration is None
+    rng = np.random.default_rng(5)
+
+    def batch():
+        return [int(x) for x in np.minimum(rng.pareto(1.2, 256) * 600 + 64, 120000)]
+
+    for _ in range(3):
+        lengths = batch()
+        plan = wrong.plan(lengths)
+        times = [[g.est_ms / 1000 for g in mb.groups]
+                 for mb in truth.estimate(lengths, plan).micro_batches]
+        got = wrong.observe(lengths, plan, times)
+    assert got == wrong.calibration
+    assert got["groups"] >= 8
+    assert got["rms_rel_after"] < 0.005 < 0.05 < got["rms_rel_before"]
+    # The scales need not undo the error one by one (these groups do not tell
+    # alpha1 from the short-chunk term); the predictions must.
+    assert list(got["scale"]) == list(fcp._fcp.timing_coefficients)
+    lengths = batch()
+    learnt, true_plan = wrong.plan(lengths), truth.plan(lengths)
+    for mine, right in zip(wrong.estimate(lengths, learnt).micro_batches,
+                           truth.estimate(lengths, learnt).micro_batches):
+        for a, b in zip(mine.groups, right.groups):
+            assert a.est_ms == pytest.approx(b.est_ms, rel=0.01)
+    assert truth.estimate(lengths, learnt).est_ms == pytest.approx(true_plan.est_ms, rel=0.01)
+
+
+def test_observe_rejects_bad_input_naming_the_field():
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b")
+    lengths = [65536, 16384] + [4096] * 6 + [1024] * 24
+    plan = sched.plan(lengths)
+    flat = [g.est_ms / 1000 for mb in plan.micro_batches for g in mb.groups]
+    with pytest.raises(ValueError, match="^group_times_s"):
+        sched.observe(lengths, plan, flat[:-1])
+    bad = list(flat)
+    bad[1] = -1.0
+    with pytest.raises(ValueError, match=r"^group_times_s\[1\]"):
+        sched.observe(lengths, plan, bad)
+    with pytest.raises(ValueError, match="^plan"):
+        sched.observe(lengths[:-1], plan, flat)
+    assert sched.calibration is None
+    # NaN: not measured; the measured groups are used.
+    flat[0] = float("nan")
+    assert sched.observe(lengths, plan, flat)["groups"] == len(flat) - 1
+    for learning, field in [({"prior_sigma": 0}, "learning.prior_sigma"),
+                            ({"measurement_sigma": "x"}, "learning.measurement_sigma"),
+                            ({"window_groups": 0}, "learning.window_groups"),
+                            ({"speed": 1}, "learning.speed"), (3, "learning")]:
+        with pytest.raises(ValueError, match="^" + re.escape(field)):
+            fcp.Scheduler(cluster="h100-8x8", learning=learning)
+
+
+def test_cost_model_is_a_copy():
+    # Changing the returned CostModel does not change the Scheduler's.
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b")
+    cm = sched.cost_model
+    alpha1 = cm.alpha1
+    cm.alpha1 = 5.0
+    assert sched.cost_model.alpha1 == alpha1

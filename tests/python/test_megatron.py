@@ -274,3 +274,89 @@ def test_plans_with_all_to_all_groups_are_refused():
         pytest.skip("this batch planned ring-only; nothing to refuse")
     with pytest.raises(ValueError, match="fcp-ring"):
         wrapped._plan_timed(lengths)
+
+
+class _ObservingScheduler:
+    """fcp.Scheduler stand-in that records what observe() is given."""
+
+    def __init__(self, ranks):
+        self.inner = toy_scheduler(ranks)
+        self.cluster = self.inner.cluster
+        self.seen = []
+
+    def plan(self, lengths):
+        return self.inner.plan(lengths)
+
+    def observe(self, lengths, plan, times):
+        self.seen.append((lengths, times))
+        return {"groups": sum(len(mb) for mb in times)}
+
+
+def test_observe_takes_each_groups_slowest_rank_over_every_coordinate():
+    # Two TP coordinates; rank r measured 1 + r/10 s in micro-batch j (NaN on
+    # ranks 5 and 7). A group's time is the largest over its plan ranks in
+    # both coordinates, NaN ignored (the oracle below recomputes it).
+    grid = fm.RankGrid([[0, 2, 4, 6], [1, 3, 5, 7]], 3)
+    rec = _ObservingScheduler(4)
+    sent = []
+
+    def gather(mine):
+        sent.append(mine)
+        return [[float("nan") if r in (5, 7) else 1 + r / 10 + j for j in range(len(mine))]
+                for r in range(8)]
+
+    sched = fm.FcpCPScheduler(rec, grid=grid, verify=False, background=False, gather_times=gather,
+                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    plan = sched.take(LENGTHS)
+    n = len(plan.micro_batches)
+    with pytest.raises(ValueError, match="^my_times_s"):
+        sched.observe(plan, LENGTHS, [0.5] * (n + 1))
+    assert sched.observe(plan, LENGTHS, [0.5] * n)["groups"] > 0
+    assert sent == [[0.5] * n]
+    lengths, times = rec.seen[0]
+    assert lengths == LENGTHS
+    for j, mb in enumerate(plan.micro_batches):
+        for g, t in zip(mb.groups, times[j]):
+            members = [c[p] for c in grid.coordinates for p in g.ranks if c[p] not in (5, 7)]
+            assert t == max(1 + r / 10 + j for r in members)
+
+
+def test_loader_times_its_micro_batches_and_learns(monkeypatch):
+    # On CPU the loader times micro-batches with the host clock: from one
+    # hand-out to the next, the last to mark_end(); idle micro-batches are NaN.
+    # observe() recalibrates the fcp.Scheduler; the batch already read ahead
+    # keeps the coefficients it was submitted with.
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    planner = toy_scheduler()
+    sched = fm.FcpCPScheduler(planner, grid=grid, verify=False, background=True,
+                              gather_times=lambda mine: [mine] * 4,
+                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    batches = [fm.GlobalBatch.from_samples(_samples(LENGTHS)),
+               fm.GlobalBatch.from_samples(_samples(LENGTHS[::-1]))]
+    loader = fm.FcpMegatronLoader(sched, batches)
+    with pytest.raises(RuntimeError, match="^observe"):
+        loader.observe()
+    assert isinstance(loader._stamp(), float)  # the host clock on CPU
+    clock = iter(range(100))
+    monkeypatch.setattr(loader, "_stamp", lambda: 0.25 * next(clock))
+    it, n = loader.next_global_batch()
+    with pytest.raises(RuntimeError, match="^micro_batch_times"):
+        loader.micro_batch_times()
+    for _ in it:
+        pass
+    loader.mark_end()
+    steps = sched.assignments(loader._current[1])
+    times = loader.micro_batch_times()
+    assert len(times) == n
+    for t, a in zip(times, steps):
+        assert (t != t) if not a.sequences else t == 0.25
+    before = planner.cost_model
+    got = loader.observe([0.5] * n)
+    assert got["groups"] > 0 and planner.calibration == got
+    assert planner.cost_model.alpha2 != before.alpha2
+    # The read-ahead batch was planned with the coefficients before observe().
+    plan2 = sched.take(LENGTHS[::-1])
+    stale = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b",
+                          strategy="fcp-ring", cost_model=TOY_COST).plan(LENGTHS[::-1])
+    assert plan2.to_dict()["micro_batches"] == stale.to_dict()["micro_batches"]
+    sched.close()

@@ -178,6 +178,10 @@ def _worker(rank, out_dir):
             loss_sum = loss_sum + loss.detach().double()
             token_sum += int(num_tokens)
             steps.append(rec)
+        # Learning from the batch (host-clock times here): one all-gather,
+        # the same coefficients on every rank.
+        loader.mark_end()
+        out.setdefault("calibration", []).append(loader.observe())
     out["steps"] = steps
     out["hooked"] = hooked
     out["exposed_s"] = list(sched.exposed_planning_s)
@@ -359,6 +363,16 @@ def test_same_interface_output_as_megatrons_scheduler(results):
             assert len({j for j, _ in spots}) == 1, (name, i)
             ranks = [p for _, p in spots]
             assert ranks == list(range(ranks[0], ranks[0] + len(ranks))), (name, i)
+
+
+def test_every_rank_learns_the_same_coefficients(results):
+    # FcpMegatronLoader.observe gathers every rank's micro-batch times, so the
+    # calibration (and with it every later plan, which verify=True checks)
+    # is identical on all ranks.
+    first = results[0]["calibration"]
+    assert len(first) == len(BATCHES) and all(c["groups"] > 0 for c in first)
+    for r in results[1:]:
+        assert r["calibration"] == first
 
 
 def test_ranks_that_disagree_on_the_plan_all_stop(results):

@@ -261,3 +261,12 @@ def test_auto_kernel_falls_back_to_chunked_with_a_warning():
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     assert ft.block_kernel_name(torch.zeros(1, 1, 2, 8)) == "cpu_flash"
+
+
+def test_group_times_in_one_process():
+    # Without a process group this rank's times are the world's (rank 0).
+    import math
+    got = ft.group_times([[[0]], [[0]]], [0.25, float("nan")])
+    assert got[0] == [0.25] and math.isnan(got[1][0])
+    with pytest.raises(ValueError, match="^my_times_s"):
+        ft.group_times([[[0]], [[0]]], [0.25])

@@ -131,6 +131,20 @@ def test_idle_ranks_join_training_step(results):
         assert any(e["idle"] for r in results for e in r["attention"])
 
 
+def test_group_times_are_the_slowest_member_on_every_rank(results):
+    # ft.group_times gathers every rank's micro-batch times: each group's time
+    # is the largest of its members' own measurements, the same on every rank.
+    world = results[0]["world"]
+    mbs = ring_worker.train_micro_batches(world)
+    first = results[0]["training"]["group_times"]
+    for r in results:
+        assert r["training"]["group_times"] == first
+    for j, mb in enumerate(mbs):
+        for k, (ranks, _) in enumerate(mb):
+            want = max(results[p]["training"]["my_times"][j] for p in ranks)
+            assert first[j][k] == want > 0
+
+
 def test_group_cache_bound_and_eviction_order(results):
     first = results[0]
     for r in results:
