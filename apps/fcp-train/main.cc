@@ -146,6 +146,10 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
           static_cast<long long>(r.global_tokens),
           static_cast<long long>(r.cache.hits),
           static_cast<long long>(r.cache.misses));
+    if (print && r.group_error_rms >= 0)
+      std::printf("          learn: group estimates off by %.1f%% RMS (log) under the "
+                  "coefficients that planned this step; %d groups learnt from\n",
+                  100 * r.group_error_rms, r.learnt_groups);
     std::fflush(stdout);
     last = r;
   }
@@ -195,6 +199,9 @@ int main(int argc, char** argv) {
   app.add_option("--mem-mb", flags.mem_mb, "per-rank memory capacity the planner assumes (MiB)");
   app.add_option("--cost-model", flags.cost_model_path, "cost_model JSON (e.g. from `fcp profile`)");
   app.add_flag("--no-calibrate", flags.no_calibrate, "derive alpha1/alpha2 from FLOPs instead of timing this CPU");
+  app.add_flag("--learn", o.learn,
+               "learn from measured steps: after each step every group's measured time refines "
+               "the planner's coefficients (with async planning, for the step after next)");
   app.add_flag("--sync-planning", flags.sync_planning, "plan each step in line (no look-ahead)");
   app.add_option("--watchdog-s", flags.watchdog_s,
                  "end the job (exit 3) when a rank makes no progress for this "

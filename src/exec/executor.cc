@@ -186,6 +186,7 @@ ExecStats AccumulateGradients(Communicator& world, CommCache& cache,
     Communicator* group = cache.Acquire(rank_sets);
     const double t1 = NowS();
     stats.group_setup_s += t1 - t0;
+    stats.micro_batch_s.push_back(0.0);
     if (!group) continue;  // idle in this micro-batch
     const GroupPlan* mine = nullptr;
     for (const auto& g : mb.groups)
@@ -205,7 +206,8 @@ ExecStats AccumulateGradients(Communicator& world, CommCache& cache,
     stats.loss_sum += ForwardBackward(cfg, layout, params, shard, attn,
                                       loss_scale, grads);
     stats.num_tokens += static_cast<int64_t>(shard.tokens.size());
-    stats.compute_s += NowS() - t1;
+    stats.micro_batch_s.back() = NowS() - t1;
+    stats.compute_s += stats.micro_batch_s.back();
   }
   return stats;
 }

@@ -54,6 +54,9 @@ struct ExecStats {
   int64_t num_tokens = 0;       // tokens this rank processed
   double compute_s = 0;         // wall time in forward/backward
   double group_setup_s = 0;     // wall time in CommCache::Acquire
+  // This rank's forward/backward wall time in each micro-batch of the plan
+  // (s; 0 where it was idle): what learning from measured steps takes.
+  std::vector<double> micro_batch_s;
 };
 
 // Runs every micro-batch of `plan` on this rank and adds

@@ -1,6 +1,7 @@
 #include "exec/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
+#include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
@@ -266,6 +268,7 @@ Trainer::Trainer(Communicator& world, TrainOptions options, TextCorpus corpus)
   } else {
     cost_ = CpuCostModel(opt_.model, opt_.mem_capacity_bytes);
   }
+  start_cost_ = cost_;
   params_ = InitParams(opt_.model, opt_.seed);
   // Same seed gives the same weights everywhere; broadcast anyway so that a
   // rank can never start from different weights.
@@ -276,22 +279,68 @@ Trainer::~Trainer() {
   if (pending_.valid()) pending_.wait();
 }
 
-Trainer::Planned Trainer::PlanFor(int step) const {
-  const double t0 = NowS();
+PlanRequest Trainer::RequestFor(int step, const CostModel& cost) const {
   PlanRequest req;
   req.cluster = {world_.size(), world_.size()};  // one node
-  req.cost = cost_;
+  req.cost = cost;
   for (int f : BatchFiles(corpus_, step, opt_.gbs, opt_.seed))
     req.sequences.push_back(
         {std::min(corpus_.sizes_bytes[f], opt_.max_len), 0.0});
+  return req;
+}
+
+Trainer::Planned Trainer::PlanFor(int step, const CostModel& cost) const {
+  const double t0 = NowS();
   PlanOptions po;
   po.strategy = opt_.strategy;
   po.cp_degree = opt_.cp_degree;
   po.seed = opt_.seed + static_cast<uint64_t>(step);
   Planned out;
-  out.plan = MakePlan(req, po);
+  out.plan = MakePlan(RequestFor(step, cost), po);
+  out.cost = cost;
   out.plan_s = NowS() - t0;
   return out;
+}
+
+void Trainer::LearnFrom(int step, const Plan& plan, const CostModel& planned_with,
+                        const std::vector<double>& micro_batch_s, StepReport& rep) {
+  // Every rank's row of micro-batch times (0 where idle), summed into all.
+  const size_t num_mb = plan.micro_batches.size();
+  std::vector<double> all(static_cast<size_t>(world_.size()) * num_mb, 0.0);
+  FCP_CHECK(micro_batch_s.size() == num_mb);
+  std::copy(micro_batch_s.begin(), micro_batch_s.end(),
+            all.begin() + static_cast<std::ptrdiff_t>(world_.rank() * num_mb));
+  world_.AllReduceSum(all.data(), all.size());
+  double shared[2 + 9] = {};  // error, groups, then the nine coefficients
+  if (world_.rank() == 0) {
+    std::vector<double> group_s;
+    for (size_t j = 0; j < num_mb; ++j) {
+      for (const GroupPlan& g : plan.micro_batches[j].groups) {
+        double slowest = 0;
+        for (int r : g.ranks) slowest = std::max(slowest, all[r * num_mb + j]);
+        // The trainer's requests carry no model shape, which an all-to-all
+        // group's estimate needs: such groups are not learnt from.
+        const bool learnable = slowest > 0 && g.comm == CommKind::kRing;
+        group_s.push_back(learnable ? slowest : std::nan(""));
+      }
+    }
+    const std::vector<FitSample> step_groups =
+        MeasuredGroupSamples(RequestFor(step, planned_with), plan, group_s);
+    // The step's estimates against its measurements, before learning from them.
+    RecalibrationOptions no_fit;
+    no_fit.max_iterations = 0;
+    shared[0] = RecalibrateCostModel(planned_with, step_groups, no_fit).rms_rel_before;
+    measured_.insert(measured_.end(), step_groups.begin(), step_groups.end());
+    shared[1] = static_cast<double>(measured_.size());
+    CostModel learnt = RecalibrateCostModel(start_cost_, measured_).cost_model;
+    const std::array<double*, 9> fields = TimingCoefficientFields(learnt);
+    for (int k = 0; k < 9; ++k) shared[2 + k] = *fields[k];
+  }
+  world_.Broadcast(shared, sizeof shared, 0);
+  rep.group_error_rms = shared[0];
+  rep.learnt_groups = static_cast<int>(shared[1]);
+  const std::array<double*, 9> fields = TimingCoefficientFields(cost_);
+  for (int k = 0; k < 9; ++k) *fields[k] = shared[2 + k];
 }
 
 StepReport Trainer::Step(int step) {
@@ -302,6 +351,7 @@ StepReport Trainer::Step(int step) {
   if (opt_.on_progress) opt_.on_progress(step);
   std::vector<int64_t> code;
   std::string failure;  // rank 0: the planner's reason when not ok
+  CostModel planned_with = cost_;  // rank 0: the coefficients of this step's plan
   if (world_.rank() == 0) {
     Planned planned;
     try {
@@ -311,7 +361,7 @@ StepReport Trainer::Step(int step) {
         rep.plan_visible_s = NowS() - w0;
       } else {
         if (pending_.valid()) pending_.wait();
-        planned = PlanFor(step);  // nothing ahead (first step or sync mode)
+        planned = PlanFor(step, cost_);  // nothing ahead (first step or sync mode)
         rep.plan_visible_s = planned.plan_s;
       }
     } catch (const std::exception& e) {
@@ -322,13 +372,14 @@ StepReport Trainer::Step(int step) {
       planned.plan.message = e.what();
     }
     pending_step_ = -1;
+    planned_with = planned.cost;
     rep.plan_s = planned.plan_s;
     rep.plan_hidden_s = std::max(0.0, rep.plan_s - rep.plan_visible_s);
     rep.est_ms = planned.plan.est_ms;
     if (opt_.async_planning && step + 1 < opt_.steps) {
       pending_step_ = step + 1;
       pending_ = std::async(std::launch::async,
-                            [this, s = step + 1] { return PlanFor(s); });
+                            [this, s = step + 1, cost = cost_] { return PlanFor(s, cost); });
     }
     code = EncodePlan(planned.plan);
     failure = planned.plan.message;
@@ -382,6 +433,7 @@ StepReport Trainer::Step(int step) {
                              params_.data(), batch, plan, opt_.kernels, grads_,
                              &stats);
   if (opt_.on_progress) opt_.on_progress(step);
+  if (opt_.learn) LearnFrom(step, plan, planned_with, stats.micro_batch_s, rep);
   adam_.Step(params_.data(), grads_.data());
   if (opt_.on_progress) opt_.on_progress(step);
   rep.group_setup_s = stats.group_setup_s;

@@ -21,7 +21,9 @@
 #include "exec/comm_cache.h"
 #include "exec/communicator.h"
 #include "exec/executor.h"
+#include "cost/fit.h"
 #include "exec/model.h"
+#include "fcp/scheduler.h"
 #include "fcp/types.h"
 
 namespace fcp::exec {
@@ -83,6 +85,11 @@ struct TrainOptions {
   int steps = 10;
   uint64_t seed = 1;
   bool async_planning = true;        // plan step k+1 while step k runs
+  // Learn from measured steps (RecalibrateCostModel): after each step every
+  // group's measured time (its slowest rank's forward/backward) refines the
+  // planner's timing coefficients; with async planning a step's times reach
+  // the plan of the step after next.
+  bool learn = false;
   AttentionKernels kernels = AttentionKernels::kFast;
   // Called on every rank at the start of each step's compute (fault
   // injection in tests; fcp-train's --die-at). May not return.
@@ -124,6 +131,10 @@ struct StepReport {
   int64_t global_tokens = 0;
   std::string layout;          // "[3,1] [2u,2u]": degrees per micro-batch
                                // (u: all-to-all group)
+  // RMS of ln(estimate / measured) over this step's groups, the estimates
+  // under the coefficients the step was planned with (learn only; else -1).
+  double group_error_rms = -1;
+  int learnt_groups = 0;       // learn: measured groups learnt from so far
   CommCacheStats cache;        // cumulative, this rank
 };
 
@@ -142,14 +153,23 @@ class Trainer {
  private:
   struct Planned {
     Plan plan;
+    CostModel cost;  // the coefficients it was planned with
     double plan_s = 0;
   };
-  Planned PlanFor(int step) const;
+  PlanRequest RequestFor(int step, const CostModel& cost) const;
+  Planned PlanFor(int step, const CostModel& cost) const;
+  // learn: gathers every rank's micro-batch times, learns from the groups of
+  // `plan` (planned with `planned_with`) and shares the new coefficients.
+  // Collective.
+  void LearnFrom(int step, const Plan& plan, const CostModel& planned_with,
+                 const std::vector<double>& micro_batch_s, StepReport& rep);
 
   Communicator& world_;
   TrainOptions opt_;
   TextCorpus corpus_;
   CostModel cost_;
+  CostModel start_cost_;            // learn: the prior
+  std::vector<FitSample> measured_; // learn: rank 0, every group measured so far
   ParamLayout layout_;
   std::vector<float> params_;
   std::vector<float> grads_;

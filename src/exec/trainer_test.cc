@@ -101,6 +101,48 @@ TEST(Trainer, AsyncPlanningDoesNotChangeTheNumbers) {
   EXPECT_EQ(a[0], b[0]);
 }
 
+// --learn: every rank ends with the same learnt coefficients (rank 0 learns
+// and shares them), different from the starting ones once a step has run;
+// the group count learnt from grows; the numerics do not change beyond
+// rounding (a plan changes the schedule, not the gradients).
+TEST(Trainer, LearningSharesTheCoefficientsAndKeepsTheNumbers) {
+  TrainOptions o = WithMem(SmallOptions());
+  o.steps = 4;
+  const std::string dir = MakeCorpusDir();
+  const TextCorpus corpus = ListCorpus(dir);
+  constexpr int kRanks = 3;
+  std::vector<CostModel> start(kRanks), learnt(kRanks);
+  std::vector<std::vector<StepReport>> reports(kRanks);
+  RunFakeWorld(kRanks, [&](Communicator& world) {
+    TrainOptions mine = o;
+    mine.learn = true;
+    Trainer trainer(world, mine, corpus);
+    start[world.rank()] = trainer.cost();
+    for (int s = 0; s < mine.steps; ++s) reports[world.rank()].push_back(trainer.Step(s));
+    learnt[world.rank()] = trainer.cost();
+  });
+  std::filesystem::remove_all(dir);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(learnt[r].alpha1, learnt[0].alpha1) << r;
+    EXPECT_EQ(learnt[r].alpha2, learnt[0].alpha2) << r;
+    EXPECT_EQ(learnt[r].mem_per_token, start[r].mem_per_token) << r;
+  }
+  EXPECT_NE(learnt[0].alpha2, start[0].alpha2);
+  int previous = 0;
+  for (const StepReport& r : reports[0]) {
+    EXPECT_GE(r.group_error_rms, 0.0);
+    EXPECT_GT(r.learnt_groups, previous);
+    previous = r.learnt_groups;
+  }
+  // Learnt coefficients depend on measured times, so the plans may differ
+  // from an unlearnt run's; the losses then differ only by summation order.
+  std::vector<StepReport> plain;
+  Train(o, kRanks, &plain);
+  ASSERT_EQ(plain.size(), reports[0].size());
+  for (size_t i = 0; i < plain.size(); ++i)
+    EXPECT_NEAR(reports[0][i].loss, plain[i].loss, 1e-4) << i;
+}
+
 TEST(Trainer, UnknownStrategyIsAnInputError) {
   TrainOptions o = SmallOptions();
   o.strategy = "no-such-strategy";
