@@ -176,6 +176,28 @@ struct NoiseEvalReport {
 std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Plan& plan,
                                             std::span<const double> group_times_s);
 
+// Learning step after step: keeps every group measured so far and refits the
+// coefficients it started from on all of them (RecalibrateCostModel).
+// options.model is needed for plans with all-to-all groups. Not thread-safe.
+class CoefficientLearner {
+ public:
+  explicit CoefficientLearner(CostModel start, RecalibrationOptions options = {})
+      : start_(std::move(start)), options_(std::move(options)), learnt_{start_} {}
+  // Adds the groups of `plan` (made for `request`) as MeasuredGroupSamples
+  // does, then refits. Returns the coefficients to plan with next.
+  const CostModel& Learn(const PlanRequest& request, const Plan& plan,
+                         std::span<const double> group_times_s);
+  const CostModel& cost() const { return learnt_.cost_model; }  // the start before any step
+  const Recalibration& last() const { return learnt_; }
+  const std::vector<FitSample>& measured() const { return measured_; }
+
+ private:
+  CostModel start_;
+  RecalibrationOptions options_;
+  std::vector<FitSample> measured_;
+  Recalibration learnt_;
+};
+
 // Throws InputError naming the field for bad options (unknown preset/dataset,
 // counts < 1, noise outside [0, 0.95], ranks above the cluster's).
 NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& options);

@@ -350,6 +350,34 @@ std::array<double*, 9> TimingCoefficientFields(CostModel& cm) {
           &cm.attn_overhead_tokens, &cm.gamma_intra, &cm.gamma_inter, &cm.gamma_serial};
 }
 
+namespace {
+
+double PredictAnyTotalS(const CostModel& cm, const FitSample& s,
+                        const std::optional<ModelShape>& model) {
+  return s.comm == CommKind::kAllToAll
+             ? AllToAllGroupTimeS(cm, *model, s.load, s.degree, s.bw_bytes_per_s)
+             : PredictTotalS(cm, s);
+}
+
+void CheckAllToAllHasModel(std::span<const FitSample> samples,
+                           const std::optional<ModelShape>& model) {
+  for (size_t i = 0; i < samples.size(); ++i)
+    if (samples[i].comm == CommKind::kAllToAll && !model)
+      throw InputError("samples[" + std::to_string(i) + "]",
+                       "an all-to-all sample needs the model shape");
+}
+
+}  // namespace
+
+double RmsLogError(const CostModel& cm, std::span<const FitSample> samples,
+                   const std::optional<ModelShape>& model) {
+  CheckAllToAllHasModel(samples, model);
+  double sum = 0;
+  for (const FitSample& s : samples)
+    sum += std::pow(std::log(PredictAnyTotalS(cm, s, model) / s.total_s), 2);
+  return samples.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(samples.size()));
+}
+
 Recalibration RecalibrateCostModel(const CostModel& prior,
                                    std::span<const FitSample> measured,
                                    const RecalibrationOptions& options) {
@@ -361,14 +389,8 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
     const FitSample& s = measured[i];
     const std::string field = CheckedSampleField(s, i);
     if (!(Has(s.total_s) && s.total_s > 0)) throw InputError(field, "total_s must be > 0");
-    if (s.comm == CommKind::kAllToAll && !options.model)
-      throw InputError(field, "an all-to-all sample needs the model shape (options.model)");
   }
-  auto predict = [&](const CostModel& cm, const FitSample& s) {
-    return s.comm == CommKind::kAllToAll
-               ? AllToAllGroupTimeS(cm, *options.model, s.load, s.degree, s.bw_bytes_per_s)
-               : PredictTotalS(cm, s);
-  };
+  CheckAllToAllHasModel(measured, options.model);
   constexpr int kParams = 9;
   const int n = static_cast<int>(measured.size());
   CostModel prior_copy = prior;
@@ -385,15 +407,10 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
     const CostModel cm = model_at(theta);
     Eigen::VectorXd r(n + kParams);
     for (int i = 0; i < n; ++i)
-      r(i) = std::log(predict(cm, measured[i]) / measured[i].total_s) /
+      r(i) = std::log(PredictAnyTotalS(cm, measured[i], options.model) / measured[i].total_s) /
              options.measurement_sigma;
     for (int k = 0; k < kParams; ++k) r(n + k) = theta(k) / options.prior_sigma;
     return r;
-  };
-  auto rms_log = [&](const CostModel& cm) {
-    double sum = 0;
-    for (const FitSample& s : measured) sum += std::pow(std::log(predict(cm, s) / s.total_s), 2);
-    return n > 0 ? std::sqrt(sum / n) : 0.0;
   };
 
   Eigen::VectorXd theta = Eigen::VectorXd::Zero(kParams);
@@ -436,8 +453,8 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
   out.cost_model = model_at(theta);
   for (int k = 0; k < kParams; ++k) out.scale[k] = std::exp(theta(k));
   out.samples = n;
-  out.rms_rel_before = rms_log(prior);
-  out.rms_rel_after = rms_log(out.cost_model);
+  out.rms_rel_before = RmsLogError(prior, measured, options.model);
+  out.rms_rel_after = RmsLogError(out.cost_model, measured, options.model);
   return out;
 }
 

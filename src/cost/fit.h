@@ -140,6 +140,12 @@ struct Recalibration {
   double rms_rel_after = 0;        // ... under cost_model
 };
 
+// RMS over `samples` of ln(predicted / measured total_s) under `cm` (0 for no
+// samples); `model` predicts all-to-all samples (InputError("samples[i]")
+// for one without it).
+double RmsLogError(const CostModel& cm, std::span<const FitSample> samples,
+                   const std::optional<ModelShape>& model = std::nullopt);
+
 // `measured`: groups as they ran (load, degree, the bandwidth and link of
 // their placement) with total_s, the measured T(G, d) in seconds; other times
 // are ignored. No samples: the prior comes back unchanged. Throws

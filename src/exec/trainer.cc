@@ -12,7 +12,6 @@
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
-#include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
@@ -268,7 +267,7 @@ Trainer::Trainer(Communicator& world, TrainOptions options, TextCorpus corpus)
   } else {
     cost_ = CpuCostModel(opt_.model, opt_.mem_capacity_bytes);
   }
-  start_cost_ = cost_;
+  if (opt_.learn && world_.rank() == 0) learner_.emplace(cost_);
   params_ = InitParams(opt_.model, opt_.seed);
   // Same seed gives the same weights everywhere; broadcast anyway so that a
   // rank can never start from different weights.
@@ -324,15 +323,11 @@ void Trainer::LearnFrom(int step, const Plan& plan, const CostModel& planned_wit
         group_s.push_back(learnable ? slowest : std::nan(""));
       }
     }
-    const std::vector<FitSample> step_groups =
-        MeasuredGroupSamples(RequestFor(step, planned_with), plan, group_s);
+    const PlanRequest request = RequestFor(step, planned_with);
     // The step's estimates against its measurements, before learning from them.
-    RecalibrationOptions no_fit;
-    no_fit.max_iterations = 0;
-    shared[0] = RecalibrateCostModel(planned_with, step_groups, no_fit).rms_rel_before;
-    measured_.insert(measured_.end(), step_groups.begin(), step_groups.end());
-    shared[1] = static_cast<double>(measured_.size());
-    CostModel learnt = RecalibrateCostModel(start_cost_, measured_).cost_model;
+    shared[0] = RmsLogError(planned_with, MeasuredGroupSamples(request, plan, group_s));
+    CostModel learnt = learner_->Learn(request, plan, group_s);
+    shared[1] = static_cast<double>(learner_->measured().size());
     const std::array<double*, 9> fields = TimingCoefficientFields(learnt);
     for (int k = 0; k < 9; ++k) shared[2 + k] = *fields[k];
   }

@@ -21,8 +21,8 @@
 #include "exec/comm_cache.h"
 #include "exec/communicator.h"
 #include "exec/executor.h"
-#include "cost/fit.h"
 #include "exec/model.h"
+#include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 
@@ -168,8 +168,7 @@ class Trainer {
   TrainOptions opt_;
   TextCorpus corpus_;
   CostModel cost_;
-  CostModel start_cost_;            // learn: the prior
-  std::vector<FitSample> measured_; // learn: rank 0, every group measured so far
+  std::optional<CoefficientLearner> learner_;  // learn: rank 0
   ParamLayout layout_;
   std::vector<float> params_;
   std::vector<float> grads_;

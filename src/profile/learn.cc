@@ -46,4 +46,12 @@ std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Pl
   return out;
 }
 
+const CostModel& CoefficientLearner::Learn(const PlanRequest& request, const Plan& plan,
+                                           std::span<const double> group_times_s) {
+  const std::vector<FitSample> groups = MeasuredGroupSamples(request, plan, group_times_s);
+  measured_.insert(measured_.end(), groups.begin(), groups.end());
+  learnt_ = RecalibrateCostModel(start_, measured_, options_);
+  return learnt_.cost_model;
+}
+
 }  // namespace fcp

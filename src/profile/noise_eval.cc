@@ -45,19 +45,16 @@ std::vector<int> DegreeMultiset(const Plan& plan) {
 Plan PlanAfterFeedback(const sim::HardwareModel& hw, PlanRequest req, const PlanOptions& popt,
                        const std::vector<std::vector<Sequence>>& feedback,
                        const RecalibrationOptions& recalibration) {
-  const CostModel start = req.cost;
   RecalibrationOptions options = recalibration;
   options.model = req.model;
-  std::vector<FitSample> measured;
+  CoefficientLearner learner(req.cost, options);
   for (const auto& batch : feedback) {
     PlanRequest step = req;
     step.sequences = batch;
     const Plan plan = MakePlan(step, popt);
     if (plan.status != PlanStatus::kOk) continue;
-    const std::vector<FitSample> groups = MeasuredGroupSamples(
+    req.cost = learner.Learn(
         step, plan, sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
-    measured.insert(measured.end(), groups.begin(), groups.end());
-    req.cost = RecalibrateCostModel(start, measured, options).cost_model;
   }
   return MakePlan(req, popt);
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -363,12 +362,17 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
     std::set<std::vector<int>> cache;
     StepTotals totals;
     double prev_iter_s = 0;  // the step before (warmup included): hides the solver
-    std::vector<FitSample> measured;  // cfg.learn: every group run so far
-    std::optional<CostModel> learnt;
+    // cfg.learn: a measured group is no more precise than the spread of
+    // group times the planners are told.
+    RecalibrationOptions learning;
+    learning.model = setup.base.model;
+    learning.measurement_sigma =
+        std::max(learning.measurement_sigma, setup.base.group_time_sigma);
+    CoefficientLearner learner(setup.base.cost, learning);
     for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
       const int before = static_cast<int>(cache.size());
-      const StepRun run =
-          RunStep(setup, cfg, strategy, setting, value, i, &cache, learnt ? &*learnt : nullptr);
+      const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache,
+                                  cfg.learn ? &learner.cost() : nullptr);
       if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
         cfg.on_plan(strategy, run.request, run.plan);
       }
@@ -380,18 +384,8 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
       }
       const double hide_behind = prev_iter_s;
       prev_iter_s = run.sim.iter_s;
-      if (cfg.learn) {
-        const std::vector<FitSample> groups =
-            MeasuredGroupSamples(run.request, run.plan, MeasuredGroupTimesS(run.plan, run.sim));
-        measured.insert(measured.end(), groups.begin(), groups.end());
-        RecalibrationOptions learning;
-        learning.model = setup.base.model;
-        // Group times stray by the spread the planners are told: one measured
-        // group is no more precise than that.
-        learning.measurement_sigma =
-            std::max(learning.measurement_sigma, setup.base.group_time_sigma);
-        learnt = RecalibrateCostModel(setup.base.cost, measured, learning).cost_model;
-      }
+      if (cfg.learn)
+        learner.Learn(run.request, run.plan, MeasuredGroupTimesS(run.plan, run.sim));
       if (i < first_measured) continue;
       if (i == first_measured && cfg.on_first_measured_step)
         cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
