@@ -24,7 +24,7 @@ BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim learn}"
 # One input running longer than this is a hang and a finding (libFuzzer
 # writes timeout-* to the artifacts and exits non-zero), as is one using more
 # than RSS_MB of memory.
@@ -66,7 +66,7 @@ fuzz_one() {
 
 # The targets are independent single-threaded processes: JOBS of them run at
 # a time (each still gets its full SECONDS_PER_TARGET), so two cores fuzz the
-# five targets in three rounds instead of five.
+# six targets in three rounds instead of six.
 status=0
 pids=()
 for i in "${!TARGETS[@]}"; do

@@ -243,9 +243,15 @@ def run(rank, world, out_dir, memory=False, max_groups=MAX_GROUPS, kernel="auto"
     result["training"] = _training_step(rank, world, cache)
     if memory:
         m = result["memory"] = _memory_check(rank, world, cache)
-        print(f"rank {rank}: {m['seq_len']} tokens causal on {world} ranks, {m['local_tokens']} "
-              f"local: peak resident memory +{m['peak_growth_bytes'] / 2**20:.1f} MiB "
-              f"(one score block: {m['score_block_bytes'] / 2**20:.0f} MiB)", flush=True)
+        line = (f"rank {rank}: {m['seq_len']} tokens causal on {world} ranks, {m['local_tokens']} "
+                f"local: peak resident memory +{m['peak_growth_bytes'] / 2**20:.1f} MiB "
+                f"(one score block: {m['score_block_bytes'] / 2**20:.0f} MiB)")
+        # Rank 0 prints every rank's line: lines written by several processes
+        # to one pipe can run into each other.
+        lines = [None] * world
+        dist.all_gather_object(lines, line)
+        if rank == 0:
+            print("\n".join(lines), flush=True)
     result["created"] = list(cache.created)
     result["evicted"] = list(cache.evicted)
     result["stats"] = cache.stats()
