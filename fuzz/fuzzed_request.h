@@ -1,10 +1,11 @@
-// Shared by the planner and baselines fuzz targets: a PlanRequest drawn from
-// fuzzer bytes, the documented input rules restated independently, and the
-// independent infeasibility test.
+// Shared by the fuzz targets: a PlanRequest drawn from fuzzer bytes, the
+// documented input rules restated independently, the independent
+// infeasibility test (planner, baselines), and a pair of presets (sim, learn).
 #pragma once
 
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,9 +13,26 @@
 #include <string>
 
 #include "fcp/io.h"
+#include "fcp/presets.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::fuzz {
+
+// A model preset and a cluster preset resized to [1, max_ranks] ranks (ranks
+// per node clipped to N), in this consumption order.
+struct Presets {
+  const ModelPreset* model;
+  ClusterPreset cluster;
+};
+inline Presets PickPresets(FuzzedDataProvider& fdp, int max_ranks) {
+  const auto& models = ModelPresets();
+  const auto& clusters = ClusterPresets();
+  Presets p{&models[fdp.ConsumeIntegralInRange<size_t>(0, models.size() - 1)],
+            clusters[fdp.ConsumeIntegralInRange<size_t>(0, clusters.size() - 1)]};
+  p.cluster.num_ranks = fdp.ConsumeIntegralInRange<int>(1, max_ranks);
+  p.cluster.ranks_per_node = std::max(1, std::min(p.cluster.ranks_per_node, p.cluster.num_ranks));
+  return p;
+}
 
 // A coefficient: mostly realistic magnitudes, sometimes extreme or invalid.
 inline double Coefficient(FuzzedDataProvider& fdp, double typical) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fcp/presets.h"
+#include "fuzzed_request.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 
@@ -41,13 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::string> strategies = {"fcp", "fcp-ring", "megatron",
                                                       "deepspeed"};
   FuzzedDataProvider fdp(data, size);
-  const auto& models = fcp::ModelPresets();
-  const auto& clusters = fcp::ClusterPresets();
-  const fcp::ModelPreset& model = models[fdp.ConsumeIntegralInRange<size_t>(0, models.size() - 1)];
-  fcp::ClusterPreset cluster =
-      clusters[fdp.ConsumeIntegralInRange<size_t>(0, clusters.size() - 1)];
-  cluster.num_ranks = fdp.ConsumeIntegralInRange<int>(1, 128);
-  cluster.ranks_per_node = std::max(1, std::min(cluster.ranks_per_node, cluster.num_ranks));
+  const fcp::fuzz::Presets presets = fcp::fuzz::PickPresets(fdp, 128);
+  const fcp::ModelPreset& model = *presets.model;
+  const fcp::ClusterPreset& cluster = presets.cluster;
   fcp::PlanOptions plan_options;
   plan_options.strategy = strategies[fdp.ConsumeIntegralInRange<size_t>(0, strategies.size() - 1)];
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fcp/presets.h"
+#include "fuzzed_request.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
 
@@ -46,13 +47,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return out;
   }();
   FuzzedDataProvider fdp(data, size);
-  const auto& models = fcp::ModelPresets();
-  const auto& clusters = fcp::ClusterPresets();
-  const fcp::ModelPreset& model = models[fdp.ConsumeIntegralInRange<size_t>(0, models.size() - 1)];
-  fcp::ClusterPreset cluster =
-      clusters[fdp.ConsumeIntegralInRange<size_t>(0, clusters.size() - 1)];
-  cluster.num_ranks = fdp.ConsumeIntegralInRange<int>(1, 256);
-  cluster.ranks_per_node = std::max(1, std::min(cluster.ranks_per_node, cluster.num_ranks));
+  const fcp::fuzz::Presets presets = fcp::fuzz::PickPresets(fdp, 256);
+  const fcp::ModelPreset& model = *presets.model;
+  const fcp::ClusterPreset& cluster = presets.cluster;
   const std::string strategy =
       strategies[fdp.ConsumeIntegralInRange<size_t>(0, strategies.size() - 1)];
 
