@@ -55,6 +55,7 @@ import concurrent.futures
 import copy
 import hashlib
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -384,7 +385,7 @@ class FcpCPScheduler:
             row = []
             for g in mb.groups:
                 seen = [by_rank[coord[p]][j] for coord in self.grid.coordinates
-                        for p in g.ranks if by_rank[coord[p]][j] == by_rank[coord[p]][j]]
+                        for p in g.ranks if not math.isnan(by_rank[coord[p]][j])]
                 row.append(max(seen) if seen else float("nan"))
             times.append(row)
         return self.scheduler.observe(list(lengths), plan, times)

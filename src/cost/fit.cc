@@ -394,8 +394,9 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
   constexpr int kParams = 9;
   const int n = static_cast<int>(measured.size());
   CostModel prior_copy = prior;
+  const std::array<double*, kParams> prior_fields = TimingCoefficientFields(prior_copy);
   std::array<double, kParams> prior_values;
-  for (int k = 0; k < kParams; ++k) prior_values[k] = *TimingCoefficientFields(prior_copy)[k];
+  for (int k = 0; k < kParams; ++k) prior_values[k] = *prior_fields[k];
   auto model_at = [&](const Eigen::VectorXd& theta) {
     CostModel cm = prior;
     const std::array<double*, kParams> fields = TimingCoefficientFields(cm);

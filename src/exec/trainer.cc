@@ -9,6 +9,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <span>
 
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
@@ -323,10 +324,12 @@ void Trainer::LearnFrom(int step, const Plan& plan, const CostModel& planned_wit
         group_s.push_back(learnable ? slowest : std::nan(""));
       }
     }
-    const PlanRequest request = RequestFor(step, planned_with);
+    const size_t before = learner_->measured().size();
+    CostModel learnt = learner_->Learn(RequestFor(step, planned_with), plan, group_s);
     // The step's estimates against its measurements, before learning from them.
-    shared[0] = RmsLogError(planned_with, MeasuredGroupSamples(request, plan, group_s));
-    CostModel learnt = learner_->Learn(request, plan, group_s);
+    const std::span<const FitSample> step_groups =
+        std::span(learner_->measured()).subspan(before);
+    shared[0] = RmsLogError(planned_with, step_groups);
     shared[1] = static_cast<double>(learner_->measured().size());
     const std::array<double*, 9> fields = TimingCoefficientFields(learnt);
     for (int k = 0; k < 9; ++k) shared[2 + k] = *fields[k];

@@ -39,24 +39,25 @@ std::vector<int> DegreeMultiset(const Plan& plan) {
   return d;
 }
 
-// The plan for `req` after `feedback` steps of learning: each step is planned
-// with the coefficients learnt so far and its groups measured; the
-// coefficients are then recalibrated from req.cost with every group measured.
-Plan PlanAfterFeedback(const sim::HardwareModel& hw, PlanRequest req, const PlanOptions& popt,
-                       const std::vector<std::vector<Sequence>>& feedback,
-                       const RecalibrationOptions& recalibration) {
+// The coefficients `req` plans with after `feedback` steps of learning: each
+// step is planned with the coefficients learnt so far and its groups
+// measured; the coefficients are recalibrated from req.cost with every group
+// measured. Independent of req.sequences.
+CostModel LearntFromFeedback(const sim::HardwareModel& hw, PlanRequest req,
+                             const PlanOptions& popt,
+                             const std::vector<std::vector<Sequence>>& feedback,
+                             const RecalibrationOptions& recalibration) {
   RecalibrationOptions options = recalibration;
   options.model = req.model;
   CoefficientLearner learner(req.cost, options);
   for (const auto& batch : feedback) {
-    PlanRequest step = req;
-    step.sequences = batch;
-    const Plan plan = MakePlan(step, popt);
+    req.sequences = batch;
+    const Plan plan = MakePlan(req, popt);
     if (plan.status != PlanStatus::kOk) continue;
     req.cost = learner.Learn(
-        step, plan, sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
+        req, plan, sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
   }
-  return MakePlan(req, popt);
+  return req.cost;
 }
 
 }  // namespace
@@ -129,14 +130,18 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     for (int k = 0; k < o.feedback_steps; ++k)
       feedback.push_back(
           SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + 900001 + k));
+    // The unperturbed coefficients after learning: the same for every batch.
+    const CostModel base_learnt =
+        LearntFromFeedback(hw, base_req, popt, feedback, o.recalibration);
     // Base plans and their simulated times, per batch.
     std::vector<std::vector<Sequence>> batches;
     std::vector<std::vector<int>> base_degrees;
     std::vector<double> base_time;
     for (int b = 0; b < o.batches; ++b) {
       PlanRequest req = base_req;
+      req.cost = base_learnt;
       req.sequences = SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + b);
-      const Plan plan = PlanAfterFeedback(hw, req, popt, feedback, o.recalibration);
+      const Plan plan = MakePlan(req, popt);
       if (plan.status != PlanStatus::kOk) continue;  // no feasible plan at all
       const sim::SimResult sr = sim::SimulatePlan(hw, plan, req.sequences);
       if (sr.oom) continue;
@@ -166,7 +171,8 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
           for (size_t c = 0; c < std::size(kNoiseCoefficients); ++c) {
             if (perturbed[c]) *coefs[c] *= o.common_factor ? factors[0] : factors[c];
           }
-          const Plan plan = PlanAfterFeedback(hw, req, popt, feedback, o.recalibration);
+          req.cost = LearntFromFeedback(hw, req, popt, feedback, o.recalibration);
+          const Plan plan = MakePlan(req, popt);
           double change = 0;
           bool match = false;
           if (plan.status == PlanStatus::kOk) {
