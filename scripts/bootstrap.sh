@@ -36,6 +36,7 @@ TEST_PACKAGES=(
   gnuplot-nox
   time  # GNU time (/usr/bin/time): peak memory in docs/reliability.md's figure block
   valgrind  # callgrind: the planner's instruction counts in docs/planner.md
+  clang-format clang-tidy  # scripts/lint.sh: formatting and lint checks in `make test`
 )
 
 packages=("${PLAN_PACKAGES[@]}")
