@@ -394,7 +394,9 @@ class PackedLoader:
     CPU). ``background``: plan the next global batch on a worker thread while
     this one trains. ``verify``: check that every rank planned the same
     batch (one all-reduce). Creating process groups is collective, so every
-    rank must iterate in step."""
+    rank must iterate in step. Without ``torch.distributed`` (tests, or a
+    look at another rank's share) pass ``rank`` and a ``cache`` whose
+    ``new_group`` makes no process group."""
 
     def __init__(self, batches: Iterable, scheduler, cache=None, rank: Optional[int] = None,
                  device=None, background: bool = True, verify: bool = True):
@@ -402,10 +404,12 @@ class PackedLoader:
         self.cache = cache if cache is not None else ft.GroupCache(max_groups=64)
         self.rank = int(rank) if rank is not None else (
             dist.get_rank() if dist.is_initialized() else 0)
-        world = dist.get_world_size() if dist.is_initialized() else 1
         n = int(scheduler.cluster.num_ranks)
-        if n != world:
-            raise ValueError(f"scheduler.cluster: plans {n} ranks, the world has {world}")
+        if dist.is_initialized() and n != dist.get_world_size():
+            raise ValueError(f"scheduler.cluster: plans {n} ranks, the world has "
+                             f"{dist.get_world_size()}")
+        if not 0 <= self.rank < n:
+            raise ValueError(f"rank: {self.rank} is not a rank of the {n}-rank plan")
         self.device = torch.device(device) if device is not None else _default_device()
         self.verify = verify
         self._source = iter(batches)
