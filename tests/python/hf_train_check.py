@@ -78,3 +78,23 @@ def test_help_shows_defaults():
                           text=True, timeout=60)
     assert proc.returncode == 0
     assert "--max-tokens MAX_TOKENS" in proc.stdout and "(default: 1024)" in proc.stdout
+
+
+def docs_script():
+    text = (REPO / "docs" / "huggingface.md").read_text(encoding="utf-8")
+    section = text.split("## A complete script", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_script_of_the_docs_page_runs(tmp_path):
+    script = tmp_path / "train_hf.py"
+    script.write_text(docs_script(), encoding="utf-8")
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node=2", str(script)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = re.findall(r"^step (\d+): (?:\[[0-9u,]+\] ?)+ loss (\S+)$", proc.stdout, re.M)
+    assert [s for s, _ in steps] == ["0", "1", "2"], proc.stdout
+    assert all(0 < float(loss) < 10 for _, loss in steps), proc.stdout
