@@ -119,22 +119,8 @@ def _unsupported(kwargs, module, dropout) -> Optional[str]:
 def _packed_attention(q, k, v, ctx: PackedContext, scale, causal):
     """(heads, tokens, head_dim) in, same layout out; fcp.torch dispatches on
     the group's comm (ring P2P or Ulysses all-to-all)."""
-    if hasattr(ft, "attention"):
-        return ft.attention(q, k, v, ctx.group, ctx.comm, causal=causal, softmax_scale=scale,
-                            cu_seqlens=list(ctx.cu_seqlens))
-    # TEMPORARY until fcp.torch.attention lands: ring groups, one call per sequence.
-    if _is_all_to_all(ctx.comm):
-        raise NotImplementedError("all-to-all groups need fcp.torch.attention")
-    rank = dist.get_rank() if dist.is_initialized() else ctx.group.ranks[0]
-    index = ctx.group.index(rank)
-    outs, start = [], 0
-    for a, b in zip(ctx.cu_seqlens, ctx.cu_seqlens[1:]):
-        n = ft.local_num_tokens(b - a, ctx.group.degree, index)
-        outs.append(ft.ring_attention(q[:, start:start + n], k[:, start:start + n],
-                                      v[:, start:start + n], ctx.group, causal=causal,
-                                      softmax_scale=scale, seq_len=b - a))
-        start += n
-    return torch.cat(outs, dim=1)
+    return ft.attention(q, k, v, ctx.group, ctx.comm, causal=causal, softmax_scale=scale,
+                        cu_seqlens=ctx.cu_seqlens)
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -462,7 +448,7 @@ class PackedLoader:
             if mine is None:
                 mbs.append(idle_micro_batch(self.rank, self.device))
                 continue
-            group = self.cache.get(list(mine.ranks))
+            group = self.cache.get(list(mine.ranks), mine.comm)
             mbs.append(pack_micro_batch(examples, list(mine.sequences), list(mine.ranks),
                                         self.rank, group, mine.comm, self.device))
         total = sum(e.num_targets for e in examples)

@@ -1,8 +1,10 @@
 """CTest python_hf_train: examples/hf/train.py on 4 gloo processes with
 --check (loss and every gradient against one process running the plain
-model with SDPA, 1e-5) on plans that mix degrees, leave a rank idle and use
-all-to-all groups; the layouts printed are asserted to have all three, so
-the test cannot silently run easier plans. Plus the example's flag errors."""
+model with SDPA, 1e-5): FSDP2 + Qwen3 on plans that mix degrees, leave a
+rank idle and use all-to-all groups (the printed layouts are asserted to
+have all of them, so the test cannot silently run easier plans), DDP +
+Llama on ring plans of mixed degrees. Plus the script of
+docs/huggingface.md on 2 processes and the example's flag errors."""
 
 import os
 import re
@@ -39,6 +41,7 @@ def micro_batches(stdout):
 
 
 def assert_hard_plans(stdout):
+    """Mixed degrees, an idle rank, an all-to-all group and a ring group > 1."""
     mbs = [mb for step in micro_batches(stdout) for mb in step]
     assert any(len({d for d, _ in mb}) > 1 for mb in mbs), f"no mixed degrees: {mbs}"
     assert any(sum(d for d, _ in mb) < WORLD for mb in mbs), f"no idle rank: {mbs}"
@@ -52,10 +55,17 @@ def assert_check_passed(stdout):
     assert float(m.group(1)) <= 1e-5 and float(m.group(2)) <= 1e-5, m.group(0)
 
 
-@pytest.mark.parametrize("model, wrap", [("qwen3", "ddp"), ("llama", "fsdp2")])
-def test_example_trains_hard_plans_like_one_process(model, wrap):
-    out = run_example("--model", model, "--wrap", wrap)
+def test_qwen3_fsdp2_trains_mixed_idle_all_to_all_plans_like_one_process():
+    out = run_example("--model", "qwen3", "--wrap", "fsdp2")
     assert_hard_plans(out)
+    assert_check_passed(out)
+
+
+def test_llama_ddp_trains_ring_plans_like_one_process():
+    out = run_example("--model", "llama", "--wrap", "ddp", "--strategy", "fcp-ring")
+    mbs = [mb for step in micro_batches(out) for mb in step]
+    assert any(len({d for d, _ in mb}) > 1 for mb in mbs), f"no mixed degrees: {mbs}"
+    assert not any(a2a for mb in mbs for _, a2a in mb), mbs
     assert_check_passed(out)
 
 
