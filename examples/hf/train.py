@@ -203,24 +203,31 @@ def setup_distributed():
     return dist.get_rank(), dist.get_world_size()
 
 
+def make_scheduler(args, world):
+    """The planner for this world; bad --hardware/--strategy/--ranks-per-node
+    end here, before any process group exists."""
+    import fcp
+    try:
+        return fcp.Scheduler(cluster=fcp.Cluster(world, args.ranks_per_node or world,
+                                                 args.hardware),
+                             model=MODELS[args.model]["preset"], strategy=args.strategy,
+                             seed=args.seed)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     lengths = read_lengths(args.lengths)
+    sched = make_scheduler(args, int(os.environ.get("WORLD_SIZE", "1")))
     import torch
     import torch.distributed as dist
 
-    import fcp
     import fcp.hf
     rank, world = setup_distributed()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
         else torch.device("cpu")
     spec = MODELS[args.model]
-    try:
-        sched = fcp.Scheduler(cluster=fcp.Cluster(world, args.ranks_per_node or world,
-                                                  args.hardware),
-                              model=spec["preset"], strategy=args.strategy, seed=args.seed)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
     model = build_model(args, fcp.hf.register()).to(device)
     model.train()
     model_class = type(model).__name__  # fully_shard renames the class

@@ -74,6 +74,8 @@ def test_llama_ddp_trains_ring_plans_like_one_process():
     (["--model", "gpt2"], "error: argument --model: invalid choice: 'gpt2'"),
     (["--lengths", "/nonexistent/lengths.txt"], "error: --lengths: "),
     (["--wrap", "zero3"], "error: argument --wrap: invalid choice: 'zero3'"),
+    (["--hardware", "tpu-v9"], "error: cluster.hardware: "),
+    (["--strategy", "best"], "error: strategy: "),
 ])
 def test_bad_flags_give_one_error_line(flags, message):
     proc = subprocess.run([sys.executable, str(EXAMPLE), *flags], capture_output=True,
