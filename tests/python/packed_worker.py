@@ -264,6 +264,8 @@ def error_checks(rank, cache):
     good = ft.local_cu_seqlens([0, 9, 20], 2, me)[-1]
     errors["tokens"] = _error_of(lambda: ft.ring_attention(
         *qkv(good + (1 if rank == 1 else 0)), fresh(pair), cu_seqlens=[0, 9, 20]))
+    # Lengths summed over the group (no seq_len): 5 + 7 tokens, zigzag needs 6 + 6.
+    errors["tokens_summed"] = _error_of(lambda: ft.ring_attention(*qkv(5 + 2 * me), fresh(pair)))
     # Heads not divisible by the degree of an all-to-all group (3 heads, 4 ranks).
     errors["heads"] = _error_of(lambda: ft.ulysses_attention(
         *qkv(ft.local_num_tokens(16, 4, rank), heads=3), fresh(world), seq_len=16))

@@ -96,6 +96,9 @@ def test_ranks_that_disagree_fail_with_one_clear_error(results):
         assert message.startswith("seq_len: the ranks of the group disagree"), message
         assert all(f"ranks [{r}] passed 1 sequence(s) of {40 + r} tokens" in message for r in range(3))
     for rank in range(WORLD):
+        message = errors[rank]["tokens_summed"]
+        assert message.startswith("q: tokens (dim -2) do not match"), message
+        assert "holds 5, needs 6" in message and "holds 7, needs 6" in message
         assert errors[rank]["causal"].startswith("causal: the ranks of the group disagree")
         assert errors[rank]["heads"].startswith("group: all-to-all over 4 ranks"), errors[rank]
         assert "3" in errors[rank]["heads"]

@@ -207,12 +207,18 @@ def _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected_local
         message = _disagreement(name, values, pg_ranks, describe)
         if message:
             raise ValueError(message)
-    wrong = [(pg_ranks[i], r[w + 4], r[w + 5]) for i, r in enumerate(rows)
-             if r[w + 5] >= 0 and r[w + 4] >= 0 and r[w + 4] != r[w + 5]]
+    _raise_wrong_tokens([(pg_ranks[i], r[w + 4], r[w + 5]) for i, r in enumerate(rows)])
+    return pg_ranks, [r[w + 4] for r in rows]
+
+
+def _raise_wrong_tokens(held_needed) -> None:
+    """Raises on every rank of the group when some rank (any) holds another
+    token count than its zigzag shard needs: [(rank, held, needed)]."""
+    wrong = [(g, have, need) for g, have, need in held_needed
+             if have >= 0 and need >= 0 and have != need]
     if wrong:
         detail = ", ".join(f"rank {g} holds {have}, needs {need}" for g, have, need in wrong)
-        raise ValueError(f"q: tokens (dim -2) do not match the zigzag shard of cu_seqlens ({detail})")
-    return [r[w + 4] for r in rows]
+        raise ValueError(f"q: tokens (dim -2) do not match the zigzag shard of the lengths ({detail})")
 
 
 def plan_micro_batch(group, cu_seqlens=None, causal: bool = True, *, seq_len: Optional[int] = None,
@@ -267,11 +273,11 @@ def plan_micro_batch(group, cu_seqlens=None, causal: bool = True, *, seq_len: Op
     expected = None
     if cu is not None:
         expected = MicroBatchContext(ranks, index, pg, cu, causal, packed).local_tokens
-    held = _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected, dev)
-    if cu is None:
-        cu = (0, sum(held))
-        ctx = MicroBatchContext(ranks, index, pg, cu, causal, packed)
-        _check_local(ctx, local_tokens)
+    pg_ranks, held = _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected, dev)
+    if cu is None:  # one sequence, its length summed over the group
+        ctx = MicroBatchContext(ranks, index, pg, (0, sum(held)), causal, packed)
+        _raise_wrong_tokens([(g, n, ctx.geometry.lengths[ranks.index(g)] if g in ranks else -1)
+                             for g, n in zip(pg_ranks, held)])
         return ctx
     return MicroBatchContext(ranks, index, pg, cu, causal, packed)
 

@@ -168,7 +168,8 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     b, t = qb.shape[0], qb.shape[2]
     per = heads // degree
     q_slots = qb.view(b, degree, per, t, qb.shape[-1])
-    kv_index = torch.tensor([h for s in kv_slices for h in s], device=qb.device)
+    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)), lambda: torch.tensor(
+        [h for s in kv_slices for h in s], device=qb.device))
     n = len(kv_slices[0])
 
     def kv_slots(x):
