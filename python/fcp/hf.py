@@ -79,7 +79,7 @@ IGNORE_INDEX = -100
 class PackedContext:
     """What the attention of one micro-batch needs besides q, k, v: the
     group (``fcp.torch.CPGroup``, ring order), its ``comm`` (the plan
-    group's ``CommKind``: ring or all-to-all) and the *global* cumulative
+    group's ``CommKind``, or ``"ring"`` / ``"all-to-all"``) and the *global* cumulative
     lengths ``[0, s0, s0+s1, ...]`` of the group's packed sequences."""
 
     group: object
@@ -87,16 +87,8 @@ class PackedContext:
     cu_seqlens: Tuple[int, ...]
 
 
-def _ring_comm():
-    try:
-        from ._fcp import CommKind
-    except ImportError:  # fcp.torch and fcp.hf run without the C++ module
-        return "ring"
-    return CommKind.RING
-
-
 def _is_all_to_all(comm) -> bool:
-    return getattr(comm, "name", str(comm)).upper() not in ("RING", "KRING")
+    return ft.comm_name(comm) == "all-to-all"
 
 
 def _unsupported(kwargs, module, dropout) -> Optional[str]:
@@ -298,7 +290,7 @@ def pack_micro_batch(examples: Sequence, sequences: Sequence[int], ranks: Sequen
         pos.append(p)
         cu.append(cu[-1] + s)
     ctx = PackedContext(group if group is not None else ft.CPGroup(ranks),
-                        comm if comm is not None else _ring_comm(), tuple(cu))
+                        comm if comm is not None else "ring", tuple(cu))
 
     def row(parts):
         return torch.cat(parts).unsqueeze(0).to(device) if parts else \
@@ -310,7 +302,7 @@ def idle_micro_batch(rank: int, device=None) -> MicroBatch:
     """The filler of a rank idle in a micro-batch: one token (id 0, no
     target) attending to itself on a degree-1 group."""
     z = torch.zeros(1, 1, dtype=torch.long, device=device)
-    ctx = PackedContext(ft.CPGroup([int(rank)]), _ring_comm(), (0, 1))
+    ctx = PackedContext(ft.CPGroup([int(rank)]), "ring", (0, 1))
     return MicroBatch(z, z.clone(), torch.full_like(z, IGNORE_INDEX), ctx, (), idle=True)
 
 
