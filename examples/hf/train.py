@@ -66,6 +66,8 @@ def parse_args(argv=None):
                    "all-to-all groups)")
     p.add_argument("--wrap", choices=["plain", "ddp", "fsdp2"], default="ddp",
                    help="gradient reduction: fcp.torch.reduce_gradients, DDP or FSDP2")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each decoder layer in the backward (transformers' own)")
     p.add_argument("--layers", type=int, default=2, help="decoder layers")
     p.add_argument("--head-dim", type=int, default=8, help="attention head dimension")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
@@ -230,6 +232,9 @@ def main(argv=None) -> int:
     spec = MODELS[args.model]
     model = build_model(args, fcp.hf.register()).to(device)
     model.train()
+    if args.activation_checkpointing:
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
     model_class = type(model).__name__  # fully_shard renames the class
     trained = wrap(model, args.wrap)
     optimizer = torch.optim.AdamW(trained.parameters(), lr=args.lr)

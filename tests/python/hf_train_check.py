@@ -3,7 +3,8 @@
 model with SDPA, 1e-5): FSDP2 + Qwen3 on plans that mix degrees, leave a
 rank idle and use all-to-all groups (the printed layouts are asserted to
 have all of them, so the test cannot silently run easier plans), DDP +
-Llama on ring plans of mixed degrees. Plus the script of
+Llama with activation checkpointing (the ring's collectives rerun in the
+backward) on ring plans of mixed degrees. Plus the script of
 docs/huggingface.md on 2 processes and the example's flag errors."""
 
 import os
@@ -61,8 +62,9 @@ def test_qwen3_fsdp2_trains_mixed_idle_all_to_all_plans_like_one_process():
     assert_check_passed(out)
 
 
-def test_llama_ddp_trains_ring_plans_like_one_process():
-    out = run_example("--model", "llama", "--wrap", "ddp", "--strategy", "fcp-ring")
+def test_llama_ddp_with_activation_checkpointing_trains_ring_plans_like_one_process():
+    out = run_example("--model", "llama", "--wrap", "ddp", "--strategy", "fcp-ring",
+                      "--activation-checkpointing")
     mbs = [mb for step in micro_batches(out) for mb in step]
     assert any(len({d for d, _ in mb}) > 1 for mb in mbs), f"no mixed degrees: {mbs}"
     assert not any(a2a for mb in mbs for _, a2a in mb), mbs
