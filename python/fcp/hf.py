@@ -495,10 +495,10 @@ def _sync_context(model, kind: str, last: bool):
 
 
 def micro_batch_loss(model, mb: MicroBatch) -> torch.Tensor:
-    """Sum of this rank's token losses (cross-entropy, fp32) in ``mb``."""
-    logits = model(**mb.model_inputs()).logits
-    return F.cross_entropy(logits[0].float(), mb.labels[0], ignore_index=IGNORE_INDEX,
-                           reduction="sum")
+    """Sum of this rank's token losses (cross-entropy in fp32 at least) in ``mb``."""
+    logits = model(**mb.model_inputs()).logits[0]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return F.cross_entropy(logits, mb.labels[0], ignore_index=IGNORE_INDEX, reduction="sum")
 
 
 def train_step(model, batch: GlobalBatch) -> float:

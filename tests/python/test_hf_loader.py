@@ -209,3 +209,28 @@ def test_attention_refuses_what_it_does_not_implement():
         model(**mb.model_inputs())
     with pytest.raises(ValueError, match="attention_mask: padding masks are not supported"):
         tiny_qwen3(name)(**mb.model_inputs(), attention_mask=torch.tensor([[1, 1, 0]]))
+
+
+def test_train_step_in_one_process_gives_the_global_per_token_loss_and_gradients():
+    rng = random.Random(5)
+    batch = random_batch(rng, 5, vocab=64)
+    batch[2] = [7]                                  # one token: no target at all
+    sched = fcp.Scheduler(cluster=fcp.Cluster(1, 1, "h100-8x8"), model="qwen3-1.7b")
+    (gb,) = list(fh.PackedLoader([batch], sched, rank=0, cache=no_groups(), verify=False))
+    model = tiny_qwen3(fh.register())
+    ref = tiny_qwen3("sdpa")
+    ref.load_state_dict(model.state_dict())
+    loss = fh.train_step(model, gb)
+    targets = sum(len(x) - 1 for x in batch)
+    assert gb.global_num_tokens == targets
+    want = 0.0
+    for seq in batch:
+        logits = ref(input_ids=torch.tensor([seq]), use_cache=False).logits[0]
+        if len(seq) > 1:
+            term = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(seq[1:]),
+                                                     reduction="sum") / targets
+            term.backward()
+            want += float(term.detach())
+    assert loss == pytest.approx(want, rel=1e-12)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-9, atol=1e-12), name
