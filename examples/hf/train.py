@@ -72,6 +72,9 @@ def parse_args(argv=None):
     p.add_argument("--head-dim", type=int, default=8, help="attention head dimension")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, lengths and tokens")
+    p.add_argument("--learn", action="store_true",
+                   help="the planner learns from each step's measured group times "
+                        "(fcp.Scheduler.observe)")
     p.add_argument("--check", action="store_true",
                    help="compare loss and gradients with one process running SDPA")
     args = p.parse_args(argv)
@@ -262,6 +265,12 @@ def main(argv=None) -> int:
             print(f"step {step}: {batch.layout}  loss {loss:.6f}  {tokens} tokens  "
                   f"{tokens / seconds:.0f} tokens/s  planning {batch.planning_s * 1e3:.1f} ms "
                   f"(exposed {batch.exposed_planning_s * 1e3:.1f} ms)", flush=True)
+        if args.learn:
+            learnt = loader.observe(batch)
+            if rank == 0:
+                print(f"learn: {learnt['groups']} groups, RMS log error of their estimates "
+                      f"{learnt['rms_rel_before']:.3f} -> {learnt['rms_rel_after']:.3f}",
+                      flush=True)
         if args.check and rank == 0:
             ref_loss, ref_grads = reference(args, weights, check_batches[step])
             worst_loss = max(worst_loss, abs(loss - ref_loss) / abs(ref_loss))

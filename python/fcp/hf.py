@@ -318,14 +318,19 @@ class GlobalBatch:
     """One global batch for this rank: the ``plan``, one :class:`MicroBatch`
     per micro-batch of the plan, and ``global_num_tokens`` (tokens with a
     target in the whole global batch, the loss denominator; every rank knows
-    the whole batch, so no collective is needed)."""
+    the whole batch, so no collective is needed). ``lengths``: token counts;
+    ``plan_lengths``: what the planner was given. ``micro_batch_times_s``:
+    set by :func:`train_step` (this rank's seconds per micro-batch, NaN where
+    idle), read by :meth:`PackedLoader.observe`."""
 
     plan: object
     micro_batches: List[MicroBatch]
     global_num_tokens: int
     lengths: List[int]
+    plan_lengths: List[int]
     planning_s: float = 0.0
     exposed_planning_s: float = 0.0
+    micro_batch_times_s: Optional[List[float]] = None
 
     @property
     def layout(self) -> str:
@@ -444,7 +449,22 @@ class PackedLoader:
             mbs.append(pack_micro_batch(examples, list(mine.sequences), list(mine.ranks),
                                         self.rank, group, mine.comm, self.device))
         total = sum(e.num_targets for e in examples)
-        return GlobalBatch(plan, mbs, total, [len(e.input_ids) for e in examples], spent, exposed)
+        return GlobalBatch(plan, mbs, total, [len(e.input_ids) for e in examples],
+                           [e.plan_length for e in examples], spent, exposed)
+
+    def observe(self, batch: GlobalBatch) -> dict:
+        """The Scheduler learns from a global batch that ran
+        (``fcp.Scheduler.observe``, docs/python.md): every rank's
+        ``batch.micro_batch_times_s`` (from :func:`train_step`) are gathered
+        (one all-gather, ``fcp.torch.group_times``), each group's time is its
+        slowest rank's. Batches submitted for planning after this call use the
+        learnt coefficients (the one already planning keeps the old ones).
+        Collective; every rank must call it. Returns the calibration."""
+        if batch.micro_batch_times_s is None:
+            raise ValueError("batch: has no micro_batch_times_s (run fcp.hf.train_step on it "
+                             "first)")
+        times = ft.group_times(batch.plan, batch.micro_batch_times_s, device=self.device)
+        return self.scheduler.observe(batch.plan_lengths, batch.plan, times)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -514,25 +534,41 @@ def train_step(model, batch: GlobalBatch) -> float:
     models run a one-token filler where the rank is idle, so every rank issues
     the wrapper's collectives in the same order. Each rank's loss is
     ``Σ its token losses / global tokens`` (× world size for the averaging
-    wrappers): the gradients are those of the global per-token mean."""
+    wrappers): the gradients are those of the global per-token mean. Sets
+    ``batch.micro_batch_times_s`` (forward + backward of each micro-batch,
+    after a device synchronisation on CUDA; NaN where idle) for
+    :meth:`PackedLoader.observe`."""
     kind = _wrapper_kind(model)
     world = dist.get_world_size() if dist.is_initialized() else 1
     reduction = "sum" if kind == "plain" else "mean"
-    local = torch.zeros((), dtype=torch.float64, device=_loss_device(batch))
+    device = _loss_device(batch)
+    local = torch.zeros((), dtype=torch.float64, device=device)
     last = len(batch.micro_batches) - 1
+    times = []
     for j, mb in enumerate(batch.micro_batches):
         if kind == "plain" and mb.idle:
+            times.append(float("nan"))
             continue
+        start = _now(device)
         with _sync_context(model, kind, j == last):
             token_loss_sum = micro_batch_loss(model, mb)
             ft.per_token_loss(token_loss_sum, batch.global_num_tokens, reduction,
                               world).backward()
         local += token_loss_sum.detach().double()
+        times.append(float("nan") if mb.idle else _now(device) - start)
+    batch.micro_batch_times_s = times
     if kind == "plain":
         ft.reduce_gradients(model.parameters())
     if dist.is_initialized():
         dist.all_reduce(local)
     return float(local) / batch.global_num_tokens
+
+
+def _now(device: torch.device) -> float:
+    """Wall clock after the device's queued work (a micro-batch's time)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _loss_device(batch: GlobalBatch) -> torch.device:

@@ -56,10 +56,14 @@ def assert_check_passed(stdout):
     assert float(m.group(1)) <= 1e-5 and float(m.group(2)) <= 1e-5, m.group(0)
 
 
-def test_qwen3_fsdp2_trains_mixed_idle_all_to_all_plans_like_one_process():
-    out = run_example("--model", "qwen3", "--wrap", "fsdp2")
+def test_qwen3_fsdp2_trains_mixed_idle_all_to_all_plans_like_one_process_and_learns():
+    out = run_example("--model", "qwen3", "--wrap", "fsdp2", "--learn")
     assert_hard_plans(out)
     assert_check_passed(out)
+    learnt = re.findall(r"^learn: (\d+) groups, RMS log error of their estimates (\S+) -> (\S+)$",
+                        out, re.M)
+    assert len(learnt) == 3 and int(learnt[-1][0]) >= 3, out
+    assert float(learnt[-1][2]) < float(learnt[-1][1]), out
 
 
 def test_llama_ddp_with_activation_checkpointing_trains_ring_plans_like_one_process():

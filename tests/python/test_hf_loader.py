@@ -216,7 +216,10 @@ def test_train_step_in_one_process_gives_the_global_per_token_loss_and_gradients
     batch = random_batch(rng, 5, vocab=64)
     batch[2] = [7]                                  # one token: no target at all
     sched = fcp.Scheduler(cluster=fcp.Cluster(1, 1, "h100-8x8"), model="qwen3-1.7b")
-    (gb,) = list(fh.PackedLoader([batch], sched, rank=0, cache=no_groups(), verify=False))
+    loader = fh.PackedLoader([batch], sched, rank=0, cache=no_groups(), verify=False)
+    (gb,) = list(loader)
+    with pytest.raises(ValueError, match="batch: has no micro_batch_times_s"):
+        loader.observe(gb)
     model = tiny_qwen3(fh.register())
     ref = tiny_qwen3("sdpa")
     ref.load_state_dict(model.state_dict())
@@ -234,3 +237,8 @@ def test_train_step_in_one_process_gives_the_global_per_token_loss_and_gradients
     assert loss == pytest.approx(want, rel=1e-12)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-9, atol=1e-12), name
+    assert len(gb.micro_batch_times_s) == len(gb.plan.micro_batches)
+    assert all(t > 0 for t in gb.micro_batch_times_s)
+    learnt = loader.observe(gb)
+    assert learnt["groups"] == sum(len(mb.groups) for mb in gb.plan.micro_batches)
+    assert sched.calibration is learnt
