@@ -184,7 +184,8 @@ def _disagreement(name: str, values: List, pg_ranks: List[int], describe) -> Opt
 
 def _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected_local, device):
     """Collective over the group: one all-gather of a few int64 per rank.
-    Returns the per-rank local token counts; raises ValueError naming the
+    Returns the process group's ranks and, in their order, the token
+    counts they hold; raises ValueError naming the
     argument and the ranks when the ranks disagree on the ring order, the
     sequence lengths or the causal flag, or hold the wrong token counts."""
     width = dist.get_world_size(pg)
@@ -200,7 +201,8 @@ def _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected_local
          lambda v: f"ring order {[x for x in v if x >= 0]}"),
         ("cu_seqlens" if packed else "seq_len",
          [tuple(r[w:w + 3]) for r in rows],
-         lambda v: f"{v[0]} sequence(s) of {v[1]} tokens in all (digest {v[2]:x})"),
+         lambda v: f"{v[0]} sequence(s) of {v[1]} tokens in all (digest {v[2]:x})"
+         if v[0] >= 0 else "no length (to be summed over the group)"),
         ("causal", [bool(r[w + 3]) for r in rows], lambda v: f"causal={v}"),
     ]
     for name, values, describe in checks:
