@@ -263,13 +263,14 @@ def _packed_paths(args, world, rank, pg, cu):
     def leaves():
         return [t.detach().requires_grad_() for t in local]
 
+    sizes = [offsets[j + 1] - offsets[j] for j in range(len(cu) - 1)]
+    split = [torch.split(t, sizes, dim=1) for t in local]
+
     def per_sequence():
         group = ft.CPGroup(ranks, pg)  # one micro-batch
-        a, b, c = leaves()
-        for j in range(len(cu) - 1):
-            lo, hi = offsets[j], offsets[j + 1]
-            ft.ring_attention(a[:, lo:hi], b[:, lo:hi], c[:, lo:hi], group, causal=True,
-                              seq_len=cu[j + 1] - cu[j], rank=rank,
+        for j in range(len(cu) - 1):  # every sequence its own leaves, as when sharded alone
+            a, b, c = (parts[j].detach().requires_grad_() for parts in split)
+            ft.ring_attention(a, b, c, group, causal=True, seq_len=cu[j + 1] - cu[j], rank=rank,
                               kernel=args.kernel).sum().backward()
 
     def packed(attend):

@@ -88,13 +88,13 @@ def _exact_attention(q, k, v, cu, causal: bool, scale: float):
                             cu_t, cu_t, longest, longest, softmax_scale=scale, causal=causal)
         return out.transpose(0, 1)[None]
     gqa = q.shape[1] != k.shape[1]
-    outs = []
-    for j in range(len(cu) - 1):
-        a, b = cu[j], cu[j + 1]
-        if b > a:
-            outs.append(torch.nn.functional.scaled_dot_product_attention(
-                q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=causal, scale=scale,
-                enable_gqa=gqa))
+    # torch.split, not slicing: its backward is one concatenation, where every
+    # slice's backward would write a gradient the size of the whole batch.
+    lengths = [cu[j + 1] - cu[j] for j in range(len(cu) - 1)]
+    outs = [torch.nn.functional.scaled_dot_product_attention(
+        qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa) if n else qs.new_zeros(
+            *qs.shape[:-1], vs.shape[-1])
+        for n, qs, ks, vs in zip(lengths, *(torch.split(t, lengths, dim=2) for t in (q, k, v)))]
     return torch.cat(outs, dim=2)
 
 
