@@ -11,14 +11,9 @@ import torch
 import torch.distributed as dist
 
 from .context import MicroBatchContext, context_for
+from .kernels import exact_attention
 from .layout import packed_index
 from .ring import _as_batched, _scale
-
-try:  # flash-attn's varlen kernel, when installed (CUDA, fp16/bf16)
-    from flash_attn import flash_attn_varlen_func as _flash_varlen
-except ImportError:  # pragma: no cover - depends on the environment
-    _flash_varlen = None
-
 
 class _AllToAll(torch.autograd.Function):
     """``all_to_all_single`` on flat buffers; its gradient is the reverse
@@ -74,28 +69,6 @@ def _gathered_to_global(ctx: MicroBatchContext, slot_ring_index: List[int], devi
         perm[idx] = torch.arange(base, base + idx.numel())
         base += idx.numel()
     return perm.to(device)
-
-
-def _exact_attention(q, k, v, cu, causal: bool, scale: float):
-    """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
-    varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
-    PyTorch's scaled_dot_product_attention per sequence."""
-    if (_flash_varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and q.shape[0] == 1):
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
-        longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
-        out = _flash_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
-                            cu_t, cu_t, longest, longest, softmax_scale=scale, causal=causal)
-        return out.transpose(0, 1)[None]
-    gqa = q.shape[1] != k.shape[1]
-    # torch.split, not slicing: its backward is one concatenation, where every
-    # slice's backward would write a gradient the size of the whole batch.
-    lengths = [cu[j + 1] - cu[j] for j in range(len(cu) - 1)]
-    outs = [torch.nn.functional.scaled_dot_product_attention(
-        qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa) if n else qs.new_zeros(
-            *qs.shape[:-1], vs.shape[-1])
-        for n, qs, ks, vs in zip(lengths, *(torch.split(t, lengths, dim=2) for t in (q, k, v)))]
-    return torch.cat(outs, dim=2)
 
 
 def _scatter_heads(t, degree, pg, local_sizes):
@@ -156,7 +129,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     if cu[-1] == 0:
         return restore(qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum()))
     if ctx.degree == 1:
-        return restore(_exact_attention(qb, kb, vb, cu, ctx.causal, scale))
+        return restore(exact_attention(qb, kb, vb, cu, ctx.causal, scale))
     pg_ranks = _group_ranks(ctx)
     slots = [ctx.ranks.index(r) for r in pg_ranks]  # ring index of each all-to-all slot
     sizes = [ctx.geometry.lengths[ri] for ri in slots]
@@ -177,5 +150,5 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     pg = ctx.process_group
     qg, kg, vg = (_scatter_heads(x, degree, pg, sizes).index_select(2, perm)
                   for x in (q_slots, kv_slots(kb), kv_slots(vb)))
-    out = _exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
+    out = exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
     return restore(_gather_heads(out.contiguous(), degree, pg, sizes, t))
