@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from .context import MicroBatchContext, context_for
+from .groups import _ring_ranks
 from .kernels import exact_attention
 from .layout import packed_index
 from .ring import _as_batched, _scale
@@ -115,10 +116,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     """
     packed = cu_seqlens is not None or (isinstance(group, MicroBatchContext) and group.packed)
     qb, kb, vb, restore = _as_batched(q, k, v, packed)
-    degree = group.degree if isinstance(group, MicroBatchContext) else None
-    if degree is None:
-        from .groups import _ring_ranks
-        degree = len(_ring_ranks(group))
+    degree = group.degree if isinstance(group, MicroBatchContext) else len(_ring_ranks(group))
     heads, kv_heads = qb.shape[1], kb.shape[1]
     if heads % degree:
         raise ValueError(f"group: all-to-all over {degree} ranks needs the query heads (dim -3) "
@@ -127,7 +125,8 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     scale = _scale(q, softmax_scale)
     cu = ctx.cu_seqlens
     if cu[-1] == 0:
-        return restore(qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum()))
+        zero = qb.new_zeros(*qb.shape[:-1], vb.shape[-1])
+        return restore(zero + 0 * (qb.sum() + kb.sum() + vb.sum()))
     if ctx.degree == 1:
         return restore(exact_attention(qb, kb, vb, cu, ctx.causal, scale))
     pg_ranks = _group_ranks(ctx)
@@ -140,13 +139,13 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
                            lambda: _kv_head_slices(heads, kv_heads, degree))
     b, t = qb.shape[0], qb.shape[2]
     per = heads // degree
-    q_slots = qb.view(b, degree, per, t, qb.shape[-1])
-    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)), lambda: torch.tensor(
-        [h for s in kv_slices for h in s], device=qb.device))
+    q_slots = qb.reshape(b, degree, per, t, qb.shape[-1])
+    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)),
+                          lambda: torch.tensor([h for s in kv_slices for h in s], device=qb.device))
     n = len(kv_slices[0])
 
     def kv_slots(x):
-        return x.index_select(1, kv_index).view(b, degree, n, t, x.shape[-1])
+        return x.index_select(1, kv_index).reshape(b, degree, n, t, x.shape[-1])
     pg = ctx.process_group
     qg, kg, vg = (_scatter_heads(x, degree, pg, sizes).index_select(2, perm)
                   for x in (q_slots, kv_slots(kb), kv_slots(vb)))
