@@ -161,6 +161,8 @@ def _cpu_worker(rank, world, rendezvous, args, seq_len, mode, out_path):
             ql, kl, vl = (ft.shard(t, ranks, rank, dim=-2).contiguous() for t in (q, k, v))
             del q, k, v
             kernel = ft.block_kernel_name(ql, args.kernel)
+            if world == 1 and args.kernel == "auto" and ql.dtype in (torch.float32, torch.float64):
+                kernel = "sdpa"  # degree 1, auto: no ring, PyTorch's attention
             def step():
                 a, b, c = (t.detach().requires_grad_() for t in (ql, kl, vl))
                 ft.ring_attention(a, b, c, group, causal=True, seq_len=seq_len,
@@ -205,7 +207,8 @@ def _cuda_run(args, seq_len, degree, mode):
         step = lambda: _sdpa_step(q, k, v)  # noqa: E731
         kernel = "sdpa"
     else:
-        kernel = ft.block_kernel_name(q, args.kernel)
+        kernel = "sdpa" if degree == 1 and args.kernel == "auto" else ft.block_kernel_name(
+            q, args.kernel)
         def step():
             a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
             if degree == 1:
@@ -263,13 +266,14 @@ def _packed_paths(args, world, rank, pg, cu):
     def leaves():
         return [t.detach().requires_grad_() for t in local]
 
+    sizes = [offsets[j + 1] - offsets[j] for j in range(len(cu) - 1)]
+    split = [torch.split(t, sizes, dim=1) for t in local]
+
     def per_sequence():
         group = ft.CPGroup(ranks, pg)  # one micro-batch
-        a, b, c = leaves()
-        for j in range(len(cu) - 1):
-            lo, hi = offsets[j], offsets[j + 1]
-            ft.ring_attention(a[:, lo:hi], b[:, lo:hi], c[:, lo:hi], group, causal=True,
-                              seq_len=cu[j + 1] - cu[j], rank=rank,
+        for j in range(len(cu) - 1):  # every sequence its own leaves, as when sharded alone
+            a, b, c = (parts[j].detach().requires_grad_() for parts in split)
+            ft.ring_attention(a, b, c, group, causal=True, seq_len=cu[j + 1] - cu[j], rank=rank,
                               kernel=args.kernel).sum().backward()
 
     def packed(attend):

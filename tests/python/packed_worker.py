@@ -70,6 +70,11 @@ def _rel_err(a, b, scale):
     return float((a.double() - b.double()).abs().max()) / scale if a.numel() else 0.0
 
 
+def _grad(leaf, used):
+    """The leaf's gradient in the (heads, tokens, dim) order of ``used``."""
+    return leaf.grad if leaf.shape == used.shape else leaf.grad.transpose(0, 1)
+
+
 def attention_checks(rank, cache):
     rows = []
     for index, mb in enumerate(attention_cases()):
@@ -86,10 +91,16 @@ def attention_checks(rank, cache):
         q64, k64, v64 = (t.double().clone().requires_grad_() for t in (q, k, v))
         ref = softmax_reference(q64, k64, v64, cu, causal)
         (ref * g.double()).sum().backward()
-        local = [ft.packed_shard(t, cu, group, rank, dim=1).requires_grad_() for t in (q, k, v)]
-        # Alternate the forms: list or tensor cu_seqlens, with or without a batch dim of 1.
+        # Alternate the forms: list or tensor cu_seqlens, with or without a batch dim of 1,
+        # contiguous or (tokens, heads, dim) memory as models lay out projections.
         cu_arg = torch.tensor(cu) if index % 2 else cu
-        ql, kl, vl = local
+        if index in (0, 4):
+            leaves = [ft.packed_shard(t, cu, group, rank, dim=1).transpose(0, 1).contiguous()
+                      .requires_grad_() for t in (q, k, v)]
+            ql, kl, vl = (t.transpose(0, 1) for t in leaves)
+        else:
+            leaves = [ft.packed_shard(t, cu, group, rank, dim=1).requires_grad_() for t in (q, k, v)]
+            ql, kl, vl = leaves
         if index % 3 == 0:
             out = ft.attention(ql[None], kl[None], vl[None], group, causal=causal, cu_seqlens=cu_arg)[0]
         else:
@@ -103,9 +114,10 @@ def attention_checks(rank, cache):
             "dtype": dtype, "heads": heads, "kv_heads": kv_heads, "causal": causal,
             "out_shape": tuple(out.shape), "local_shape": tuple(ql.shape[:-1]) + (HEAD_DIM,),
             "out": _rel_err(out.detach(), sh(ref.detach()), scale_out),
-            "dq": _rel_err(ql.grad, sh(q64.grad), scale_grad),
-            "dk": _rel_err(kl.grad, sh(k64.grad), scale_grad),
-            "dv": _rel_err(vl.grad, sh(v64.grad), scale_grad),
+            "contiguous": ql.is_contiguous(),
+            "dq": _rel_err(_grad(leaves[0], ql), sh(q64.grad), scale_grad),
+            "dk": _rel_err(_grad(leaves[1], kl), sh(k64.grad), scale_grad),
+            "dv": _rel_err(_grad(leaves[2], vl), sh(v64.grad), scale_grad),
         })
     return rows
 

@@ -52,6 +52,9 @@ def test_packed_ring_and_ulysses_match_float64_softmax(results):
     assert {d for _, d, *_ in seen} == {1, 2, 3, 4}
     assert ("all-to-all", 4, True, True) in seen
     assert {c for *_, c in seen} == {True, False}
+    # Non-contiguous q/k/v (tokens-major memory) on both kinds.
+    assert {e["comm"] for r in results for e in r["attention"]
+            if not e["idle"] and not e["contiguous"]} == {"ring", "all-to-all"}
 
 
 def test_idle_ranks_skip_micro_batches(results):

@@ -8,6 +8,11 @@ from typing import Optional
 
 import torch
 
+try:  # flash-attn's varlen kernel, when installed (CUDA, fp16/bf16)
+    from flash_attn import flash_attn_varlen_func as _flash_varlen
+except ImportError:  # pragma: no cover - depends on the environment
+    _flash_varlen = None
+
 # Every kernel takes q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv)
 # with Hkv dividing H (see _Kernel for grouped-query attention), a causal flag
 # meaning the
@@ -343,3 +348,23 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, is_causal=causal, scale=softmax_scale)
 
 
+def exact_attention(q, k, v, cu, causal: bool, scale: float):
+    """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
+    varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
+    PyTorch's scaled_dot_product_attention per sequence."""
+    if (_flash_varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+            and q.shape[0] == 1):
+        cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
+        longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
+        out = _flash_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
+                            cu_t, cu_t, longest, longest, softmax_scale=scale, causal=causal)
+        return out.transpose(0, 1)[None]
+    gqa = q.shape[1] != k.shape[1]
+    # torch.split, not slicing: its backward is one concatenation, where every
+    # slice's backward would write a gradient the size of the whole batch.
+    lengths = [cu[j + 1] - cu[j] for j in range(len(cu) - 1)]
+    outs = [torch.nn.functional.scaled_dot_product_attention(
+        qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa) if n else qs.new_zeros(
+            *qs.shape[:-1], vs.shape[-1])
+        for n, qs, ks, vs in zip(lengths, *(torch.split(t, lengths, dim=2) for t in (q, k, v)))]
+    return torch.cat(outs, dim=2)

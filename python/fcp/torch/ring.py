@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from .context import MicroBatchContext, _Geometry, _Ring, context_for
-from .kernels import _acc_dtype, _select_kernel
+from .kernels import _acc_dtype, _select_kernel, exact_attention
 from .layout import normalize_cu_seqlens, packed_index
 
 _KV_TAG = 0
@@ -284,6 +284,13 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
     if ctx.cu_seqlens[-1] == 0:  # nothing to attend; every rank knows it: no messages
         out = qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum())
+    elif ctx.degree == 1 and kernel == "auto" and (
+            q.is_cuda or q.dtype in (torch.float32, torch.float64)):
+        # No ring: PyTorch's own attention (flash-attn varlen when installed)
+        # per sequence is the fastest exact path; no block merge needed. (CPU
+        # fp16/bf16 keep the blocks: PyTorch's CPU kernel would sum grouped
+        # dK/dV in the input dtype.)
+        out = exact_attention(qb, kb, vb, ctx.cu_seqlens, ctx.causal, scale)
     else:
         out = _RingAttention.apply(qb, kb, vb, ctx.ring, ctx.causal, scale, impl)
     return restore(out)

@@ -11,14 +11,10 @@ import torch
 import torch.distributed as dist
 
 from .context import MicroBatchContext, context_for
+from .groups import _ring_ranks
+from .kernels import exact_attention
 from .layout import packed_index
 from .ring import _as_batched, _scale
-
-try:  # flash-attn's varlen kernel, when installed (CUDA, fp16/bf16)
-    from flash_attn import flash_attn_varlen_func as _flash_varlen
-except ImportError:  # pragma: no cover - depends on the environment
-    _flash_varlen = None
-
 
 class _AllToAll(torch.autograd.Function):
     """``all_to_all_single`` on flat buffers; its gradient is the reverse
@@ -76,28 +72,6 @@ def _gathered_to_global(ctx: MicroBatchContext, slot_ring_index: List[int], devi
     return perm.to(device)
 
 
-def _exact_attention(q, k, v, cu, causal: bool, scale: float):
-    """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
-    varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
-    PyTorch's scaled_dot_product_attention per sequence."""
-    if (_flash_varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and q.shape[0] == 1):
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
-        longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
-        out = _flash_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
-                            cu_t, cu_t, longest, longest, softmax_scale=scale, causal=causal)
-        return out.transpose(0, 1)[None]
-    gqa = q.shape[1] != k.shape[1]
-    outs = []
-    for j in range(len(cu) - 1):
-        a, b = cu[j], cu[j + 1]
-        if b > a:
-            outs.append(torch.nn.functional.scaled_dot_product_attention(
-                q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=causal, scale=scale,
-                enable_gqa=gqa))
-    return torch.cat(outs, dim=2)
-
-
 def _scatter_heads(t, degree, pg, local_sizes):
     """(B, d, h, T, D) head slices, slot g for rank slot g -> (B, h, N, D):
     the slot's head slice of every rank's tokens, in slot order."""
@@ -142,10 +116,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     """
     packed = cu_seqlens is not None or (isinstance(group, MicroBatchContext) and group.packed)
     qb, kb, vb, restore = _as_batched(q, k, v, packed)
-    degree = group.degree if isinstance(group, MicroBatchContext) else None
-    if degree is None:
-        from .groups import _ring_ranks
-        degree = len(_ring_ranks(group))
+    degree = group.degree if isinstance(group, MicroBatchContext) else len(_ring_ranks(group))
     heads, kv_heads = qb.shape[1], kb.shape[1]
     if heads % degree:
         raise ValueError(f"group: all-to-all over {degree} ranks needs the query heads (dim -3) "
@@ -154,9 +125,10 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     scale = _scale(q, softmax_scale)
     cu = ctx.cu_seqlens
     if cu[-1] == 0:
-        return restore(qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum()))
+        zero = qb.new_zeros(*qb.shape[:-1], vb.shape[-1])
+        return restore(zero + 0 * (qb.sum() + kb.sum() + vb.sum()))
     if ctx.degree == 1:
-        return restore(_exact_attention(qb, kb, vb, cu, ctx.causal, scale))
+        return restore(exact_attention(qb, kb, vb, cu, ctx.causal, scale))
     pg_ranks = _group_ranks(ctx)
     slots = [ctx.ranks.index(r) for r in pg_ranks]  # ring index of each all-to-all slot
     sizes = [ctx.geometry.lengths[ri] for ri in slots]
@@ -167,15 +139,15 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
                            lambda: _kv_head_slices(heads, kv_heads, degree))
     b, t = qb.shape[0], qb.shape[2]
     per = heads // degree
-    q_slots = qb.view(b, degree, per, t, qb.shape[-1])
-    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)), lambda: torch.tensor(
-        [h for s in kv_slices for h in s], device=qb.device))
+    q_slots = qb.reshape(b, degree, per, t, qb.shape[-1])
+    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)),
+                          lambda: torch.tensor([h for s in kv_slices for h in s], device=qb.device))
     n = len(kv_slices[0])
 
     def kv_slots(x):
-        return x.index_select(1, kv_index).view(b, degree, n, t, x.shape[-1])
+        return x.index_select(1, kv_index).reshape(b, degree, n, t, x.shape[-1])
     pg = ctx.process_group
     qg, kg, vg = (_scatter_heads(x, degree, pg, sizes).index_select(2, perm)
                   for x in (q_slots, kv_slots(kb), kv_slots(vb)))
-    out = _exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
+    out = exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
     return restore(_gather_heads(out.contiguous(), degree, pg, sizes, t))
