@@ -11,6 +11,7 @@
 #include "fcp/cost_model.h"
 #include "planner/balanced_static.h"
 #include "planner/bfd.h"
+#include "planner/lanes.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
 #include "planner/refine.h"
@@ -236,6 +237,7 @@ class FcpStrategy final : public Strategy {
     if (const int switched = SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
+    TryLanes(request, score, *plan);
     // The yardstick is a candidate too: the best work-balanced static ring
     // plan (one degree for everything, docs/design.md §3), so in its own model
     // fcp is never worse than it. Degrees that provably cannot beat the plan
@@ -364,6 +366,27 @@ class FcpStrategy final : public Strategy {
       }
     }
     return best_k;
+  }
+
+  // Persistent groups (lanes.h) as candidates: each lane grouping whose plan
+  // scores below `plan` replaces it (estimates filled).
+  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan) {
+    double best_ms = score(plan);
+    for (const auto& lanes : LaneGroupings(request)) {
+      auto mbs = LaneMicroBatches(request, lanes);
+      if (!mbs) continue;
+      Plan candidate;
+      candidate.micro_batches = std::move(*mbs);
+      const int switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+      const double candidate_ms = score(candidate);
+      if (candidate_ms < best_ms * (1 - 1e-12)) {
+        best_ms = candidate_ms;
+        plan.micro_batches = std::move(candidate.micro_batches);
+        plan.est_ms = candidate.est_ms;
+        plan.notes["grouping"] = "lanes: " + std::to_string(lanes.size()) + " persistent groups";
+        plan.notes["all_to_all_groups"] = std::to_string(switched);
+      }
+    }
   }
 
   // Plans each micro-batch of `split`; est_ms holds the plan estimate

@@ -18,8 +18,6 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
   return out;
 }
 
-namespace {
-
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
 // all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
 // group costs the smaller of the two on its ranks [first, first + degree)...
@@ -53,6 +51,8 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
     return t;
   };
 }
+
+namespace {
 
 // Degrees → placement → the placed makespan; `placed` receives the first rank
 // of each group.

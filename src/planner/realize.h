@@ -19,6 +19,14 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
                                         const std::vector<std::vector<int>>& groups,
                                         const CostModel& cm);
 
+// T(G, d) of a group on [first, first + degree) (s): the ring, or with a
+// model shape (`shape` non-null) the cheaper of ring and all-to-all.
+double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
+                       const GroupLoad& load, int first, int degree);
+// The same, placement-independent at its best case: the allocator's T.
+GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                   const ModelShape* shape);
+
 struct Realized {
   MicroBatchPlan micro_batch;    // groups with ranks and sequences (no estimates)
   double placed_makespan_s = 0;  // max T over groups at their actual placement
