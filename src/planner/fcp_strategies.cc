@@ -43,7 +43,7 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   int switched = 0;
   for (MicroBatchPlan& mb : plan.micro_batches) {
     for (GroupPlan& g : mb.groups) {
-      if (g.degree() < 2 || g.comm != CommKind::kRing) continue;
+      if (!AllToAllAllowed(&*request.model, g.degree()) || g.comm != CommKind::kRing) continue;
       GroupLoad load;
       for (int i : g.sequences) load.Add(request.sequences[i]);
       const double ring = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
@@ -273,7 +273,7 @@ class FcpStrategy final : public Strategy {
       if (request.cluster.num_ranks % cp != 0) continue;
       double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
                                 GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
-      if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0) {
+      if (AllToAllAllowed(request.model ? &*request.model : nullptr, cp)) {
         bound_s = std::min(bound_s,
                            AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));
@@ -372,8 +372,9 @@ class FcpStrategy final : public Strategy {
   // scores below `plan` replaces it (estimates filled).
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request)) {
-      auto mbs = LaneMicroBatches(request, lanes);
+    for (const auto& lanes : LaneGroupings(request))
+    for (bool aligned : {false, true}) {
+      auto mbs = LaneMicroBatches(request, lanes, aligned);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
@@ -447,6 +448,18 @@ class FcpStrategy final : public Strategy {
         if (on_full_nodes &&
             on_full_nodes->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
           best = std::move(on_full_nodes);
+        }
+      }
+      // The winner with node-aligned degrees (realize.h): the allocator may
+      // pick degrees such as 14 and 5 on 8-rank nodes whose rings then cross
+      // nodes, where 16 and 4 pack into whole nodes (issue 32).
+      {
+        std::vector<std::vector<int>> winner;
+        for (const GroupPlan& g : best->micro_batch.groups) winner.push_back(g.sequences);
+        auto aligned = RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
+                                       /*full_nodes_too=*/false, /*aligned_degrees=*/true);
+        if (aligned && aligned->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+          best = std::move(aligned);
         }
       }
       (best_is_dual ? wins_dual : wins_bfd)++;

@@ -42,7 +42,8 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& requ
 }
 
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
-    const PlanRequest& request, const std::vector<std::vector<int>>& lanes) {
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   std::vector<AllocGroup> groups(lanes.size());
@@ -54,8 +55,9 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     }
   }
   const ModelShape* shape = ShapeOf(request);
-  const Allocation alloc =
-      AllocateFast(groups, cluster.num_ranks, BestCaseRingOrAllToAll(cm, cluster, shape));
+  const GroupTimeFn time = aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
+                                           : BestCaseRingOrAllToAll(cm, cluster, shape);
+  const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
   if (!alloc.feasible) return std::nullopt;
   const std::vector<int> first =
       PlaceGroups(alloc.degrees, cluster, [&](int p, int f, int d) {

@@ -29,9 +29,10 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& requ
 // lanes' whole loads (each lane at least the largest d_min of its sequences),
 // contiguous placement (PlaceGroups), then each lane split first fit, longest
 // first, into memory-feasible groups; micro-batch m runs every lane's m-th
-// group. Groups are ring (the caller switches to all-to-all where faster);
+// group; with `aligned_degrees` only node-aligned degrees (realize.h). Groups are ring (the caller switches to all-to-all where faster);
 // estimates are not filled. nullopt when the lanes' minimum degrees exceed N.
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
-    const PlanRequest& request, const std::vector<std::vector<int>>& lanes);
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    bool aligned_degrees);
 
 }  // namespace fcp::planner
