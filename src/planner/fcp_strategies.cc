@@ -237,7 +237,7 @@ class FcpStrategy final : public Strategy {
     if (const int switched = SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
-    TryLanes(request, score, *plan);
+    TryLanes(request, score, *plan, /*dual=*/count > 1);
     // The yardstick is a candidate too: the best work-balanced static ring
     // plan (one degree for everything, docs/design.md §3), so in its own model
     // fcp is never worse than it. Degrees that provably cannot beat the plan
@@ -370,9 +370,11 @@ class FcpStrategy final : public Strategy {
 
   // Persistent groups (lanes.h) as candidates: each lane grouping whose plan
   // scores below `plan` replaces it (estimates filled).
-  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan) {
+  // With one micro-batch (`dual` false) the dual grouping is already a
+  // candidate of PlanSplit and only the one-lane grouping is new.
+  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan, bool dual) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request))
+    for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual))
     for (bool aligned : {false, true}) {
       auto mbs = LaneMicroBatches(request, lanes, aligned);
       if (!mbs) continue;

@@ -13,8 +13,6 @@
 namespace fcp::planner {
 namespace {
 
-constexpr int kLaneSearchTrials = 48;
-
 const ModelShape* ShapeOf(const PlanRequest& request) {
   return request.model && request.model->q_heads > 0 && request.model->kv_heads > 0
              ? &*request.model
@@ -23,7 +21,8 @@ const ModelShape* ShapeOf(const PlanRequest& request) {
 
 }  // namespace
 
-std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request) {
+std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request,
+                                                         double upper_s, bool dual) {
   // Memory never binds a lane as a whole: each sequence needs only its own
   // d_min, which LaneMicroBatches enforces.
   PlanRequest relaxed = request;
@@ -32,11 +31,12 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& requ
       request.cost.mem_static + headroom * static_cast<double>(request.sequences.size());
   std::vector<int> members(request.sequences.size());
   std::iota(members.begin(), members.end(), 0);
-  std::vector<std::vector<std::vector<int>>> out;
-  if (auto dual = DualApproxGrouping(relaxed, members, std::numeric_limits<double>::infinity())) {
-    out.push_back(*dual);
-    LocalSearch(relaxed, *dual, kLaneSearchTrials);
-    out.push_back(std::move(*dual));
+  // One lane of everything: every rank on every sequence, in as few
+  // micro-batches as memory allows.
+  std::vector<std::vector<std::vector<int>>> out = {{members}};
+  if (!dual) return out;
+  if (auto grouping = DualApproxGrouping(relaxed, members, upper_s)) {
+    out.push_back(std::move(*grouping));
   }
   return out;
 }

@@ -21,9 +21,11 @@
 namespace fcp::planner {
 
 // Groupings of every sequence of `request` into lanes, judged with memory
-// relaxed (a lane spreads its sequences over micro-batches): the dual
-// approximation and its local-search refinement (refine.h).
-std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request);
+// relaxed (a lane spreads its sequences over micro-batches): one lane of
+// everything, and the dual approximation (refine.h) searched below `upper_s`
+// (the makespan to beat, s; +inf: unbounded) when `dual`.
+std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request,
+                                                         double upper_s, bool dual);
 
 // The lanes' micro-batches: degrees by the exact fast allocator over the
 // lanes' whole loads (each lane at least the largest d_min of its sequences),

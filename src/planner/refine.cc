@@ -20,7 +20,7 @@ constexpr double kRelTol = 1e-12;
 // Long groups a sequence tries to join in the dual approximation: a short one
 // the tightest few; a long one more, since only wide groups have its room.
 constexpr int kShortTries = 8;
-constexpr int kLongTries = 64;
+constexpr int kLongTries = 16;
 
 // A group's best-case T(G, d) as the allocator prices it: the ring or, with a
 // model shape, an all-to-all where the degree allows one (realize.h). The
