@@ -237,7 +237,14 @@ class FcpStrategy final : public Strategy {
     if (const int switched = SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
-    TryLanes(request, score, *plan, /*dual=*/count > 1);
+    // Relaxing memory changes the dual grouping only where memory can bind
+    // it: with several micro-batches, or one at least half full.
+    double tokens = 0;
+    for (const Sequence& s : request.sequences) tokens += static_cast<double>(s.length_tokens);
+    const double memory_share = request.cost.mem_per_token * tokens /
+                                (request.cluster.num_ranks *
+                                 (request.cost.mem_capacity - request.cost.mem_static));
+    TryLanes(request, score, *plan, /*dual=*/count > 1 || memory_share >= 0.5);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
     }
