@@ -480,7 +480,8 @@ class FcpStrategy final : public Strategy {
       // Candidate 4: dual approximation (+ local search), bounded above by the
       // best makespan so far.
       const double upper_s =
-          best ? best->alloc_makespan_s : std::numeric_limits<double>::infinity();
+          best ? std::max(best->alloc_makespan_s, best->placed_makespan_s)
+               : std::numeric_limits<double>::infinity();
       if (auto dual = DualApproxGrouping(request, members, upper_s)) {
         consider(*dual, true);
         LocalSearch(request, *dual, kLocalSearchTrials);

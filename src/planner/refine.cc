@@ -36,11 +36,17 @@ double BestTimeS(const PlanRequest& request, const GroupLoad& load, int degree) 
   const double ring = GroupTimeBestS(request.cost, request.cluster, load, degree);
   const ModelShape* shape = ShapeOf(request);
   if (!AllToAllAllowed(shape, degree)) return ring;
-  // At the best placement's bandwidth: the grouping asks what a group can
-  // reach (the allocation and placement then cost it where it lands).
+  // A node-aligned degree at its bandwidth on whole nodes (where an aligned
+  // allocation places it, realize.h); any other as the allocator prices it.
   const CostModel& cm = request.cost;
-  return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
-                                           AllToAllBandwidthBound(cm, request.cluster, degree)));
+  if (AlignedDegree(request.cluster, degree)) {
+    return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
+                                             AllToAllBandwidthOnRange(cm, request.cluster, 0,
+                                                                      degree)));
+  }
+  AllocGroup g;
+  g.load = load;
+  return BestCaseRingOrAllToAll(cm, request.cluster, shape)(g, degree);
 }
 
 struct DualContext {
