@@ -40,8 +40,9 @@ bool AllToAllAllowed(const PlanRequest& r, int d) {
 double LaneTimeS(const PlanRequest& r, const GroupLoad& load, int d) {
   double t = GroupTimeBestS(r.cost, r.cluster, load, d);
   if (AllToAllAllowed(r, d)) {
-    t = std::min(t, AllToAllGroupTimeS(r.cost, *r.model, load, d,
-                                       AllToAllBandwidthBound(r.cost, r.cluster, d)));
+    t = std::min(
+        t, AllToAllGroupTimeS(r.cost, *r.model, load, d,
+                              AllToAllBandwidthBound(r.cost, r.cluster, d)));
   }
   return t;
 }
@@ -61,8 +62,9 @@ std::vector<int> ByWorkDescending(const PlanRequest& r) {
 }
 
 int DMin(const PlanRequest& r, int k) {
-  return static_cast<int>(std::min<int64_t>(
-      MinDegree(r.cost, GroupLoad::Of(r.sequences[k])), r.cluster.num_ranks + 1));
+  return static_cast<int>(
+      std::min<int64_t>(MinDegree(r.cost, GroupLoad::Of(r.sequences[k])),
+                        r.cluster.num_ranks + 1));
 }
 
 void AddTo(const PlanRequest& r, Lane& lane, int k) {
@@ -71,10 +73,12 @@ void AddTo(const PlanRequest& r, Lane& lane, int k) {
 }
 
 // `order`'s sequences, each onto the lane with the least estimated time (LPT).
-void LptOnto(const PlanRequest& r, const std::vector<int>& order, Lanes& lanes) {
+void LptOnto(const PlanRequest& r, const std::vector<int>& order,
+             Lanes& lanes) {
   using Entry = std::pair<double, size_t>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (size_t i = 0; i < lanes.size(); ++i) heap.push({LaneTimeS(r, lanes[i].load, lanes[i].degree), i});
+  for (size_t i = 0; i < lanes.size(); ++i)
+    heap.push({LaneTimeS(r, lanes[i].load, lanes[i].degree), i});
   for (int k : order) {
     const size_t i = heap.top().second;
     heap.pop();
@@ -85,7 +89,8 @@ void LptOnto(const PlanRequest& r, const std::vector<int>& order, Lanes& lanes) 
 
 double LanesMakespanS(const PlanRequest& r, const Lanes& lanes) {
   double worst = 0;
-  for (const Lane& l : lanes) worst = std::max(worst, LaneTimeS(r, l.load, l.degree));
+  for (const Lane& l : lanes)
+    worst = std::max(worst, LaneTimeS(r, l.load, l.degree));
   return worst;
 }
 
@@ -93,8 +98,9 @@ double LanesMakespanS(const PlanRequest& r, const Lanes& lanes) {
 // memory-feasible chunks (first fit, longest first) and runs chunk m of every
 // lane in micro-batch m. nullopt when the lanes need more than N ranks.
 std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
-  std::stable_sort(lanes.begin(), lanes.end(),
-                   [](const Lane& a, const Lane& b) { return a.degree > b.degree; });
+  std::stable_sort(
+      lanes.begin(), lanes.end(),
+      [](const Lane& a, const Lane& b) { return a.degree > b.degree; });
   Plan plan;
   int first = 0;
   for (const Lane& lane : lanes) {
@@ -109,7 +115,9 @@ std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
     for (int k : seqs) {
       const double len = static_cast<double>(r.sequences[k].length_tokens);
       size_t c = 0;
-      while (c < chunks.size() && !FitsOnLoad(r.cost, tokens[c] + len, lane.degree)) ++c;
+      while (c < chunks.size() &&
+             !FitsOnLoad(r.cost, tokens[c] + len, lane.degree))
+        ++c;
       if (c == chunks.size()) {
         if (!FitsOnLoad(r.cost, len, lane.degree)) return std::nullopt;
         chunks.emplace_back();
@@ -118,7 +126,8 @@ std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
       chunks[c].push_back(k);
       tokens[c] += len;
     }
-    if (plan.micro_batches.size() < chunks.size()) plan.micro_batches.resize(chunks.size());
+    if (plan.micro_batches.size() < chunks.size())
+      plan.micro_batches.resize(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) {
       GroupPlan g;
       g.ranks = RankRange(first, lane.degree);
@@ -127,8 +136,9 @@ std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
         GroupLoad load;
         for (int k : g.sequences) load.Add(r.sequences[k]);
         const double ring = GroupTimeOnRanksS(r.cost, r.cluster, load, g.ranks);
-        const double a2a = AllToAllGroupTimeS(r.cost, *r.model, load, lane.degree,
-                                              AllToAllBandwidthOnRanks(r.cost, r.cluster, g.ranks));
+        const double a2a = AllToAllGroupTimeS(
+            r.cost, *r.model, load, lane.degree,
+            AllToAllBandwidthOnRanks(r.cost, r.cluster, g.ranks));
         if (a2a < ring) g.comm = CommKind::kAllToAll;
       }
       plan.micro_batches[c].groups.push_back(std::move(g));
@@ -140,20 +150,24 @@ std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
 }
 
 double ScoreMs(const PlanRequest& r, const Plan& plan) {
-  return r.grad_sync ? StepMs(r.cluster.num_ranks, plan.micro_batches, *r.grad_sync)
-                     : plan.est_ms;
+  return r.grad_sync
+             ? StepMs(r.cluster.num_ranks, plan.micro_batches, *r.grad_sync)
+             : plan.est_ms;
 }
 
 // Plans every setting in `knobs` (hindsight tuning on this batch) and keeps the
 // best by ScoreMs; one lane of all N ranks is the fallback.
-Plan Tune(const PlanRequest& r, std::string_view strategy, const std::vector<double>& knobs,
+Plan Tune(const PlanRequest& r, std::string_view strategy,
+          const std::vector<double>& knobs,
           const std::function<std::optional<Lanes>(double)>& build) {
   const int infeasible = FirstNotFitting(r, r.cluster.num_ranks);
   if (infeasible >= 0) {
-    return InfeasiblePlan(strategy, r, infeasible, "does not fit on all N ranks");
+    return InfeasiblePlan(strategy, r, infeasible,
+                          "does not fit on all N ranks");
   }
   Lane all{.degree = r.cluster.num_ranks, .load = {}, .seqs = {}};
-  for (size_t k = 0; k < r.sequences.size(); ++k) AddTo(r, all, static_cast<int>(k));
+  for (size_t k = 0; k < r.sequences.size(); ++k)
+    AddTo(r, all, static_cast<int>(k));
   Plan best = *LanesToPlan(r, {all});
   double best_ms = ScoreMs(r, best);
   std::string setting = "fallback (one lane of N ranks)";
@@ -177,7 +191,8 @@ Plan Tune(const PlanRequest& r, std::string_view strategy, const std::vector<dou
 std::optional<Lanes> ShareLanes(const PlanRequest& r, double k) {
   const int n = r.cluster.num_ranks;
   double total = 0;
-  for (size_t i = 0; i < r.sequences.size(); ++i) total += WorkS(r, static_cast<int>(i));
+  for (size_t i = 0; i < r.sequences.size(); ++i)
+    total += WorkS(r, static_cast<int>(i));
   Lanes lanes;
   std::vector<int> shorts;
   int used = 0;
@@ -199,7 +214,8 @@ std::optional<Lanes> ShareLanes(const PlanRequest& r, double k) {
     AddTo(r, lanes.back(), s);
     used += granted;
   }
-  for (int i = used; i < n; ++i) lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
+  for (int i = used; i < n; ++i)
+    lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
   LptOnto(r, shorts, lanes);
   return lanes;
 }
@@ -207,11 +223,12 @@ std::optional<Lanes> ShareLanes(const PlanRequest& r, double k) {
 // ---- ref-bisect ----
 
 // Lanes meeting `tau` (s) with degrees 1 or multiples of `g`, or nullopt.
-std::optional<Lanes> FillTo(const PlanRequest& r, const std::vector<int>& order, double tau,
-                            int g) {
+std::optional<Lanes> FillTo(const PlanRequest& r, const std::vector<int>& order,
+                            double tau, int g) {
   const int n = r.cluster.num_ranks;
   Lanes lanes;
-  std::multimap<double, size_t> singles;  // single-rank lanes by time: T(G, 1) is additive
+  std::multimap<double, size_t>
+      singles;  // single-rank lanes by time: T(G, 1) is additive
   int used = 0;
   for (int s : order) {
     const GroupLoad one = GroupLoad::Of(r.sequences[s]);
@@ -236,7 +253,8 @@ std::optional<Lanes> FillTo(const PlanRequest& r, const std::vector<int>& order,
     }
     if (best == lanes.size()) {  // open the smallest lane meeting tau
       int d = dmin <= 1 ? 1 : ((dmin + g - 1) / g) * g;
-      while (d <= n - used && LaneTimeS(r, one, d) > tau) d = d == 1 ? std::max(2, g) : d + g;
+      while (d <= n - used && LaneTimeS(r, one, d) > tau)
+        d = d == 1 ? std::max(2, g) : d + g;
       if (d > n - used) return std::nullopt;
       lanes.push_back({.degree = d, .load = {}, .seqs = {}});
       used += d;
@@ -248,7 +266,8 @@ std::optional<Lanes> FillTo(const PlanRequest& r, const std::vector<int>& order,
         }
     }
     AddTo(r, lanes[best], s);
-    if (lanes[best].degree == 1) singles.insert({LaneTimeS(r, lanes[best].load, 1), best});
+    if (lanes[best].degree == 1)
+      singles.insert({LaneTimeS(r, lanes[best].load, 1), best});
   }
   return lanes;
 }
@@ -277,7 +296,8 @@ std::optional<Lanes> GrowLanes(const PlanRequest& r, int step) {
   const int n = r.cluster.num_ranks;
   const std::vector<int> order = ByWorkDescending(r);
   std::vector<int> degree(r.sequences.size());
-  for (size_t s = 0; s < degree.size(); ++s) degree[s] = DMin(r, static_cast<int>(s));
+  for (size_t s = 0; s < degree.size(); ++s)
+    degree[s] = DMin(r, static_cast<int>(s));
   std::optional<Lanes> best;
   double best_s = kInf;
   for (int round = 0; round <= 2 * n; ++round) {
@@ -294,7 +314,8 @@ std::optional<Lanes> GrowLanes(const PlanRequest& r, int step) {
       used += degree[s];
     }
     if (used > n || (used == n && lanes.empty())) break;
-    for (int i = used; i < n; ++i) lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
+    for (int i = used; i < n; ++i)
+      lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
     LptOnto(r, shorts, lanes);
     const double makespan = LanesMakespanS(r, lanes);
     if (makespan < best_s) best_s = makespan, best = lanes;
@@ -313,19 +334,24 @@ std::optional<Lanes> GrowLanes(const PlanRequest& r, int step) {
 
 }  // namespace
 
-Plan RefShareStrategy::Solve(const PlanRequest& request, const PlanOptions&) const {
+Plan RefShareStrategy::Solve(const PlanRequest& request,
+                             const PlanOptions&) const {
   return Tune(request, name(), {0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0},
               [&](double k) { return ShareLanes(request, k); });
 }
 
-Plan RefBisectStrategy::Solve(const PlanRequest& request, const PlanOptions&) const {
-  return Tune(request, name(), {1, 2, 4, 8},
-              [&](double g) { return BisectLanes(request, static_cast<int>(g)); });
+Plan RefBisectStrategy::Solve(const PlanRequest& request,
+                              const PlanOptions&) const {
+  return Tune(request, name(), {1, 2, 4, 8}, [&](double g) {
+    return BisectLanes(request, static_cast<int>(g));
+  });
 }
 
-Plan RefGrowStrategy::Solve(const PlanRequest& request, const PlanOptions&) const {
-  return Tune(request, name(), {1, 2, 4},
-              [&](double step) { return GrowLanes(request, static_cast<int>(step)); });
+Plan RefGrowStrategy::Solve(const PlanRequest& request,
+                            const PlanOptions&) const {
+  return Tune(request, name(), {1, 2, 4}, [&](double step) {
+    return GrowLanes(request, static_cast<int>(step));
+  });
 }
 
 }  // namespace fcp::baselines

@@ -35,27 +35,33 @@ class RefShareStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "ref-share"; }
   std::string_view description() const override {
-    return "reference heuristic (not fcp): lane degree from each long sequence's work share";
+    return "reference heuristic (not fcp): lane degree from each long "
+           "sequence's work share";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 class RefBisectStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "ref-bisect"; }
   std::string_view description() const override {
-    return "reference heuristic (not fcp): bisect a target makespan, fill lanes to it";
+    return "reference heuristic (not fcp): bisect a target makespan, fill "
+           "lanes to it";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 class RefGrowStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "ref-grow"; }
   std::string_view description() const override {
-    return "reference heuristic (not fcp): grow the bottleneck lane until work is even";
+    return "reference heuristic (not fcp): grow the bottleneck lane until work "
+           "is even";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

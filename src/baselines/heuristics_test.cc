@@ -18,8 +18,9 @@ const char* const kHeuristics[] = {"ref-share", "ref-bisect", "ref-grow"};
 // The score fcp ranks by: the step estimate with a gradient sync, else the
 // plan estimate.
 double ScoreMs(const PlanRequest& req, const Plan& plan) {
-  return req.grad_sync ? StepMs(req.cluster.num_ranks, plan.micro_batches, *req.grad_sync)
-                       : plan.est_ms;
+  return req.grad_sync
+             ? StepMs(req.cluster.num_ranks, plan.micro_batches, *req.grad_sync)
+             : plan.est_ms;
 }
 
 PlanRequest RandomCase(std::mt19937_64& rng, int i) {
@@ -29,7 +30,8 @@ PlanRequest RandomCase(std::mt19937_64& rng, int i) {
   opt.one_micro_batch_feasible = false;
   PlanRequest req = testing::RandomRequest(rng, opt);
   if (i % 2 == 1) {  // half of them ranked by the step estimate
-    req.grad_sync = GradientSync{.collective_s = 0.05 * (1 + i % 5), .buckets = 1 + i % 4,
+    req.grad_sync = GradientSync{.collective_s = 0.05 * (1 + i % 5),
+                                 .buckets = 1 + i % 4,
                                  .forward_share = 0.25};
   }
   return req;
@@ -73,12 +75,15 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
       }
       EXPECT_LE(fcp_ms, ref_ms * 1.35)
           << name << " instance " << i << ": N=" << req.cluster.num_ranks
-          << " sequences=" << req.sequences.size() << " (" << ref.notes.at("setting") << ")";
+          << " sequences=" << req.sequences.size() << " ("
+          << ref.notes.at("setting") << ")";
     }
   }
-  std::printf("fcp vs reference heuristics: better in %d, behind in %d of %d comparisons "
-              "(worst %.3fx)\n",
-              strictly_better, behind, compared, worst);
+  std::printf(
+      "fcp vs reference heuristics: better in %d, behind in %d of %d "
+      "comparisons "
+      "(worst %.3fx)\n",
+      strictly_better, behind, compared, worst);
   EXPECT_GT(compared, 600);
   EXPECT_LE(behind, compared / 20);
 }

@@ -424,20 +424,21 @@ class FcpStrategy final : public Strategy {
   // candidate of PlanSplit and only the one-lane grouping is new.
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan, bool dual) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual))
-    for (bool aligned : {false, true}) {
-      auto mbs = LaneMicroBatches(request, lanes, aligned);
-      if (!mbs) continue;
-      Plan candidate;
-      candidate.micro_batches = std::move(*mbs);
-      const int switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
-      const double candidate_ms = score(candidate);
-      if (candidate_ms < best_ms * (1 - 1e-12)) {
-        best_ms = candidate_ms;
-        plan.micro_batches = std::move(candidate.micro_batches);
-        plan.est_ms = candidate.est_ms;
-        plan.notes["grouping"] = "lanes: " + std::to_string(lanes.size()) + " persistent groups";
-        plan.notes["all_to_all_groups"] = std::to_string(switched);
+    for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual)) {
+      for (bool aligned : {false, true}) {
+        auto mbs = LaneMicroBatches(request, lanes, aligned);
+        if (!mbs) continue;
+        Plan candidate;
+        candidate.micro_batches = std::move(*mbs);
+        const int switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+        const double candidate_ms = score(candidate);
+        if (candidate_ms < best_ms * (1 - 1e-12)) {
+          best_ms = candidate_ms;
+          plan.micro_batches = std::move(candidate.micro_batches);
+          plan.est_ms = candidate.est_ms;
+          plan.notes["grouping"] = "lanes: " + std::to_string(lanes.size()) + " persistent groups";
+          plan.notes["all_to_all_groups"] = std::to_string(switched);
+        }
       }
     }
   }

@@ -14,21 +14,23 @@ namespace fcp::planner {
 namespace {
 
 const ModelShape* ShapeOf(const PlanRequest& request) {
-  return request.model && request.model->q_heads > 0 && request.model->kv_heads > 0
+  return request.model && request.model->q_heads > 0 &&
+                 request.model->kv_heads > 0
              ? &*request.model
              : nullptr;
 }
 
 }  // namespace
 
-std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request,
-                                                         double upper_s, bool dual) {
+std::vector<std::vector<std::vector<int>>> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual) {
   // Memory never binds a lane as a whole: each sequence needs only its own
   // d_min, which LaneMicroBatches enforces.
   PlanRequest relaxed = request;
   const double headroom = request.cost.mem_capacity - request.cost.mem_static;
   relaxed.cost.mem_capacity =
-      request.cost.mem_static + headroom * static_cast<double>(request.sequences.size());
+      request.cost.mem_static +
+      headroom * static_cast<double>(request.sequences.size());
   std::vector<int> members(request.sequences.size());
   std::iota(members.begin(), members.end(), 0);
   // One lane of everything: every rank on every sequence, in as few
@@ -50,13 +52,15 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
   for (size_t p = 0; p < lanes.size(); ++p) {
     for (int k : lanes[p]) {
       groups[p].load.Add(request.sequences[k]);
-      groups[p].min_degree = std::max(groups[p].min_degree,
-                                      MinDegree(cm, GroupLoad::Of(request.sequences[k])));
+      groups[p].min_degree =
+          std::max(groups[p].min_degree,
+                   MinDegree(cm, GroupLoad::Of(request.sequences[k])));
     }
   }
   const ModelShape* shape = ShapeOf(request);
-  const GroupTimeFn time = aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
-                                           : BestCaseRingOrAllToAll(cm, cluster, shape);
+  const GroupTimeFn time = aligned_degrees
+                               ? AlignedRingOrAllToAll(cm, cluster, shape)
+                               : BestCaseRingOrAllToAll(cm, cluster, shape);
   const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
   if (!alloc.feasible) return std::nullopt;
   const std::vector<int> first =
@@ -68,7 +72,8 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     const int d = alloc.degrees[p];
     std::vector<int> seqs = lanes[p];
     std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
-      return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+      return request.sequences[a].length_tokens >
+             request.sequences[b].length_tokens;
     });
     std::vector<GroupLoad> chunk_load;
     std::vector<std::vector<int>> chunks;

@@ -24,15 +24,16 @@ namespace fcp::planner {
 // relaxed (a lane spreads its sequences over micro-batches): one lane of
 // everything, and the dual approximation (refine.h) searched below `upper_s`
 // (the makespan to beat, s; +inf: unbounded) when `dual`.
-std::vector<std::vector<std::vector<int>>> LaneGroupings(const PlanRequest& request,
-                                                         double upper_s, bool dual);
+std::vector<std::vector<std::vector<int>>> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual);
 
 // The lanes' micro-batches: degrees by the exact fast allocator over the
 // lanes' whole loads (each lane at least the largest d_min of its sequences),
 // contiguous placement (PlaceGroups), then each lane split first fit, longest
 // first, into memory-feasible groups; micro-batch m runs every lane's m-th
-// group; with `aligned_degrees` only node-aligned degrees (realize.h). Groups are ring (the caller switches to all-to-all where faster);
-// estimates are not filled. nullopt when the lanes' minimum degrees exceed N.
+// group; with `aligned_degrees` only node-aligned degrees (realize.h). Groups
+// are ring (the caller switches to all-to-all where faster); estimates are not
+// filled. nullopt when the lanes' minimum degrees exceed N.
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     bool aligned_degrees);

@@ -265,7 +265,9 @@ StudyResult RunStudy(const StudyOptions& o) {
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           part);
     }
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} | {} | {} | {} {} | {} |\n", r.cluster,
+    md += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} | {} | {} | {} {} | {} |\n",
+        r.cluster,
                       r.dataset, r.model, r.ranks, r.global_batch, Cell(r.bound_s),
                       Cell(r.fcp_s), Cell(r.static_s), r.static_name,
                       r.speedup() > 0 ? fmt::format("**{:.3f}x**", r.speedup()) : r.failure,
