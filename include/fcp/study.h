@@ -47,8 +47,15 @@ struct StudyRow {
   double static_s = 0;       // best balanced static (megatron or deepspeed)
   std::string static_name;   // "megatron c=8" / "deepspeed c=4"
   double loader_s = 0;       // best static in data-loader order (0: not run)
+  double fcp_ring_s = 0;     // fcp-ring (ring groups only; 0: failed)
+  double ref_s = 0;          // best reference heuristic (ref-*, each tuned in hindsight)
+  std::string ref_name;      // which one, "ref-share"
   std::string failure;       // why fcp or every static failed, if one did
   double speedup() const { return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0; }
+  double ring_speedup() const {
+    return fcp_ring_s > 0 && static_s > 0 ? static_s / fcp_ring_s : 0;
+  }
+  double vs_ref() const { return fcp_s > 0 && ref_s > 0 ? ref_s / fcp_s : 0; }
 };
 
 struct StudyResult {

@@ -62,7 +62,7 @@ GapReport EvaluateGap(const GapOptions& options) {
   std::vector<std::string> names = options.strategies;
   if (names.empty()) {
     for (const std::string& n : StrategyNames())
-      if (n != "optimal") names.push_back(n);
+      if (n != "optimal" && !n.starts_with("ref-")) names.push_back(n);
   }
   std::vector<const Strategy*> strategies;
   for (const std::string& n : names) {

@@ -3,6 +3,7 @@
 #include "fcp/cost_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace fcp::planner {
@@ -18,7 +19,10 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
   return out;
 }
 
-namespace {
+bool AllToAllAllowed(const ModelShape* shape, int degree) {
+  return shape && shape->q_heads > 0 && shape->kv_heads > 0 && degree > 1 &&
+         shape->q_heads % degree == 0;
+}
 
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
 // all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
@@ -28,7 +32,7 @@ double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelS
   const double ring = GroupTimeS(
       cm, load, degree,
       RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode : Link::kInterNode);
-  if (!shape || degree < 2) return ring;
+  if (!AllToAllAllowed(shape, degree)) return ring;
   return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
                                            AllToAllBandwidthOnRange(cm, cluster, first, degree)));
 }
@@ -41,7 +45,7 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
   return [ring, cm, cluster, s = *shape](const AllocGroup& g, int degree) {
     const bool may_be_one_node = !g.inter_node && degree <= cluster.ranks_per_node;
     double t = ring(g, degree);
-    if (degree < 2) return t;
+    if (!AllToAllAllowed(&s, degree)) return t;
     // Across nodes at the inter-node link alone: the bandwidth of the worst
     // contiguous placement (a rank alone on its node), so a placed group is
     // never slower than allocated and allowing all-to-all never makes the
@@ -53,6 +57,8 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
     return t;
   };
 }
+
+namespace {
 
 // Degrees → placement → the placed makespan; `placed` receives the first rank
 // of each group.
@@ -71,10 +77,34 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int
 
 }  // namespace
 
+bool AlignedDegree(const Cluster& cluster, int degree) {
+  const int r = cluster.ranks_per_node;
+  return degree <= r ? r % degree == 0 : degree % r == 0;
+}
+
+GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
+  return [cluster, time = std::move(time)](const AllocGroup& g, int degree) {
+    return AlignedDegree(cluster, degree) ? time(g, degree)
+                                          : std::numeric_limits<double>::infinity();
+  };
+}
+
+GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                  const ModelShape* shape) {
+  GroupTimeFn ring = BestCaseTime(cm, cluster);
+  return [cm, cluster, shape, ring = std::move(ring)](const AllocGroup& g, int degree) {
+    if (!AlignedDegree(cluster, degree)) return std::numeric_limits<double>::infinity();
+    const double t = ring(g, degree);
+    if (!AllToAllAllowed(shape, degree)) return t;
+    return std::min(t, AllToAllGroupTimeS(cm, *shape, g.load, degree,
+                                          AllToAllBandwidthOnRange(cm, cluster, 0, degree)));
+  };
+}
+
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
                                         Allocator allocator, bool topology_aware,
-                                        bool full_nodes_too) {
+                                        bool full_nodes_too, bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups = MakeAllocGroups(request.sequences, groups, cm);
@@ -84,7 +114,9 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
               request.model->kv_heads > 0
           ? &*request.model
           : nullptr;
-  const GroupTimeFn best_case = BestCaseRingOrAllToAll(cm, cluster, shape);
+  const GroupTimeFn best_case =
+      aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
+                      : BestCaseRingOrAllToAll(cm, cluster, shape);
   // Allocate `usable` ranks, place, and (topology-aware) re-allocate the
   // groups that placement could not keep inside a node.
   struct Attempt {
@@ -235,7 +267,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     g.sequences = groups[p];
     g.ranks.resize(degrees[p]);
     for (int i = 0; i < degrees[p]; ++i) g.ranks[i] = first[p] + i;
-    if (shape && degrees[p] > 1) {
+    if (AllToAllAllowed(shape, degrees[p])) {
       const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
       const GroupLoad& load = alloc_groups[p].load;
       const double ring =

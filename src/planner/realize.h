@@ -19,6 +19,18 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
                                         const std::vector<std::vector<int>>& groups,
                                         const CostModel& cm);
 
+// Whether a group of `degree` ranks may run as all-to-all: a model shape with
+// head counts, d > 1, and d dividing the query heads (no runtime pads heads).
+bool AllToAllAllowed(const ModelShape* shape, int degree);
+
+// T(G, d) of a group on [first, first + degree) (s): the ring, or with a
+// model shape (`shape` non-null) the cheaper of ring and all-to-all.
+double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
+                       const GroupLoad& load, int first, int degree);
+// The same, placement-independent at its best case: the allocator's T.
+GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                   const ModelShape* shape);
+
 struct Realized {
   MicroBatchPlan micro_batch;    // groups with ranks and sequences (no estimates)
   double placed_makespan_s = 0;  // max T over groups at their actual placement
@@ -42,9 +54,23 @@ inline constexpr size_t kMoveDonors = 8;
 // only, and the lower placed makespan wins: the allocator counts the partial
 // node's ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on nodes
 // of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes fit).
+// With `aligned_degrees`, every degree is node-aligned (AlignedDegree): such
+// groups pack into whole nodes, so none straddles a node boundary.
 std::optional<Realized> RealizeGrouping(const PlanRequest& request,
                                         const std::vector<std::vector<int>>& groups,
                                         Allocator allocator, bool topology_aware = false,
-                                        bool full_nodes_too = false);
+                                        bool full_nodes_too = false,
+                                        bool aligned_degrees = false);
+
+// d divides the node size R or is a multiple of it.
+bool AlignedDegree(const Cluster& cluster, int degree);
+// `time` where the degree is aligned, +inf elsewhere: the allocator's monotone
+// envelope then grants only aligned degrees (a group leaves the extra idle).
+GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time);
+// BestCaseRingOrAllToAll on aligned degrees only (+inf elsewhere), with an
+// all-to-all group's bandwidth on whole nodes, where PlaceGroups puts an
+// aligned multi-node group (the worst placement's is far lower).
+GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                  const ModelShape* shape);
 
 }  // namespace fcp::planner

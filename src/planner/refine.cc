@@ -17,6 +17,37 @@ namespace fcp::planner {
 namespace {
 
 constexpr double kRelTol = 1e-12;
+// Long groups a sequence tries to join in the dual approximation: a short one
+// the tightest few; a long one more, since only wide groups have its room.
+constexpr int kShortTries = 8;
+constexpr int kLongTries = 16;
+
+// A group's best-case T(G, d) as the allocator prices it: the ring or, with a
+// model shape, an all-to-all where the degree allows one (realize.h). The
+// grouping stages priced rings only, so a long sequence that an all-to-all
+// group runs far faster across nodes was given a ring's degree (issue 32).
+const ModelShape* ShapeOf(const PlanRequest& request) {
+  return request.model && request.model->q_heads > 0 && request.model->kv_heads > 0
+             ? &*request.model
+             : nullptr;
+}
+
+double BestTimeS(const PlanRequest& request, const GroupLoad& load, int degree) {
+  const double ring = GroupTimeBestS(request.cost, request.cluster, load, degree);
+  const ModelShape* shape = ShapeOf(request);
+  if (!AllToAllAllowed(shape, degree)) return ring;
+  // A node-aligned degree at its bandwidth on whole nodes (where an aligned
+  // allocation places it, realize.h); any other as the allocator prices it.
+  const CostModel& cm = request.cost;
+  if (AlignedDegree(request.cluster, degree)) {
+    return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
+                                             AllToAllBandwidthOnRange(cm, request.cluster, 0,
+                                                                      degree)));
+  }
+  AllocGroup g;
+  g.load = load;
+  return BestCaseRingOrAllToAll(cm, request.cluster, shape)(g, degree);
+}
 
 struct DualContext {
   const PlanRequest& request;
@@ -49,7 +80,7 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit, int max_degree
   }
   const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
   for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
-    const double t = GroupTimeBestS(ctx.request.cost, ctx.request.cluster, load, d);
+    const double t = BestTimeS(ctx.request, load, d);
     times.push_back(t);
     mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
     if (t <= limit) return d;
@@ -96,11 +127,45 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   int num_groups = 0;
   std::vector<size_t> shorts;
   shorts.reserve(ctx.order.size());
+  // Headroom of a long group at its degree: walk the groups that can absorb at
+  // least the linear part of the sequence, tightest first (best fit); a few
+  // candidates suffice. `hint` is where the previous lookup ended.
+  auto absorb = [&](size_t pos, size_t& hint, int max_tries) {
+    const Sequence& s = seqs[ctx.order[pos]];
+    int tries_long = 0;
+    const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
+    // lower_bound finds nothing when even the largest slack is below linear_s.
+    const bool may_fit_long = !long_slack.empty() && long_slack.back().key >= linear_s;
+    if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
+    for (size_t it = may_fit_long ? hint : long_slack.size();
+         it < long_slack.size() && tries_long < max_tries; ++it) {
+      Long& l = longs[long_slack[it].index];
+      ++tries_long;
+      if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
+          headroom * l.degree) {
+        continue;
+      }
+      GroupLoad load = l.load;
+      load.Add(s);
+      const double t = BestTimeS(ctx.request, load, l.degree);
+      if (t > limit) continue;
+      long_slack.Rekey(it, (limit - t) * l.degree);
+      l.load = load;
+      group_of[pos] = l.group;
+      return true;
+    }
+    return false;
+  };
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
     if (IsShort(ctx, pos, limit)) {
       shorts.push_back(pos);
       continue;
     }
+    // A long sequence shares the slack of a wider group when it fits there
+    // (e.g. two all-to-all sequences in one 32-rank group) instead of always
+    // opening its own (issue 32: a lane heuristic packing them won).
+    size_t from = 0;
+    if (absorb(pos, from, kLongTries)) continue;
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
     const int d = FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
@@ -120,34 +185,8 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
     const double need_mem = cm.mem_per_token * static_cast<double>(s.length_tokens);
-    // 1) Headroom of a long group at its degree: walk the groups that can
-    // absorb at least the linear part of the sequence, tightest first (best
-    // fit); a few candidates suffice.
-    bool absorbed = false;
-    int tries_long = 0;
-    const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
-    // lower_bound finds nothing when even the largest slack is below linear_s.
-    const bool may_fit_long = !long_slack.empty() && long_slack.back().key >= linear_s;
-    if (may_fit_long) long_hint = long_slack.LowerBound(linear_s, long_hint);
-    for (size_t it = may_fit_long ? long_hint : long_slack.size();
-         it < long_slack.size() && tries_long < 8; ++it) {
-      Long& l = longs[long_slack[it].index];
-      ++tries_long;
-      if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
-          headroom * l.degree) {
-        continue;
-      }
-      GroupLoad load = l.load;
-      load.Add(s);
-      const double t = GroupTimeBestS(cm, cluster, load, l.degree);
-      if (t > limit) continue;
-      long_slack.Rekey(it, (limit - t) * l.degree);
-      l.load = load;
-      group_of[pos] = l.group;
-      absorbed = true;
-      break;
-    }
-    if (absorbed) continue;
+    // 1) Headroom of a long group at its degree.
+    if (absorb(pos, long_hint, kShortTries)) continue;
     // 2) An existing single-rank bin. Time and memory both add up on one rank;
     // a bin's free capacity is the smaller of its two free fractions and an
     // item's size the larger of its two, so a lower_bound hit always fits both
@@ -221,7 +260,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
     double best = std::numeric_limits<double>::infinity();
     for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks; ++d) {
-      best = std::min(best, GroupTimeBestS(cm, cluster, load, d));
+      best = std::min(best, BestTimeS(request, load, d));
     }
     lower = std::max(lower, best);
   }
@@ -231,7 +270,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     upper_s = cm.beta1;
     for (int i : ctx.order) {
       const GroupLoad load = GroupLoad::Of(seqs[i]);
-      upper_s += GroupTimeBestS(cm, cluster, load, static_cast<int>(std::min<int64_t>(
+      upper_s += BestTimeS(request, load, static_cast<int>(std::min<int64_t>(
                                                         MinDegree(cm, load), cluster.num_ranks)));
     }
     upper_s *= 2;
@@ -257,7 +296,7 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const auto& seqs = request.sequences;
-  const GroupTimeFn time = BestCaseTime(cm, cluster);
+  const GroupTimeFn time = BestCaseRingOrAllToAll(cm, cluster, ShapeOf(request));
   std::vector<AllocGroup> alloc_groups = MakeAllocGroups(seqs, groups, cm);
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();

@@ -59,6 +59,10 @@ std::vector<Case> Grid(const StudyOptions& o) {
   return cases;
 }
 
+// The reference heuristics (src/baselines/heuristics.h), each tuned in
+// hindsight on the batch it plans; the study reports the best of them.
+const char* const kReferenceHeuristics[] = {"ref-share", "ref-bisect", "ref-grow"};
+
 const StrategyResult* Find(const ExperimentResult& r, const std::string& name) {
   for (const auto& s : r.results)
     if (s.strategy == name) return &s;
@@ -140,7 +144,9 @@ StudyResult RunStudy(const StudyOptions& o) {
     row.model = k.model;
     row.ranks = k.ranks;
     row.global_batch = k.gbs;
-    cfg.strategies = {"fcp", "megatron", "deepspeed"};
+    cfg.strategies = {"fcp", "megatron", "deepspeed", "fcp-ring"};
+    cfg.strategies.insert(cfg.strategies.end(), std::begin(kReferenceHeuristics),
+                          std::end(kReferenceHeuristics));
     cfg.dealing = Dealing::kBalanced;
     const ExperimentResult balanced = RunExperiment(cfg);
     row.bound_s = balanced.lower_bound_s;
@@ -148,6 +154,14 @@ StudyResult RunStudy(const StudyOptions& o) {
       row.fcp_s = f->iter_s;
     } else {
       row.failure = "fcp: " + (f ? f->message : std::string("not run"));
+    }
+    if (const StrategyResult* f = Find(balanced, "fcp-ring"); Ok(f)) row.fcp_ring_s = f->iter_s;
+    for (const char* name : kReferenceHeuristics) {
+      const StrategyResult* h = Find(balanced, name);
+      if (Ok(h) && (row.ref_s == 0 || h->iter_s < row.ref_s)) {
+        row.ref_s = h->iter_s;
+        row.ref_name = name;
+      }
     }
     if (const StrategyResult* s = BestStatic(balanced)) {
       row.static_s = s->iter_s;
@@ -173,6 +187,14 @@ StudyResult RunStudy(const StudyOptions& o) {
   std::vector<double> ratios;
   const StudyRow* worst = nullptr;
   const StudyRow* best = nullptr;
+  std::vector<double> ring_ratios, ref_ratios;
+  for (const StudyRow& r : result.rows) {
+    if (r.ring_speedup() > 0) ring_ratios.push_back(r.ring_speedup());
+    if (r.vs_ref() > 0) ref_ratios.push_back(r.vs_ref());
+  }
+  auto min_of = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+  };
   int wins20 = 0, losses = 0, near_bound = 0, failed = 0;
   for (const StudyRow& r : result.rows) {
     const double x = r.speedup();
@@ -198,9 +220,12 @@ StudyResult RunStudy(const StudyOptions& o) {
       "cases {} (both ran: {}, failed: {})\n"
       "fcp / best balanced static: geometric mean {:.3f}x, worst {}, best {}\n"
       "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the physical bound: {}\n"
+      "fcp-ring / best balanced static: geometric mean {:.3f}x, min {:.3f}x\n"
+      "fcp / best reference heuristic: geometric mean {:.3f}x, min {:.3f}x\n"
       "(simulated; planner coefficients: {}{})",
       result.rows.size(), ratios.size(), failed, GeoMean(ratios), name(worst), name(best), wins20,
-      losses, near_bound,
+      losses, near_bound, GeoMean(ring_ratios), min_of(ring_ratios), GeoMean(ref_ratios),
+      min_of(ref_ratios),
       o.profiled_coefficients ? "profiled on the simulated cluster" : "presets",
       o.learn ? ", learnt from the steps run" : "");
 
@@ -213,7 +238,9 @@ StudyResult RunStudy(const StudyOptions& o) {
       "onto the least-loaded replica); `loader` is the best static plan in data-loader order "
       "(stock framework behaviour), shown for reference only. `bound` is the physical lower "
       "bound (every token's work spread over all ranks at the best efficiencies, plus the "
-      "gradient sync no schedule can hide). Every strategy plans with the same coefficients: " +
+      "gradient sync no schedule can hide). `fcp-ring` is fcp with ring groups only. `ref` is "
+      "the best of three simple reference heuristics (ref-share, ref-bisect, ref-grow; "
+      "docs/planner.md), each with its one setting tuned in hindsight on the batch. Every strategy plans with the same coefficients: " +
       (o.profiled_coefficients
            ? std::string("fitted by `fcp profile --target sim:CLUSTER --model MODEL` (its "
                          "defaults: 2 % measurement noise, seed 1), once per cluster and model, as "
@@ -227,27 +254,34 @@ StudyResult RunStudy(const StudyOptions& o) {
   std::string part;
   std::string csv =
       "part,cluster,dataset,model,ranks,global_batch,bound_s,fcp_s,static_s,static,loader_s,"
-      "speedup,fcp_vs_bound,failure\n";
+      "speedup,fcp_vs_bound,fcp_ring_s,ring_speedup,ref_s,ref,fcp_vs_ref,failure\n";
   for (const StudyRow& r : result.rows) {
     if (r.part != part) {
       part = r.part;
       md += fmt::format(
           "\n## {}\n\n| cluster | dataset | model | ranks | gbs | bound s | fcp s | static s "
-          "(best balanced) | fcp / static | fcp / bound | loader-order static s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|\n",
+          "(best balanced) | fcp / static | fcp / bound | loader-order static s | fcp-ring s | "
+          "fcp-ring / static | ref s (best heuristic) | ref / fcp |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           part);
     }
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} |\n", r.cluster,
+    md += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} | {} | {} | {} {} | {} |\n",
+        r.cluster,
                       r.dataset, r.model, r.ranks, r.global_batch, Cell(r.bound_s),
                       Cell(r.fcp_s), Cell(r.static_s), r.static_name,
                       r.speedup() > 0 ? fmt::format("**{:.3f}x**", r.speedup()) : r.failure,
                       r.fcp_s > 0 && r.bound_s > 0 ? fmt::format("{:.3f}", r.fcp_s / r.bound_s)
                                                    : "–",
-                      Cell(r.loader_s));
-    csv += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},\"{}\"\n",
-                       r.part, r.cluster, r.dataset, r.model, r.ranks, r.global_batch, r.bound_s,
-                       r.fcp_s, r.static_s, r.static_name, r.loader_s, r.speedup(),
-                       r.bound_s > 0 ? r.fcp_s / r.bound_s : 0.0, r.failure);
+                      Cell(r.loader_s), Cell(r.fcp_ring_s), Cell(r.ring_speedup(), "{:.3f}x"),
+                      Cell(r.ref_s), r.ref_name, Cell(r.vs_ref(), "{:.3f}x"));
+    csv += fmt::format(
+        "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},"
+        "{:.6f},\"{}\"\n",
+        r.part, r.cluster, r.dataset, r.model, r.ranks, r.global_batch, r.bound_s, r.fcp_s,
+        r.static_s, r.static_name, r.loader_s, r.speedup(),
+        r.bound_s > 0 ? r.fcp_s / r.bound_s : 0.0, r.fcp_ring_s, r.ring_speedup(), r.ref_s,
+        r.ref_name, r.vs_ref(), r.failure);
   }
   result.markdown = md;
   for (const auto& [file, text] : {std::pair{"study.md", &md}, std::pair{"study.csv", &csv}}) {

@@ -8,6 +8,7 @@
 
 #include "baselines/dynamic.h"
 #include "baselines/flexsp.h"
+#include "baselines/heuristics.h"
 #include "baselines/megatron_dcp.h"
 #include "baselines/optimal.h"
 #include "baselines/static_cp.h"
@@ -29,6 +30,10 @@ const std::vector<std::unique_ptr<Strategy>>& Registry() {
     out.push_back(std::make_unique<baselines::FlexSpStrategy>());
     out.push_back(std::make_unique<baselines::ByteScaleStrategy>());
     out.push_back(std::make_unique<baselines::OptimalStrategy>());
+    // Reference heuristics (issue 32): yardsticks for fcp's search, not planners.
+    out.push_back(std::make_unique<baselines::RefShareStrategy>());
+    out.push_back(std::make_unique<baselines::RefBisectStrategy>());
+    out.push_back(std::make_unique<baselines::RefGrowStrategy>());
     return out;
   }();
   return strategies;

@@ -1,0 +1,107 @@
+#include "planner/lanes.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "fcp/cost_model.h"
+#include "planner/allocation.h"
+#include "planner/placement.h"
+#include "planner/realize.h"
+#include "planner/refine.h"
+
+namespace fcp::planner {
+namespace {
+
+const ModelShape* ShapeOf(const PlanRequest& request) {
+  return request.model && request.model->q_heads > 0 &&
+                 request.model->kv_heads > 0
+             ? &*request.model
+             : nullptr;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::vector<int>>> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual) {
+  // Memory never binds a lane as a whole: each sequence needs only its own
+  // d_min, which LaneMicroBatches enforces.
+  PlanRequest relaxed = request;
+  const double headroom = request.cost.mem_capacity - request.cost.mem_static;
+  relaxed.cost.mem_capacity =
+      request.cost.mem_static +
+      headroom * static_cast<double>(request.sequences.size());
+  std::vector<int> members(request.sequences.size());
+  std::iota(members.begin(), members.end(), 0);
+  // One lane of everything: every rank on every sequence, in as few
+  // micro-batches as memory allows.
+  std::vector<std::vector<std::vector<int>>> out = {{members}};
+  if (!dual) return out;
+  if (auto grouping = DualApproxGrouping(relaxed, members, upper_s)) {
+    out.push_back(std::move(*grouping));
+  }
+  return out;
+}
+
+std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    bool aligned_degrees) {
+  const CostModel& cm = request.cost;
+  const Cluster& cluster = request.cluster;
+  std::vector<AllocGroup> groups(lanes.size());
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    for (int k : lanes[p]) {
+      groups[p].load.Add(request.sequences[k]);
+      groups[p].min_degree =
+          std::max(groups[p].min_degree,
+                   MinDegree(cm, GroupLoad::Of(request.sequences[k])));
+    }
+  }
+  const ModelShape* shape = ShapeOf(request);
+  const GroupTimeFn time = aligned_degrees
+                               ? AlignedRingOrAllToAll(cm, cluster, shape)
+                               : BestCaseRingOrAllToAll(cm, cluster, shape);
+  const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
+  if (!alloc.feasible) return std::nullopt;
+  const std::vector<int> first =
+      PlaceGroups(alloc.degrees, cluster, [&](int p, int f, int d) {
+        return RingOrAllToAllS(cm, cluster, shape, groups[p].load, f, d);
+      });
+  std::vector<MicroBatchPlan> out;
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    const int d = alloc.degrees[p];
+    std::vector<int> seqs = lanes[p];
+    std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
+      return request.sequences[a].length_tokens >
+             request.sequences[b].length_tokens;
+    });
+    std::vector<GroupLoad> chunk_load;
+    std::vector<std::vector<int>> chunks;
+    for (int k : seqs) {
+      const Sequence& s = request.sequences[k];
+      size_t c = 0;
+      for (; c < chunks.size(); ++c) {
+        GroupLoad load = chunk_load[c];
+        load.Add(s);
+        if (GroupMemBytes(cm, load, d) <= cm.mem_capacity) break;
+      }
+      if (c == chunks.size()) {
+        chunks.emplace_back();
+        chunk_load.emplace_back();
+      }
+      chunks[c].push_back(k);
+      chunk_load[c].Add(s);
+    }
+    if (out.size() < chunks.size()) out.resize(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      GroupPlan g;
+      g.ranks.resize(d);
+      std::iota(g.ranks.begin(), g.ranks.end(), first[p]);
+      g.sequences = std::move(chunks[c]);
+      out[c].groups.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+}  // namespace fcp::planner

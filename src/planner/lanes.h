@@ -1,0 +1,41 @@
+// Persistent groups ("lanes", strategy fcp; ours): the global batch grouped
+// once, each group given its ranks for the whole batch and run back to back
+// in as many micro-batches as its memory needs.
+//
+// Why: fcp otherwise splits the batch into micro-batches first (balancing
+// work) and then groups and allocates each micro-batch on its own. Each
+// micro-batch then pays its own bottleneck, and unless the bottlenecks of
+// consecutive micro-batches share ranks the list schedule (docs/design.md §2)
+// cannot fill the gaps. A lane instead balances rank time over the whole
+// batch: a long sequence holds its ranks while single-rank lanes run many
+// short sequences one after another. Issue 32 measured simple lane heuristics
+// (src/baselines/heuristics.h) ahead of fcp in fcp's own model.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "fcp/scheduler.h"
+
+namespace fcp::planner {
+
+// Groupings of every sequence of `request` into lanes, judged with memory
+// relaxed (a lane spreads its sequences over micro-batches): one lane of
+// everything, and the dual approximation (refine.h) searched below `upper_s`
+// (the makespan to beat, s; +inf: unbounded) when `dual`.
+std::vector<std::vector<std::vector<int>>> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual);
+
+// The lanes' micro-batches: degrees by the exact fast allocator over the
+// lanes' whole loads (each lane at least the largest d_min of its sequences),
+// contiguous placement (PlaceGroups), then each lane split first fit, longest
+// first, into memory-feasible groups; micro-batch m runs every lane's m-th
+// group; with `aligned_degrees` only node-aligned degrees (realize.h). Groups
+// are ring (the caller switches to all-to-all where faster); estimates are not
+// filled. nullopt when the lanes' minimum degrees exceed N.
+std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    bool aligned_degrees);
+
+}  // namespace fcp::planner
