@@ -73,8 +73,8 @@ __all__ = [
     "SUPPORTED_MEGATRON_CORE", "check_megatron_version", "padded_length", "thd_partition_indices",
     "RankGrid", "CPGroupCache", "Assignment", "FcpCPScheduler", "MicroBatchPacker", "GlobalBatch",
     "FcpMegatronLoader", "prepare_model", "hook_rope", "hook_te_attention", "loss_func",
-    "FcpPackedSeqParams", "FcpPackingScheduler",
-]
+    "FcpPackingScheduler",
+]  # FcpPackedSeqParams too, defined on first use (module __getattr__)
 
 SUPPORTED_MEGATRON_CORE = "0.19.2"
 
@@ -511,7 +511,8 @@ class FcpPackingScheduler:
         self.min_cp_size = int(min_cp_size)
         self.fcp_planner = planner if planner is not None else type(self).planner
         if self.fcp_planner is None:
-            raise ValueError("planner: FcpPackingScheduler needs an fcp.Scheduler (planner= or bind())")
+            raise ValueError("planner: FcpPackingScheduler needs an fcp.Scheduler "
+                             "(planner= or bind())")
         n = int(self.fcp_planner.cluster.num_ranks)
         if n != self.cp_size * self.dp_size:
             raise ValueError(f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
@@ -835,9 +836,11 @@ def _transformer_engine_attention():
         from megatron.core.extensions import transformer_engine as mte
     except ImportError as err:
         raise RuntimeError(f"prepare_model: fcp.megatron needs TransformerEngine (THD context "
-                           f"parallelism); importing Megatron's TE extension failed: {err}") from err
+                           f"parallelism); importing Megatron's TE extension failed: "
+                           f"{err}") from err
     cls = getattr(mte, "TEDotProductAttention", None)
-    mocked = not isinstance(cls, type) or issubclass(cls, mock.Mock) or isinstance(mte.te, mock.Mock)
+    mocked = (not isinstance(cls, type) or issubclass(cls, mock.Mock)
+              or isinstance(mte.te, mock.Mock))
     if not getattr(mte, "HAVE_TE", False) or mocked:
         raise RuntimeError("prepare_model: fcp.megatron needs TransformerEngine >= 2.16 (THD "
                            "context parallelism, 'a2a' with THD); megatron-core found none and "
@@ -912,7 +915,8 @@ def _te_cp_hook(stream):
         if comm == "a2a":
             _check_heads_divisible(module, degree)
         if degree > 1:
-            module.set_context_parallel_group(group, dist.get_process_group_ranks(group), stream, comm)
+            ranks = dist.get_process_group_ranks(group)
+            module.set_context_parallel_group(group, ranks, stream, comm)
         else:
             module.set_context_parallel_group(None, None, None, comm)
         out = dict(kwargs)

@@ -288,8 +288,8 @@ def test_all_to_all_groups_run_as_te_a2a():
     n = sched.cluster.num_ranks
     for me in range(n):
         grid = fm.RankGrid([list(range(n))], me)
-        wrapped = fm.FcpCPScheduler(sched, grid=grid, verify=False, background=False,
-                                    cache=fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r))))
+        cache = fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r)))
+        wrapped = fm.FcpCPScheduler(sched, grid=grid, verify=False, background=False, cache=cache)
         steps = wrapped.assignments(wrapped.take(lengths))
         for a, mb in zip(steps, plan.micro_batches):
             g = [g for g in mb.groups if me in g.ranks]
