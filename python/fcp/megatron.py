@@ -275,7 +275,7 @@ class FcpCPScheduler:
     Two ways in:
     * :meth:`get_groups_and_subsamples` -- the call and answer format of
       Megatron's ``BalancedCPScheduler`` (what ``HybridCPDataLoaderWrapper``
-      asks its ``cp_balancing_scheduler``). Megatron 0.16.1's hybrid schedule
+      asks its ``cp_balancing_scheduler``). Megatron 0.19.2's hybrid schedule
       then finds each sample's group by size alone (power-of-two aligned
       blocks), which cannot carry fcp's groups: train through the loader;
     * :meth:`submit` / :meth:`take` / :meth:`assignments` -- used by
