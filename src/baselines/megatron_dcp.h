@@ -69,7 +69,9 @@ class MegatronDcpStrategy final : public Strategy {
 // commit d48bd6be0a85). Each step is one micro-batch: CP groups tiling all N
 // ranks, each packing several sequences into one THD forward/backward. Empty
 // and *infeasible_sequence >= 0 when some sequence needs more than N ranks at
-// this setting or does not fit alone on N ranks.
+// this setting or does not fit alone on N ranks. O(M · K · G · log N) for M
+// micro-batches, K sequences and G <= N groups per micro-batch (every
+// micro-batch revisits the sequences left over, as Megatron does).
 std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(const PlanRequest& request,
                                                           int64_t max_seqlen_per_rank,
                                                           int* infeasible_sequence);

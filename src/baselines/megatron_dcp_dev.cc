@@ -35,7 +35,7 @@ double Workload(int64_t len, int cp) {
 
 // dcp_gpus_needed: max(min_cp, 2^ceil(log2(s / T))), at least 1.
 int64_t GpusNeeded(int64_t len, int64_t max_seqlen) {
-  return NextPowerOfTwo((len + max_seqlen - 1) / max_seqlen);
+  return NextPowerOfTwo((len - 1) / max_seqlen + 1);  // ceil, no overflow for any T >= 1
 }
 
 // One micro-batch (next_hdp_group_packing_aware). `pending`: sequence indices
