@@ -2,7 +2,8 @@
 #   make run   installs what planning needs (scripts/bootstrap.sh plan), builds the
 #              fcp CLI, plans the example batch
 #   make test  installs the rest (bootstrap all: MPI, GoogleTest, .venv with torch,
-#              megatron-core, ...), builds everything, runs every test
+#              ..., .venv312 with megatron-core 0.19.2), builds everything, runs
+#              every test
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_ARGS ?=

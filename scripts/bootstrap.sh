@@ -7,14 +7,16 @@
 #   scripts/bootstrap.sh all    # `make test` (default): also MPI, GoogleTest,
 #                               # Google Benchmark, clang (fuzzing), gnuplot, and
 #                               # the project virtual environment .venv with the
-#                               # Python packages of requirements-test.txt
+#                               # Python packages of requirements-test.txt, and
+#                               # .venv312 (CPython 3.12, megatron-core 0.19.2)
+#                               # with those of requirements-megatron.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LEVEL=${1:-all}
 case "$LEVEL" in
   plan|all) ;;
-  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
   *) echo "error: bootstrap level must be 'plan' or 'all', got '$LEVEL'" >&2; exit 2 ;;
 esac
 
@@ -70,16 +72,45 @@ stamp="$VENV/.fcp-requirements.sha256"
 want=$(sha256sum "$REQS" | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "bootstrap: $VENV up to date ($("$VENV/bin/python" --version))"
+else
+  PY=${FCP_PYTHON:-python3}
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "bootstrap: creating $VENV with $($PY --version)"
+    "$PY" -m venv "$VENV"
+  fi
+  pip_args=(--disable-pip-version-check -q)
+  # This project's machines keep the PyTorch CPU wheel in /opt/wheels.
+  if [ -d /opt/wheels ]; then pip_args+=(--find-links /opt/wheels); fi
+  "$VENV/bin/python" -m pip install "${pip_args[@]}" -r "$REQS"
+  echo "$want" >"$stamp"
+  echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+fi
+
+# The Megatron venv: megatron-core 0.19.2 needs CPython >= 3.12 (pyenv's 3.12
+# on this project's machines; FCP_PYTHON312 overrides it) and torch from
+# PyPI (its CUDA build, several GB; it runs on CPU). One pip call, skipped when
+# the stamp matches requirements-megatron.txt.
+VENV=.venv312
+REQS=requirements-megatron.txt
+stamp="$VENV/.fcp-requirements.sha256"
+want=$(sha256sum "$REQS" | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "bootstrap: $VENV up to date ($("$VENV/bin/python" --version))"
   exit 0
 fi
-PY=${FCP_PYTHON:-python3}
+PY=${FCP_PYTHON312:-}
+if [ -z "$PY" ] && command -v pyenv >/dev/null 2>&1; then
+  PY=$(ls -d "$(pyenv root)"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -1)
+fi
+if [ -z "$PY" ]; then PY=$(command -v python3.12 || true); fi
+if [ -z "$PY" ]; then
+  echo "error: FCP_PYTHON312: no CPython 3.12 found (pyenv or python3.12 on PATH)" >&2
+  exit 1
+fi
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "bootstrap: creating $VENV with $($PY --version)"
+  echo "bootstrap: creating $VENV with $("$PY" --version)"
   "$PY" -m venv "$VENV"
 fi
-pip_args=(--disable-pip-version-check -q)
-# This project's machines keep the PyTorch CPU wheel in /opt/wheels.
-if [ -d /opt/wheels ]; then pip_args+=(--find-links /opt/wheels); fi
-"$VENV/bin/python" -m pip install "${pip_args[@]}" -r "$REQS"
+"$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQS"
 echo "$want" >"$stamp"
-echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch, megatron.core as m; print("torch", torch.__version__, "megatron-core", m.__version__)'))"
+echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch; from importlib.metadata import version; print("torch", torch.__version__, "megatron-core", version("megatron-core"))'))"

@@ -212,13 +212,22 @@ PYEOF
 # --- end section: sim-calibration ---
 
 # --- section: megatron ---
-# fcp.megatron on one GPU through Megatron-Core + TransformerEngine: degree-1
-# groups, THD packing, Megatron's own schedule (<= 2 min). Needs the fcp
-# planner module (build/python/fcp/_fcp*.so: `cmake --build build --target _fcp`),
-# CUDA torch, megatron-core==0.16.1, transformer-engine[pytorch] >= 1.10.
+# fcp.megatron on one GPU through Megatron-Core 0.19.2 + TransformerEngine:
+# degree-1 THD micro-batches in one-rank cp_groups, their losses equal to
+# Megatron's own packed run (PackedSeqParams as pretrain_gpt.py's forward_step
+# builds them) and to one-sequence-at-a-time losses, then 3 training steps
+# through Megatron's schedule (<= 2 min). Interpreter: the Megatron venv
+# (.venv312, CPython 3.12; MEGATRON_PY overrides) with CUDA torch,
+# megatron-core==0.19.2 and transformer-engine[pytorch] >= 2.16; the fcp module
+# for it: `cmake --build build --target _fcp_megatron`.
 megatron_section() {
-  echo "== megatron: environment"
-  "$PY" - <<'PYEOF'
+  local mpy=${MEGATRON_PY:-}
+  if [ -z "$mpy" ]; then
+    mpy=python3
+    [ -x .venv312/bin/python ] && mpy=.venv312/bin/python
+  fi
+  echo "== megatron: environment ($mpy)"
+  "$mpy" - <<'PYEOF'
 import importlib.metadata as md
 try:
     import torch
@@ -227,24 +236,26 @@ try:
 except ImportError:
     print("torch MISSING")
 for pkg in ("megatron-core", "transformer-engine", "transformer-engine-torch",
-            "transformer-engine-cu12", "flash-attn", "numpy"):
+            "transformer-engine-cu12", "transformer-engine-cu13", "numpy"):
     try:
         print(f"{pkg} {md.version(pkg)}")
     except md.PackageNotFoundError:
         print(f"{pkg} MISSING")
 PYEOF
-  if ! PYTHONPATH=build/python "$PY" -c "import fcp; assert fcp._fcp is not None" 2>/dev/null; then
-    echo "megatron: SKIP (fcp._fcp not built: /usr/bin/cmake --build build --target _fcp)"
+  if ! "$mpy" -c "import transformer_engine.pytorch" 2>/dev/null; then
+    echo "megatron: skipped: no TransformerEngine"
     return 0
   fi
-  if ! "$PY" -c "import torch, megatron.core, transformer_engine.pytorch; assert torch.cuda.is_available()" 2>/dev/null; then
-    echo "megatron: SKIP (needs CUDA torch, megatron-core==0.16.1 and transformer-engine[pytorch];"
-    echo "          wheels to carry: megatron_core-0.16.1, transformer_engine, transformer_engine_torch,"
-    echo "          transformer_engine_cu12 matching this torch/CUDA)"
+  if ! "$mpy" -c "import torch, megatron.core; assert torch.cuda.is_available()" 2>/dev/null; then
+    echo "megatron: SKIP (needs CUDA torch and megatron-core==0.19.2 beside TransformerEngine)"
+    return 0
+  fi
+  if ! PYTHONPATH=build/python "$mpy" -c "import fcp; assert fcp._fcp is not None" 2>/dev/null; then
+    echo "megatron: SKIP (fcp._fcp not built for $mpy: /usr/bin/cmake --build build --target _fcp_megatron)"
     return 0
   fi
   echo "== megatron: 1-GPU smoke test (THD check + 3 training steps, timeout 120 s)"
-  PYTHONPATH=build/python OMP_NUM_THREADS=1 timeout 120 "$PY" -m torch.distributed.run \
+  PYTHONPATH=build/python OMP_NUM_THREADS=1 timeout 120 "$mpy" -m torch.distributed.run \
     --nproc-per-node 1 examples/megatron/train_gpt.py --check-thd --steps 3 --seqs 16 \
     --max-len 2048 --tokens-per-rank 16384
   local rc=$?

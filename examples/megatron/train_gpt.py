@@ -5,8 +5,9 @@
     # CPU (gloo): planning, groups and Megatron's micro-batches only, no model
     torchrun --nproc-per-node 4 examples/megatron/train_gpt.py --dry-run --steps 2
 
-Needs PYTHONPATH=build/python (the fcp planner) and megatron-core 0.16.1; the
-model run also needs CUDA and transformer-engine. Per step every rank prints
+Needs PYTHONPATH=build/python (the fcp planner) and megatron-core 0.19.2 (the
+project's .venv312, CPython 3.12: `.venv312/bin/torchrun ...`); the model run
+also needs CUDA and transformer-engine[pytorch] >= 2.16. Per step every rank prints
 nothing; rank 0 prints the step's loss (mean per token over the global batch),
 the number of micro-batches, the CP degrees used and the planning time that
 training waited for (ms). --dry-run prints, per rank, what Megatron receives
@@ -42,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--strategy", default="fcp-ring", choices=["fcp-ring", "fcp"],
+                   help="fcp planner strategy: ring groups only (TE 'p2p'), or also "
+                        "all-to-all groups (TE 'a2a'; --heads must be divisible by their degree)")
     p.add_argument("--dry-run", action="store_true",
                    help="no model: print the micro-batches Megatron would receive (runs on CPU)")
     p.add_argument("--check-thd", action="store_true",
@@ -86,14 +90,26 @@ def forward_step(data_iterator, model):
     return out, partial(fm.loss_func, batch["loss_mask"])
 
 
-def check_thd(model, packer, batch):
-    """THD packing contract on one GPU: per-token losses of a packed
-    micro-batch equal those of each sequence run alone (bf16 tolerance)."""
+def check_thd(model, packer, batch, one_rank_group):
+    """THD packing contract on one GPU, degree 1: the per-token losses of
+    fcp's micro-batch (one-rank cp_group, local_cp_size 1) equal those of
+    Megatron's own packed run of the same tokens (PackedSeqParams as
+    pretrain_gpt.py's forward_step builds it, static CP 1: no cp_group), and
+    those of each sequence run alone (bf16 tolerance)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
     samples = [batch.get_sample(i) for i in range(min(4, len(batch.lengths)))]
     with torch.no_grad():
-        data, params = packer.pack(samples)
-        packed = model(data["tokens"], data["position_ids"], None, labels=data["labels"],
-                       packed_seq_params=params).float().view(-1)
+        data, params = packer.pack(samples, 1, 0, one_rank_group)
+        cu = params.cu_seqlens_q_padded
+        megatron_params = PackedSeqParams(
+            qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu,
+            cu_seqlens_kv_padded=cu, max_seqlen_q=params.max_seqlen_q,
+            max_seqlen_kv=params.max_seqlen_kv)
+
+        def losses(p):
+            return model(data["tokens"], data["position_ids"], None, labels=data["labels"],
+                         packed_seq_params=p).float().view(-1)
+        packed, megatron = losses(params), losses(megatron_params)
         real = data["loss_mask"].view(-1) > 0
         alone = []
         for s in samples:
@@ -101,10 +117,13 @@ def check_thd(model, packer, batch):
             pos = torch.arange(n, device="cuda").unsqueeze(0)
             alone.append(model(s["tokens"].cuda().unsqueeze(0), pos, None,
                                labels=s["labels"].cuda().unsqueeze(0)).float().view(-1))
+    same = (packed[real] - megatron[real]).abs().max().item()
     diff = (packed[real] - torch.cat(alone)).abs().max().item()
-    print(f"check-thd: {len(samples)} sequences, max |loss_packed - loss_alone| = {diff:.3e} "
-          f"(bf16; pass < 5e-2): {'PASS' if diff < 5e-2 else 'FAIL'}", flush=True)
-    return diff < 5e-2
+    ok = same < 1e-6 and diff < 5e-2
+    print(f"check-thd: {len(samples)} sequences, max |loss_fcp - loss_megatron_packed| = "
+          f"{same:.3e} (pass < 1e-6), max |loss_fcp - loss_alone| = {diff:.3e} "
+          f"(bf16; pass < 5e-2): {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
 
 
 def main(argv=None):
@@ -129,7 +148,7 @@ def main(argv=None):
     # fcp plans the DP x CP ranks; a toy cost model with the given token budget.
     scheduler = fcp.Scheduler(
         cluster={"ranks": dp_cp, "ranks_per_node": args.ranks_per_node or dp_cp},
-        model="qwen3-1.7b", strategy="fcp-ring",
+        model="qwen3-1.7b", strategy=args.strategy,
         cost_model={"mem_per_token": 1.0, "mem_static": 1.0,
                     "mem_capacity": 1.0 + args.tokens_per_rank})
     # Verification all-reduces a plan digest on a CPU-capable group.
@@ -144,7 +163,7 @@ def main(argv=None):
             lines = []
             for j, mb in enumerate(it):
                 p = mb["packed_seq_params"]
-                members = dist.get_process_group_ranks(p.cp_group) if p.cp_group else [rank]
+                members = dist.get_process_group_ranks(p.cp_group)  # one-rank group at degree 1
                 lines.append(f"  mb {j}: degree {p.local_cp_size} cp_group {members} "
                              f"sequences {len(p.cu_seqlens_q) - 1} local tokens "
                              f"{mb['tokens'].shape[1]} (real {int(mb['loss_mask'].sum())})")
@@ -179,8 +198,9 @@ def main(argv=None):
         moe_token_dispatcher_type="alltoall")
     model = build_model(args, config).cuda()
     hooked = fm.prepare_model(model)
+    one_rank_groups = [dist.new_group([r]) for r in range(world)]  # collective: every rank
     if args.check_thd and not check_thd(model, fm.MicroBatchPacker(device="cuda"),
-                                        next(synthetic_batches(args, 1))):
+                                        next(synthetic_batches(args, 1)), one_rank_groups[rank]):
         return 1
     ddp = DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True),
                                   model)
@@ -191,7 +211,8 @@ def main(argv=None):
     forward_backward = get_forward_backward_func()
     if rank == 0:
         print(f"fcp on Megatron-Core: world {world} = TP {args.tp} x PP {args.pp} x "
-              f"DP*CP {dp_cp}; {hooked} attention layers follow PackedSeqParams.cp_group", flush=True)
+              f"DP*CP {dp_cp}; {hooked} attention layers follow PackedSeqParams.cp_group "
+              f"(strategy {args.strategy})", flush=True)
     for step in range(args.steps):
         t0 = time.perf_counter()
         it, n = loader.next_global_batch()

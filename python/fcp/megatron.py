@@ -1,39 +1,43 @@
 """fcp.megatron: fcp plans through Megatron-Core's own per-micro-batch CP path.
 
-Supported Megatron-Core: 0.16.1 (``SUPPORTED_MEGATRON_CORE``). Usage and limits:
-docs/megatron.md. Nothing here assigns Megatron's module globals.
+Supported Megatron-Core: 0.19.2 (``SUPPORTED_MEGATRON_CORE``). Usage and limits:
+docs/megatron.md. No Megatron class, module global or shared object is
+assigned: fcp works through nn.Module hooks and per-instance state (below).
 
-How the pieces meet Megatron-Core 0.16.1 (file and function cited):
+How the pieces meet Megatron-Core 0.19.2 (file and function cited):
 
-* Scheduler interface. Megatron's hybrid CP data path
-  (``datasets/data_schedule.py``, ``HybridCPDataLoaderWrapper``) asks its
-  scheduler ``BalancedCPScheduler.get_groups_and_subsamples(sample_id_seqlens,
-  config)`` for ``sample_id_groups[micro_batch][dp_cp_rank] -> [sample ids]``.
-  :class:`FcpCPScheduler` answers the same call from an fcp plan. (That
-  path's schedule, ``hybrid_context_parallel_forward_backward``, looks groups
-  up by size in power-of-two blocks and has no PP; fcp's groups go through
-  the standard schedule instead, below.)
+* THD micro-batches as Megatron builds them. ``pretrain_gpt.py``
+  ``forward_step`` passes the *padded* boundaries as ``cu_seqlens_q`` and
+  ``cu_seqlens_q_padded`` alike (its comment: "a bug forcing cu_seqlens to be
+  cu_seqlens_padded"); ``training/datasets/sft_dataset.py``
+  ``SFTDataset.__getitem__`` pads every sequence to a multiple of 2*CP when
+  CP > 1, with position ids running on through the padding and the padding's
+  loss_mask 0. :class:`MicroBatchPacker` does the same per micro-batch,
+  with the micro-batch's degree, and cuts each sequence as
+  ``utils._get_batch_on_this_cp_rank_per_document_balancing`` does (TE's
+  ``thd_get_partitioned_indices``: 2*d equal chunks, CP rank r holds chunks r
+  and 2d-1-r).
 * Per-micro-batch CP group. ``TEDotProductAttention.forward``
   (``extensions/transformer_engine.py``) re-points TE's attention at
-  ``PackedSeqParams.cp_group`` on every call, and turns CP off when
-  ``cp_group`` is None and ``local_cp_size == 1``; ``GPTModel.forward`` hands
-  the same group to its rotary embedding. :class:`MicroBatchPacker` fills
-  ``PackedSeqParams`` (THD: ``cu_seqlens``, ``cu_seqlens_padded`` with every
-  sequence padded to a multiple of ``2*degree``, ``max_seqlen``,
-  ``local_cp_size``, ``cp_group``; degree-1 groups are not padded) and cuts
-  each sequence the way TE's THD context parallelism expects it (``tex.thd_get_partitioned_indices``: 2*d
-  equal chunks of the padded sequence, CP rank ``r`` holds chunks ``r`` and
-  ``2d-1-r``).
+  ``PackedSeqParams.cp_group``. Every micro-batch carries a group, degree 1
+  and idle ones included (a one-rank group: Megatron dev's ``Attention.forward``
+  asserts "cp_group must be set in dynamic-cp mode" whenever ``local_cp_size``
+  is set).
+* TE's CP stream and all-to-all. Megatron 0.19.2 hands TE the class attribute
+  ``TEDotProductAttention.cp_stream`` (made only for static CP > 1) and the
+  layer's construction-time ``cp_comm_type``. :func:`prepare_model` puts a
+  forward pre-hook on each TE core-attention instance that calls TE's public
+  ``DotProductAttention.set_context_parallel_group(group, ranks, stream,
+  comm_type)`` with fcp's own CUDA stream and the micro-batch's comm type
+  (``"p2p"`` for ring groups, ``"a2a"`` for all-to-all groups;
+  :class:`FcpPackedSeqParams` carries it) and hands Megatron's forward a copy of
+  the parameters without ``cp_group``/``local_cp_size``, so it keeps that
+  setting.
 * RoPE. ``Attention.forward`` (``transformer/attention.py``) applies THD RoPE
-  with ``self.pg_collection.cp``, the group the layer was built with
-  (``models/common/embeddings/rope_utils.py``, ``_apply_rotary_pos_emb_thd``
-  reads size and rank from it). :func:`prepare_model` registers a forward
-  pre-hook on each attention layer that gives that layer, for the duration of
-  its call, a copy of its ``pg_collection`` whose ``cp`` is the micro-batch's
-  ``PackedSeqParams.cp_group``; the post-hook restores it.
-* CP stream. ``TEDotProductAttention`` creates its shared ``cp_stream`` only
-  when ``config.context_parallel_size > 1``; with fcp the static size is 1, so
-  :func:`prepare_model` creates it once (a CUDA stream, as Megatron would).
+  with ``self.pg_collection.cp``, the group the layer was built with. A forward
+  pre-hook gives that attention instance, for the duration of its call, its own
+  copy of ``pg_collection`` whose ``cp`` is the micro-batch's group (the shared
+  ``ProcessGroupCollection`` object is never changed); the post-hook restores it.
 * Schedule and gradients. The data iterator yields one THD micro-batch per
   plan micro-batch on every rank (the same count everywhere), so Megatron's
   ``get_forward_backward_func()`` runs it unchanged (TP and PP included) and
@@ -44,6 +48,11 @@ How the pieces meet Megatron-Core 0.16.1 (file and function cited):
   group *with context parallelism* (``parallel_state.get_data_parallel_group(
   with_context_parallel=True)``): TP and PP coordinates stay intact, each
   (TP, PP) coordinate gets its own copy of every CP group.
+* Scheduler interfaces. :meth:`FcpCPScheduler.get_groups_and_subsamples`
+  answers 0.19.2's ``BalancedCPScheduler.get_groups_and_subsamples(
+  sample_id_seqlens, config)`` (``pipeline_parallel/hybrid_cp_schedule.py``);
+  :class:`FcpPackingScheduler` has the constructor and the call of Megatron
+  dev's ``BasePackingScheduler`` (``datasets/data_schedule.py``).
 
 Thread-safety: planning runs on a background thread (the C++ planner
 releases the GIL); process groups are created only on the calling thread.
@@ -63,10 +72,11 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 __all__ = [
     "SUPPORTED_MEGATRON_CORE", "check_megatron_version", "padded_length", "thd_partition_indices",
     "RankGrid", "CPGroupCache", "Assignment", "FcpCPScheduler", "MicroBatchPacker", "GlobalBatch",
-    "FcpMegatronLoader", "prepare_model", "loss_func",
-]
+    "FcpMegatronLoader", "prepare_model", "hook_rope", "hook_te_attention", "loss_func",
+    "FcpPackingScheduler",
+]  # FcpPackedSeqParams too, defined on first use (module __getattr__)
 
-SUPPORTED_MEGATRON_CORE = "0.16.1"
+SUPPORTED_MEGATRON_CORE = "0.19.2"
 
 log = logging.getLogger("fcp.megatron")
 
@@ -176,10 +186,11 @@ class CPGroupCache:
     """torch.distributed groups of plan-rank sets, one per grid coordinate.
 
     ``new_group`` is collective over the world, so every process creates the
-    same groups in the same order: sets are created in plan order (micro-batch,
-    then group) and, for each set, coordinates in grid order. Degree-1 sets
-    need no group. Groups are kept for the whole run (fcp plans reuse few
-    distinct contiguous ranges: at most N*(N+1)/2). Training thread only."""
+    same groups in the same order: first the N one-rank sets (degree-1 and idle
+    micro-batches carry a one-rank group too), then the others in plan order
+    (micro-batch, then group); for each set, coordinates in grid order. Groups
+    are kept for the whole run (fcp plans reuse few distinct contiguous ranges:
+    at most N*(N+1)/2). Training thread only."""
 
     def __init__(self, grid: RankGrid, new_group: Optional[Callable] = None):
         import torch.distributed as dist
@@ -191,16 +202,22 @@ class CPGroupCache:
         return len(self._mine)
 
     def rank_sets(self) -> List[List[int]]:
-        """The plan-rank sets that have groups, in creation order (the same
-        on every rank): what the planner charges nothing to reuse."""
-        return [list(k) for k in self._mine]
+        """The plan-rank sets of two or more ranks that have groups, in
+        creation order (the same on every rank): what the planner charges
+        nothing to reuse."""
+        return [list(k) for k in self._mine if len(k) > 1]
+
+    def ensure_singletons(self) -> None:
+        """Creates the one-rank group of every plan rank (collective, once)."""
+        for p in range(self.grid.size):
+            self.get([p])
 
     def get(self, plan_ranks: Sequence[int]):
         """This rank's process group for the set ``plan_ranks`` (None when the
-        set has one rank or does not contain this rank). Collective on a miss."""
+        set does not contain this rank). Collective on a miss."""
         key = tuple(sorted(int(p) for p in plan_ranks))
-        if len(key) < 2:
-            return None
+        if not key:
+            raise ValueError("plan_ranks: need at least one rank")
         if key not in self._mine:
             mine = None
             for ci in range(len(self.grid.coordinates)):
@@ -220,12 +237,15 @@ class Assignment:
     global batch, planner order), ``plan_ranks`` of its CP group (ascending),
     ``degree``, ``cp_rank`` (this rank's position in the group: Megatron and
     TE use the rank within the process group, i.e. ascending global rank), and
-    ``cp_group`` (None for degree 1). Empty ``sequences``: the rank idles."""
+    ``cp_group`` (a one-rank group for degree 1), ``cp_comm_type`` (TE's:
+    ``"p2p"`` for a ring group, ``"a2a"`` for an all-to-all group). Empty
+    ``sequences``: the rank idles (in its one-rank group)."""
     sequences: List[int]
     plan_ranks: List[int]
     degree: int
     cp_rank: int
     cp_group: object = None
+    cp_comm_type: str = "p2p"
 
 
 def _plan_digest(plan) -> int:
@@ -255,7 +275,7 @@ class FcpCPScheduler:
     Two ways in:
     * :meth:`get_groups_and_subsamples` -- the call and answer format of
       Megatron's ``BalancedCPScheduler`` (what ``HybridCPDataLoaderWrapper``
-      asks its ``cp_balancing_scheduler``). Megatron 0.16.1's hybrid schedule
+      asks its ``cp_balancing_scheduler``). Megatron 0.19.2's hybrid schedule
       then finds each sample's group by size alone (power-of-two aligned
       blocks), which cannot carry fcp's groups: train through the loader;
     * :meth:`submit` / :meth:`take` / :meth:`assignments` -- used by
@@ -326,12 +346,9 @@ class FcpCPScheduler:
                 else planner.plan(list(lengths), existing_communicators=held))
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
-        if any(getattr(getattr(g, "comm", None), "name", "RING") != "RING"
-               for mb in plan.micro_batches for g in mb.groups):
-            # TE's per-micro-batch path here is the P2P ring: Ulysses groups
-            # would run at another cost than planned.
-            raise ValueError("fcp.megatron runs ring CP groups: create the fcp.Scheduler with "
-                             "strategy='fcp-ring'")
+        for mb in plan.micro_batches:
+            for g in mb.groups:
+                _te_comm_type(g)  # a kind TE cannot run stops here, not in attention
         return plan, time.perf_counter() - t0
 
     def submit(self, lengths: Sequence[int]) -> None:
@@ -407,20 +424,34 @@ class FcpCPScheduler:
         Collective the first time a rank set occurs (creates its groups)."""
         out = []
         me = self.grid.plan_rank
+        self.cache.ensure_singletons()
         for mb in plan.micro_batches:
-            mine = Assignment([], [me], 1, 0, None)
+            mine = Assignment([], [me], 1, 0, self.cache.get([me]))
             for g in mb.groups:
                 ranks = sorted(int(p) for p in g.ranks)
                 pg = self.cache.get(ranks)  # every rank creates every group, same order
                 if me in ranks:
                     mine = Assignment([int(s) for s in g.sequences], ranks, len(ranks),
-                                      ranks.index(me), pg)
+                                      ranks.index(me), pg, _te_comm_type(g))
             out.append(mine)
         return out
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+_TE_COMM_TYPES = {"RING": "p2p", "ALL_TO_ALL": "a2a"}
+
+
+def _te_comm_type(group) -> str:
+    """TE's ``cp_comm_type`` for a plan group: ring -> "p2p" (KV exchanged
+    around the ring), all-to-all -> "a2a" (Ulysses: heads scattered)."""
+    name = getattr(getattr(group, "comm", None), "name", "RING")
+    if name not in _TE_COMM_TYPES:
+        raise ValueError(f"plan: group communication {name} has no TransformerEngine "
+                         f"cp_comm_type (known: {sorted(_TE_COMM_TYPES)})")
+    return _TE_COMM_TYPES[name]
 
 
 def _all_gather_times(mine: List[float]) -> List[List[float]]:
@@ -438,7 +469,152 @@ def _all_gather_times(mine: List[float]) -> List[List[float]]:
     return [r.tolist() for r in rows]
 
 
+# --------------------------------------------------------------------------- dev's door
+
+class FcpPackingScheduler:
+    """fcp behind Megatron-LM dev's sequence-packing door.
+
+    Checked against Megatron-LM ``dev`` at commit d48bd6be0a85 (2026-08-21):
+    ``datasets/data_schedule.py`` ``wrap_data_iterator`` builds
+    ``scheduler_map[config.sequence_packing_scheduler](max_seqlen_per_dp_cp_rank,
+    cp_size, dp_size, microbatch_group_size_per_vp_stage, max_num_seqs=...)``
+    and its ``run`` calls ``get_groups_and_subsamples(sample_id_seqlens)``
+    with ``[(global sample id, padded length)]`` for the whole global batch. The
+    answer is ``sample_id_groups[micro_batch][dp_cp_rank] -> [sample ids]``:
+    every sample once, a sample on d ranks listed on each of them
+    (``build_packed_microbatches`` counts them as ``local_cp_size``), no rank
+    without a sample. Megatron then looks each group up *by size*
+    (``parallel_state.get_dynamic_data_context_parallel_groups``: aligned
+    power-of-two blocks of the DP x CP ranks), so a plan whose groups are not
+    such blocks, or that leaves a rank idle, is refused with ValueError here
+    rather than run in other groups than planned. Once that door ships in a
+    release, register :meth:`bind`'s class under a name of your own in the
+    ``scheduler_map`` of your training script's copy of Megatron-LM (or pass
+    it where that release takes a scheduler); until then
+    :class:`FcpMegatronLoader` is the way in.
+
+    ``planner``: an ``fcp.Scheduler`` whose cluster has ``cp_size * dp_size``
+    ranks. This class only plans and translates; it does not subclass
+    Megatron's ``BasePackingScheduler`` (not in 0.19.2), whose ``run`` it needs
+    in dev: :meth:`megatron_class` builds that subclass when dev is installed.
+    """
+
+    planner = None  # set by bind()
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: Optional[int] = None,
+                 max_num_seqs: Optional[int] = None, min_cp_size: int = 1, planner=None):
+        self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
+        self.cp_size, self.dp_size = int(cp_size), int(dp_size)
+        self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+        self.max_num_seqs = max_num_seqs
+        self.min_cp_size = int(min_cp_size)
+        self.fcp_planner = planner if planner is not None else type(self).planner
+        if self.fcp_planner is None:
+            raise ValueError("planner: FcpPackingScheduler needs an fcp.Scheduler "
+                             "(planner= or bind())")
+        n = int(self.fcp_planner.cluster.num_ranks)
+        if n != self.cp_size * self.dp_size:
+            raise ValueError(f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
+                             f"group has {self.cp_size * self.dp_size}")
+        if microbatch_group_size_per_vp_stage not in (None, 1):
+            raise ValueError("microbatch_group_size_per_vp_stage: virtual pipeline stages are not "
+                             "supported by FcpPackingScheduler")
+
+    @classmethod
+    def bind(cls, planner) -> type:
+        """A subclass whose instances plan with ``planner`` (what
+        ``scheduler_map`` needs: Megatron constructs the class itself)."""
+        return type(cls.__name__, (cls,), {"planner": planner})
+
+    @classmethod
+    def megatron_class(cls, planner) -> type:
+        """:meth:`bind`, also deriving from Megatron dev's
+        ``DefaultDynamicCPScheduler`` (its ``run``: rerouting, packing, THD
+        padding). ImportError on a megatron-core without that door."""
+        from megatron.core.datasets.data_schedule import DefaultDynamicCPScheduler
+
+        def __init__(self, *args, **kwargs):
+            DefaultDynamicCPScheduler.__init__(self, *args, **kwargs)
+            cls.__init__(self, *args, **kwargs)
+        return type(cls.__name__, (cls, DefaultDynamicCPScheduler),
+                    {"planner": planner, "__init__": __init__})
+
+    def get_groups_and_subsamples(self, sample_id_seqlens):
+        """``sample_id_seqlens``: ``[(sample_id, seq_len)]``. Returns
+        ``sample_id_groups[j][p]``: the sample ids DP x CP rank ``p`` runs in
+        micro-batch ``j`` (Megatron dev's format)."""
+        ids = [int(i) for i, _ in sample_id_seqlens]
+        lengths = [int(n) for _, n in sample_id_seqlens]
+        plan = self.fcp_planner.plan(lengths)
+        if plan.status.name != "OK":
+            raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
+        n = self.cp_size * self.dp_size
+        out = []
+        for j, mb in enumerate(plan.micro_batches):
+            per_rank: List[Optional[List[int]]] = [None] * n
+            for g in mb.groups:
+                ranks = sorted(int(p) for p in g.ranks)
+                _check_dev_group(ranks, n, j)
+                if len(ranks) < self.min_cp_size:
+                    raise ValueError(f"min_cp_size: micro-batch {j} has a group of degree "
+                                     f"{len(ranks)} < {self.min_cp_size} on ranks {ranks}")
+                if self.max_num_seqs is not None and len(g.sequences) > self.max_num_seqs:
+                    raise ValueError(f"max_num_seqs: micro-batch {j} puts {len(g.sequences)} "
+                                     f"sequences on ranks {ranks}, more than {self.max_num_seqs}")
+                for p in ranks:
+                    per_rank[p] = [ids[s] for s in g.sequences]
+            idle = [p for p, r in enumerate(per_rank) if not r]
+            if idle:
+                raise ValueError(f"plan: micro-batch {j} leaves ranks {idle} idle; Megatron dev's "
+                                 f"packing path needs a sample on every DP x CP rank")
+            out.append(per_rank)
+        return out
+
+
+def _check_dev_group(ranks: List[int], n: int, micro_batch: int) -> None:
+    """Megatron dev finds a group by its size alone: the aligned power-of-two
+    block of that size holding the rank, or all N ranks."""
+    d = len(ranks)
+    block = d == n or (d & (d - 1) == 0 and ranks[0] % d == 0)
+    if not block or ranks != list(range(ranks[0], ranks[0] + d)):
+        raise ValueError(f"plan: micro-batch {micro_batch} has a group of degree {d} on ranks "
+                         f"{ranks}; Megatron dev looks groups up by size (aligned power-of-two "
+                         f"blocks), so it would run them elsewhere: use FcpMegatronLoader")
+
+
 # --------------------------------------------------------------------------- data path
+
+_PACKED_SEQ_PARAMS_CLASS = None
+
+
+def _packed_seq_params_class():
+    """:class:`FcpPackedSeqParams`, defined on first use (it subclasses
+    Megatron's dataclass, imported lazily like all of Megatron here)."""
+    global _PACKED_SEQ_PARAMS_CLASS
+    if _PACKED_SEQ_PARAMS_CLASS is None:
+        import dataclasses
+
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        @dataclasses.dataclass
+        class FcpPackedSeqParams(PackedSeqParams):
+            """Megatron's ``PackedSeqParams`` plus the micro-batch's TE
+            ``cp_comm_type`` ("p2p" or "a2a"), read by :func:`prepare_model`'s
+            core-attention hook. Megatron reads only its own fields."""
+            cp_comm_type: str = "p2p"
+
+        FcpPackedSeqParams.__module__ = __name__
+        FcpPackedSeqParams.__qualname__ = "FcpPackedSeqParams"
+        _PACKED_SEQ_PARAMS_CLASS = FcpPackedSeqParams
+    return _PACKED_SEQ_PARAMS_CLASS
+
+
+def __getattr__(name):
+    if name == "FcpPackedSeqParams":
+        return _packed_seq_params_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 class MicroBatchPacker:
     """Packs one rank's sequences of a micro-batch in THD format.
@@ -458,13 +634,20 @@ class MicroBatchPacker:
         self.device = device
 
     def pack(self, samples: Sequence[Dict[str, object]], degree: int = 1, cp_rank: int = 0,
-             cp_group=None):
+             cp_group=None, cp_comm_type: str = "p2p"):
         """Returns ``(batch, packed_seq_params)``: ``batch`` holds ``tokens``,
-        ``labels``, ``loss_mask``, ``position_ids`` (global positions inside
-        each sequence) and any other per-token key, each ``[1, local_tokens]``;
-        ``packed_seq_params`` is Megatron's ``PackedSeqParams`` (THD)."""
+        ``labels``, ``loss_mask``, ``position_ids`` (positions inside each
+        sequence, running on through its padding) and any other per-token key,
+        each ``[1, local_tokens]``; ``packed_seq_params`` is an
+        :class:`FcpPackedSeqParams` (Megatron's ``PackedSeqParams``, THD) with
+        ``cu_seqlens_q`` = ``cu_seqlens_q_padded`` = the padded boundaries, as
+        Megatron-Core 0.19.2's ``pretrain_gpt.py`` ``forward_step`` builds it
+        (padding is masked by ``loss_mask``; causal attention keeps it out of
+        the real tokens, which come first)."""
         import torch
-        from megatron.core.packed_seq_params import PackedSeqParams
+        if cp_comm_type not in _TE_COMM_TYPES.values():
+            raise ValueError(f"cp_comm_type: must be one of {sorted(_TE_COMM_TYPES.values())}, "
+                             f"got {cp_comm_type!r}")
         if not samples:
             raise ValueError("samples: need at least one sequence")
         lengths = [int(s["tokens"].numel()) for s in samples]
@@ -487,25 +670,25 @@ class MicroBatchPacker:
             if idx is not None:
                 t = t.index_select(0, idx)
             batch[k] = t.unsqueeze(0).to(self.device) if self.device is not None else t.unsqueeze(0)
-        cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
         cu_padded = torch.tensor([0] + padded, dtype=torch.int32).cumsum(0, dtype=torch.int32)
         if self.device is not None:
-            cu, cu_padded = cu.to(self.device), cu_padded.to(self.device)
+            cu_padded = cu_padded.to(self.device)
         max_len = max(padded)
-        params = PackedSeqParams(
-            qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu_padded,
-            cu_seqlens_kv_padded=cu_padded, max_seqlen_q=max_len, max_seqlen_kv=max_len,
-            local_cp_size=degree, cp_group=cp_group if degree > 1 else None)
+        params = _packed_seq_params_class()(
+            qkv_format="thd", cu_seqlens_q=cu_padded, cu_seqlens_kv=cu_padded,
+            cu_seqlens_q_padded=cu_padded, cu_seqlens_kv_padded=cu_padded, max_seqlen_q=max_len,
+            max_seqlen_kv=max_len, local_cp_size=degree, cp_group=cp_group,
+            cp_comm_type=cp_comm_type)
         return batch, params
 
-    def idle(self, like: Dict[str, object]):
+    def idle(self, like: Dict[str, object], cp_group=None):
         """A micro-batch for a rank that has no sequence: 2*multiple padding
-        tokens on degree 1, loss_mask 0 (zero loss, zero gradient)."""
-        import torch
+        tokens on degree 1 in ``cp_group`` (the rank's one-rank group),
+        loss_mask 0 (zero loss, zero gradient)."""
         n = 2 * self.multiple
         sample = {k: v.reshape(-1)[:1].new_full((n,), 0 if k == "loss_mask" else self.pad_token)
                   for k, v in like.items()}
-        return self.pack([sample], 1, 0, None)
+        return self.pack([sample], 1, 0, cp_group)
 
 
 @dataclass
@@ -627,11 +810,12 @@ class FcpMegatronLoader:
             if a.sequences:
                 samples = [batch.get_sample(i) for i in a.sequences]
                 like = samples[0]
-                data, params = self.packer.pack(samples, a.degree, a.cp_rank, a.cp_group)
+                data, params = self.packer.pack(samples, a.degree, a.cp_rank, a.cp_group,
+                                                a.cp_comm_type)
             else:
                 if like is None:
                     like = batch.get_sample(0)
-                data, params = self.packer.idle(like)
+                data, params = self.packer.idle(like, a.cp_group)
             data["packed_seq_params"] = params
             yield data
 
@@ -640,30 +824,119 @@ class FcpMegatronLoader:
 
 def _attention_layers(model):
     from megatron.core.transformer.attention import Attention
-    models = model if isinstance(model, (list, tuple)) else [model]
-    return [m for chunk in models for m in chunk.modules() if isinstance(m, Attention)]
+    return [m for m in _modules(model) if isinstance(m, Attention)]
+
+
+def _transformer_engine_attention():
+    """Megatron's ``TEDotProductAttention`` class, or RuntimeError when
+    TransformerEngine is missing: megatron-core then defines the class on a
+    ``MagicMock`` (``extensions/transformer_engine.py``, ``HAVE_TE = False``)."""
+    from unittest import mock
+    try:
+        from megatron.core.extensions import transformer_engine as mte
+    except ImportError as err:
+        raise RuntimeError(f"prepare_model: fcp.megatron needs TransformerEngine (THD context "
+                           f"parallelism); importing Megatron's TE extension failed: "
+                           f"{err}") from err
+    cls = getattr(mte, "TEDotProductAttention", None)
+    mocked = (not isinstance(cls, type) or issubclass(cls, mock.Mock)
+              or isinstance(mte.te, mock.Mock))
+    if not getattr(mte, "HAVE_TE", False) or mocked:
+        raise RuntimeError("prepare_model: fcp.megatron needs TransformerEngine >= 2.16 (THD "
+                           "context parallelism, 'a2a' with THD); megatron-core found none and "
+                           "runs on a MagicMock stand-in (install transformer-engine[pytorch])")
+    return cls
 
 
 def prepare_model(model) -> int:
-    """Makes a Megatron model follow ``PackedSeqParams.cp_group`` everywhere:
-    a forward pre-hook on each attention layer gives it, for its call, a copy
-    of its ``pg_collection`` with ``cp`` = the micro-batch's group (RoPE on
-    THD reads it); on CUDA with TransformerEngine, creates TE's shared
-    ``cp_stream`` if Megatron did not (it only does for static CP > 1).
-    Returns the number of attention layers hooked. Call once, after building
-    the model."""
+    """Makes a Megatron model follow each micro-batch's ``PackedSeqParams``:
+    RoPE with the micro-batch's CP group (:func:`hook_rope`) and TE's core
+    attention in that group with fcp's CUDA stream and the micro-batch's
+    ``cp_comm_type`` (:func:`hook_te_attention`). Raises RuntimeError when
+    TransformerEngine is missing or mocked, or when the model has no TE core
+    attention. Returns the number of attention layers hooked. Call once, after
+    building the model, before wrapping it in DDP."""
+    te_attention = _transformer_engine_attention()
+    layers = hook_rope(model)
+    cores = hook_te_attention(model, te_attention)
+    if not cores:
+        raise RuntimeError("prepare_model: the model has no TEDotProductAttention: build it with "
+                           "get_gpt_layer_with_transformer_engine_spec()")
+    return len(layers)
+
+
+def _modules(model):
+    models = model if isinstance(model, (list, tuple)) else [model]
+    return [m for chunk in models for m in chunk.modules()]
+
+
+def hook_rope(model) -> list:
+    """Forward hooks on each ``Attention`` layer: for its call, the layer
+    applies THD RoPE in ``packed_seq_params.cp_group`` (Megatron 0.19.2 reads
+    ``self.pg_collection.cp``). Per-instance state: the layer gets its own
+    copy of ``pg_collection`` for the call; the shared collection is untouched.
+    Needs no TransformerEngine. Returns the layers hooked."""
     layers = _attention_layers(model)
     for layer in layers:
         layer.register_forward_pre_hook(_use_packed_cp_group, with_kwargs=True)
         layer.register_forward_hook(_restore_cp_group, always_call=True)
-    try:
+    return layers
+
+
+def hook_te_attention(model, te_attention, stream=None) -> list:
+    """Forward pre-hooks on each ``te_attention`` instance (Megatron's
+    ``TEDotProductAttention``): before the call, TE's public
+    ``set_context_parallel_group(group, ranks, stream, comm_type)`` with the
+    micro-batch's group and comm type and fcp's stream (default: one new CUDA
+    stream); Megatron's forward gets the parameters without ``cp_group`` and
+    ``local_cp_size``, so it keeps that setting instead of re-pointing TE with
+    its class-level stream (None when static CP is 1). Returns the instances."""
+    cores = [m for m in _modules(model) if isinstance(m, te_attention)]
+    if cores and stream is None:
         import torch
-        from megatron.core.extensions.transformer_engine import TEDotProductAttention
-        if torch.cuda.is_available() and TEDotProductAttention.cp_stream is None:
-            TEDotProductAttention.cp_stream = torch.cuda.Stream()
-    except ImportError:  # no TransformerEngine: no TE attention to serve
-        pass
-    return len(layers)
+        stream = torch.cuda.Stream()
+    for core in cores:
+        core.register_forward_pre_hook(_te_cp_hook(stream), with_kwargs=True)
+    return cores
+
+
+def _te_cp_hook(stream):
+    import dataclasses
+
+    import torch.distributed as dist
+
+    def hook(module, args, kwargs):
+        params = kwargs.get("packed_seq_params")
+        group = getattr(params, "cp_group", None)
+        if group is None:
+            return None
+        comm = getattr(params, "cp_comm_type", "p2p")
+        degree = dist.get_world_size(group)
+        if comm == "a2a":
+            _check_heads_divisible(module, degree)
+        if degree > 1:
+            ranks = dist.get_process_group_ranks(group)
+            module.set_context_parallel_group(group, ranks, stream, comm)
+        else:
+            module.set_context_parallel_group(None, None, None, comm)
+        out = dict(kwargs)
+        out["packed_seq_params"] = dataclasses.replace(params, cp_group=None, local_cp_size=None)
+        return args, out
+    return hook
+
+
+def _check_heads_divisible(module, degree: int) -> None:
+    """TE's all-to-all scatters heads: query and key/value heads of this TP
+    rank must be divisible by the group's degree (TE asserts it in
+    ``AttnFuncWithCPAndQKVOA2A.forward``; fcp refuses such groups)."""
+    tp = int(getattr(module, "tp_size", 1) or 1)
+    heads = getattr(module, "num_attention_heads", None)  # TE keeps the total
+    heads = None if heads is None else int(heads) // tp
+    kv = getattr(module, "num_gqa_groups_per_partition", None)
+    for name, n in (("query heads per TP rank", heads), ("key/value heads per TP rank", kv)):
+        if n is not None and int(n) % degree:
+            raise ValueError(f"packed_seq_params.cp_comm_type: 'a2a' over {degree} ranks needs "
+                             f"{name} divisible by {degree}; this layer has {n}")
 
 
 def _use_packed_cp_group(module, args, kwargs):

@@ -788,3 +788,79 @@ TEST(ByteScale, DataAwareShardingAndListSchedule) {
 
 }  // namespace
 }  // namespace fcp
+
+namespace fcp {
+namespace {
+
+// megatron-dcp-dev (Megatron-LM dev's next_hdp_group_packing_aware), worked by
+// hand: N = 4, max_seqlen_per_dp_cp_rank 100, lengths 300, 100, 60, 50, 10.
+// Micro-batch 1: 300 opens a CP-4 group (75 tokens/rank); 100 joins it (100
+// tokens/rank, load 25000 <= cap 1.05 * 300 * 100); 60, 50, 10 would pass
+// 100 tokens/rank there: leftovers. Micro-batch 2 (cap 1.05 * 60 * 100): 60
+// opens a CP-1 group on rank 0; 50 cannot join it (110 > 100) and opens a
+// CP-1 group on rank 1; 10 joins the less loaded one (50's: projected max
+// 3600 < 3700); the two idle ranks are filled by doubling the first group,
+// then the second (which shifts right).
+TEST(MegatronDcpDev, HandWorkedSchedule) {
+  PlanRequest req = RuleInstances(6, 1).front();
+  req.cluster = {4, 4};
+  req.sequences.clear();
+  for (int64_t len : {300, 100, 60, 50, 10}) req.sequences.push_back({len, 0.0});
+  int bad = -2;
+  const auto steps = baselines::ScheduleDynamicCpDev(req, 100, &bad);
+  EXPECT_EQ(bad, -1);
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_EQ(steps[0].size(), 1u);
+  EXPECT_EQ(steps[0][0].first_rank, 0);
+  EXPECT_EQ(steps[0][0].size, 4);
+  EXPECT_EQ(steps[0][0].sequences, (std::vector<int>{0, 1}));
+  ASSERT_EQ(steps[1].size(), 2u);
+  EXPECT_EQ(steps[1][0].first_rank, 0);
+  EXPECT_EQ(steps[1][0].size, 2);
+  EXPECT_EQ(steps[1][0].sequences, (std::vector<int>{2}));
+  EXPECT_EQ(steps[1][1].first_rank, 2);
+  EXPECT_EQ(steps[1][1].size, 2);
+  EXPECT_EQ(steps[1][1].sequences, (std::vector<int>{3, 4}));
+  // A sequence longer than N * max_seqlen has no group.
+  req.sequences.push_back({401, 0.0});
+  EXPECT_TRUE(baselines::ScheduleDynamicCpDev(req, 100, &bad).empty());
+  EXPECT_EQ(bad, 5);
+}
+
+// Structure on random batches: every micro-batch's CP groups tile all N ranks
+// with power-of-two sizes (or N), every sequence runs exactly once, packed
+// within max_seqlen_per_dp_cp_rank tokens per rank, and the plan is valid
+// (memory, placement) wherever the strategy answers.
+TEST(MegatronDcpDev, GroupsTileTheRanksAndPackWithinTheSetting) {
+  int ok = 0;
+  for (const PlanRequest& req : RuleInstances(31, 300)) {
+    std::string violation;
+    const Plan p = RunStrategy(req, {.strategy = "megatron-dcp-dev"}, &violation);
+    if (p.status != PlanStatus::kOk) continue;
+    ++ok;
+    EXPECT_EQ(violation, "");
+    const int n = req.cluster.num_ranks;
+    const int64_t t = std::stoll(p.notes.at("max_seqlen_per_dp_cp_rank"));
+    std::vector<int> seen(req.sequences.size(), 0);
+    for (const auto& mb : p.micro_batches) {
+      std::vector<int> covered(n, 0);
+      for (const auto& g : mb.groups) {
+        const int d = g.degree();
+        EXPECT_TRUE(IsPow2(d) || d == n) << d;
+        double per_rank = 0;
+        for (int k : g.sequences) {
+          ++seen[k];
+          per_rank += static_cast<double>(req.sequences[k].length_tokens) / d;
+        }
+        EXPECT_LE(per_rank, static_cast<double>(t) * (1 + 1e-12));
+        for (int r : g.ranks) ++covered[r];
+      }
+      EXPECT_EQ(covered, std::vector<int>(n, 1));
+    }
+    EXPECT_EQ(seen, std::vector<int>(req.sequences.size(), 1));
+  }
+  EXPECT_GT(ok, 50);
+}
+
+}  // namespace
+}  // namespace fcp

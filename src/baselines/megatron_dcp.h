@@ -64,4 +64,31 @@ class MegatronDcpStrategy final : public Strategy {
   Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
 };
 
+// `megatron-dcp-dev`: Megatron-LM dev's packing-aware Dynamic-CP scheduler
+// (DefaultDynamicCPScheduler, next_hdp_group_packing_aware; checked at dev
+// commit d48bd6be0a85). Each step is one micro-batch: CP groups tiling all N
+// ranks, each packing several sequences into one THD forward/backward. Empty
+// and *infeasible_sequence >= 0 when some sequence needs more than N ranks at
+// this setting or does not fit alone on N ranks. O(M · K · G · log N) for M
+// micro-batches, K sequences and G <= N groups per micro-batch (every
+// micro-batch revisits the sequences left over, as Megatron does).
+std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(const PlanRequest& request,
+                                                          int64_t max_seqlen_per_rank,
+                                                          int* infeasible_sequence);
+
+class MegatronDcpDevStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "megatron-dcp-dev"; }
+  Setting setting() const override { return Setting::kMaxSeqlenPerRank; }
+  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+    return DcpMaxSeqlenCandidates(request);
+  }
+  std::string_view description() const override {
+    return "Megatron-LM dev's packing-aware Dynamic-CP (DefaultDynamicCPScheduler): "
+           "power-of-two CP groups packing sequences up to max_seqlen_per_dp_cp_rank "
+           "(tuned) per rank, 5% workload cap, idle ranks filled";
+  }
+  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+};
+
 }  // namespace fcp::baselines

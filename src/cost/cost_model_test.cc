@@ -188,7 +188,7 @@ TEST(CostModelTest, ValidationNamesTheField) {
 }
 
 TEST(PresetsTest, EveryPresetDerivesAValidModel) {
-  EXPECT_EQ(ModelPresets().size(), 14u);
+  EXPECT_EQ(ModelPresets().size(), 15u);
   for (const auto& cluster : ClusterPresets()) {
     for (const auto& model : ModelPresets()) {
       const CostModel cm = DeriveCostModel(model, cluster);

@@ -134,6 +134,9 @@ const std::vector<ModelPreset>& ModelPresets() {
         Llm("llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
         // Llama 3 paper (arXiv 2407.21783) Table 3; Qwen3-32B model card (config.json).
         Llm("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256),
+        // Llama 2 paper (arXiv 2307.09288) 13B: multi-head attention (40 kv heads),
+        // the model of NVIDIA's Dynamic-CP measurements (docs/baselines.md).
+        Llm("llama2-13b", 40, 5120, 40, 40, 128, 13824, 32000),
         Llm("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
         Mllm(qwen25_1_5b, "internvl3-2b", 24, 1024, 256),
         Mllm(qwen25_3b, "internvl2.5-4b", 24, 1024, 256),

@@ -27,6 +27,7 @@ const std::vector<std::unique_ptr<Strategy>>& Registry() {
     out.push_back(std::make_unique<baselines::MegatronStrategy>());
     out.push_back(std::make_unique<baselines::DeepSpeedStrategy>());
     out.push_back(std::make_unique<baselines::MegatronDcpStrategy>());
+    out.push_back(std::make_unique<baselines::MegatronDcpDevStrategy>());
     out.push_back(std::make_unique<baselines::FlexSpStrategy>());
     out.push_back(std::make_unique<baselines::ByteScaleStrategy>());
     out.push_back(std::make_unique<baselines::OptimalStrategy>());

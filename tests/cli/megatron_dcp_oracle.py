@@ -2,8 +2,8 @@
 """`megatron-dcp` against the real Megatron-Core scheduler: for seeded random
 batches, `fcp plan --strategy megatron-dcp` reports its tuned
 max_seqlen_per_dp_cp_rank; megatron-core's own BalancedCPScheduler
-(megatron/core/pipeline_parallel/hybrid_cp_schedule.py, installed in the
-project venv) is run with that setting on the same lengths, and every GPU must
+(megatron/core/pipeline_parallel/hybrid_cp_schedule.py, 0.19.2, installed in
+the Megatron venv .venv312) is run with that setting on the same lengths, and every GPU must
 get the same sequences in the same order, and the plan the same number of
 barrier-delimited steps (notes.hdp_groups).
 

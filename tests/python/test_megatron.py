@@ -1,6 +1,8 @@
-"""fcp.megatron in one process, against the real megatron-core classes.
+"""fcp.megatron in one process, against the real megatron-core 0.19.2 classes.
 
-Multi-process checks (process groups, RoPE, loss) are in test_megatron_dist.py.
+Runs in the Megatron venv (.venv312, ctest python_megatron): a missing
+megatron-core or fcp module fails here, it is never skipped. Multi-process
+checks (process groups, RoPE, loss) are in test_megatron_dist.py.
 """
 
 import inspect
@@ -9,13 +11,11 @@ import threading
 import pytest
 import torch
 
-pytest.importorskip("megatron.core")
-import fcp  # noqa: E402
-import fcp.megatron as fm  # noqa: E402
-from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
+import fcp
+import fcp.megatron as fm
+from megatron.core.packed_seq_params import PackedSeqParams
 
-if fcp._fcp is None:
-    pytest.skip("fcp._fcp is not built", allow_module_level=True)
+assert fcp._fcp is not None, f"fcp._fcp is not built for this interpreter: {fcp._IMPORT_ERROR}"
 
 TOY_COST = {"mem_per_token": 1.0, "mem_static": 1.0, "mem_capacity": 65.0}
 LENGTHS = [150, 20, 33, 7, 90, 12, 40, 64, 5, 100]
@@ -28,8 +28,8 @@ def toy_scheduler(ranks=4):
 
 
 def test_supported_version_is_installed():
-    assert fm.SUPPORTED_MEGATRON_CORE == "0.16.1"
-    assert fm.check_megatron_version(strict=True) == "0.16.1"
+    assert fm.SUPPORTED_MEGATRON_CORE == "0.19.2"
+    assert fm.check_megatron_version(strict=True) == "0.19.2"
 
 
 @pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 1), (7, 1, 1, 7), (7, 1, 4, 8), (5, 2, 1, 8),
@@ -77,9 +77,12 @@ def _samples(lengths):
 def test_packer_fills_megatron_packed_seq_params():
     batch, p = fm.MicroBatchPacker(pad_token=7).pack(_samples([5, 9]), degree=2, cp_rank=1,
                                                      cp_group="group-object")
-    assert isinstance(p, PackedSeqParams)
+    assert isinstance(p, PackedSeqParams) and isinstance(p, fm.FcpPackedSeqParams)
     assert p.qkv_format == "thd" and p.local_cp_size == 2 and p.cp_group == "group-object"
-    assert p.cu_seqlens_q.tolist() == [0, 5, 14] and p.cu_seqlens_kv.tolist() == [0, 5, 14]
+    assert p.cp_comm_type == "p2p" and p.pad_between_seqs is None
+    # Megatron 0.19.2 (pretrain_gpt.py, forward_step): cu_seqlens_q is the
+    # padded boundaries too; sequences padded to a multiple of 2*degree.
+    assert p.cu_seqlens_q.tolist() == [0, 8, 20] == p.cu_seqlens_kv.tolist()
     assert p.cu_seqlens_q_padded.tolist() == [0, 8, 20] == p.cu_seqlens_kv_padded.tolist()
     assert p.cu_seqlens_q.dtype == torch.int32
     assert p.max_seqlen_q == p.max_seqlen_kv == 12
@@ -90,16 +93,22 @@ def test_packer_fills_megatron_packed_seq_params():
     assert all(v.shape == (1, 10) for v in batch.values())
 
 
-def test_packer_degree_one_has_no_group_and_idle_is_masked():
+def test_packer_degree_one_carries_its_group_and_idle_is_masked():
     pk = fm.MicroBatchPacker(multiple=2)
-    batch, p = pk.pack(_samples([3, 5]), 1, 0, cp_group="ignored")
-    assert p.cp_group is None and p.local_cp_size == 1          # TE turns CP off
+    batch, p = pk.pack(_samples([3, 5]), 1, 0, cp_group="one-rank-group")
+    # Every micro-batch carries a cp_group (Megatron dev asserts it whenever
+    # local_cp_size is set); a one-rank group runs TE without CP.
+    assert p.cp_group == "one-rank-group" and p.local_cp_size == 1
     assert batch["tokens"].shape == (1, 10)                     # padded to multiple=2 only
-    assert p.cu_seqlens_q.tolist() == [0, 3, 8] and p.cu_seqlens_q_padded.tolist() == [0, 4, 10]
+    assert p.cu_seqlens_q.tolist() == [0, 4, 10] == p.cu_seqlens_q_padded.tolist()
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 0, 1, 2, 3, 4, 5]]
     _, q1 = fm.MicroBatchPacker().pack(_samples([3, 5]))
     assert q1.cu_seqlens_q_padded.tolist() == q1.cu_seqlens_q.tolist() == [0, 3, 8]
-    idle, q = pk.idle(_samples([3])[0])
-    assert q.local_cp_size == 1 and idle["loss_mask"].sum() == 0 and idle["tokens"].shape == (1, 4)
+    idle, q = pk.idle(_samples([3])[0], cp_group="one-rank-group")
+    assert q.local_cp_size == 1 and q.cp_group == "one-rank-group"
+    assert idle["loss_mask"].sum() == 0 and idle["tokens"].shape == (1, 4)
+    with pytest.raises(ValueError, match="cp_comm_type"):
+        pk.pack(_samples([3]), 1, 0, "g", cp_comm_type="ring")
 
 
 def test_packer_rejects_mismatched_sample():
@@ -156,11 +165,11 @@ def test_groups_created_once_per_set_and_coordinate_in_plan_order():
     sched = _scheduler_on(grid, created, background=False)
     plan = sched.take(LENGTHS)
     steps = sched.assignments(plan)
-    sets = []
+    sets = [(p,) for p in range(grid.size)]                  # one-rank groups first
     for mb in plan.micro_batches:
         for g in mb.groups:
             key = tuple(sorted(g.ranks))
-            if len(key) > 1 and key not in sets:
+            if key not in sets:
                 sets.append(key)
     assert created == [tuple(c[p] for p in key) for key in sets for c in grid.coordinates]
     sched.assignments(plan)
@@ -169,10 +178,11 @@ def test_groups_created_once_per_set_and_coordinate_in_plan_order():
         g = [g for g in mb.groups if 1 in g.ranks]
         if not g:
             assert a.sequences == [] and a.degree == 1
+            assert a.cp_group == ("pg", (grid.global_ranks([1])[0],))   # idle: own group
             continue
         assert a.sequences == list(g[0].sequences) and a.plan_ranks == sorted(g[0].ranks)
-        assert a.cp_rank == a.plan_ranks.index(1)
-        want = None if a.degree == 1 else ("pg", tuple(grid.global_ranks(a.plan_ranks)))
+        assert a.cp_rank == a.plan_ranks.index(1) and a.cp_comm_type == "p2p"
+        want = ("pg", tuple(grid.global_ranks(a.plan_ranks)))
         assert a.cp_group == want                              # this rank's TP coordinate
 
 
@@ -262,18 +272,38 @@ def test_no_megatron_globals_are_assigned():
     assert "parallel_state._" not in src and "setattr(" not in src
 
 
-def test_plans_with_all_to_all_groups_are_refused():
-    # fcp may put a group on Ulysses all-to-all where that is cheaper; TE's
-    # per-micro-batch path is the P2P ring, so such a plan must not run.
+def _plan_with_all_to_all(lengths):
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", strategy="fcp")
-    wrapped = fm.FcpCPScheduler.__new__(fm.FcpCPScheduler)
-    wrapped.scheduler = sched
-    lengths = [131072] + [2048] * 40
     plan = sched.plan(lengths)
-    if all(g.comm.name == "RING" for mb in plan.micro_batches for g in mb.groups):
-        pytest.skip("this batch planned ring-only; nothing to refuse")
-    with pytest.raises(ValueError, match="fcp-ring"):
-        wrapped._plan_timed(lengths)
+    kinds = {g.comm.name for mb in plan.micro_batches for g in mb.groups}
+    assert "ALL_TO_ALL" in kinds, f"this batch must plan all-to-all groups, got {kinds}"
+    return sched, plan
+
+
+def test_all_to_all_groups_run_as_te_a2a():
+    # strategy="fcp" puts some groups on all-to-all (Ulysses); each micro-batch
+    # tells TE its comm type: "a2a" for those, "p2p" for ring groups.
+    lengths = [65536] * 8   # qwen3-8b on h100-8x8: ring and all-to-all groups of 8
+    sched, plan = _plan_with_all_to_all(lengths)
+    n = sched.cluster.num_ranks
+    for me in range(0, n, 4):
+        grid = fm.RankGrid([list(range(n))], me)
+        cache = fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r)))
+        wrapped = fm.FcpCPScheduler(sched, grid=grid, verify=False, background=False, cache=cache)
+        steps = wrapped.assignments(wrapped.take(lengths))
+        for a, mb in zip(steps, plan.micro_batches):
+            g = [g for g in mb.groups if me in g.ranks]
+            if not g:
+                continue
+            want = {"RING": "p2p", "ALL_TO_ALL": "a2a"}[g[0].comm.name]
+            assert a.cp_comm_type == want
+            data, params = fm.MicroBatchPacker().pack(_samples([lengths[s] for s in a.sequences]),
+                                                      a.degree, a.cp_rank, a.cp_group,
+                                                      a.cp_comm_type)
+            assert params.cp_comm_type == want and params.local_cp_size == a.degree
+            # same THD layout as a ring group: TE's a2a reorders chunks itself
+            assert data["tokens"].shape[1] == sum(fm.padded_length(lengths[s], a.degree)
+                                                  for s in a.sequences) // a.degree
 
 
 class _ObservingScheduler:
@@ -360,3 +390,168 @@ def test_loader_times_its_micro_batches_and_learns(monkeypatch):
                           strategy="fcp-ring", cost_model=TOY_COST).plan(LENGTHS[::-1])
     assert plan2.to_dict()["micro_batches"] == stale.to_dict()["micro_batches"]
     sched.close()
+
+
+# --------------------------------------------------------------------------- TransformerEngine side
+
+def test_prepare_model_says_transformer_engine_is_missing():
+    # This venv has no TransformerEngine: megatron-core defines its TE classes
+    # on a MagicMock, and prepare_model must say so instead of an AttributeError.
+    from megatron.core.extensions import transformer_engine as mte
+    assert not mte.HAVE_TE
+    with pytest.raises(RuntimeError, match="prepare_model: fcp.megatron needs TransformerEngine"):
+        fm.prepare_model(torch.nn.Linear(2, 2))
+
+
+class _FakeTEAttention(torch.nn.Module):
+    """Stands in for Megatron's TEDotProductAttention: records what TE's
+    set_context_parallel_group gets and what Megatron's forward then sees."""
+
+    def __init__(self, heads=4, kv_heads=2, tp=1):
+        super().__init__()
+        self.num_attention_heads, self.tp_size = heads, tp
+        self.num_gqa_groups_per_partition = kv_heads // tp
+        self.calls, self.seen = [], []
+
+    def set_context_parallel_group(self, group, ranks, stream, comm_type):
+        self.calls.append((group, ranks, stream, comm_type))
+
+    def forward(self, query, packed_seq_params=None):
+        self.seen.append(packed_seq_params)
+        return query
+
+
+def test_te_hook_sets_group_stream_and_comm_type_per_call(monkeypatch):
+    import torch.distributed as dist
+    sizes = {"g2": 2, "g4": 4, "g1": 1}
+    monkeypatch.setattr(dist, "get_world_size", lambda g: sizes[g])
+    monkeypatch.setattr(dist, "get_process_group_ranks", lambda g: list(range(sizes[g])))
+    model = torch.nn.Sequential(_FakeTEAttention(), _FakeTEAttention())
+    cores = fm.hook_te_attention(model, _FakeTEAttention, stream="fcp-stream")
+    assert len(cores) == 2
+    pk = fm.MicroBatchPacker()
+    for group, degree, comm in (("g2", 2, "a2a"), ("g4", 4, "p2p"), ("g1", 1, "p2p")):
+        _, params = pk.pack(_samples([8]), degree, 0, group, comm)
+        model[0](torch.zeros(1), packed_seq_params=params)
+        ranks = list(range(degree)) if degree > 1 else None
+        want = (group if degree > 1 else None, ranks, "fcp-stream" if degree > 1 else None, comm)
+        assert cores[0].calls[-1] == want
+        seen = cores[0].seen[-1]
+        # Megatron's forward gets no group to re-point TE with (its class-level
+        # stream would be None); the micro-batch's own parameters are untouched.
+        assert seen.cp_group is None and seen.local_cp_size is None
+        assert params.cp_group == group and params.local_cp_size == degree
+        assert seen.cu_seqlens_q is params.cu_seqlens_q
+    assert cores[1].calls == []
+
+
+def test_te_hook_refuses_a2a_when_heads_do_not_divide(monkeypatch):
+    import torch.distributed as dist
+    monkeypatch.setattr(dist, "get_world_size", lambda g: 3)
+    monkeypatch.setattr(dist, "get_process_group_ranks", lambda g: [0, 1, 2])
+    core = _FakeTEAttention(heads=12, kv_heads=4)
+    fm.hook_te_attention(core, _FakeTEAttention, stream="s")
+    _, params = fm.MicroBatchPacker().pack(_samples([12]), 3, 0, "g3", "a2a")
+    with pytest.raises(ValueError, match="key/value heads per TP rank divisible by 3"):
+        core(torch.zeros(1), packed_seq_params=params)
+    _, ring = fm.MicroBatchPacker().pack(_samples([12]), 3, 0, "g3", "p2p")
+    core(torch.zeros(1), packed_seq_params=ring)             # a ring group does not care
+    assert core.calls[-1][3] == "p2p"
+
+
+def test_no_megatron_class_attribute_is_assigned():
+    src = inspect.getsource(fm)
+    assert "TEDotProductAttention.cp_stream =" not in src and ".pg_collection.cp =" not in src
+
+
+# --------------------------------------------------------------------------- dev's door
+
+def _dev_contract(sample_id_groups, sample_id_seqlens, n, min_cp=1):
+    """What Megatron-LM dev (d48bd6be0a85) needs from get_groups_and_subsamples,
+    re-derived from its data_schedule.py: a list over micro-batches of N lists
+    of sample ids; every sample exactly once over the batch; no empty list
+    (build_packed_microbatches reads list[0]); a sample's holders form the
+    group parallel_state.get_dynamic_data_context_parallel_groups(size) gives
+    each holder (aligned power-of-two block, or all N ranks)."""
+    seen = set()
+    for mb in sample_id_groups:
+        assert len(mb) == n and all(isinstance(r, list) and r for r in mb)
+        for p, ids in enumerate(mb):
+            holders = [q for q in range(n) if ids[0] in mb[q]]
+            d = len(holders)
+            assert d >= min_cp and (d == n or (d & (d - 1) == 0 and holders[0] % d == 0))
+            assert holders == list(range(holders[0], holders[0] + d)) and p in holders
+            assert all(mb[q] == ids for q in holders)   # one group per rank per micro-batch
+        seen.update(i for ids in mb for i in ids)
+    assert seen == {i for i, _ in sample_id_seqlens}
+
+
+class _FixedPlanner:
+    """fcp.Scheduler stand-in returning a given plan (ranks, sequences per group)."""
+
+    def __init__(self, n, micro_batches):
+        from types import SimpleNamespace as NS
+        self.cluster = NS(num_ranks=n)
+        self._plan = NS(status=NS(name="OK"), message="", micro_batches=[
+            NS(groups=[NS(ranks=r, sequences=s) for r, s in mb]) for mb in micro_batches])
+
+    def plan(self, lengths):
+        return self._plan
+
+
+def test_packing_scheduler_has_dev_constructor_and_answer():
+    seqlens = [(100 + i, n) for i, n in enumerate([4000, 900, 800, 700, 600, 500])]
+    planner = _FixedPlanner(4, [[([0, 1, 2, 3], [0])],
+                                [([0, 1], [1]), ([2], [2, 3]), ([3], [4, 5])]])
+    cls = fm.FcpPackingScheduler.bind(planner)
+    # wrap_data_iterator's call: (max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+    # microbatch_group_size_per_vp_stage, max_num_seqs=..., min_cp_size=...)
+    sched = cls(2048, 2, 2, None, max_num_seqs=None, min_cp_size=1)
+    groups = sched.get_groups_and_subsamples(seqlens)
+    _dev_contract(groups, seqlens, 4)
+    assert groups == [[[100]] * 4, [[101], [101], [102, 103], [104, 105]]]
+
+
+@pytest.mark.parametrize("mb,match", [
+    ([([1, 2], [0, 1, 2, 3, 4, 5])], "ranks \\[1, 2\\]"),          # not an aligned block
+    ([([0, 1, 2], [0, 1, 2, 3, 4, 5])], "degree 3"),               # not a power of two
+    ([([0, 1], [0, 1, 2, 3, 4, 5])], "idle"),                      # ranks 2, 3 idle
+])
+def test_packing_scheduler_refuses_what_dev_cannot_run(mb, match):
+    seqlens = [(i, 100) for i in range(6)]
+    sched = fm.FcpPackingScheduler(2048, 4, 1, planner=_FixedPlanner(4, [mb]))
+    with pytest.raises(ValueError, match=match):
+        sched.get_groups_and_subsamples(seqlens)
+
+
+@pytest.mark.parametrize("lengths", [[200, 60, 60, 60, 60, 60, 60, 60, 30, 30, 30, 30],
+                                     [200, 180, 250, 220], [64] * 8])
+def test_packing_scheduler_with_the_real_planner(lengths):
+    # Oracle: from the fcp plan itself, whether dev could run it as planned
+    # (aligned power-of-two groups or all ranks, no idle rank); then either
+    # dev's contract holds or the refusal says why.
+    plan = toy_scheduler(4).plan(lengths)
+    def runnable(mb):
+        busy = sorted(p for g in mb.groups for p in g.ranks)
+        blocks = all(len(g.ranks) == 4 or (len(g.ranks) & (len(g.ranks) - 1) == 0
+                                           and min(g.ranks) % len(g.ranks) == 0)
+                     for g in mb.groups)
+        return blocks and busy == [0, 1, 2, 3]
+    seqlens = list(enumerate(lengths))
+    sched = fm.FcpPackingScheduler(64, 2, 2, planner=toy_scheduler(4))
+    if all(runnable(mb) for mb in plan.micro_batches):
+        groups = sched.get_groups_and_subsamples(seqlens)
+        _dev_contract(groups, seqlens, 4)
+        assert len(groups) == len(plan.micro_batches)
+    else:
+        with pytest.raises(ValueError, match="Megatron dev"):
+            sched.get_groups_and_subsamples(seqlens)
+
+
+def test_packing_scheduler_checks_its_inputs():
+    with pytest.raises(ValueError, match="cluster.ranks"):
+        fm.FcpPackingScheduler(64, 2, 4, planner=toy_scheduler(4))
+    with pytest.raises(ValueError, match="planner"):
+        fm.FcpPackingScheduler(64, 2, 2)
+    with pytest.raises(ImportError):   # 0.19.2 has no BasePackingScheduler door
+        fm.FcpPackingScheduler.megatron_class(toy_scheduler(4))
