@@ -210,6 +210,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   setup.hw.recompute = cfg.recompute;
   setup.base.cluster = Cluster{cp.num_ranks, cp.ranks_per_node};
   setup.base.cost = cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
+  if (!cfg.cost_model) CheckModelFitsOneRank(setup.base.cost, *model, cp);
   if (cfg.calibrate_memory) setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
   setup.base.model = model->shape;
   if (cfg.overlap_grad_reduce && cfg.planner_grad_sync) {
