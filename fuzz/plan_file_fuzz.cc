@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"

@@ -45,13 +45,6 @@ CostModel ReadCostModelJson(const std::string& path, const CostModel& base);
 // Cost model as the JSON object of the input format.
 std::string CostModelToJson(const CostModel& cm, int indent = 2);
 
-// One JSON document parsed as `fcp plan` parses its input: nesting at most 16
-// containers deep, no duplicate keys, no NUL byte, nothing after the value, at
-// most `max_values` values (memory stays proportional to them).
-// InputError(what, ...) naming the cap otherwise.
-nlohmann::json ParseJsonStrict(std::string_view text, const std::string& what,
-                               size_t max_values);
-
 // The plan as the output JSON of `fcp plan` (README). `indent` < 0: one line.
 std::string PlanToJson(const Plan& plan, int indent = 2);
 

@@ -6,21 +6,12 @@
 // Thread-safe (no shared state).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace fcp {
-
-// Caps every length reader applies, C++ and Python (python/fcp/lengths.py
-// has the same constants): an input's bytes (io::kMaxInputBytes, 2 GiB), one
-// line's bytes, and a JSON lines record's nesting (16, as `fcp plan`'s
-// input). Errors name the cap. Lengths in text (length files, CSV cells)
-// follow one grammar: optional '-', ASCII digits ('+5', '1_000' and
-// non-ASCII digits are not integers), surrounding blanks ignored.
-inline constexpr size_t kMaxLineBytes = size_t{1} << 26;
 
 enum class DatasetFormat { kMegatronIdx, kJsonl, kCsv, kText, kParquet, kArrow };
 

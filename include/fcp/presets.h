@@ -61,10 +61,5 @@ inline constexpr std::string_view kDefaultModel = "qwen3-8b";
 // Default coefficients for `model` trained on `cluster` (see presets.cc for the
 // FLOP/byte derivation, recompute policy and sharding assumed).
 CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster);
-// InputError("model", "<model>'s states need X GiB per rank on N ranks of
-// <cluster> ...: they do not fit one rank ...") when `derived` (DeriveCostModel
-// of them, memory not overridden) leaves no room for activations.
-void CheckModelFitsOneRank(const CostModel& derived, const ModelPreset& model,
-                           const ClusterPreset& cluster);
 
 }  // namespace fcp

@@ -234,20 +234,9 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan);
 // for such plans).
 double LowerBoundMs(const PlanRequest& request, bool all_to_all = false);
 
-// The one check of a plan that comes from outside the planner (Scheduler.
-// estimate / observe, fcp.validate_plan, `fcp simulate --plan`, the training
-// runtimes through the bindings), before anything is indexed by its ranks or
-// sequence indices: status ok, num_ranks equal to the cluster's N, every
-// micro-batch with >= 1 group, every group with >= 1 rank in [0, N) used once
-// per micro-batch and >= 1 sequence index in [0, K), every sequence scheduled
-// exactly once, comm ring or all-to-all. Estimates are not read. Throws
-// InputError naming the field under `field`
-// ("plan.micro_batches[0].groups[2].ranks[1]"). O(N + K + total degree).
-void CheckPlanShape(const PlanRequest& request, const Plan& plan,
-                    const std::string& field = "plan");
-
-// CheckPlanShape (its message, "plan...: ..."), then per-rank memory within
-// capacity and estimates consistent. Returns the first violation or "".
+// Checks the plan's structure: every sequence exactly once, groups of one
+// micro-batch on disjoint ranks within [0, N), degree >= 1, per-rank memory
+// within capacity, estimates consistent. Returns the first violation or "".
 std::string ValidatePlan(const PlanRequest& request, const Plan& plan);
 
 }  // namespace fcp

@@ -38,7 +38,7 @@ import tempfile
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 MAX_LENGTH = 1 << 40
-# Caps shared with the C++ readers (include/fcp/lengths.h): an input file's
+# Caps shared with the C++ readers (src/io/strict_json.h): an input file's
 # bytes, one line's bytes (JSON lines, CSV, length files), a JSON record's
 # nesting.
 MAX_INPUT_BYTES = 1 << 31

@@ -12,8 +12,10 @@
 
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "io/byte_source.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {

@@ -14,6 +14,7 @@
 #include "fcp/lengths.h"
 #include "io/byte_source.h"
 #include "io/csv.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "fcp/io.h"
-#include "fcp/lengths.h"
 #include "io/byte_source.h"
 #include "io/csv.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {

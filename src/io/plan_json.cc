@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/io.h"
-#include "fcp/scheduler.h"
+#include "fcp/plan_check.h"
 
 namespace fcp {
 namespace {

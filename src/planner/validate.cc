@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fcp/cost_model.h"
+#include "fcp/plan_check.h"
 #include "fcp/scheduler.h"
 
 namespace fcp {

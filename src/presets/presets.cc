@@ -58,6 +58,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+
+#include "fcp/plan_check.h"
+#include "fcp/types.h"
 
 namespace fcp {
 namespace {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "fcp/cost_model.h"
+#include "fcp/plan_check.h"
 #include "fcp/profiler.h"
 
 namespace fcp {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/datasets.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
