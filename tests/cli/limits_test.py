@@ -723,12 +723,12 @@ def issue30_cases():
                  contains="--planner-noise")
     expect_error("eval noise --batch 10000001 (ran past 300 s)",
                  ["eval", "noise", "--batch", "10000001"], contains="--batch")
-    text = json.dumps({"cluster": {"ranks": 2, "ranks_per_node": 2}, "model": "qwen3-235b-a22b",
+    text = json.dumps({"cluster": {"ranks": 2, "ranks_per_node": 2}, "model": "llama3-70b",
                        "sequences": [100]})
     expect_error("a model whose states do not fit one rank names the model, not cost_model",
-                 ["plan"], stdin=text, contains="model: qwen3-235b-a22b's states need")
+                 ["plan"], stdin=text, contains="model: llama3-70b's states need")
     expect_error("simulate: a model that does not fit names the model",
-                 ["simulate", "--model", "qwen3-235b-a22b", "--ranks", "2", "-q"],
+                 ["simulate", "--model", "llama3-70b", "--ranks", "2", "-q"],
                  contains="model: ")
     # One grammar for lengths: what C++ rejects (Python too: tests/python/test_reliability.py).
     with tempfile.TemporaryDirectory() as tmp:
