@@ -153,7 +153,10 @@ def test_bad_arguments_are_value_errors_naming_the_field(sched):
 def test_deepcopy_of_a_scheduler_is_independent(sched):
     twin = copy.deepcopy(sched)
     plan = twin.plan(LENGTHS)
-    assert plan == sched.plan(LENGTHS)
+
+    def without_time(d):
+        return {k: v for k, v in d.items() if k != "solver_ms"}
+    assert without_time(plan.to_dict()) == without_time(sched.plan(LENGTHS).to_dict())
     times = [[g.est_ms / 1e3 * 2 for g in mb.groups] for mb in plan.micro_batches]
     twin.observe(LENGTHS, plan, times)
     assert twin.calibration is not None and sched.calibration is None
