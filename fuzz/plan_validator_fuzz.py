@@ -39,11 +39,56 @@ def _int(fdp, hi):
     return fdp.ConsumeIntInRange(0, hi)
 
 
+def _valid_micro_batches(fdp, k):
+    """A plan that is valid for k sequences (then maybe mutated)."""
+    m = fdp.ConsumeIntInRange(1, min(3, k))
+    members = [[i] for i in range(m)]
+    for i in range(m, k):
+        members[fdp.ConsumeIntInRange(0, m - 1)].append(i)
+    out = []
+    for seqs in members:
+        g = fdp.ConsumeIntInRange(1, min(len(seqs), 4))
+        ranks = list(range(RANKS))
+        for i in range(RANKS - 1, 0, -1):  # Fisher-Yates from the input
+            j = fdp.ConsumeIntInRange(0, i)
+            ranks[i], ranks[j] = ranks[j], ranks[i]
+        groups = []
+        for q in range(g):
+            groups.append({"ranks": ranks[q * (RANKS // g):(q + 1) * (RANKS // g)],
+                           "sequences": seqs[q::g], "comm": "ring", "est_ms": 1.0,
+                           "mem_bytes": 0})
+        out.append({"est_ms": 1.0, "groups": groups})
+    return out
+
+
+def _mutate(fdp, micro_batches, k):
+    groups = [g for mb in micro_batches for g in mb["groups"]]
+    g = groups[fdp.ConsumeIntInRange(0, len(groups) - 1)]
+    key = "ranks" if fdp.ConsumeBool() else "sequences"
+    what = fdp.ConsumeIntInRange(0, 3)
+    if what < 2 and not g[key]:
+        what = 3
+    if what == 0:
+        g[key][fdp.ConsumeIntInRange(0, len(g[key]) - 1)] = _int(fdp, RANKS if key == "ranks" else k)
+    elif what == 1:
+        g[key].append(g[key][0])
+    elif what == 2:
+        g[key].clear()
+    else:
+        micro_batches[0]["groups"].append({"ranks": [_int(fdp, RANKS)], "sequences": [_int(fdp, k)],
+                                           "comm": "all-to-all", "est_ms": 1.0, "mem_bytes": 0})
+
+
 def _case(data):
     fdp = atheris.FuzzedDataProvider(data)
     k = fdp.ConsumeIntInRange(1, 12)
     lengths = [fdp.ConsumeIntInRange(1, 1 << 16) for _ in range(k)]
     num_ranks = RANKS if fdp.ConsumeIntInRange(0, 7) else _int(fdp, 64)
+    if fdp.ConsumeBool():
+        micro_batches = _valid_micro_batches(fdp, k)
+        for _ in range(fdp.ConsumeIntInRange(0, 2)):
+            _mutate(fdp, micro_batches, k)
+        return _finish(fdp, lengths, num_ranks, micro_batches)
     micro_batches = []
     for _ in range(fdp.ConsumeIntInRange(0, 4)):
         groups = []
@@ -55,6 +100,11 @@ def _case(data):
                 "est_ms": 1.0, "mem_bytes": 0,
             })
         micro_batches.append({"est_ms": 1.0, "groups": groups})
+    return _finish(fdp, lengths, num_ranks, micro_batches)
+
+
+def _finish(fdp, lengths, num_ranks, micro_batches):
+    k = len(lengths)
     plan = {"strategy": "fuzz", "ranks": num_ranks,
             "status": "ok" if fdp.ConsumeIntInRange(0, 15) else "infeasible",
             "est_ms": 1.0, "lower_bound_ms": 0.0, "micro_batches": micro_batches}
@@ -98,10 +148,10 @@ def _one_line_value_error(call, what):
 def TestOneInput(data):
     lengths, plan_dict = _case(data)
     plan, err = _one_line_value_error(lambda: fcp.Plan.from_dict(plan_dict), "from_dict")
-    if err is not None:  # only integers outside C++ int are refused here
+    if err is not None:  # only integers outside C++ int (ranks: < 0) are refused here
         if not any(not -2 ** 31 <= v < 2 ** 31 for mb in plan_dict["micro_batches"]
                    for g in mb["groups"] for v in g["ranks"] + g["sequences"]) and \
-                -2 ** 31 <= plan_dict["ranks"] < 2 ** 31:
+                0 <= plan_dict["ranks"] < 2 ** 31:
             raise AssertionError(f"from_dict refused a representable plan: {err}")
         return
     want = _oracle_ok(lengths, plan_dict)
