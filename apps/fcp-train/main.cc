@@ -96,14 +96,19 @@ void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world, const CLI::App& a
   world.AllReduceSum(all.data(), all.size());
   for (size_t f = 0; f < k; ++f) {
     std::string differ;
+    int count = 0;
     for (int r = 1; r < n; ++r) {
-      if (all[static_cast<size_t>(r) * k + f] != all[f])
+      if (all[static_cast<size_t>(r) * k + f] != all[f]) {
         differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+        ++count;
+      }
     }
-    if (differ.empty()) continue;
+    if (count == 0) continue;
     throw fcp::InputError(flags[f].first,
-                          "not the same on every rank (ranks " + differ +
-                              " differ from rank 0); start every rank with the same flags");
+                          "not the same on every rank (" +
+                              std::string(count == 1 ? "rank " : "ranks ") + differ +
+                              (count == 1 ? " differs" : " differ") +
+                              " from rank 0); start every rank with the same flags");
   }
 }
 
@@ -244,7 +249,14 @@ int main(int argc, char** argv) {
   app.add_option("--gbs", o.gbs, "sequences per global batch");
   app.add_option("--steps", o.steps, "global batches to train");
   app.add_option("--seed", o.seed, "seed for data order and init")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            // CLI11 would wrap -1 around to 2^64 - 1.
+            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+                       ? std::string()
+                       : std::string("must be a non-negative decimal integer");
+          },
+          "UINT"));
   app.add_option("--dim", o.model.dim, "model width D");
   app.add_option("--layers", o.model.layers, "transformer layers");
   app.add_option("--heads", o.model.heads, "attention heads");
