@@ -664,8 +664,6 @@ def issue30_cases():
                          contains=contains)
 
         if lines:
-            items = [json.loads(line) for line in lines]
-            g0 = items[0]["plan"]["micro_batches"][0]["groups"][0]
             for key, value, where in (("est_ms", "5", "groups[0].est_ms"),
                                       ("mem_bytes", [1], "groups[0].mem_bytes")):
                 bad = json.loads(lines[0])
@@ -682,7 +680,6 @@ def issue30_cases():
             bad = json.loads(lines[0])
             bad["plan"]["ranks"] = 64
             replay([bad], "--plan of another cluster", "[0].plan.ranks")
-            del g0
             for flag, value in (("--ranks", "16"), ("--steps", "3"), ("--gbs", "8")):
                 expect_error(f"simulate --plan with {flag} (not used)",
                              ["simulate", "--plan", saved, flag, value, "-q"], contains=flag)
