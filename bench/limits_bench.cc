@@ -13,6 +13,7 @@
 //   build/bench/limits_bench --benchmark_filter=fcp/   # only fcp
 //   build/bench/limits_bench --benchmark_filter='PlanAt4096/(flexsp|bytescale)/1000000'
 //   build/bench/limits_bench --benchmark_filter=PlanWideCluster
+//   build/bench/limits_bench --benchmark_filter='PlanAt32|PlanRanksPerNode'   # issue 30
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,9 +31,10 @@ namespace {
 constexpr int kRanks = 4096;
 constexpr int kRanksPerNode = 16;
 
-fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed, int ranks = kRanks) {
+fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed, int ranks = kRanks,
+                             int ranks_per_node = kRanksPerNode) {
   fcp::PlanRequest req;
-  req.cluster = {ranks, kRanksPerNode};
+  req.cluster = {ranks, ranks_per_node};
   fcp::ClusterPreset cluster = *fcp::FindClusterPreset("ascend910c-4x16");
   cluster.num_ranks = ranks;
   req.cost = fcp::DeriveCostModel(*fcp::FindModelPreset("qwen3-8b"), cluster);
@@ -49,9 +51,10 @@ fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed, int ranks = kRank
 
 constexpr double kFlexSpLimitS = 2.0;
 
-void PlanAtScale(benchmark::State& state, const char* strategy, int ranks) {
+void PlanAtScale(benchmark::State& state, const char* strategy, int ranks,
+                 int ranks_per_node = kRanksPerNode) {
   const int k = static_cast<int>(state.range(0));
-  const fcp::PlanRequest req = GithubBatch(k, 42, ranks);
+  const fcp::PlanRequest req = GithubBatch(k, 42, ranks, ranks_per_node);
   fcp::PlanOptions options;
   options.strategy = strategy;
   options.time_limit_s = kFlexSpLimitS;
@@ -96,6 +99,59 @@ void BaselineSizes(benchmark::internal::Benchmark* b) {
   b->Arg(1'000'000);
 }
 
+// Issue 30: planning time near-linear in K on a small cluster (N = 32, R =
+// 16: many micro-batches; fcp took 14 s for 400k sequences, megatron 55 s for
+// 10^6), and in ranks_per_node (N = R up to 10^6, three sequences: the
+// all-to-all bound scanned every on-node count per degree).
+void PlanAt32(benchmark::State& state, const char* strategy) {
+  PlanAtScale(state, strategy, 32, 16);
+}
+void Sizes32(benchmark::internal::Benchmark* b) {
+  b->Arg(10'000)->Arg(30'000)->Arg(100'000)->Arg(300'000)->Arg(1'000'000);
+  b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(1);
+  b->Complexity();
+}
+void PlanRanksPerNode(benchmark::State& state, const char* strategy) {
+  const int ranks = static_cast<int>(state.range(0));
+  fcp::PlanRequest req = GithubBatch(0, 42, ranks, ranks);
+  req.sequences = {{4096, 0.0}, {1024, 0.0}, {100, 0.0}};
+  fcp::PlanOptions options;
+  options.strategy = strategy;
+  options.time_limit_s = 1.0;
+  double plan_s = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    const fcp::Plan plan = fcp::MakePlan(req, options);
+    plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (plan.status != fcp::PlanStatus::kOk) {
+      state.SkipWithError("plan not ok");
+      return;
+    }
+    benchmark::DoNotOptimize(plan.est_ms);
+  }
+  state.SetComplexityN(ranks);
+  if (std::string(strategy) == "flexsp") state.counters["limit_ratio"] = plan_s / 1.0;
+}
+void RanksPerNode(benchmark::internal::Benchmark* b) {
+  b->Arg(1'000)->Arg(10'000)->Arg(100'000)->Arg(1'000'000);
+  b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(1);
+  b->Complexity();
+}
+
+BENCHMARK_CAPTURE(PlanAt32, fcp, "fcp")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, fcp_paper, "fcp-paper")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, megatron, "megatron")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, deepspeed, "deepspeed")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, megatron_dcp, "megatron-dcp")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, bytescale, "bytescale")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32, flexsp, "flexsp")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanRanksPerNode, fcp, "fcp")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, fcp_paper, "fcp-paper")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, megatron, "megatron")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, deepspeed, "deepspeed")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, megatron_dcp, "megatron-dcp")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, bytescale, "bytescale")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, flexsp, "flexsp")->Apply(RanksPerNode);
 BENCHMARK_CAPTURE(PlanAt4096, fcp, "fcp")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, fcp_paper, "fcp-paper")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, megatron, "megatron")->Apply(BaselineSizes);

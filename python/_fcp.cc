@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
@@ -261,6 +262,7 @@ PYBIND11_MODULE(_fcp, m) {
          std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
          const fcp::Plan& plan, const std::vector<double>& group_times_s) {
         request.sequences = SequencesFromArrays(lengths, etas);
+        fcp::ValidateRequest(request);
         return fcp::MeasuredGroupSamples(request, plan, group_times_s);
       },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
@@ -285,9 +287,26 @@ PYBIND11_MODULE(_fcp, m) {
          std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
          fcp::Plan plan) {
         request.sequences = SequencesFromArrays(lengths, etas);
+        // A plan from outside (from_dict, unpickling) is checked before
+        // anything is indexed by it (issue 30: out-of-range ranks crashed).
+        fcp::ValidateRequest(request);
+        fcp::CheckPlanShape(request, plan);
         fcp::EvaluatePlan(request, plan);
         return plan;
       },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
       "The plan with every estimate recomputed under request's cost model.");
+  m.def(
+      "check_plan",
+      [](fcp::PlanRequest request,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         const fcp::Plan& plan) {
+        request.sequences = SequencesFromArrays(lengths, etas);
+        fcp::ValidateRequest(request);
+        fcp::CheckPlanShape(request, plan);
+      },
+      py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
+      "CheckPlanShape of `plan` for `request` with these sequences: ValueError naming "
+      "the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
 }

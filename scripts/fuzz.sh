@@ -12,6 +12,11 @@
 #   FUZZ_TARGETS="planner baselines" scripts/fuzz.sh
 #   FCP_FUZZ_BUILD_DIR=build-x scripts/fuzz.sh
 #
+# Target plan_validator is Python (atheris, fuzz/plan_validator_fuzz.py): the
+# plan validator through the bindings of the release build's module
+# (FCP_PY_BUILD_DIR, default build: run `make build` first; the sanitizer
+# module cannot be loaded into an uninstrumented interpreter).
+#
 # The repo's seed corpus (fuzz/corpus/<target>/) is read-only input; new
 # interesting inputs go to <build>/fuzz/corpus/<target>/ (merge them into the
 # repo corpus with `<target> -merge=1 fuzz/corpus/<target> <build>/fuzz/corpus/<target>`).
@@ -24,7 +29,9 @@ BUILD_DIR=${FCP_FUZZ_BUILD_DIR:-build-asan}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-300}
 if [[ "${1:-}" == --short ]]; then SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}; fi
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim learn}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-batch_json lengths planner baselines sim learn plan_file plan_validator}"
+PY_BUILD_DIR=${FCP_PY_BUILD_DIR:-build}
+PYTHON=${PYTHON:-.venv/bin/python}
 # One input running longer than this is a hang and a finding (libFuzzer
 # writes timeout-* to the artifacts and exits non-zero), as is one using more
 # than RSS_MB of memory.
@@ -48,8 +55,16 @@ fuzz_one() {
   local log="$BUILD_DIR/fuzz/$t.log"
   local summary="$BUILD_DIR/fuzz/$t.summary"
   mkdir -p "$work" "$artifacts"
+  local cmd=("$bin")
+  if [[ $t == plan_validator ]]; then
+    if ! compgen -G "$PY_BUILD_DIR/python/fcp/_fcp*.so" >/dev/null; then
+      echo "fuzz $t: FAILED (no fcp._fcp in $PY_BUILD_DIR/python: run make build first)" >"$summary"
+      return 1
+    fi
+    cmd=(env "PYTHONPATH=$PY_BUILD_DIR/python" "$PYTHON" fuzz/plan_validator_fuzz.py)
+  fi
   # Inputs stay small (-max_len) so that one execution is milliseconds.
-  if "$bin" -max_total_time="$SECONDS_PER_TARGET" -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" \
+  if "${cmd[@]}" -max_total_time="$SECONDS_PER_TARGET" -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" \
       -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" \
       "$work" "fuzz/corpus/$t" >"$log" 2>&1; then
     local execs cov

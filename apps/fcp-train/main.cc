@@ -7,11 +7,16 @@
 // found before training starts); 1 runtime failure (every rank prints its
 // line with the reason); 3 the watchdog ended a stalled job.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "exec/communicator_mpi.h"
 #include "exec/trainer.h"
@@ -53,6 +58,60 @@ std::pair<int, int> RankStep(const std::string& flag, const std::string& v) {
   return {rank, step};
 }
 
+// Every flag as given or defaulted ("--seed" -> "1"), in a fixed order.
+std::vector<std::pair<std::string, std::string>> FlagValues(const CLI::App& app) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_name() == "--help") continue;
+    std::string value;
+    if (opt->count() > 0) {
+      for (const std::string& r : opt->results()) value += r + '\x1f';
+    } else {
+      value = "default:" + opt->get_default_str();
+    }
+    out.emplace_back(opt->get_name(), value);
+  }
+  return out;
+}
+
+// 48-bit FNV-1a: exact in a double, so one AllReduceSum gathers it.
+double Hash48(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return static_cast<double>(h >> 16);
+}
+
+// Ranks started with different flags fail apart (a hang, message truncation,
+// silently wrong training: issue 30), so before anything else every rank's
+// flags are compared: one all-gather (an AllReduceSum of per-rank slots) of a
+// hash per flag. A difference is InputError naming the first flag that
+// differs and the ranks whose value is not rank 0's, on every rank alike.
+void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world, const CLI::App& app) {
+  const auto flags = FlagValues(app);
+  const size_t k = flags.size();
+  const int n = world.size();
+  std::vector<double> all(k * static_cast<size_t>(n), 0.0);
+  for (size_t f = 0; f < k; ++f)
+    all[static_cast<size_t>(world.rank()) * k + f] = Hash48(flags[f].first + '=' + flags[f].second);
+  world.AllReduceSum(all.data(), all.size());
+  for (size_t f = 0; f < k; ++f) {
+    std::string differ;
+    int count = 0;
+    for (int r = 1; r < n; ++r) {
+      if (all[static_cast<size_t>(r) * k + f] != all[f]) {
+        differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+        ++count;
+      }
+    }
+    if (count == 0) continue;
+    throw fcp::InputError(flags[f].first,
+                          "not the same on every rank (" +
+                              std::string(count == 1 ? "rank " : "ranks ") + differ +
+                              (count == 1 ? " differs" : " differ") +
+                              " from rank 0); start every rank with the same flags");
+  }
+}
+
 int Run(fcp::exec::Communicator& world, Flags& flags) {
   using namespace fcp::exec;
   TrainOptions& o = flags.train;
@@ -67,8 +126,8 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
   std::pair<int, int> die{-1, -1}, stop{-1, -1};
   if (!flags.die_at.empty()) die = RankStep("die_at", flags.die_at);
   if (!flags.stop_at.empty()) stop = RankStep("stop_at", flags.stop_at);
-  if (!(flags.watchdog_s >= 0))
-    throw fcp::InputError("watchdog_s", "must be >= 0 (0 = off)");
+  if (!(flags.watchdog_s >= 0) || !std::isfinite(flags.watchdog_s))
+    throw fcp::InputError("watchdog_s", "must be a finite number >= 0 (0 = off)");
   o.on_step_start = [die, stop](int rank, int step) {
     if (rank == die.first && step == die.second) {
       std::fprintf(stderr, "rank %d: simulated crash at step %d\n", rank, step);
@@ -189,7 +248,15 @@ int main(int argc, char** argv) {
   app.add_option("--max-len", o.max_len, "max tokens (bytes) per sequence");
   app.add_option("--gbs", o.gbs, "sequences per global batch");
   app.add_option("--steps", o.steps, "global batches to train");
-  app.add_option("--seed", o.seed, "seed for data order and init");
+  app.add_option("--seed", o.seed, "seed for data order and init")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            // CLI11 would wrap -1 around to 2^64 - 1.
+            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+                       ? std::string()
+                       : std::string("must be a non-negative decimal integer");
+          },
+          "UINT"));
   app.add_option("--dim", o.model.dim, "model width D");
   app.add_option("--layers", o.model.layers, "transformer layers");
   app.add_option("--heads", o.model.heads, "attention heads");
@@ -219,6 +286,7 @@ int main(int argc, char** argv) {
   auto world = fcp::exec::MpiInit(&argc, &argv);
   int rc = 0;
   try {
+    CheckSameFlagsOnEveryRank(*world, app);
     rc = Run(*world, flags);
   } catch (const fcp::InputError& e) {
     // Input errors are raised identically on every rank before any

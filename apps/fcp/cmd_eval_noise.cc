@@ -27,7 +27,9 @@ int RunEvalNoise(int argc, char** argv) {
   app.add_option("--cluster", o.cluster, "cluster preset")->capture_default_str();
   app.add_option("-m,--model", o.model, "model preset")->capture_default_str();
   app.add_option("-d,--dataset", o.dataset, "dataset of the batches")->capture_default_str();
-  app.add_option("--batch", o.batch_sequences, "sequences per global batch")
+  app.add_option("--batch", o.batch_sequences,
+                 "sequences per global batch (at most 10^7, as `fcp plan`'s input)")
+      ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
   app.add_option("--batches", o.batches, "global batches per rank count")->capture_default_str();
   app.add_option("--trials", o.trials, "perturbation draws per batch and level")

@@ -66,7 +66,8 @@ int RunSimulate(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--planner-noise", cfg.planner_noise,
                  "the group-time sigma fcp plans for (it ranks its candidates by the expected "
-                 "step under it), in [0, 2]; default: --noise's");
+                 "step under it), in [0, 2]; default: --noise's")
+      ->check(CLI::Range(0.0, 2.0));
   AddDealingOption(app, cfg.dealing);
   app.add_option("--time-limit", cfg.time_limit_s,
                  "flexsp: wall-clock limit of each planning call, seconds; other strategies "
@@ -135,6 +136,12 @@ int RunSimulate(int argc, char** argv) {
     if (!plan_file.empty()) {
       if (!dataset.empty() || !lengths_file.empty())
         return InputErrorExit("--plan: the batches come from the plan file; drop --dataset/--lengths");
+      // The plan file fixes the cluster and the number of steps.
+      for (const char* flag : {"--ranks", "--steps", "--gbs", "--strategies", "--save-plans"}) {
+        if (app.count(flag) > 0)
+          return InputErrorExit(std::string(flag) + ": not used with --plan (the plan file "
+                                                    "gives the batches, ranks and steps); drop it");
+      }
       const std::vector<sim::PlannedBatch> batches =
           sim::ParsePlannedBatches(ReadFileOrStdin(plan_file));
       res = sim::ReplayPlannedBatches(batches, cfg);
@@ -161,13 +168,7 @@ int RunSimulate(int argc, char** argv) {
         };
       }
       res = sim::RunExperiment(cfg);
-      if (!save_plans_file.empty()) {
-        std::FILE* f = std::fopen(save_plans_file.c_str(), "wb");
-        if (!f) return InputErrorExit("save-plans: cannot open '" + save_plans_file + "'");
-        const bool ok = std::fwrite(saved.data(), 1, saved.size(), f) == saved.size();
-        if (std::fclose(f) != 0 || !ok)
-          return InputErrorExit("save-plans: cannot write '" + save_plans_file + "'");
-      }
+      if (!save_plans_file.empty()) WriteFileAtomically(save_plans_file, saved, "save-plans");
     }
     progress.Finish();
     if (!plot_file.empty() || !trace_file.empty()) {

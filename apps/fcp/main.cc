@@ -1,5 +1,6 @@
 // fcp: Flexible Context Parallelism planner CLI. Dispatches to subcommands.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -63,6 +64,13 @@ int ParseFlags(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return InputErrorExit(e.what());
   }
+  // An empty value (--trace '', --dataset '') is a mistake, never "not given".
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_min() == 0 || opt->count() == 0) continue;
+    for (const std::string& value : opt->results()) {
+      if (value.empty()) return InputErrorExit(opt->get_name() + ": must not be empty");
+    }
+  }
   return -1;
 }
 
@@ -92,6 +100,10 @@ void PrintUsage(FILE* out) {
 
 int main(int argc, char** argv) {
   fcp::cli::ReserveStandardStreams();
+  // Past a file-size limit a write fails with EFBIG, reported like any other
+  // write error, instead of the default SIGXFSZ killing the process midway
+  // (which left partial output behind).
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V") ||
                     !std::strcmp(argv[1], "version"))) {
     std::printf("fcp %s\n", FCP_VERSION_STRING);

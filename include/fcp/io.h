@@ -70,9 +70,9 @@ std::vector<int64_t> ReadLengthsFile(const std::string& path);
 // directory, or is larger.
 std::string ReadFileOrStdin(const std::string& path);
 
-// Writes `text` to `path` (created or truncated; devices and FIFOs work).
-// InputError(path, "cannot write: <reason>") when it cannot be opened or
-// written completely; a partially written regular file is removed.
+// Writes `text` to `path` by AtomicFile's policy (below): devices and FIFOs
+// in place, anything else replaced atomically, so a failed write leaves the
+// old file as it was. InputError(path, "cannot write '<path>': <reason>").
 void WriteTextFile(const std::string& path, std::string_view text);
 // An output file that appears at `path` only when complete: a mkstemp file
 // in the same directory (mode 0644) renamed over `path` by Commit(); removed

@@ -234,9 +234,10 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan);
 // for such plans).
 double LowerBoundMs(const PlanRequest& request, bool all_to_all = false);
 
-// Checks the plan's structure: every sequence exactly once, groups of one
-// micro-batch on disjoint ranks within [0, N), degree >= 1, per-rank memory
-// within capacity, estimates consistent. Returns the first violation or "".
+// Checks the plan's structure: CheckPlanShape (fcp/plan_check.h: every
+// sequence exactly once, groups of one micro-batch on disjoint ranks within
+// [0, N), degree >= 1), then per-rank memory within capacity and estimates
+// consistent. Returns the first violation or "".
 std::string ValidatePlan(const PlanRequest& request, const Plan& plan);
 
 }  // namespace fcp

@@ -49,7 +49,7 @@ else:
         BatchInput, CommKind, CostModel, GroupPlan, MicroBatchPlan, ModelShape,
         Plan, PlanOptions, PlanRequest, PlanStatus, Sequence)
 
-__all__ = ["Scheduler", "presets", "strategies", "plan_json", "Plan", "PlanStatus", "CostModel",
+__all__ = ["Scheduler", "presets", "strategies", "plan_json", "validate_plan", "Plan", "PlanStatus", "CostModel",
            "Cluster", "Sequence", "GroupPlan", "MicroBatchPlan", "MAX_SEQUENCES", "__version__"]
 
 # Limits of `fcp plan`'s input, applied to Python input the same way.
@@ -114,6 +114,9 @@ def _int_list(v, field):
     if not isinstance(v, (list, tuple)) or any(
             isinstance(x, bool) or not isinstance(x, _numbers.Integral) for x in v):
         raise ValueError(f"{field}: must be a list of integers")
+    for i, x in enumerate(v):  # the C++ fields are int; ranges are checked there
+        if not -2 ** 31 <= int(x) < 2 ** 31:
+            raise ValueError(f"{field}[{i}]: out of range, got {int(x)}")
     return [int(x) for x in v]
 
 
@@ -127,7 +130,7 @@ def _plan_from_dict(d):
     num = (int, float)
     plan = core.Plan()
     plan.strategy = _field(d, "strategy", "", (str,))
-    plan.num_ranks = _field(d, "ranks", "", (int,))
+    plan.num_ranks = _check_int(_field(d, "ranks", "", (int,)), "ranks", 0, _INT_MAX)
     status = _field(d, "status", "", (str,))
     if status not in ("ok", "infeasible"):
         raise ValueError(f"status: must be 'ok' or 'infeasible', got {status!r}")
@@ -140,7 +143,9 @@ def _plan_from_dict(d):
         raise ValueError("notes: must map strings to strings")
     plan.notes = dict(notes)
     plan.message = _field(d, "message", "", (str,), "", required=False)
-    plan.infeasible_sequence = _field(d, "infeasible_sequence", "", (int,), -1, required=False)
+    plan.infeasible_sequence = _check_int(
+        _field(d, "infeasible_sequence", "", (int,), -1, required=False), "infeasible_sequence",
+        -1, _INT_MAX)
     mbs = []
     for i, m in enumerate(_field(d, "micro_batches", "", (list,))):
         where = f"micro_batches[{i}]."
@@ -157,7 +162,8 @@ def _plan_from_dict(d):
             gp.ranks = _int_list(_field(g, "ranks", gw, (list,)), gw + "ranks")
             gp.sequences = _int_list(_field(g, "sequences", gw, (list,)), gw + "sequences")
             gp.est_ms = float(_field(g, "est_ms", gw, num))
-            gp.mem_bytes = _field(g, "mem_bytes", gw, (int,))
+            gp.mem_bytes = _check_int(_field(g, "mem_bytes", gw, (int,)), gw + "mem_bytes",
+                                      0, 2 ** 63 - 1)
             comm = _field(g, "comm", gw, (str,), "ring", required=False)
             if comm not in ("ring", "all-to-all"):
                 raise ValueError(f"{gw}comm: must be 'ring' or 'all-to-all', got {comm!r}")
@@ -177,9 +183,19 @@ def _plan_state(plan) -> dict:
 
 
 def _cost_model_from_dict(d):
+    if not isinstance(d, dict):
+        raise ValueError(f"cost_model: must be a dict, got {type(d).__name__}")
     cm = _core().CostModel()
     for f in _COST_FIELDS:
-        setattr(cm, f, float(d[f]))
+        if f not in d:
+            raise ValueError(f"cost_model.{f}: missing")
+        v = d[f]
+        if isinstance(v, bool) or not isinstance(v, _numbers.Real):
+            raise ValueError(f"cost_model.{f}: must be a number, got {type(v).__name__}")
+        setattr(cm, f, float(v))
+    unknown = sorted(set(d) - set(_COST_FIELDS), key=str)
+    if unknown:
+        raise ValueError(f"cost_model.{unknown[0]}: unknown key")
     return cm
 
 
@@ -344,6 +360,11 @@ def _lengths_array(lengths, field="sequences"):
         raise ValueError(f"{field}: must be a sequence of integer lengths, got {type(lengths).__name__}")
     if hasattr(lengths, "__len__") and len(lengths) > MAX_SEQUENCES:
         raise ValueError(f"{field}: at most {MAX_SEQUENCES} sequences, got {len(lengths)}")
+    if isinstance(lengths, (list, tuple)):
+        # numpy turns [5, True] into [5, 1]: a boolean is not a length.
+        for i, v in enumerate(lengths):
+            if isinstance(v, (bool, np.bool_)):
+                raise ValueError(f"{field}[{i}]: must be an integer, got {v!r}")
     try:
         arr = np.asarray(lengths)
     except Exception as e:  # ragged nested lists and the like
@@ -421,6 +442,12 @@ def _learning_options(learning):
             raise ValueError(f"learning.{key}: must be a number in (0, 2], got {value!r}")
         out[key] = value
     return out
+
+
+def _check_plan_type(plan):
+    if not isinstance(plan, Plan):
+        raise ValueError(f"plan: must be an fcp.Plan (Scheduler.plan, Plan.from_dict), "
+                         f"got {type(plan).__name__}")
 
 
 def _flat_group_times(plan, group_times_s):
@@ -575,6 +602,7 @@ class Scheduler:
         of the kept groups under the starting / the learnt coefficients).
         Raises ValueError naming the field (``group_times_s``,
         ``group_times_s[i]``, ``plan``)."""
+        _check_plan_type(plan)
         times = _flat_group_times(plan, group_times_s)
         arr = _lengths_array(lengths)
         etas = None if eta is None else _eta_array(eta, arr.shape[0])
@@ -603,15 +631,56 @@ class Scheduler:
 
     def estimate(self, lengths, plan, eta=None):
         """``plan`` with every estimate (``est_ms`` of groups, micro-batches,
-        the plan) recomputed under the Scheduler's current coefficients."""
+        the plan) recomputed under the Scheduler's current coefficients.
+        The plan is checked first as :meth:`validate` checks it."""
+        _check_plan_type(plan)
         arr = _lengths_array(lengths)
         etas = None if eta is None else _eta_array(eta, arr.shape[0])
         return _fcp.evaluate_plan(self._request, arr, etas, plan)
+
+    def validate(self, lengths, plan, eta=None) -> None:
+        """Checks that ``plan`` (e.g. from ``Plan.from_dict``, unpickled, or
+        another rank) is a plan of this batch on this Scheduler's cluster
+        before anything runs it: status ok, as many ranks as the cluster,
+        every group's ranks in [0, N) and used once per micro-batch, every
+        sequence index in [0, len(lengths)) scheduled exactly once. The same
+        check (C++ ``CheckPlanShape``) guards :meth:`estimate`,
+        :meth:`observe` and ``fcp simulate --plan``. Estimates are not read.
+        Raises ValueError naming the field
+        (``plan.micro_batches[0].groups[1].ranks[2]: ...``)."""
+        _check_plan_type(plan)
+        arr = _lengths_array(lengths)
+        etas = None if eta is None else _eta_array(eta, arr.shape[0])
+        _fcp.check_plan(self._request, arr, etas, plan)
+
+    def __deepcopy__(self, memo):
+        # The bound option struct does not pickle; everything else is values.
+        new = _copy.copy(self)
+        new._request = _copy.copy(self._request)
+        o = self._options
+        new._options = _plan_options(o.strategy, o.cp_degree, o.time_limit_s, o.seed)
+        new._prior_cost = _copy.copy(self._prior_cost)
+        new._learning = dict(self._learning)
+        new._observed = list(self._observed)  # FitSample is read-only
+        new._calibration = _copy.deepcopy(self._calibration, memo)
+        return new
 
     def __repr__(self) -> str:
         c = self._request.cluster
         return (f"fcp.Scheduler(cluster={self.cluster_name or c!r}, model={self.model_name!r}, "
                 f"strategy={self.strategy!r}, ranks={c.num_ranks})")
+
+
+def validate_plan(lengths, plan, cluster, eta=None) -> None:
+    """Checks a plan from outside the planner (``Plan.from_dict``,
+    unpickled, received from another rank) against the batch ``lengths``
+    and the cluster it will run on, before anything indexes by it:
+    :meth:`Scheduler.validate` on ``cluster`` (a preset name, an
+    :class:`fcp.Cluster`, a dict as in ``Scheduler``, or the number of
+    ranks). Raises ValueError naming the field."""
+    if isinstance(cluster, _numbers.Integral) and not isinstance(cluster, bool):
+        cluster = {"ranks": _check_int(cluster, "cluster.ranks", 1, 1 << 20)}
+    Scheduler(cluster=cluster).validate(lengths, plan, eta)
 
 
 def plan_json(text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s: float = 10.0,

@@ -26,16 +26,29 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
+import errno
 import json
 import math
 import os
+import re
+import stat
 import struct
 import sys
 import tempfile
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 MAX_LENGTH = 1 << 40
+# Caps shared with the C++ readers (src/io/strict_json.h): an input file's
+# bytes, one line's bytes (JSON lines, CSV, length files), a JSON record's
+# nesting.
+MAX_INPUT_BYTES = 1 << 31
+MAX_LINE_BYTES = 1 << 26
+MAX_JSON_DEPTH = 16
+# The integer grammar of every length the readers parse from text, as the C++
+# std::from_chars: optional '-', ASCII digits, nothing else ('+5', '1_000',
+# non-ASCII digits and inner spaces are not integers).
+_INTEGER = re.compile(rb"-?[0-9]+\Z")
+_CSV_SPACE = " \t\r\n\v\f"  # C isspace
 _IDX_MAGIC = b"MMIDIDX\x00\x00"
 _IDX_HEADER_BYTES = 34  # magic 9 + version 8 + dtype 1 + sequences 8 + documents 8
 
@@ -75,6 +88,86 @@ def detect_format(path: str) -> str:
     return "text"
 
 
+def parse_integer(text: str) -> Optional[int]:
+    """The integer of ``text`` by the shared grammar, or None."""
+    raw = text.encode("utf-8", "surrogateescape")
+    return int(raw) if _INTEGER.match(raw) else None
+
+
+def _lines(path: str, binary: bool = False):
+    """(line number, line) of a file, each at most MAX_LINE_BYTES and all at
+    most MAX_INPUT_BYTES; decoded as UTF-8 (undecodable bytes kept as
+    surrogates, which no grammar accepts) unless ``binary``."""
+    where_file = _escape(path)
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise ValueError(f"{where_file}: cannot open file ({e.strerror})") from None
+    total = 0
+    with f:
+        line_no = 0
+        while True:
+            try:
+                line = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as e:
+                raise ValueError(f"{where_file}: read failed ({e.strerror})") from None
+            if not line:
+                return
+            line_no += 1
+            total += len(line)
+            if total > MAX_INPUT_BYTES:
+                raise ValueError(f"{where_file}: larger than {MAX_INPUT_BYTES} bytes "
+                                 "(the input cap)")
+            body = line[:-1] if line.endswith(b"\n") else line
+            if len(body) > MAX_LINE_BYTES:
+                raise ValueError(f"{where_file} line {line_no}: longer than {MAX_LINE_BYTES} "
+                                 "bytes (the line cap)")
+            yield line_no, body if binary else body.decode("utf-8", "surrogateescape")
+
+
+def _json_depth(value) -> int:
+    """Containers nested in ``value`` (a scalar: 0)."""
+    if isinstance(value, dict):
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return 0
+    return 1 + max((_json_depth(v) for v in children if isinstance(v, (dict, list))),
+                   default=0)
+
+
+def _no_duplicate_keys(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key \"{_escape(k)}\"")
+        out[k] = v
+    return out
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_record(text: str):
+    """One JSON lines record as the C++ reader parses it: strict JSON (no
+    NaN/Infinity, no duplicate keys), nested at most MAX_JSON_DEPTH deep.
+    Raises ValueError saying why."""
+    try:
+        record = json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                            parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except UnicodeError:
+        raise ValueError("invalid UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"invalid JSON ({e.msg})") from None
+    if _json_depth(record) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return record
+
+
 def _check(value: int, where: str) -> int:
     if value < 0:
         raise ValueError(f"{where}: length must be >= 0")
@@ -94,9 +187,11 @@ def read_idx(path: str, documents: bool = True) -> List[int]:
     where = _escape(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_INPUT_BYTES + 1)
     except OSError as e:
         raise ValueError(f"{where}: cannot open file ({e.strerror})") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise ValueError(f"{where}: larger than {MAX_INPUT_BYTES} bytes (the input cap)")
     if len(data) < _IDX_HEADER_BYTES or data[:9] != _IDX_MAGIC:
         raise ValueError(f"{where}: not a Megatron indexed dataset index (no MMIDIDX header)")
     (version,) = struct.unpack_from("<Q", data, 9)
@@ -187,65 +282,54 @@ class _Counter:
 def read_jsonl(path: str, field: str, counter: _Counter) -> List[int]:
     where_file = _escape(path)
     values, lines = [], []
-    try:
-        f = open(path, "r", encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"{where_file}: cannot open file ({e.strerror})") from None
-    with f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"{where_file} line {line_no}: not a JSON object") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{where_file} line {line_no}: not a JSON object")
-            if field not in record:
-                raise ValueError(f"{where_file} line {line_no}: {_escape(field)}: missing "
-                                 "(choose the field with --field)")
-            values.append(record[field])
-            lines.append(line_no)
+    for line_no, line in _lines(path):
+        if not line.strip(_CSV_SPACE):
+            continue
+        try:
+            record = parse_json_record(line)
+        except ValueError as e:
+            raise ValueError(f"{where_file} line {line_no}: not a JSON object ({e})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where_file} line {line_no}: not a JSON object")
+        if field not in record:
+            raise ValueError(f"{where_file} line {line_no}: {_escape(field)}: missing "
+                             "(choose the field with --field)")
+        values.append(record[field])
+        lines.append(line_no)
     return counter.lengths(values, lambda i: f"{where_file} line {lines[i]}: {_escape(field)}")
 
 
 def read_csv(path: str, field: str, counter: _Counter) -> List[int]:
     where_file = _escape(path)
-    try:
-        f = open(path, "r", encoding="utf-8", newline="")
-    except OSError as e:
-        raise ValueError(f"{where_file}: cannot open file ({e.strerror})") from None
     values, lines = [], []
-    with f:
-        reader = csv.reader(f)
-        column = None
-        for row in reader:
-            line_no = reader.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if column is None:
-                names = [c.strip() for c in row]
-                if field not in names:
-                    raise ValueError(f"{where_file} line {line_no}: CSV header has no column "
-                                     f"\"{_escape(field)}\" (choose it with --field)")
-                column = len(names) - 1 - names[::-1].index(field)
-                continue
-            if len(row) <= column:
-                raise ValueError(f"{where_file} line {line_no}: missing column "
-                                 f"\"{_escape(field)}\"")
-            cell = row[column].strip()
-            if counter.tokenizer is None:
-                try:
-                    cell = int(cell, 10)
-                except ValueError:
-                    raise ValueError(f"{where_file} line {line_no}: expected an integer token "
-                                     f"count, got \"{_escape(cell[:40])}\"") from None
-            else:
-                cell = row[column]
-            values.append(cell)
-            lines.append(line_no)
+    column = None  # one record per line, as the C++ reader splits them
+    for line_no, line in _lines(path):
+        row = next(csv.reader([line.rstrip("\r")]), [])
+        if not row or all(not c.strip(_CSV_SPACE) for c in row):
+            continue
         if column is None:
-            raise ValueError(f"{where_file}: empty CSV file")
+            names = [c.strip(_CSV_SPACE) for c in row]
+            if field not in names:
+                raise ValueError(f"{where_file} line {line_no}: CSV header has no column "
+                                 f"\"{_escape(field)}\" (choose it with --field)")
+            column = len(names) - 1 - names[::-1].index(field)
+            continue
+        if len(row) <= column:
+            raise ValueError(f"{where_file} line {line_no}: missing column "
+                             f"\"{_escape(field)}\"")
+        cell = row[column].strip(_CSV_SPACE)
+        if counter.tokenizer is None:
+            number = parse_integer(cell)
+            if number is None:
+                raise ValueError(f"{where_file} line {line_no}: expected an integer token "
+                                 f"count, got \"{_escape(cell[:40])}\"")
+            cell = number
+        else:
+            cell = row[column]
+        values.append(cell)
+        lines.append(line_no)
+    if column is None:
+        raise ValueError(f"{where_file}: empty CSV file")
     return counter.lengths(values, lambda i: f"{where_file} line {lines[i]}")
 
 
@@ -304,22 +388,16 @@ def read_columnar(path: str, fmt: str, field: str, counter: _Counter) -> List[in
 def read_text(path: str) -> List[int]:
     """One integer per line ('#' comments and blank lines skipped)."""
     where_file = _escape(path)
-    try:
-        f = open(path, "r", encoding="utf-8")
-    except OSError as e:
-        raise ValueError(f"{where_file}: cannot open file ({e.strerror})") from None
     out = []
-    with f:
-        for line_no, line in enumerate(f, 1):
-            s = line.strip()
-            if not s or s.startswith("#"):
-                continue
-            try:
-                v = int(s, 10)
-            except ValueError:
-                raise ValueError(f"{where_file}: line {line_no}: expected a positive integer, "
-                                 f"got \"{_escape(s[:40])}\"") from None
-            out.append(_check(v, f"{where_file}: line {line_no}"))
+    for line_no, line in _lines(path):
+        s = line.strip(" \t\r")
+        if not s or s.startswith("#"):
+            continue
+        v = parse_integer(s)
+        if v is None:
+            raise ValueError(f"{where_file}: line {line_no}: expected a positive integer, "
+                             f"got \"{_escape(s[:40])}\"")
+        out.append(_check(v, f"{where_file}: line {line_no}"))
     return out
 
 
@@ -398,28 +476,88 @@ def length_file_text(lengths: Sequence[int]) -> str:
             + "".join(f"{int(v)}\n" for v in lengths))
 
 
-def write_length_file(path: str, lengths: Sequence[int]) -> None:
-    """Writes atomically: a temporary file beside `path`, renamed over it."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        view = view[n:]
+
+
+def write_output_file(path: str, data: bytes, field: str = "out") -> None:
+    """The output-file policy of the C++ tools (``AtomicFile``): an existing
+    device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a pipe; also through
+    a symlink) is written in place; anything else appears at ``path`` complete
+    or not at all: a ``mkstemp`` file beside it (mode 0644), fsynced and renamed
+    over ``path`` (a symlink there is replaced, never its target). Any error,
+    including a short write under a file-size limit, is
+    ``ValueError("<field>: cannot write '<path>': <reason>")`` and leaves no
+    temporary file behind."""
+    def fail(why: str):
+        raise ValueError(f"{field}: cannot write '{_escape(path)}': {why}") from None
+
+    if not path:
+        fail("empty path")
+    if path.endswith("/"):
+        fail("is a directory")
+    try:
+        st = os.stat(path)  # follows a symlink, as the C++ writer does
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        fail("is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as e:
+            fail(e.strerror)
+        try:
+            _write_all(fd, data)
+        except OSError as e:
+            fail(e.strerror)
+        finally:
+            os.close(fd)
+        return
     directory = os.path.dirname(path) or "."
     try:
         fd, tmp = tempfile.mkstemp(prefix=".fcp-out-", dir=directory)
     except OSError as e:
-        raise ValueError(f"out: cannot write '{_escape(path)}': {e.strerror}") from None
+        fail(e.strerror)
     try:
-        with io.open(fd, "w", encoding="utf-8") as f:
-            f.write(length_file_text(lengths))
-        os.chmod(tmp, 0o644)
+        try:
+            os.fchmod(fd, 0o644)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise ValueError(f"out: cannot write '{_escape(path)}': {e.strerror}") from None
+        fail(e.strerror)
+
+
+def write_length_file(path: str, lengths: Sequence[int]) -> None:
+    """Writes the length file by :func:`write_output_file`'s policy."""
+    write_output_file(path, length_file_text(lengths).encode("utf-8"), "out")
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one ``error:`` line (exit 2), as the C++ commands."""
+
+    def error(self, message):
+        raise _UsageError(message)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="fcp lengths",
         description="Sequence lengths from datasets -> length file for `fcp simulate --lengths`.")
     parser.add_argument("inputs", nargs="+", help="dataset files")
@@ -432,7 +570,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--idx-unit", default="document", choices=["document", "sequence"],
                         help=".idx: one length per document or per sequence (default: "
                              "%(default)s)")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as e:
+        print(f"error: {_escape(str(e))} (see --help)", file=sys.stderr)
+        return 2
     try:
         lengths, empty = read_lengths(args.inputs, args.field, args.tokenizer, args.idx_unit)
         if not lengths:
@@ -441,8 +583,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    sys.stdout.write(length_report(lengths, empty))
-    sys.stdout.write(f"wrote {_escape(args.out)}\n")
+    try:
+        sys.stdout.write(length_report(lengths, empty))
+        sys.stdout.write(f"wrote {_escape(args.out)}\n")
+        sys.stdout.flush()
+    except OSError as e:
+        print(f"error: stdout: output lost: {e.strerror}", file=sys.stderr)
+        # What is still buffered must not fail again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 2
     return 0
 
 

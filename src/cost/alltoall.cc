@@ -101,9 +101,20 @@ double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int d
   if (degree <= 1) return cm.bw_intra_node;
   // Every placement has a rank with some count c <= min(d, R) on its node,
   // and the slowest rank is no faster than it.
-  double fastest = PerPeerByteS(cm, degree, 1);
+  // PerPeerByteS is the max of a part rising in c and one falling in c, so
+  // over c in [1, most] its minimum is at an end or next to where the parts
+  // cross: O(1) per degree (a scan over c made LowerBoundMs O(N·R), issue 30).
   const int64_t most = std::min<int64_t>(degree, cluster.ranks_per_node);
-  for (int64_t c = 2; c <= most; ++c) fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
+  double fastest = std::min(PerPeerByteS(cm, degree, 1), PerPeerByteS(cm, degree, most));
+  const double cross = (degree / cm.bw_inter_node + 1 / cm.bw_intra_node) /
+                       (1 / cm.bw_intra_node + 1 / cm.bw_inter_node);
+  if (std::isfinite(cross)) {
+    const auto at = static_cast<int64_t>(std::floor(std::clamp(cross, 1.0, double(most))));
+    for (int64_t c = std::max<int64_t>(1, at - 1); c <= std::min(most, at + 2); ++c)
+      fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
+  } else {  // degenerate bandwidths: the plain scan
+    for (int64_t c = 2; c < most; ++c) fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
+  }
   return (degree - 1) / fastest;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -237,6 +238,28 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   EXPECT_EQ(cm.bw_inter_node, 50e9);
   EXPECT_EQ(cm.mem_capacity, 64e9);
   EXPECT_NEAR(static_cast<double>(m->params()), 8.2e9, 0.3e9);  // Qwen3-8B: 8.2B
+}
+
+// Issue 30: the O(1) bound equals the scan over every on-node count it
+// replaced (the slowest-rank bound of docs/design.md §2), on random clusters.
+TEST(CostModelTest, AllToAllBandwidthBoundMatchesTheScan) {
+  std::srand(30);
+  auto uniform = [](double lo, double hi) { return lo + (hi - lo) * std::rand() / RAND_MAX; };
+  for (int trial = 0; trial < 2000; ++trial) {
+    CostModel cm = HandModel();
+    cm.bw_intra_node = std::pow(10.0, uniform(8, 12));
+    cm.bw_inter_node = std::pow(10.0, uniform(8, 12));
+    const Cluster cluster{4096, 1 + std::rand() % 300};
+    const int degree = 2 + std::rand() % 600;
+    double fastest = std::numeric_limits<double>::infinity();
+    const int64_t most = std::min<int64_t>(degree, cluster.ranks_per_node);
+    for (int64_t c = 1; c <= most; ++c) {
+      fastest = std::min(fastest, std::max((c - 1.0) / cm.bw_intra_node,
+                                           (degree - static_cast<double>(c)) / cm.bw_inter_node));
+    }
+    EXPECT_DOUBLE_EQ(AllToAllBandwidthBound(cm, cluster, degree), (degree - 1) / fastest)
+        << "degree " << degree << " R " << cluster.ranks_per_node;
+  }
 }
 
 }  // namespace

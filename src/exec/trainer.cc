@@ -186,7 +186,7 @@ std::optional<std::string> ValidateTrainOptions(const TrainOptions& o) {
   if (o.max_len < 2) return "max_len: must be >= 2";
   if (o.gbs < 1) return "gbs: must be >= 1";
   if (o.steps < 1) return "steps: must be >= 1";
-  if (!(o.adam.lr > 0)) return "lr: must be > 0";
+  if (!(o.adam.lr > 0) || !std::isfinite(o.adam.lr)) return "lr: must be a finite number > 0";
   if (!(o.mem_capacity_bytes > 0)) return "mem_capacity: must be > 0";
   if (o.cost) {
     if (auto e = ValidateCostModel(*o.cost)) return e;

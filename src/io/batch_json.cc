@@ -12,8 +12,10 @@
 
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "io/byte_source.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {
@@ -51,10 +53,12 @@ class StrictDomSax {
   using SequenceFn = std::function<void(const json& element, size_t index)>;
   using KeyFn = std::function<void(const std::string& key)>;
 
-  StrictDomSax(std::string what, SequenceFn on_sequence, KeyFn on_top_level_key)
+  StrictDomSax(std::string what, SequenceFn on_sequence, KeyFn on_top_level_key,
+               size_t max_values = kMaxValuesOutsideSequences)
       : what_(std::move(what)),
         on_sequence_(std::move(on_sequence)),
-        on_top_level_key_(std::move(on_top_level_key)) {}
+        on_top_level_key_(std::move(on_top_level_key)),
+        max_values_(max_values) {}
 
   bool null() { return Value(nullptr); }
   bool boolean(bool v) { return Value(v); }
@@ -85,9 +89,8 @@ class StrictDomSax {
 
  private:
   json* Place(json&& value) {
-    if (++values_ > kMaxValuesOutsideSequences) {
-      const std::string limit = "more than " + std::to_string(kMaxValuesOutsideSequences) +
-                                " JSON values";
+    if (++values_ > max_values_) {
+      const std::string limit = "more than " + std::to_string(max_values_) + " JSON values";
       if (stack_.size() >= 2 && stack_[1] == sequences_) {
         throw InputError("sequences[" + std::to_string(sequence_index_) + "]",
                          limit + " in one sequence");
@@ -155,6 +158,7 @@ class StrictDomSax {
   size_t values_at_sequences_ = 0;
   size_t sequence_index_ = 0;
   size_t values_ = 0;
+  size_t max_values_;
 };
 
 // Runs `sax` over the bytes of `source` (strict: nothing may follow the value).
@@ -172,6 +176,17 @@ json ParseStrict(io::ByteSource& source, const std::string& what) {
   SaxParse(source, sax, what);
   return sax.TakeRoot();
 }
+
+}  // namespace
+
+json ParseJsonStrict(std::string_view text, const std::string& what, size_t max_values) {
+  io::ByteSource source(text, what, /*reject_nul=*/true);
+  StrictDomSax sax(what, nullptr, nullptr, max_values);
+  SaxParse(source, sax, what);
+  return sax.TakeRoot();
+}
+
+namespace {
 
 std::string TypeName(const json& j) { return j.type_name(); }
 
@@ -396,6 +411,10 @@ BatchInput ParseBatch(io::ByteSource& source) {
   ClusterPreset sized = *hardware;
   sized.num_ranks = in.request.cluster.num_ranks;
   in.request.cost = DeriveCostModel(*base_model, sized);
+  const bool memory_given = root.contains("cost_model") && root["cost_model"].is_object() &&
+                            (root["cost_model"].contains("mem_static") ||
+                             root["cost_model"].contains("mem_capacity"));
+  if (!memory_given) CheckModelFitsOneRank(in.request.cost, *base_model, sized);
   int given = 0;
   if (root.contains("cost_model")) given = ApplyCostModel(root["cost_model"], in.request.cost);
   const bool complete = given == static_cast<int>(std::size(kCostFields));

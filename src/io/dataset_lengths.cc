@@ -12,7 +12,9 @@
 
 #include "fcp/io.h"
 #include "fcp/lengths.h"
+#include "io/byte_source.h"
 #include "io/csv.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {
@@ -49,6 +51,25 @@ std::string_view TrimSpace(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
+}
+
+// The next line of `source` (without its '\n') into `line`; false at the end.
+// Lines are capped at kMaxLineBytes, the whole input at 2 GiB (ByteSource).
+bool NextLine(io::ByteSource& source, std::string& line, size_t line_no) {
+  line.clear();
+  int c = source.Peek();
+  if (c < 0) return false;
+  while (c >= 0 && c != '\n') {
+    if (line.size() == kMaxLineBytes) {
+      throw InputError(fmt::format("{} line {}", source.name(), line_no),
+                       fmt::format("longer than {} bytes (the line cap)", kMaxLineBytes));
+    }
+    line.push_back(static_cast<char>(c));
+    source.Skip();
+    c = source.Peek();
+  }
+  if (c == '\n') source.Skip();
+  return true;
 }
 
 int64_t CheckedLength(int64_t v, const std::string& where) {
@@ -158,20 +179,21 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
 }
 
 std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(Where(path), "cannot open file");
+  io::ByteSource in(path, /*reject_nul=*/false);
   std::vector<int64_t> out;
   std::string line;
   size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (NextLine(in, line, ++line_no)) {
     const std::string where = fmt::format("{} line {}", Where(path), line_no);
     if (TrimSpace(line).empty()) continue;
     nlohmann::json record;
     try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      throw InputError(where, "not a JSON object");
+      // Strict, as `fcp plan` reads JSON: nesting capped (a deep record was a
+      // stack overflow), duplicate keys rejected.
+      record = ParseJsonStrict(line, "record", kMaxLineBytes);
+    } catch (const InputError& e) {
+      const std::string why = std::string(e.what()).substr(e.field().size() + 2);
+      throw InputError(where, "not a JSON object (" + why + ")");
     }
     if (!record.is_object()) throw InputError(where, "not a JSON object");
     const auto it = record.find(field);
@@ -191,19 +213,16 @@ std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string
       throw InputError(at, "expected a token count (integer) or token ids (array)");
     }
   }
-  if (in.bad()) throw InputError(Where(path), "read failed");
   return out;
 }
 
 std::vector<int64_t> ReadCsvLengths(const std::string& path, const std::string& field) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(Where(path), "cannot open file");
+  io::ByteSource in(path, /*reject_nul=*/false);
   std::vector<int64_t> out;
   std::string line;
   size_t line_no = 0;
   int column = -1;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (NextLine(in, line, ++line_no)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (TrimSpace(line).empty()) continue;
     const std::string where = fmt::format("{} line {}", Where(path), line_no);
@@ -226,7 +245,6 @@ std::vector<int64_t> ReadCsvLengths(const std::string& path, const std::string& 
                                   EscapeForMessage(text.substr(0, 40)) + "\"");
     out.push_back(CheckedLength(v, where));
   }
-  if (in.bad()) throw InputError(Where(path), "read failed");
   if (column < 0) throw InputError(Where(path), "empty CSV file");
   return out;
 }

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "io/byte_source.h"
 #include "io/csv.h"
+#include "io/strict_json.h"
 
 namespace fcp {
 namespace {
@@ -77,9 +79,13 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
   while (start <= text.size()) {
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
+    ++line_no;
+    if (end - start > kMaxLineBytes) {
+      throw InputError("line " + std::to_string(line_no),
+                       "longer than " + std::to_string(kMaxLineBytes) + " bytes (the line cap)");
+    }
     std::string_view line = Trim(text.substr(start, end - start));
     start = end + 1;
-    ++line_no;
     if (line.empty() || line.front() == '#') {
       if (end == text.size()) break;
       continue;
@@ -121,8 +127,28 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
 
 // ReadFileOrStdin is in byte_source.cc (shared by every input reader).
 
+// The whole input, streamed so that a line past kMaxLineBytes (/dev/zero)
+// stops the read there, not at the 2 GiB input cap.
+std::string ReadLinesCapped(const std::string& path) {
+  io::ByteSource source(path, /*reject_nul=*/false);
+  std::string text;
+  size_t line_start = 0, line_no = 1;
+  for (int c = source.Peek(); c >= 0; c = source.Peek()) {
+    source.Skip();
+    text.push_back(static_cast<char>(c));
+    if (c == '\n') {
+      line_start = text.size();
+      ++line_no;
+    } else if (text.size() - line_start > kMaxLineBytes) {
+      throw InputError(path + ": line " + std::to_string(line_no),
+                       "longer than " + std::to_string(kMaxLineBytes) + " bytes (the line cap)");
+    }
+  }
+  return text;
+}
+
 std::vector<int64_t> ReadLengthsFile(const std::string& path) {
-  const std::string text = ReadFileOrStdin(path);
+  const std::string text = ReadLinesCapped(path);
   try {
     auto lengths = ParseLengths(text);
     if (lengths.empty()) throw InputError(path, "no lengths found");

@@ -26,21 +26,12 @@ int io::WriteAll(int fd, std::string_view data) {
   return 0;
 }
 
+// The one output-file policy (issue 30): AtomicFile writes devices and FIFOs
+// in place and replaces anything else atomically, so an old file survives a
+// failed write instead of being truncated first.
 void WriteTextFile(const std::string& path, std::string_view text) {
   if (path.empty()) throw InputError("output", "empty file name");
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
-  if (fd < 0) throw InputError(path, std::string("cannot write: ") + std::strerror(errno));
-  struct stat st {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  int error = io::WriteAll(fd, text);
-  // close() reports deferred errors (NFS, quota) for regular files.
-  if (::close(fd) != 0 && error == 0 && errno != EINTR) error = errno;
-  if (error != 0) {
-    // Nothing half-written: a partial regular file is removed (its old
-    // content was already truncated away by the open).
-    if (regular) ::unlink(path.c_str());
-    throw InputError(path, std::string("cannot write: ") + std::strerror(error));
-  }
+  WriteFileAtomically(path, text, path);
 }
 
 }  // namespace fcp

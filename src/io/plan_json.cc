@@ -1,17 +1,21 @@
 // ParsePlanJson: a plan as `fcp plan --format json` prints it, read back for
 // `fcp simulate --plan` (plans made elsewhere). Structural checks only; the
 // estimates in the text are ignored and recomputed.
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "fcp/io.h"
+#include "fcp/plan_check.h"
 
 namespace fcp {
 namespace {
 
 using nlohmann::json;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 
 const json& Need(const json& obj, const char* key, const std::string& field) {
   if (!obj.contains(key)) throw InputError(field + "." + key, "missing");
@@ -27,6 +31,18 @@ int64_t IntIn(const json& j, const std::string& field, int64_t lo, int64_t hi) {
   return v;
 }
 
+// A JSON array of int-range integers (ranges are CheckPlanShape's).
+std::vector<int> IntList(const json& j, const std::string& field) {
+  if (!j.is_array()) throw InputError(field, "must be an array");
+  std::vector<int> out;
+  out.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    out.push_back(static_cast<int>(
+        IntIn(j[i], field + "[" + std::to_string(i) + "]", -kMaxInt - 1, kMaxInt)));
+  }
+  return out;
+}
+
 }  // namespace
 
 Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string& field) {
@@ -38,14 +54,23 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
     bool known = false;
     for (const char* k : kKeys) known |= it.key() == k;
     if (!known) throw InputError(field + "." + it.key(), "unknown key");
+    // Recomputed, but typed as `fcp plan` prints them.
+    const std::string& key = it.key();
+    if ((key == "est_ms" || key == "lower_bound_ms" || key == "gap") && !it.value().is_number())
+      throw InputError(field + "." + key, "must be a number");
+    if (key == "notes" && !it.value().is_object())
+      throw InputError(field + ".notes", "must be an object");
+    if (key == "message" && !it.value().is_string())
+      throw InputError(field + ".message", "must be a string");
+    if (key == "infeasible_sequence" && !it.value().is_number_integer())
+      throw InputError(field + ".infeasible_sequence", "must be an integer");
   }
   Plan plan;
   const json& status = Need(j, "status", field);
   if (!status.is_string() || status.get<std::string>() != "ok") {
     throw InputError(field + ".status", "must be \"ok\" (an infeasible plan cannot run)");
   }
-  const int n = request.cluster.num_ranks;
-  plan.num_ranks = static_cast<int>(IntIn(Need(j, "ranks", field), field + ".ranks", n, n));
+  plan.num_ranks = static_cast<int>(IntIn(Need(j, "ranks", field), field + ".ranks", 0, kMaxInt));
   if (j.contains("strategy")) {
     if (!j["strategy"].is_string()) throw InputError(field + ".strategy", "must be a string");
     plan.strategy = j["strategy"].get<std::string>();
@@ -58,47 +83,27 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
     plan.solver_ms = s.get<double>();
   }
   const json& mbs = Need(j, "micro_batches", field);
-  if (!mbs.is_array() || mbs.empty()) {
-    throw InputError(field + ".micro_batches", "must be a non-empty array");
-  }
-  const int64_t k = static_cast<int64_t>(request.sequences.size());
-  std::vector<int> seen(k, -1);  // micro-batch of each sequence
+  if (!mbs.is_array()) throw InputError(field + ".micro_batches", "must be an array");
+  // Types here; ranges, duplicates and coverage in CheckPlanShape, the check
+  // every entry point that takes a plan shares.
   for (size_t m = 0; m < mbs.size(); ++m) {
     const std::string mf = field + ".micro_batches[" + std::to_string(m) + "]";
     if (!mbs[m].is_object()) throw InputError(mf, "must be an object");
+    for (auto it = mbs[m].begin(); it != mbs[m].end(); ++it) {
+      if (it.key() != "groups" && it.key() != "est_ms")
+        throw InputError(mf + "." + it.key(), "unknown key");
+      if (it.key() == "est_ms" && !it.value().is_number())
+        throw InputError(mf + ".est_ms", "must be a number");
+    }
     const json& groups = Need(mbs[m], "groups", mf);
-    if (!groups.is_array() || groups.empty()) throw InputError(mf + ".groups", "must be a non-empty array");
-    std::vector<char> used(n, 0);
+    if (!groups.is_array()) throw InputError(mf + ".groups", "must be an array");
     MicroBatchPlan mb;
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::string gf = mf + ".groups[" + std::to_string(g) + "]";
       if (!groups[g].is_object()) throw InputError(gf, "must be an object");
       GroupPlan gp;
-      const json& ranks = Need(groups[g], "ranks", gf);
-      if (!ranks.is_array() || ranks.empty()) throw InputError(gf + ".ranks", "must be a non-empty array");
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        const int rank = static_cast<int>(
-            IntIn(ranks[r], gf + ".ranks[" + std::to_string(r) + "]", 0, n - 1));
-        if (used[rank]++) {
-          throw InputError(gf + ".ranks", "rank " + std::to_string(rank) +
-                                              " is used twice in this micro-batch");
-        }
-        gp.ranks.push_back(rank);
-      }
-      const json& seqs = Need(groups[g], "sequences", gf);
-      if (!seqs.is_array() || seqs.empty()) {
-        throw InputError(gf + ".sequences", "must be a non-empty array");
-      }
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        const int idx = static_cast<int>(
-            IntIn(seqs[s], gf + ".sequences[" + std::to_string(s) + "]", 0, k - 1));
-        if (seen[idx] >= 0) {
-          throw InputError(gf + ".sequences", "sequence " + std::to_string(idx) +
-                                                  " is scheduled twice");
-        }
-        seen[idx] = static_cast<int>(m);
-        gp.sequences.push_back(idx);
-      }
+      gp.ranks = IntList(Need(groups[g], "ranks", gf), gf + ".ranks");
+      gp.sequences = IntList(Need(groups[g], "sequences", gf), gf + ".sequences");
       if (groups[g].contains("comm")) {
         const json& c = groups[g]["comm"];
         if (!c.is_string() || (c.get<std::string>() != "all-to-all" && c.get<std::string>() != "ring")) {
@@ -112,17 +117,17 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
             key != "mem_bytes") {
           throw InputError(gf + "." + key, "unknown key");
         }
+        // Estimates are recomputed, but what is written must still be what
+        // `fcp plan` prints: numbers, not strings.
+        if ((key == "est_ms" || key == "mem_bytes") && !it.value().is_number()) {
+          throw InputError(gf + "." + key, "must be a number");
+        }
       }
       mb.groups.push_back(std::move(gp));
     }
     plan.micro_batches.push_back(std::move(mb));
   }
-  for (int64_t s = 0; s < k; ++s) {
-    if (seen[s] < 0) {
-      throw InputError(field + ".micro_batches",
-                       "sequence " + std::to_string(s) + " of the batch is not scheduled");
-    }
-  }
+  CheckPlanShape(request, plan, field);
   EvaluatePlan(request, plan);  // estimates from the cost model, as MakePlan does
   return plan;
 }

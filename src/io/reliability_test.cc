@@ -252,7 +252,8 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   std::ifstream in(path);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "{\"a\": 1}\n");
 
-  EXPECT_NE(ErrorOf([] { WriteTextFile("/dev/full", "x"); }).find("/dev/full: cannot write: No space"),
+  EXPECT_NE(ErrorOf([] { WriteTextFile("/dev/full", "x"); })
+                .find("/dev/full: cannot write '/dev/full': No space"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] { WriteTextFile(dir / "no/such/dir/x", "x"); }).find("cannot write"),
             std::string::npos);
@@ -279,6 +280,30 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_FALSE(fs::exists(partial));
+
+  // An existing file survives a failed write (the policy of AtomicFile).
+  {
+    std::ofstream(partial) << "old";
+  }
+  const pid_t again = ::fork();
+  ASSERT_GE(again, 0);
+  if (again == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{100, 100};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      WriteTextFile(partial, std::string(1000, 'x'));
+    } catch (const InputError&) {
+      ::_exit(0);
+    }
+    ::_exit(3);
+  }
+  ASSERT_EQ(::waitpid(again, &status, 0), again);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream old_file(partial);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(old_file), {}), "old");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}), 2)
+      << "a temporary file was left behind";
 }
 
 }  // namespace

@@ -238,20 +238,24 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   const Cluster& cluster = request.cluster;
   DualContext ctx{request, members, {}, {}, {}, {}, {}};
   const auto& seqs = request.sequences;
-  std::vector<double> work_of(seqs.size());
+  // (work, member), sorted together: a work vector over all K sequences per
+  // call (once per micro-batch) made planning O(K · micro-batches) (issue 30).
+  std::vector<std::pair<double, int>> by_work;
+  by_work.reserve(members.size());
   double total_work = 0;
   for (int i : members) {
-    work_of[i] = SequenceWorkS(cm, seqs[i]);
-    total_work += work_of[i];
+    by_work.emplace_back(SequenceWorkS(cm, seqs[i]), i);
+    total_work += by_work.back().first;
   }
-  std::stable_sort(ctx.order.begin(), ctx.order.end(),
-                   [&](int a, int b) { return work_of[a] > work_of[b]; });
+  std::stable_sort(by_work.begin(), by_work.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t pos = 0; pos < by_work.size(); ++pos) ctx.order[pos] = by_work[pos].second;
   double lower = total_work / cluster.num_ranks + cm.beta1;
-  for (int i : ctx.order) {
-    const GroupLoad load = GroupLoad::Of(seqs[i]);
+  for (size_t pos = 0; pos < by_work.size(); ++pos) {
+    const GroupLoad load = GroupLoad::Of(seqs[by_work[pos].second]);
     ctx.d_min.push_back(MinDegree(cm, load));
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
-    ctx.work.push_back(work_of[i]);
+    ctx.work.push_back(by_work[pos].first);
   }
   ctx.time_at.resize(ctx.order.size());
   ctx.min_up_to.resize(ctx.order.size());

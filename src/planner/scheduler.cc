@@ -324,6 +324,13 @@ void CheckCommunicatorCache(const CommunicatorCache& cache, int num_ranks) {
     throw InputError("communicators.create_s", "must be a finite number in [0, 1e6] seconds");
   }
   for (size_t i = 0; i < cache.existing.size(); ++i) {
+    const std::string set_field = "communicators.existing[" + std::to_string(i) + "]";
+    if (cache.existing[i].empty()) throw InputError(set_field, "must hold at least one rank");
+    std::vector<int> sorted = cache.existing[i];
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
+      throw InputError(set_field, "rank " + std::to_string(*dup) + " is listed twice");
+    }
     for (size_t j = 0; j < cache.existing[i].size(); ++j) {
       const int r = cache.existing[i][j];
       if (r < 0 || r >= num_ranks) {

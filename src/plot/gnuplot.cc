@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,18 +80,31 @@ bool SafeName(const std::string& name) {
   return true;
 }
 
+// Images larger than this are refused (gnuplot's output is held in memory).
+constexpr size_t kMaxImageBytes = size_t{1} << 30;
+
 // Runs gnuplot with `args` (argv[0] added), in `cwd` (or here when empty),
-// stdout to `out_fd` and stderr to `err_fd` (-1: /dev/null). Returns the
-// wait status, or -1 when fork failed.
+// stdout to `out_fd` and stderr to `err_fd` (-1: /dev/null), or, with
+// `captured`, stdout through a pipe into *captured (gnuplot ignores its own
+// write errors, so fcp writes the image itself and sees every failure).
+// Returns the wait status, or -1 when fork (or pipe) failed.
 int RunGnuplotProcess(const std::vector<std::string>& args, const std::string& cwd, int out_fd,
-                      int err_fd) {
+                      int err_fd, std::string* captured = nullptr) {
+  int pipe_fds[2] = {-1, -1};
+  if (captured) {
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+    out_fd = pipe_fds[1];
+  }
   std::vector<std::string> storage = {"gnuplot"};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : storage) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0) return -1;
+  if (pid < 0) {
+    if (captured) ::close(pipe_fds[0]), ::close(pipe_fds[1]);
+    return -1;
+  }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec.
     const int null_fd = ::open("/dev/null", O_RDWR);
@@ -101,6 +115,21 @@ int RunGnuplotProcess(const std::vector<std::string>& args, const std::string& c
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
     ::execvp(argv[0], argv.data());
     ::_exit(127);
+  }
+  if (captured) {
+    ::close(pipe_fds[1]);
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      if (captured->size() + static_cast<size_t>(n) > kMaxImageBytes) {
+        ::kill(pid, SIGKILL);  // reaped below; the caller sees the signal
+        break;
+      }
+      captured->append(buf, static_cast<size_t>(n));
+    }
+    ::close(pipe_fds[0]);
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
@@ -189,7 +218,8 @@ void RunGnuplot(const GnuplotJob& job, const std::string& out_path) {
   for (const auto& [name, contents] : job.data_files) dir.Write(name, contents);
   dir.Write("plot.gp", "set terminal " + job.terminal + "\n" + job.script + "\n");
   const int err_fd = dir.Create("gnuplot.err");
-  const int status = RunGnuplotProcess({"plot.gp"}, dir.path(), out.fd(), err_fd);
+  std::string image;
+  const int status = RunGnuplotProcess({"plot.gp"}, dir.path(), -1, err_fd, &image);
   ::close(err_fd);
   if (status < 0)
     throw PlotError("plot: cannot start gnuplot: " + std::string(std::strerror(errno)));
@@ -200,9 +230,10 @@ void RunGnuplot(const GnuplotJob& job, const std::string& out_path) {
                                        : std::string(" (killed by a signal)")) +
                     (why.empty() ? "" : ": " + why));
   }
-  struct stat st;
-  if (::fstat(out.fd(), &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0))
-    throw PlotError("plot: gnuplot wrote no image");
+  if (image.empty()) throw PlotError("plot: gnuplot wrote no image");
+  // InputError (exit 2) on a short write, a full disk or a file-size limit;
+  // the temporary file is removed and `out_path` left as it was.
+  out.Write(image);
   out.Commit();
 }
 

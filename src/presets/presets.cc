@@ -57,6 +57,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "fcp/plan_check.h"
+#include "fcp/types.h"
 
 namespace fcp {
 namespace {
@@ -252,6 +257,19 @@ CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster
                   kFrameworkReserveBytes;
   cm.mem_capacity = cluster.mem_bytes;
   return cm;
+}
+
+void CheckModelFitsOneRank(const CostModel& derived, const ModelPreset& model,
+                           const ClusterPreset& cluster) {
+  if (derived.mem_capacity > derived.mem_static) return;
+  constexpr double kGiB = double{1 << 30};
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s's states need %.1f GiB per rank on %d ranks of %s (%.1f GiB each): they do "
+                "not fit one rank (more ranks, a smaller model or a cost_model)",
+                model.shape.name.c_str(), derived.mem_static / kGiB, cluster.num_ranks,
+                cluster.name.c_str(), derived.mem_capacity / kGiB);
+  throw InputError("model", buf);
 }
 
 }  // namespace fcp

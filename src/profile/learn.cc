@@ -4,12 +4,14 @@
 #include <string>
 
 #include "fcp/cost_model.h"
+#include "fcp/plan_check.h"
 #include "fcp/profiler.h"
 
 namespace fcp {
 
 std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Plan& plan,
                                             std::span<const double> group_times_s) {
+  CheckPlanShape(request, plan);  // the shared check, naming the field
   if (const std::string why = ValidatePlan(request, plan); !why.empty())
     throw InputError("plan", why);
   size_t groups = 0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fcp/datasets.h"
+#include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
@@ -210,6 +211,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   setup.hw.recompute = cfg.recompute;
   setup.base.cluster = Cluster{cp.num_ranks, cp.ranks_per_node};
   setup.base.cost = cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
+  if (!cfg.cost_model) CheckModelFitsOneRank(setup.base.cost, *model, cp);
   if (cfg.calibrate_memory) setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
   setup.base.model = model->shape;
   if (cfg.overlap_grad_reduce && cfg.planner_grad_sync) {

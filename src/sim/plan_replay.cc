@@ -12,6 +12,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "io/strict_json.h"
 #include "sim/step_totals.h"
 
 namespace fcp::sim {
@@ -25,62 +26,65 @@ std::string WhatOf(const InputError& e) {
   return all.size() > e.field().size() + 2 ? all.substr(e.field().size() + 2) : all;
 }
 
+// Values one JSON document of a plan file may hold: a batch of 10^7
+// sequences with its plan fits; memory stays bounded by it (issue 30: 60 MB of
+// `[` peaked at 4.3 GB before the strict parser's depth cap applied here).
+constexpr size_t kMaxPlanFileValues = size_t{1} << 25;
+
 json ParseOne(std::string_view text, const std::string& field) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    throw InputError(field, std::string("invalid JSON: ") + e.what());
+  return ParseJsonStrict(text, field, kMaxPlanFileValues);
+}
+
+// Item `i` of the file ({"batch", "plan"}) checked and converted.
+PlannedBatch ParseItem(const json& item, size_t i, const PlannedBatch* first) {
+  const std::string field = "[" + std::to_string(i) + "]";
+  if (!item.is_object()) throw InputError(field, "must be an object {\"batch\", \"plan\"}");
+  for (auto it = item.begin(); it != item.end(); ++it) {
+    if (it.key() != "batch" && it.key() != "plan") {
+      throw InputError(field + "." + it.key(), "unknown key (expected batch, plan)");
+    }
   }
+  if (!item.contains("batch")) throw InputError(field + ".batch", "missing");
+  if (!item.contains("plan")) throw InputError(field + ".plan", "missing");
+  PlannedBatch pb;
+  try {
+    pb.batch = ParseBatchJson(item["batch"].dump());
+  } catch (const InputError& e) {
+    throw InputError(field + ".batch." + e.field(), WhatOf(e));
+  }
+  pb.plan = ParsePlanJson(item["plan"], pb.batch.request, field + ".plan");
+  if (first && (pb.batch.request.cluster.num_ranks != first->batch.request.cluster.num_ranks ||
+                pb.batch.request.cluster.ranks_per_node !=
+                    first->batch.request.cluster.ranks_per_node)) {
+    throw InputError(field + ".batch.cluster", "must be the same cluster as [0].batch.cluster");
+  }
+  return pb;
 }
 
 }  // namespace
 
 std::vector<PlannedBatch> ParsePlannedBatches(std::string_view text) {
-  std::vector<json> items;
+  std::vector<PlannedBatch> out;
+  auto add = [&out](const json& item) {
+    out.push_back(ParseItem(item, out.size(), out.empty() ? nullptr : &out[0]));
+  };
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) throw InputError("plan", "empty input");
   if (text[first] == '[') {
     json all = ParseOne(text, "plan");
-    for (auto& j : all) items.push_back(std::move(j));
-  } else {  // JSON lines
-    size_t line = 0;
-    for (size_t at = 0; at < text.size(); ++line) {
+    for (const json& j : all) add(j);
+  } else {  // JSON lines, each converted before the next is parsed
+    for (size_t at = 0; at < text.size();) {
       size_t end = text.find('\n', at);
       if (end == std::string_view::npos) end = text.size();
       const std::string_view row = text.substr(at, end - at);
       if (row.find_first_not_of(" \t\r") != std::string_view::npos) {
-        items.push_back(ParseOne(row, "[" + std::to_string(items.size()) + "]"));
+        add(ParseOne(row, "[" + std::to_string(out.size()) + "]"));
       }
       at = end + 1;
     }
   }
-  if (items.empty()) throw InputError("plan", "no batches");
-  std::vector<PlannedBatch> out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const std::string field = "[" + std::to_string(i) + "]";
-    const json& item = items[i];
-    if (!item.is_object()) throw InputError(field, "must be an object {\"batch\", \"plan\"}");
-    for (auto it = item.begin(); it != item.end(); ++it) {
-      if (it.key() != "batch" && it.key() != "plan") {
-        throw InputError(field + "." + it.key(), "unknown key (expected batch, plan)");
-      }
-    }
-    if (!item.contains("batch")) throw InputError(field + ".batch", "missing");
-    if (!item.contains("plan")) throw InputError(field + ".plan", "missing");
-    PlannedBatch pb;
-    try {
-      pb.batch = ParseBatchJson(item["batch"].dump());
-    } catch (const InputError& e) {
-      throw InputError(field + ".batch." + e.field(), WhatOf(e));
-    }
-    pb.plan = ParsePlanJson(item["plan"], pb.batch.request, field + ".plan");
-    if (i > 0 && (pb.batch.request.cluster.num_ranks != out[0].batch.request.cluster.num_ranks ||
-                  pb.batch.request.cluster.ranks_per_node !=
-                      out[0].batch.request.cluster.ranks_per_node)) {
-      throw InputError(field + ".batch.cluster", "must be the same cluster as [0].batch.cluster");
-    }
-    out.push_back(std::move(pb));
-  }
+  if (out.empty()) throw InputError("plan", "no batches");
   return out;
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Limits and hostile inputs of the `fcp` CLI (issues 8 and 18).
+"""Limits and hostile inputs of the `fcp` CLI (issues 8, 18 and 30).
 
 Every case must either be planned correctly (exit 0, a plan that passes an
 independent structural check; or exit 3, "infeasible", with one `error:` line)
@@ -621,11 +621,135 @@ def deadline_cases():
 
 
 
+def _fsize_limit(limit_bytes):
+    def apply():
+        if USE_LIMIT:
+            _limit()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return apply
+
+
+def _write_fails_cleanly(name, args, out_path, stdin=b""):
+    """Under a 2,000-byte file-size limit: exit 2, one error line naming the
+    output, `out_path` as it was before (absent or "old") and no temporary
+    file beside it (issue 30: --plot exited 0 with a cut image, --save-plans
+    left a partial file)."""
+    with open(out_path, "w") as f:
+        f.write("old")
+    folder = os.path.dirname(out_path)
+    before = sorted(os.listdir(folder))
+    p = subprocess.run([FCP] + args, input=stdin, capture_output=True, timeout=TIMEOUT_S,
+                       preexec_fn=_fsize_limit(2000))
+    problem = one_error_line(p.returncode, b"", re.sub(rb"(?m)^info: [^\n]*\n", b"", p.stderr),
+                             2, "cannot write")
+    if problem is None and open(out_path).read() != "old":
+        problem = "the old file was changed"
+    if problem is None and sorted(os.listdir(folder)) != before:
+        problem = f"left files behind: {sorted(set(os.listdir(folder)) - set(before))}"
+    check(name, problem is None, problem or "")
+
+
+def issue30_cases():
+    """Issue 30: plans from outside, output files, flags, readers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = os.path.join(tmp, "saved.jsonl")
+        code, _, err, _ = run(["simulate", "--strategies", "fcp", "--steps", "2", "--warmup", "0",
+                               "--gbs", "8", "--ranks", "16", "--save-plans", saved, "-q"])
+        check("simulate --save-plans writes the plans", code == 0, repr(err))
+        lines = open(saved).read().splitlines() if code == 0 else []
+
+        def replay(items, name, contains, extra=()):
+            text = "\n".join(json.dumps(i) if not isinstance(i, str) else i for i in items)
+            expect_error(name, ["simulate", "--plan", "-", "-q", *extra], stdin=text,
+                         contains=contains)
+
+        if lines:
+            for key, value, where in (("est_ms", "5", "groups[0].est_ms"),
+                                      ("mem_bytes", [1], "groups[0].mem_bytes")):
+                bad = json.loads(lines[0])
+                bad["plan"]["micro_batches"][0]["groups"][0][key] = value
+                replay([bad], f"--plan group {key} {value!r}", where)
+            bad = json.loads(lines[0])
+            bad["plan"]["est_ms"] = "5"
+            replay([bad], "--plan est_ms \"5\"", "[0].plan.est_ms")
+            replay([lines[0].replace('"plan":{', '"plan":{"status":"ok",', 1)],
+                   "--plan duplicate key", "duplicate key")
+            bad = json.loads(lines[0])
+            bad["plan"]["micro_batches"][0]["groups"][0]["sequences"] = [10**6]
+            replay([bad], "--plan sequence index 10^6", "groups[0].sequences[0]")
+            bad = json.loads(lines[0])
+            bad["plan"]["ranks"] = 64
+            replay([bad], "--plan of another cluster", "[0].plan.ranks")
+            for flag, value in (("--ranks", "16"), ("--steps", "3"), ("--gbs", "8")):
+                expect_error(f"simulate --plan with {flag} (not used)",
+                             ["simulate", "--plan", saved, flag, value, "-q"], contains=flag)
+        deep = os.path.join(tmp, "deep.json")
+        with open(deep, "w") as f:
+            f.write("[" * (60 << 20))
+        t0 = time.monotonic()
+
+        def one_gib():
+            resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        p = subprocess.run([FCP, "simulate", "--plan", deep, "-q"], capture_output=True,
+                           timeout=TIMEOUT_S, preexec_fn=one_gib if USE_LIMIT else None)
+        problem = one_error_line(p.returncode, p.stdout, p.stderr, 2, "nested deeper than 16")
+        check("simulate --plan: 60 MB of [ under a 1 GiB limit", problem is None, problem or "")
+        print(f"info: 60 MB of [ rejected in {time.monotonic() - t0:.1f} s")
+        # Output files under a file-size limit.
+        _write_fails_cleanly("simulate --save-plans under a 2,000-byte file-size limit",
+                             ["simulate", "--strategies", "fcp", "--steps", "3", "--warmup", "0",
+                              "--gbs", "64", "--ranks", "16", "--save-plans",
+                              os.path.join(tmp, "sp.jsonl"), "-q"],
+                             os.path.join(tmp, "sp.jsonl"))
+        _write_fails_cleanly("plan --plot under a 2,000-byte file-size limit",
+                             ["plan", "-i", os.path.join(HERE, "..", "..", "examples", "batch.json"),
+                              "--plot", os.path.join(tmp, "o.svg")],
+                             os.path.join(tmp, "o.svg"))
+    small = batch([4096, 900, 17], 8, 8)
+    for comm, what in (([[1, 1]], "listed twice"), ([[]], "at least one rank")):
+        text = json.dumps(dict(json.loads(batch([5], 8, 8)),
+                               communicators={"create_s": 1, "existing": comm}))
+        expect_error(f"communicators.existing {comm}", ["plan"], stdin=text,
+                     contains="communicators.existing[0]")
+    for args in (["simulate", "--trace", "", "-q"], ["simulate", "--plot", "", "-q"],
+                 ["simulate", "--lengths", "", "-q"], ["simulate", "--dataset", "", "-q"],
+                 ["plan", "--plot", ""]):
+        expect_error(f"{' '.join(args[:2])} '' (empty flag)", args, stdin=small,
+                     contains="must not be empty")
+    expect_error("simulate --planner-noise -2", ["simulate", "--planner-noise", "-2", "-q"],
+                 contains="--planner-noise")
+    expect_error("eval noise --batch 10000001 (ran past 300 s)",
+                 ["eval", "noise", "--batch", "10000001"], contains="--batch")
+    text = json.dumps({"cluster": {"ranks": 2, "ranks_per_node": 2}, "model": "llama3-70b",
+                       "sequences": [100]})
+    expect_error("a model whose states do not fit one rank names the model, not cost_model",
+                 ["plan"], stdin=text, contains="model: llama3-70b's states need")
+    expect_error("simulate: a model that does not fit names the model",
+                 ["simulate", "--model", "llama3-70b", "--ranks", "2", "-q"],
+                 contains="model: ")
+    # One grammar for lengths: what C++ rejects (Python too: tests/python/test_reliability.py).
+    with tempfile.TemporaryDirectory() as tmp:
+        for text in ("+5", "1_000", "\u0663", "5 5"):
+            f = os.path.join(tmp, "l.txt")
+            with open(f, "w", encoding="utf-8") as fh:
+                fh.write(f"3\n{text}\n")
+            expect_error(f"lengths {text!r}", ["lengths", f, "--out", os.path.join(tmp, "o")],
+                         contains="line 2")
+        f = os.path.join(tmp, "deep.jsonl")
+        with open(f, "w") as fh:
+            fh.write('{"tokens": ' + "[" * 100000 + "]" * 100000 + "}\n")
+        expect_error("lengths: deeply nested JSON lines record (stack overflow before)",
+                     ["lengths", f, "--out", os.path.join(tmp, "o")], contains="nested deeper")
+        expect_error("lengths /dev/zero as a .jsonl (line cap)",
+                     ["lengths", "/dev/zero", "--out", os.path.join(tmp, "o")],
+                     contains="line")
+
+
 def main():
     t0 = time.monotonic()
     groups = (length_cases, cluster_cases, coefficient_cases, structure_cases, scale_cases,
               strategy_cases, output_cases, message_cases, input_path_cases, flag_cases,
-              memory_cases, deadline_cases)
+              memory_cases, deadline_cases, issue30_cases)
     only = os.environ.get("FCP_LIMITS_ONLY")  # e.g. "flag_cases,message_cases"
     for group in groups:
         if only and group.__name__ not in only.split(","):
