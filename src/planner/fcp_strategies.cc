@@ -43,6 +43,7 @@ int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   for (MicroBatchPlan& mb : plan.micro_batches) {
     for (GroupPlan& g : mb.groups) {
       if (g.degree() < 2 || g.comm != CommKind::kRing) continue;
+      if (!AllToAllDegreeRuns(*request.model, g.degree())) continue;
       GroupLoad load;
       for (int i : g.sequences) load.Add(request.sequences[i]);
       const double ring = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);

@@ -13,8 +13,7 @@
 namespace fcp::planner {
 
 double SequenceWorkS(const CostModel& cm, const Sequence& s) {
-  const double len = static_cast<double>(s.length_tokens);
-  return cm.alpha1 * (1.0 + s.eta) * len * len + cm.alpha2 * len;
+  return WorkS(cm, GroupLoad::Of(s));
 }
 
 std::vector<std::vector<int>> LptPack(const std::vector<int>& order,

@@ -235,7 +235,7 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     g.sequences = groups[p];
     g.ranks.resize(degrees[p]);
     for (int i = 0; i < degrees[p]; ++i) g.ranks[i] = first[p] + i;
-    if (shape && degrees[p] > 1) {
+    if (shape && degrees[p] > 1 && AllToAllDegreeRuns(*shape, degrees[p])) {
       const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
       const GroupLoad& load = alloc_groups[p].load;
       const double ring =

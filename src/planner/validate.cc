@@ -24,6 +24,12 @@ std::string ValidatePlan(const PlanRequest& request, const Plan& plan) {
       const GroupPlan& g = mb.groups[gi];
       const std::string gwhere = where + ".groups[" + std::to_string(gi) + "]";
       if (g.ranks.empty()) return gwhere + ": degree must be >= 1";
+      if (g.comm == CommKind::kAllToAll && request.model &&
+          !AllToAllDegreeRuns(*request.model, g.degree())) {
+        return gwhere + ".ranks: an all-to-all group of degree " +
+               std::to_string(g.degree()) + " does not divide q_heads = " +
+               std::to_string(request.model->q_heads) + " (no runtime pads heads)";
+      }
       if (g.sequences.empty()) return gwhere + ": no sequences";
       for (int r : g.ranks) {
         if (r < 0 || r >= n) return gwhere + ": rank " + std::to_string(r) + " outside [0, N)";
