@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fcp/cost_coefficients.h"
@@ -219,7 +220,12 @@ PYBIND11_MODULE(_fcp, m) {
   m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"), py::arg("cluster"));
   m.def("parse_batch_json", &fcp::ParseBatchJson, py::arg("text"),
         "Parses `fcp plan`'s input JSON; ValueError naming the field.");
-  m.def("parse_cost_model_json", &fcp::ParseCostModelJson, py::arg("text"), py::arg("base"));
+  m.def(
+      "parse_cost_model_json",
+      [](std::string_view text, const fcp::CostModel& base) {
+        return fcp::ParseCostModelJson(text, base);
+      },
+      py::arg("text"), py::arg("base"));
   m.def("plan_to_json", &fcp::PlanToJson, py::arg("plan"), py::arg("indent") = 2);
   m.def("validate_request", &fcp::ValidateRequest, py::arg("request"),
         py::call_guard<py::gil_scoped_release>());
