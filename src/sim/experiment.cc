@@ -405,6 +405,7 @@ StrategyResult RunTunedStrategy(const Setup& setup, const ExperimentConfig& cfg,
                          warm.value, tried)));
   return best;
 }
+
 }  // namespace
 
 std::string DegreeMix(const std::map<int, int>& degree_counts) {
