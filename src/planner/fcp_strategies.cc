@@ -272,7 +272,8 @@ class FcpStrategy final : public Strategy {
       if (request.cluster.num_ranks % cp != 0) continue;
       double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
                                 GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
-      if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0) {
+      if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0 &&
+          AllToAllDegreeRuns(*request.model, cp)) {
         bound_s = std::min(bound_s,
                            AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
                                               AllToAllBandwidthBound(request.cost, request.cluster, cp)));

@@ -28,7 +28,7 @@ double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelS
   const double ring = GroupTimeS(
       cm, load, degree,
       RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode : Link::kInterNode);
-  if (!shape || degree < 2) return ring;
+  if (!shape || degree < 2 || !AllToAllDegreeRuns(*shape, degree)) return ring;
   return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
                                            AllToAllBandwidthOnRange(cm, cluster, first, degree)));
 }
@@ -41,7 +41,7 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
   return [ring, cm, cluster, s = *shape](const AllocGroup& g, int degree) {
     const bool may_be_one_node = !g.inter_node && degree <= cluster.ranks_per_node;
     double t = ring(g, degree);
-    if (degree < 2) return t;
+    if (degree < 2 || !AllToAllDegreeRuns(s, degree)) return t;
     // Across nodes at the inter-node link alone: the bandwidth of the worst
     // contiguous placement (a rank alone on its node), so a placed group is
     // never slower than allocated and allowing all-to-all never makes the
