@@ -452,6 +452,8 @@ def test_observe_learns_the_true_coefficients():
     true_cm = truth.cost_model
     start = {k: getattr(true_cm, k) for k in fcp._fcp.timing_coefficients}
     start.update(alpha1=true_cm.alpha1 * 1.25, alpha2=true_cm.alpha2 * 0.8)
+    # Timing coefficients given: unset v2 terms would be 0 (the unset rule).
+    start["ring_tail_steps"] = true_cm.ring_tail_steps
     wrong = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=start)
     assert wrong.calibration is None
     rng = np.random.default_rng(5)
