@@ -30,7 +30,8 @@ int RunEvalStudy(int argc, char** argv) {
   app.add_option("--steps", opt.steps, "measured global batches per case")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--warmup", opt.warmup, "warm-up batches per case (the warm-up pick of static degrees)")
+  app.add_option("--warmup", opt.warmup,
+                 "warm-up batches per case (the warm-up pick of static degrees)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();

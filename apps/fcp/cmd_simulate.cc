@@ -51,7 +51,8 @@ int RunSimulate(int argc, char** argv) {
   app.add_option("--ranks", cfg.ranks, "ranks N (0 = the cluster preset's)");
   app.add_option("--gbs", cfg.global_batch, "sequences per global batch")->capture_default_str();
   app.add_option("--steps", cfg.steps, "measured global batches")->capture_default_str();
-  app.add_option("--warmup", cfg.warmup, "warmup batches (unmeasured: the warm-up pick of settings, warm caches)")
+  app.add_option("--warmup", cfg.warmup,
+                 "warmup batches (unmeasured: the warm-up pick of settings, warm caches)")
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "batch i uses seed + i")->capture_default_str();
   std::string all;

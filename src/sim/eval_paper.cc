@@ -168,7 +168,8 @@ std::string SpeedupFigure(const Writer& w, const std::string& fig, const std::st
   w.File(fig + ".csv", csv);
   w.File(fig + ".dat", dat);
   md += "\nSpeedup = iteration time of the better static baseline (megatron or deepspeed, each "
-        "with its degree tuned as the header says) / the strategy's. All times simulated (s per global batch of 512).\n\n";
+        "with its degree tuned as the header says) / the strategy's. All times simulated (s per "
+        "global batch of 512).\n\n";
   md += w.Plot(fig + ".png",
                "set title " + plot::GnuplotQuote(title + " (simulated)") +
                    " noenhanced\nset datafile missing '?'\n"

@@ -44,8 +44,9 @@ void CheckPlannedBatches(const std::vector<PlannedBatch>& batches, const Cluster
     const Cluster& c = batches[i].batch.request.cluster;
     if (c.num_ranks != cp.num_ranks) {
       throw InputError(field + ".batch.cluster.ranks",
-                       std::to_string(c.num_ranks) + " ranks, but the simulated cluster (--cluster " +
-                           cp.name + ", --ranks) has " + std::to_string(cp.num_ranks));
+                       std::to_string(c.num_ranks) +
+                           " ranks, but the simulated cluster (--cluster " + cp.name +
+                           ", --ranks) has " + std::to_string(cp.num_ranks));
     }
     if (c.ranks_per_node != cp.ranks_per_node) {
       throw InputError(field + ".batch.cluster.ranks_per_node",
