@@ -477,6 +477,11 @@ class Scheduler:
     relative error of one measured group time, how many measured groups are
     kept).
 
+    A ``cost_model`` that sets any timing coefficient leaves every cost-model
+    v2 term it does not set at 0 (docs/design.md §2, the unset rule);
+    ``cost_model_sources`` says where each coefficient came from (input,
+    preset or 0), as the plan note ``cost_model`` does.
+
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
     the same input apart from ``solver_ms``. Raises ValueError naming the field.
