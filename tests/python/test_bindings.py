@@ -561,3 +561,12 @@ def test_unset_v2_terms_are_zero_beside_timing_coefficients(tmp_path):
              "sequences": lengths}
     cli = _cli_plan(batch, tmp_path)
     assert cli["notes"]["cost_model"] == note
+
+
+def test_design_doc_lists_the_coefficients_of_the_table():
+    # docs/design.md §2 shows the coefficients to readers; it must name exactly
+    # the C++ table's, in its order.
+    design = pathlib.Path(__file__).resolve().parents[2] / "docs" / "design.md"
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]+ \| [^|]+ \|$", design.read_text(), re.M)
+    names = [c["name"] for c in fcp._fcp.cost_coefficients]
+    assert rows[:len(names)] == names
