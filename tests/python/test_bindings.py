@@ -567,6 +567,6 @@ def test_design_doc_lists_the_coefficients_of_the_table():
     # docs/design.md §2 shows the coefficients to readers; it must name exactly
     # the C++ table's, in its order.
     design = pathlib.Path(__file__).resolve().parents[2] / "docs" / "design.md"
-    rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]+ \| [^|]+ \|$", design.read_text(), re.M)
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]+ \| [^|]+ \|$", design.read_text(), re.MULTILINE)
     names = [c["name"] for c in fcp._fcp.cost_coefficients]
     assert rows[:len(names)] == names
