@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "fcp/cost_coefficients.h"
 #include "fcp/io.h"
 #include "fcp/plan_check.h"
 #include "fcp/presets.h"
@@ -97,24 +99,24 @@ PYBIND11_MODULE(_fcp, m) {
                ", ranks_per_node=" + std::to_string(c.ranks_per_node) + ")";
       });
 
-  py::class_<fcp::CostModel>(m, "CostModel")
-      .def(py::init<>())
-      .def_readwrite("alpha1", &fcp::CostModel::alpha1)
-      .def_readwrite("alpha2", &fcp::CostModel::alpha2)
-      .def_readwrite("beta1", &fcp::CostModel::beta1)
-      .def_readwrite("alpha3", &fcp::CostModel::alpha3)
-      .def_readwrite("beta2", &fcp::CostModel::beta2)
-      .def_readwrite("bw_intra_node", &fcp::CostModel::bw_intra_node)
-      .def_readwrite("bw_inter_node", &fcp::CostModel::bw_inter_node)
-      .def_readwrite("mem_per_token", &fcp::CostModel::mem_per_token)
-      .def_readwrite("mem_static", &fcp::CostModel::mem_static)
-      .def_readwrite("mem_capacity", &fcp::CostModel::mem_capacity)
-      .def_readwrite("attn_overhead_tokens", &fcp::CostModel::attn_overhead_tokens)
-      .def_readwrite("gamma_intra", &fcp::CostModel::gamma_intra)
-      .def_readwrite("gamma_inter", &fcp::CostModel::gamma_inter)
-      .def_readwrite("gamma_serial", &fcp::CostModel::gamma_serial)
-      .def_readwrite("ring_tail_steps", &fcp::CostModel::ring_tail_steps)
-      .def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
+  py::class_<fcp::CostModel> cost_model(m, "CostModel");
+  cost_model.def(py::init<>()).def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
+  // The fields and their description come from the one table
+  // (fcp/cost_coefficients.h); fcp.CostModel's Python helpers read
+  // cost_coefficients() rather than a list of their own.
+  py::list coefficients;
+  for (const fcp::CostCoefficient& c : fcp::kCostCoefficients) {
+    cost_model.def_readwrite(c.name.data(), c.member);
+    py::dict entry;
+    entry["name"] = std::string(c.name);
+    entry["unit"] = std::string(c.unit);
+    entry["meaning"] = std::string(c.meaning);
+    entry["v2"] = c.v2;
+    entry["fitted"] = c.fitted;
+    entry["positive"] = c.positive;
+    coefficients.append(entry);
+  }
+  m.attr("cost_coefficients") = coefficients;
 
   py::class_<fcp::ModelShape>(m, "ModelShape")
       .def(py::init<>())
@@ -192,7 +194,10 @@ PYBIND11_MODULE(_fcp, m) {
   py::class_<fcp::BatchInput>(m, "BatchInput")
       .def_readwrite("request", &fcp::BatchInput::request)
       .def_readwrite("cluster_name", &fcp::BatchInput::cluster_name)
-      .def_readwrite("model_name", &fcp::BatchInput::model_name);
+      .def_readwrite("model_name", &fcp::BatchInput::model_name)
+      .def_property_readonly("cost_model_sources", [](const fcp::BatchInput& b) {
+        return fcp::CostSourcesNote(b.cost_sources);
+      });
 
   py::class_<fcp::ClusterPreset>(m, "ClusterPreset")
       .def_readonly("name", &fcp::ClusterPreset::name)
@@ -216,7 +221,12 @@ PYBIND11_MODULE(_fcp, m) {
   m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"), py::arg("cluster"));
   m.def("parse_batch_json", &fcp::ParseBatchJson, py::arg("text"),
         "Parses `fcp plan`'s input JSON; ValueError naming the field.");
-  m.def("parse_cost_model_json", &fcp::ParseCostModelJson, py::arg("text"), py::arg("base"));
+  m.def(
+      "parse_cost_model_json",
+      [](std::string_view text, const fcp::CostModel& base) {
+        return fcp::ParseCostModelJson(text, base);
+      },
+      py::arg("text"), py::arg("base"));
   m.def("plan_to_json", &fcp::PlanToJson, py::arg("plan"), py::arg("indent") = 2);
   m.def("validate_request", &fcp::ValidateRequest, py::arg("request"),
         py::call_guard<py::gil_scoped_release>());

@@ -23,6 +23,7 @@ int RunEvalPaper(int argc, char** argv) {
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
   app.add_flag("--no-plots", no_plots, "skip PNG figures");
   AddDealingOption(app, opt.dealing);
+  AddTuneOption(app, opt.tune);
 
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   opt.plots = !no_plots;

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "fcp/io.h"
+#include "fcp/simulator.h"
 #include "fcp/study.h"
 #include "fcp/types.h"
 
@@ -15,6 +16,7 @@ namespace {
 int RunEvalStudy(int argc, char** argv) {
   CLI::App app{
       "Where flexible CP pays (SIMULATED): fcp against the best work-balanced static CP plan "
+      "(degree tuned in hindsight by default) "
       "over global batch 16..2,048 (64 ranks), ranks 8..1,024 (gbs = 8 x ranks), both cluster "
       "presets, every dataset, real lengths and the extreme case. Writes study.md and "
       "study.csv to --out and prints the summary.",
@@ -28,7 +30,8 @@ int RunEvalStudy(int argc, char** argv) {
   app.add_option("--steps", opt.steps, "measured global batches per case")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--warmup", opt.warmup, "warm-up batches per case (tune static degrees)")
+  app.add_option("--warmup", opt.warmup,
+                 "warm-up batches per case (the warm-up pick of static degrees)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
@@ -44,7 +47,10 @@ int RunEvalStudy(int argc, char** argv) {
                "every strategy learns from the steps it ran (fcp simulate --learn): the "
                "warm-up batches and each measured batch recalibrate the coefficients for the "
                "next");
+  sim::Tuning tune = sim::Tuning::kHindsight;
+  AddTuneOption(app, tune);
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  opt.tune_in_hindsight = tune == sim::Tuning::kHindsight;
   opt.profiled_coefficients = coefficients == "profiled";
   opt.progress = [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());

@@ -116,9 +116,13 @@ int RunPlan(int argc, char** argv) {
     plot::CheckOutputPaths(plot_file, trace_file);
     BatchInput batch = ReadBatchJson(input);
     if (!cost_model_file.empty()) {
-      batch.request.cost = ReadCostModelJson(cost_model_file, batch.request.cost);
+      batch.request.cost =
+          ReadCostModelJson(cost_model_file, batch.request.cost, &batch.cost_sources);
     }
-    const Plan plan = MakePlan(batch.request, options);
+    Plan plan = MakePlan(batch.request, options);
+    // Where each coefficient came from: input, fcp profile, preset or 0.
+    if (plan.status == PlanStatus::kOk)
+      plan.notes["cost_model"] = CostSourcesNote(batch.cost_sources);
     if (plan.status == PlanStatus::kInfeasible) {
       std::fprintf(stderr, "error: %s\n", EscapeForMessage(plan.message).c_str());
       return 3;

@@ -34,8 +34,9 @@ std::vector<std::string> SplitComma(const std::string& s) {
 int RunSimulate(int argc, char** argv) {
   CLI::App app{
       "Plan and run global batches on the SIMULATED cluster (docs/design.md §5) with several "
-      "strategies; static baselines (megatron, deepspeed) get their best degree tuned on the "
-      "warmup batches. Times are simulated; solver_ms is measured on this machine.",
+      "strategies; baselines get their main setting (static degree, megatron-dcp's "
+      "max_seqlen_per_dp_cp_rank, bytescale's C) tuned in hindsight (--tune). Times are "
+      "simulated; solver_ms is measured on this machine.",
       "fcp simulate"};
   sim::ExperimentConfig cfg;
   std::string dataset, lengths_file, strategies = "fcp,fcp-paper,megatron,deepspeed";
@@ -50,7 +51,8 @@ int RunSimulate(int argc, char** argv) {
   app.add_option("--ranks", cfg.ranks, "ranks N (0 = the cluster preset's)");
   app.add_option("--gbs", cfg.global_batch, "sequences per global batch")->capture_default_str();
   app.add_option("--steps", cfg.steps, "measured global batches")->capture_default_str();
-  app.add_option("--warmup", cfg.warmup, "warmup batches (tune static degrees, warm caches)")
+  app.add_option("--warmup", cfg.warmup,
+                 "warmup batches (unmeasured: the warm-up pick of settings, warm caches)")
       ->capture_default_str();
   app.add_option("--seed", cfg.seed, "batch i uses seed + i")->capture_default_str();
   std::string all;
@@ -76,7 +78,8 @@ int RunSimulate(int argc, char** argv) {
   app.add_option("--cost-model", cost_model_file,
                  "planner coefficients JSON (e.g. from fcp profile) instead of the preset's");
   AddSettingOptions(app, cfg.cp_degree, cfg.max_seqlen_per_rank, cfg.capacity_tokens,
-                    "on the warmup batches by simulated time, then fixed");
+                    "by simulated time per --tune, then fixed");
+  AddTuneOption(app, cfg.tune);
   app.add_option("--mbs", cfg.micro_batch_sequences,
                  "static strategies: sequences per micro-batch per replica (0 = as many as fit "
                  "in memory)")
@@ -112,7 +115,8 @@ int RunSimulate(int argc, char** argv) {
                  "simulate plans made elsewhere instead of --strategies: FILE (or - for "
                  "stdin) is a JSON array or JSON lines of {\"batch\": <fcp plan input>, "
                  "\"plan\": <fcp plan --format json output>}, simulated in order "
-                 "(--warmup first ones unmeasured); hardware = --model on --cluster");
+                 "(--warmup first ones unmeasured); hardware and topology = --model on --cluster "
+                 "(--ranks: the batches'); a batch whose cluster differs is refused");
   app.add_option("--save-plans", save_plans_file,
                  "write every step's {batch, plan} as JSON lines to FILE (one strategy "
                  "only): the input format of --plan");

@@ -15,6 +15,10 @@
 
 #include "fcp/scheduler.h"
 
+namespace fcp::sim {
+enum class Tuning;  // fcp/simulator.h
+}  // namespace fcp::sim
+
 namespace fcp::cli {
 
 // argv[0] is the subcommand's full name ("plan", "eval gap").
@@ -44,6 +48,10 @@ void AddDealingOption(CLI::App& app, Dealing& dealing);
 // tuned, as `tuned_how` says, e.g. "on the warmup batches").
 void AddSettingOptions(CLI::App& app, int& cp_degree, int64_t& max_seqlen_per_rank,
                        int64_t& capacity_tokens, const std::string& tuned_how);
+
+// --tune hindsight|warmup: how baselines' unforced settings are tuned
+// (sim::ExperimentConfig::tune), bound to `tune`.
+void AddTuneOption(CLI::App& app, sim::Tuning& tune);
 
 // Parses the flags into `app`. Returns -1 to go on, otherwise the exit code:
 // 0 after --help (printed), 2 for a bad flag (one `error:` line). Integer

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "command.h"
+#include "fcp/simulator.h"
 #include "fcp/types.h"
 #include "fcp/version.h"
 
@@ -47,6 +48,20 @@ void AddSettingOptions(CLI::App& app, int& cp_degree, int64_t& max_seqlen_per_ra
                  "bytescale: force the per-rank token capacity C, tokens (0 = tune it " +
                      tuned_how + ")")
       ->capture_default_str();
+}
+
+void AddTuneOption(CLI::App& app, sim::Tuning& tune) {
+  const std::map<std::string, sim::Tuning> names = {{"hindsight", sim::Tuning::kHindsight},
+                                                    {"warmup", sim::Tuning::kWarmup}};
+  app.add_option("--tune", tune,
+                 "baselines' main setting (static CP degree, megatron-dcp's "
+                 "max_seqlen_per_dp_cp_rank, bytescale's C) unless forced: hindsight (every "
+                 "candidate run on the measured batches, the fastest kept: the yardstick) or "
+                 "warmup (the fastest on the warm-up batches, fixed); the warm-up pick is "
+                 "shown beside either way")
+      ->transform(CLI::CheckedTransformer(names).description(""))
+      ->type_name("hindsight|warmup")
+      ->default_str(tune == sim::Tuning::kWarmup ? "warmup" : "hindsight");
 }
 
 int ParseFlags(CLI::App& app, int argc, char** argv) {

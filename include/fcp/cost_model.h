@@ -61,6 +61,25 @@ struct GroupTimeParts {
 inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
                                       Link link);
 
+// The work term: a load's compute on each of `degree` ranks, fixed costs
+// (beta1, gamma_serial) left out (s): alpha1·(Σ(1+eta)s²/d + h·Σ(1+eta)s) +
+// alpha2·Σs/d. Times `degree` it is the load's rank-seconds, smallest at
+// d = 1, so WorkS(cm, load, 1) summed over a batch and divided by N bounds any
+// plan's makespan from below. The planner's one copy of the work term.
+inline double WorkS(const CostModel& cm, const GroupLoad& load, int degree = 1) {
+  const double d = degree;
+  return cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens) +
+         cm.alpha2 * load.sum_tokens / d;
+}
+
+// Whether an all-to-all (Ulysses) group of `degree` ranks runs: its degree
+// divides the query heads, so every rank holds the same number of heads. No
+// runtime implements padded Ulysses, so every planner skips, and the plan
+// validator and `fcp simulate --plan` refuse, the other degrees.
+inline bool AllToAllDegreeRuns(const ModelShape& shape, int degree) {
+  return degree >= 1 && shape.q_heads > 0 && shape.q_heads % degree == 0;
+}
+
 // T(G, d) over `link` (s). degree >= 1.
 inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link);
 

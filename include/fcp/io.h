@@ -15,9 +15,24 @@
 
 namespace fcp {
 
+// Where a cost-model coefficient's value came from (plan note cost_model).
+enum class CoefficientSource {
+  kPreset,      // derived from the model and cluster presets
+  kInput,       // the input's cost_model (or a --cost-model file of coefficients)
+  kProfile,     // the cost_model of an `fcp profile` report (--cost-model)
+  kUnsetZero,   // a v2 term left unset where timing coefficients were set: 0
+};
+// One source per entry of kCostCoefficients (fcp/cost_coefficients.h).
+using CostSources = std::vector<CoefficientSource>;
+
+// "input: alpha1, alpha2; preset: mem_static; 0 (unset v2 term: ...): ..."
+// — the plan note `cost_model`.
+std::string CostSourcesNote(const CostSources& sources);
+
 // A parsed `fcp plan` input (format in the README).
 struct BatchInput {
   PlanRequest request;
+  CostSources cost_sources;  // where each coefficient of request.cost came from
   std::string cluster_name;  // preset name, or "" for an inline cluster
   std::string model_name;    // preset name, or "" when absent
 };
@@ -37,10 +52,16 @@ BatchInput ReadBatchJson(const std::string& path);
 // Overrides fields of `base` with the keys of a cost_model JSON object given as
 // text, or of the "cost_model" member of an `fcp profile` report. Unknown keys
 // are an error naming the key, beside "cost_model" too (there only the report's
-// own keys, with their types, are accepted).
-CostModel ParseCostModelJson(std::string_view text, const CostModel& base);
+// own keys, with their types, are accepted). The unset rule (docs/design.md
+// §2): an object that sets any timing coefficient (a `fitted` entry of
+// kCostCoefficients) leaves every v2 term it does not set at 0, the paper's
+// model; one that sets none keeps `base`'s. `sources` (optional, one entry
+// per coefficient) is updated for every field the object set or zeroed.
+CostModel ParseCostModelJson(std::string_view text, const CostModel& base,
+                             CostSources* sources = nullptr);
 // The same, read from a file or "-" (stdin).
-CostModel ReadCostModelJson(const std::string& path, const CostModel& base);
+CostModel ReadCostModelJson(const std::string& path, const CostModel& base,
+                            CostSources* sources = nullptr);
 
 // Cost model as the JSON object of the input format.
 std::string CostModelToJson(const CostModel& cm, int indent = 2);

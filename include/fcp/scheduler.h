@@ -164,12 +164,13 @@ double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
                       std::vector<std::vector<double>>* group_start_ms = nullptr);
 
 // The step estimate (ms) of micro-batches whose groups' est_ms are filled:
-// ListScheduleMs plus the exposed part of the gradient sync (GradientSync):
-// for each of the two collectives, one bucket plus whatever of the rest its
-// window does not cover. The reduce-scatter's window is the backward share of
-// the last group on the rank that finishes last (the first such rank), the
-// all-gather's the forward share of the shortest first group of any rank that
-// has one. The optimizer step is the same for every plan and is left out.
+// the latest rank's list-schedule finish plus the exposed part of the
+// gradient sync (GradientSync) on that rank: for each of the two collectives,
+// one bucket plus whatever of the rest its window does not cover. A rank's
+// all-gather window is the forward share of its first group, its
+// reduce-scatter window the backward share of its last (an idle rank has
+// neither), so work added to an idle rank lengthens the step by at most that
+// work. The optimizer step is the same for every plan and is left out.
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
               const GradientSync& sync);
 

@@ -258,9 +258,12 @@ OverlapReport OverlapScheduling(std::span<const double> solver_s,
 // the recompute policy's extra passes) spread perfectly over all hw.num_ranks
 // at the simulator's best efficiencies (the curves' ceilings, unmasked
 // attention, no padding, no communication), plus the gradient sync's part that
-// no schedule can hide (with overlap: one bucket of each collective; without:
-// all of it) and the optimizer step. No plan simulates faster. `vision_tokens`
-// as in SimOptions.
+// no schedule can hide and the optimizer step. Without overlap the sync is
+// all exposed; with it, the step is at least 2b + max(W, 2(T - b)) for the
+// spread work W, one collective's time T and its last bucket b: one bucket
+// of each collective, and all of the sync beyond the compute it can hide
+// behind (derivation in docs/simulator.md). No plan simulates faster
+// (noise aside). `vision_tokens` as in SimOptions.
 double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> sequences,
                            bool overlap_grad_reduce = true,
                            std::span<const int64_t> vision_tokens = {});
@@ -277,6 +280,18 @@ GradientSync PlannerGradientSync(const HardwareModel& hw);
 // --- Experiments: many global batches × strategies on the simulator ---
 // (the engine of `fcp simulate` and `fcp eval paper`).
 
+// How a baseline's main setting (static CP degree, megatron-dcp's
+// max_seqlen_per_dp_cp_rank, bytescale's capacity C) is tuned when not forced.
+enum class Tuning {
+  // Every candidate the strategy would try on any batch is run over the whole
+  // experiment; the fastest on the measured batches is kept (a user who
+  // sweeps the setting on their workload: the strongest yardstick).
+  kHindsight,
+  // The fastest on the warm-up batches, fixed for the run (a user who sets it
+  // once before training).
+  kWarmup,
+};
+
 struct ExperimentConfig {
   std::string dataset = "github";  // a DatasetNames() entry; ignored if lengths set
   std::vector<int64_t> lengths;    // real lengths to draw from (--lengths FILE)
@@ -285,8 +300,8 @@ struct ExperimentConfig {
   int ranks = 0;                   // 0 = the cluster preset's rank count
   int64_t global_batch = 512;      // sequences per global batch (>= 1)
   int steps = 10;                  // measured global batches (>= 1)
-  int warmup = 5;                  // extra batches first: not measured, used to
-                                   // tune static baselines' degree (>= 0)
+  int warmup = 5;                  // extra batches first, not measured: the
+                                   // warm-up pick of baselines' settings (>= 0)
   uint64_t seed = 1;               // batch i is drawn with seed + i
   std::vector<std::string> strategies = {"fcp", "fcp-paper", "megatron", "deepspeed"};
   bool vision_frozen = false;      // MLLMs: frozen vision encoder
@@ -294,14 +309,17 @@ struct ExperimentConfig {
   double time_limit_s = 10;        // PlanOptions::time_limit_s (flexsp)
   Dealing dealing = Dealing::kBalanced;  // PlanOptions::dealing (static baselines)
   std::optional<CostModel> cost_model;  // planner coefficients; default derived
-  // Static strategies (megatron, deepspeed): 0 = tune the degree on the warmup
-  // batches; > 0 = this degree, forced (must divide the ranks).
+  // Static strategies (megatron, deepspeed): 0 = tune the degree (`tune`);
+  // > 0 = this degree, forced (must divide the ranks).
   int cp_degree = 0;
   // megatron-dcp's max_seqlen_per_dp_cp_rank and bytescale's capacity C
-  // (tokens): 0 = tune on the warmup batches like cp_degree (every candidate
-  // the strategy itself would try, simulated; the fastest kept); > 0 = forced.
+  // (tokens): 0 = tune like cp_degree (every candidate the strategy itself
+  // would try, simulated; the fastest kept); > 0 = forced.
   int64_t max_seqlen_per_rank = 0;
   int64_t capacity_tokens = 0;
+  // How unforced settings above are tuned (fcp simulate --tune); the warm-up
+  // pick is reported beside the kept value either way.
+  Tuning tune = Tuning::kHindsight;
   // Static strategies: sequences per micro-batch per replica (0 = as many as
   // fit in memory, the strategies' own packing).
   int micro_batch_sequences = 0;
@@ -328,8 +346,9 @@ struct ExperimentConfig {
   // warm-up included, each strategy's coefficients are recalibrated
   // (RecalibrateCostModel, default options) from the ones above with every
   // group the strategy has run so far, timed by the simulator (noise
-  // included), and the next step plans with them. The static degree is still
-  // tuned on the warm-up batches with the coefficients above.
+  // included), and the next step plans with them. The warm-up pick of a
+  // baseline's setting uses the coefficients above; in hindsight, every
+  // candidate's run learns as the kept one does.
   bool learn = false;
   // Progress lines (e.g. to stderr); may be empty.
   std::function<void(const std::string&)> progress;
@@ -365,6 +384,12 @@ struct StrategyResult {
   // and value; empty / 0 otherwise. `degree_candidates` lists its candidates.
   std::string setting_name;
   int64_t setting = 0;
+  // How `setting` was chosen: "hindsight", "warm-up" or "forced"; and the
+  // value the warm-up batches pick with its mean measured step (0 when it
+  // did not run or was not measured).
+  std::string tuning;
+  int64_t warmup_setting = 0;
+  double warmup_iter_s = 0;
   std::string first_micro_batch_mix;  // e.g. "<8>x1, <6>x2, <1>x4"
   std::map<int, int> degree_histogram;  // degree -> groups, all measured steps
   OverlapReport overlap;    // asynchronous scheduling over the measured steps
@@ -382,9 +407,9 @@ struct ExperimentResult {
 };
 
 // Runs the experiment: for each step, draws the global batch, plans it with
-// every strategy (static baselines: every allowed degree tried on the warmup
-// batches, or the first batch when warmup = 0; the best by simulated time is
-// kept), simulates each plan and aggregates over the measured steps. Throws
+// every strategy (a baseline's main setting tuned per ExperimentConfig::tune:
+// in hindsight by default, every candidate run and the fastest on the
+// measured batches kept), simulates each plan and aggregates over the measured steps. Throws
 // InputError naming the field for unknown dataset/model/cluster/strategy or
 // bad counts. Not thread-safe only in that `progress` is called from the
 // calling thread.
@@ -413,9 +438,14 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan);
 // Simulates the batches in order as one run, with RunExperiment's rules: the
 // first config.warmup batches run but are not measured, one communicator
 // cache, gradient sync per batch, noise seed config.seed·1000003 + i. The
-// hardware is config.model on config.cluster sized to the batches' cluster.
-// The result has one entry, named "plan". MLLM vision tokens are estimated
-// from eta (the batch format carries no vision tokens). Throws InputError.
+// hardware, topology included, is config.model on config.cluster with
+// config.ranks ranks (0: the batches'); a batch whose cluster differs in ranks
+// or ranks per node is refused naming "[i].batch.cluster.…", and an
+// all-to-all group whose degree does not divide the model's query heads
+// naming "[i].plan.micro_batches[m].groups[g].comm". config.
+// on_first_measured_step is called as RunExperiment calls it. The result has
+// one entry, named "plan". MLLM vision tokens are estimated from eta (the
+// batch format carries no vision tokens). Throws InputError.
 ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                                       const ExperimentConfig& config);
 
@@ -426,6 +456,7 @@ struct PaperEvalOptions {
   uint64_t seed = 1;
   bool plots = true;    // PNGs via gnuplot (skipped with a note if missing)
   Dealing dealing = Dealing::kBalanced;  // static baselines' dealing (ExperimentConfig)
+  Tuning tune = Tuning::kHindsight;      // baselines' settings (ExperimentConfig::tune)
   std::function<void(const std::string&)> progress;  // may be empty
 };
 // Runs Figures 3, 4, 5, 6, Tables 1, 2, 6 and the extreme case, writing

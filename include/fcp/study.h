@@ -21,7 +21,11 @@ struct StudyOptions {
   uint64_t seed = 1;              // batch i of a case is drawn with seed + i
   std::vector<int64_t> lengths;   // real lengths (e.g. --lengths FILE); empty = no "real" rows
   std::string lengths_label = "real";  // how the real lengths are named in the tables
-  int warmup = 2;                 // batches that tune the static degrees, not measured
+  int warmup = 2;                 // unmeasured batches: the warm-up pick of static degrees
+  // Static degrees: tuned in hindsight (every degree run on the measured
+  // batches, the fastest kept: the yardstick) or on the warm-up batches; the
+  // warm-up pick is reported beside either way (ExperimentConfig::tune).
+  bool tune_in_hindsight = true;
   int steps = 3;                  // measured global batches per case
   // Planner coefficients of every strategy (fcp's plans, the static
   // baselines' dealing by work): true = fitted by `fcp profile --target
@@ -46,6 +50,10 @@ struct StudyRow {
   double fcp_s = 0;          // fcp's simulated time per global batch (0: failed)
   double static_s = 0;       // best balanced static (megatron or deepspeed)
   std::string static_name;   // "megatron c=8" / "deepspeed c=4"
+  // The better static plan with each strategy's degree picked on the warm-up
+  // batches, timed on the measured ones (0: none ran).
+  double static_warmup_s = 0;
+  std::string static_warmup_name;
   double loader_s = 0;       // best static in data-loader order (0: not run)
   double fcp_ring_s = 0;     // fcp-ring (ring groups only; 0: failed)
   double ref_s = 0;          // best reference heuristic (ref-*, each tuned in hindsight)

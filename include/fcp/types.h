@@ -48,15 +48,9 @@ struct CostModel {
   double ring_tail_steps = 0;       // steps of a ring whose attention hides no transfer, in [0, 1]
 };
 
-// `cm` with the v2 terms zeroed: the paper's Eq. 8-9 (what fcp-paper plans with).
-inline CostModel PaperTerms(CostModel cm) {
-  cm.attn_overhead_tokens = 0;
-  cm.gamma_intra = 0;
-  cm.gamma_inter = 0;
-  cm.gamma_serial = 0;
-  cm.ring_tail_steps = 0;
-  return cm;
-}
+// `cm` with the v2 terms (fcp/cost_coefficients.h) zeroed: the paper's Eq. 8-9
+// (what fcp-paper plans with). Defined in src/cost/cost_model.cc.
+CostModel PaperTerms(CostModel cm);
 
 // Transformer shape of the model being trained; optional context for strategies
 // whose rules depend on it (DeepSpeed-Ulysses needs the head count) and for the

@@ -57,10 +57,8 @@ MAX_SEQUENCES = 10_000_000
 _MAX_LENGTH = 1 << 40
 _INT_MAX = 2 ** 31 - 1
 
-_COST_FIELDS = ("alpha1", "alpha2", "beta1", "alpha3", "beta2", "bw_intra_node",
-                "bw_inter_node", "mem_per_token", "mem_static", "mem_capacity",
-                "attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial",
-                "ring_tail_steps")
+# The cost model's fields, from the C++ table (fcp/cost_coefficients.h).
+_COST_FIELDS = tuple(c["name"] for c in _fcp.cost_coefficients) if _fcp is not None else ()
 
 
 def _core():
@@ -467,6 +465,16 @@ def _flat_group_times(plan, group_times_s):
         raise ValueError("group_times_s: times must be numbers (s)") from None
 
 
+def _with_cost_note(plan, sources: str):
+    """`plan` with the note cost_model (where each coefficient came from), as
+    `fcp plan` writes it."""
+    if plan.status == PlanStatus.OK:
+        notes = plan.notes
+        notes["cost_model"] = sources
+        plan.notes = notes
+    return plan
+
+
 class Scheduler:
     """Plans micro-batches of context-parallel groups for batches of sequences.
 
@@ -495,6 +503,11 @@ class Scheduler:
     for :meth:`observe` (how far the starting coefficients may be off, the
     relative error of one measured group time, how many measured groups are
     kept).
+
+    A ``cost_model`` that sets any timing coefficient leaves every cost-model
+    v2 term it does not set at 0 (docs/design.md §2, the unset rule);
+    ``cost_model_sources`` says where each coefficient came from (input,
+    preset or 0), as the plan note ``cost_model`` does.
 
     The configuration is resolved exactly as ``fcp plan`` resolves its input
     JSON (same parser), so ``plan(lengths).to_dict()`` equals the CLI's JSON for
@@ -531,6 +544,8 @@ class Scheduler:
         self._request = batch.request
         self.cluster_name = batch.cluster_name
         self.model_name = batch.model_name
+        # Where each coefficient came from (the plan note cost_model of `fcp plan`).
+        self.cost_model_sources = batch.cost_model_sources
         self._options = _plan_options(strategy, cp_degree, time_limit_s, seed)
         # Whether plans charge new communicators (plan(existing_communicators=...)).
         self.charges_communicators = communicators is not None
@@ -583,7 +598,9 @@ class Scheduler:
                     from None
             if any(not -2 ** 31 <= r < 2 ** 31 for s in sets for r in s):
                 raise ValueError("existing_communicators: ranks out of range")
-        return _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets)
+        return _with_cost_note(
+            _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets),
+            self.cost_model_sources)
 
     def observe(self, lengths, plan, group_times_s, eta=None) -> dict:
         """Learns from a step that ran: the coefficients are recalibrated from
@@ -694,4 +711,4 @@ def plan_json(text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s
         raise ValueError(f"input: must be JSON text, got {type(text).__name__}")
     opts = _plan_options(strategy, cp_degree, time_limit_s, seed)
     batch = core.parse_batch_json(text)
-    return core.make_plan(batch.request, opts)
+    return _with_cost_note(core.make_plan(batch.request, opts), batch.cost_model_sources)

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+
+#include "fcp/cost_coefficients.h"
 
 namespace fcp {
 namespace {
@@ -14,28 +17,18 @@ bool FiniteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
 
 }  // namespace
 
+CostModel PaperTerms(CostModel cm) {
+  for (const CostCoefficient& c : kCostCoefficients)
+    if (c.v2) cm.*(c.member) = 0;
+  return cm;
+}
+
 std::optional<std::string> ValidateCostModel(const CostModel& cm) {
-  struct Field {
-    const char* name;
-    double value;
-    bool positive;
-  };
-  const Field fields[] = {
-      {"alpha1", cm.alpha1, false},          {"alpha2", cm.alpha2, false},
-      {"beta1", cm.beta1, false},            {"alpha3", cm.alpha3, false},
-      {"beta2", cm.beta2, false},            {"bw_intra_node", cm.bw_intra_node, true},
-      {"bw_inter_node", cm.bw_inter_node, true}, {"mem_per_token", cm.mem_per_token, false},
-      {"mem_static", cm.mem_static, false},  {"mem_capacity", cm.mem_capacity, true},
-      {"attn_overhead_tokens", cm.attn_overhead_tokens, false},
-      {"gamma_intra", cm.gamma_intra, false},
-      {"gamma_inter", cm.gamma_inter, false},
-      {"gamma_serial", cm.gamma_serial, false},
-      {"ring_tail_steps", cm.ring_tail_steps, false},
-  };
-  for (const Field& f : fields) {
-    if (!FiniteNonNegative(f.value) || (f.positive && f.value <= 0)) {
-      return std::string("cost_model.") + f.name + ": must be a finite number " +
-             (f.positive ? "> 0" : ">= 0");
+  for (const CostCoefficient& c : kCostCoefficients) {
+    const double value = cm.*(c.member);
+    if (!FiniteNonNegative(value) || (c.positive && value <= 0)) {
+      return "cost_model." + std::string(c.name) + ": must be a finite number " +
+             (c.positive ? "> 0" : ">= 0");
     }
   }
   if (cm.ring_tail_steps > 1) {

@@ -346,8 +346,9 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
 }
 
 std::array<double*, 9> TimingCoefficientFields(CostModel& cm) {
-  return {&cm.alpha1,      &cm.alpha2,      &cm.beta1,       &cm.alpha3,      &cm.beta2,
-          &cm.attn_overhead_tokens, &cm.gamma_intra, &cm.gamma_inter, &cm.gamma_serial};
+  std::array<double*, 9> fields{};
+  for (size_t i = 0; i < fields.size(); ++i) fields[i] = &(cm.*(FittedCoefficients()[i]->member));
+  return fields;
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "fcp/cost_coefficients.h"
 #include "fcp/cost_model.h"
 #include "fcp/types.h"
 
@@ -105,10 +106,14 @@ HeldoutReport EvaluateRelativeError(const CostModel& cm,
                                     std::span<const FitSample> samples);
 
 // The nine timing coefficients of the cost model (names as in the cost_model
-// JSON); memory and bandwidths are not among them.
-inline constexpr const char* kTimingCoefficients[9] = {
-    "alpha1", "alpha2", "beta1", "alpha3", "beta2", "attn_overhead_tokens",
-    "gamma_intra", "gamma_inter", "gamma_serial"};
+// JSON; the `fitted` entries of kCostCoefficients, in its order); memory and
+// bandwidths are not among them.
+static_assert(kNumFittedCoefficients == 9);
+inline constexpr std::array<const char*, 9> kTimingCoefficients = [] {
+  std::array<const char*, 9> names{};
+  for (size_t i = 0; i < names.size(); ++i) names[i] = FittedCoefficients()[i]->name.data();
+  return names;
+}();
 // Pointers to those fields of `cm`, in kTimingCoefficients' order.
 std::array<double*, 9> TimingCoefficientFields(CostModel& cm);
 

@@ -30,7 +30,7 @@ int64_t GlobalBatch::num_targets() const {
 }
 
 std::string CheckExecutablePlan(const Plan& plan, int num_ranks,
-                                int num_sequences) {
+                                int num_sequences, int q_heads) {
   if (plan.status != PlanStatus::kOk) return "status: plan is not ok";
   std::vector<int> seen(num_sequences, 0);
   for (size_t m = 0; m < plan.micro_batches.size(); ++m) {
@@ -42,6 +42,11 @@ std::string CheckExecutablePlan(const Plan& plan, int num_ranks,
       const GroupPlan& gp = mb.groups[g];
       if (gp.ranks.empty()) return field + ".ranks: empty";
       if (gp.sequences.empty()) return field + ".sequences: empty";
+      if (q_heads > 0 && gp.comm == CommKind::kAllToAll &&
+          q_heads % gp.degree() != 0)
+        return field + ".comm: an all-to-all group of degree " +
+               std::to_string(gp.degree()) + " does not divide " +
+               std::to_string(q_heads) + " query heads";
       for (int r : gp.ranks) {
         if (r < 0 || r >= num_ranks)
           return field + ".ranks: rank " + std::to_string(r) + " out of range";

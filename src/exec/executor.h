@@ -33,8 +33,10 @@ struct GlobalBatch {
 // sequences (every sequence in exactly one group, groups of a micro-batch on
 // disjoint ranks in [0, num_ranks), no empty group, status ok); else the
 // first violation, naming the field ("micro_batches[1].groups[0].ranks").
+// `q_heads` > 0: an all-to-all group must also have a degree dividing the
+// query heads (no runtime pads heads; the planners never emit the others).
 std::string CheckExecutablePlan(const Plan& plan, int num_ranks,
-                                int num_sequences);
+                                int num_sequences, int q_heads = 0);
 
 // A random plan that passes CheckExecutablePlan: 1..max_micro_batches
 // micro-batches, random group sizes, random rank order, idle ranks allowed.

@@ -146,6 +146,12 @@ TEST(Executor, CheckExecutablePlanRejectsBadPlans) {
   Plan out = p;
   out.micro_batches[0].groups[0].ranks.push_back(9);
   EXPECT_NE(CheckExecutablePlan(out, 4, 5).find("out of range"), std::string::npos);
+  // An all-to-all group of 3 ranks runs for 6 query heads, not for 4.
+  Plan a2a;
+  a2a.micro_batches.push_back({{GroupPlan{{0, 1, 2}, {0, 1, 2, 3, 4}, CommKind::kAllToAll}}, 0});
+  EXPECT_EQ(CheckExecutablePlan(a2a, 4, 5, 6), "");
+  EXPECT_NE(CheckExecutablePlan(a2a, 4, 5, 4).find(".comm: an all-to-all group of degree 3"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -408,7 +408,8 @@ StepReport Trainer::Step(int step) {
   const std::vector<int> files = BatchFiles(corpus_, step, opt_.gbs, opt_.seed);
   const GlobalBatch batch = LoadBatch(corpus_, files, opt_.max_len);
   const std::string bad =
-      CheckExecutablePlan(plan, world_.size(), static_cast<int>(files.size()));
+      CheckExecutablePlan(plan, world_.size(), static_cast<int>(files.size()),
+                          opt_.model.heads);
   if (!bad.empty())
     throw CollectiveError("step " + std::to_string(step) +
                           ": plan not executable: " + bad);

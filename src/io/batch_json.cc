@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fcp/cost_coefficients.h"
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
 #include "fcp/plan_check.h"
@@ -226,56 +227,32 @@ double GetNumber(const json& j, const std::string& field) {
   return v;
 }
 
-struct CostField {
-  const char* name;
-  double CostModel::*member;
-};
-constexpr CostField kCostFields[] = {
-    {"alpha1", &CostModel::alpha1},
-    {"alpha2", &CostModel::alpha2},
-    {"beta1", &CostModel::beta1},
-    {"alpha3", &CostModel::alpha3},
-    {"beta2", &CostModel::beta2},
-    {"bw_intra_node", &CostModel::bw_intra_node},
-    {"bw_inter_node", &CostModel::bw_inter_node},
-    {"mem_per_token", &CostModel::mem_per_token},
-    {"mem_static", &CostModel::mem_static},
-    {"mem_capacity", &CostModel::mem_capacity},
-    {"attn_overhead_tokens", &CostModel::attn_overhead_tokens},
-    {"gamma_intra", &CostModel::gamma_intra},
-    {"gamma_inter", &CostModel::gamma_inter},
-    {"gamma_serial", &CostModel::gamma_serial},
-    {"ring_tail_steps", &CostModel::ring_tail_steps},
-};
-
-// Applies the keys of `obj` to `cm`; returns how many were given.
-int ApplyCostModel(const json& obj, CostModel& cm) {
+// Applies the keys of `obj` to `cm` (their source: `given_as`); returns how
+// many were given. Timing coefficients describe a model as a whole (hand
+// values, a fit, a fit made before cost model v2): the base's v2 terms would
+// not match them, so an object that sets any leaves each v2 term it does not
+// set at 0 (docs/design.md §2: 0 unless set).
+int ApplyCostModel(const json& obj, CostModel& cm, CoefficientSource given_as,
+                   CostSources* sources) {
   if (!obj.is_object()) throw InputError("cost_model", "must be an object, got " + TypeName(obj));
-  int given = 0;
+  bool given[kNumCostCoefficients] = {};
+  int count = 0;
+  bool sets_timing = false;
   for (auto it = obj.begin(); it != obj.end(); ++it) {
-    bool known = false;
-    for (const CostField& f : kCostFields) {
-      if (it.key() == f.name) {
-        cm.*(f.member) = GetNumber(it.value(), std::string("cost_model.") + f.name);
-        known = true;
-        ++given;
-      }
-    }
-    if (!known) throw InputError("cost_model." + it.key(), "unknown coefficient");
+    const CostCoefficient* c = FindCostCoefficient(it.key());
+    if (!c) throw InputError("cost_model." + it.key(), "unknown coefficient");
+    cm.*(c->member) = GetNumber(it.value(), "cost_model." + it.key());
+    given[c - kCostCoefficients] = true;
+    sets_timing |= c->fitted;
+    ++count;
   }
-  // Timing coefficients given without any v2 term describe the paper's model
-  // (hand values, or a fit made before cost model v2): the preset's v2 terms
-  // would not match them, so they are 0 (docs/design.md §2: 0 unless set).
-  bool paper_timing = false, v2 = false;
-  for (const char* k : {"alpha1", "alpha2", "beta1", "alpha3", "beta2"}) {
-    paper_timing |= obj.contains(k);
+  for (size_t i = 0; i < kNumCostCoefficients; ++i) {
+    const bool zeroed = !given[i] && sets_timing && kCostCoefficients[i].v2;
+    if (zeroed) cm.*(kCostCoefficients[i].member) = 0;
+    if (sources && (given[i] || zeroed))
+      (*sources)[i] = given[i] ? given_as : CoefficientSource::kUnsetZero;
   }
-  for (const char* k :
-       {"attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial", "ring_tail_steps"}) {
-    v2 |= obj.contains(k);
-  }
-  if (paper_timing && !v2) cm = PaperTerms(cm);
-  return given;
+  return count;
 }
 
 Sequence ParseSequence(const json& j, size_t index) {
@@ -416,8 +393,12 @@ BatchInput ParseBatch(io::ByteSource& source) {
                              root["cost_model"].contains("mem_capacity"));
   if (!memory_given) CheckModelFitsOneRank(in.request.cost, *base_model, sized);
   int given = 0;
-  if (root.contains("cost_model")) given = ApplyCostModel(root["cost_model"], in.request.cost);
-  const bool complete = given == static_cast<int>(std::size(kCostFields));
+  in.cost_sources.assign(kNumCostCoefficients, CoefficientSource::kPreset);
+  if (root.contains("cost_model")) {
+    given = ApplyCostModel(root["cost_model"], in.request.cost, CoefficientSource::kInput,
+                           &in.cost_sources);
+  }
+  const bool complete = given == static_cast<int>(kNumCostCoefficients);
   if (model || !complete) in.request.model = base_model->shape;
   if (!model && !complete) in.model_name = base_model->shape.name;
   CheckCostModel(in.request.cost);
@@ -516,9 +497,11 @@ constexpr ReportKey kProfileReportKeys[] = {
     {"wall_s", &json::is_number, "a number"},
 };
 
-CostModel ParseCostModel(io::ByteSource& source, const CostModel& base) {
+CostModel ParseCostModel(io::ByteSource& source, const CostModel& base, CostSources* sources) {
   json root = ParseStrict(source, "cost_model");
+  CoefficientSource given_as = CoefficientSource::kInput;
   if (root.is_object() && root.contains("cost_model")) {
+    given_as = CoefficientSource::kProfile;
     for (auto it = root.begin(); it != root.end(); ++it) {
       if (it.key() == "cost_model") continue;
       const ReportKey* known = nullptr;
@@ -538,8 +521,10 @@ CostModel ParseCostModel(io::ByteSource& source, const CostModel& base) {
     json inner = std::move(root["cost_model"]);
     root = std::move(inner);
   }
+  if (sources && sources->size() != kNumCostCoefficients)
+    sources->assign(kNumCostCoefficients, CoefficientSource::kPreset);
   CostModel cm = base;
-  ApplyCostModel(root, cm);
+  ApplyCostModel(root, cm, given_as, sources);
   CheckCostModel(cm);
   return cm;
 }
@@ -556,19 +541,40 @@ BatchInput ReadBatchJson(const std::string& path) {
   return ParseBatch(source);
 }
 
-CostModel ParseCostModelJson(std::string_view text, const CostModel& base) {
+CostModel ParseCostModelJson(std::string_view text, const CostModel& base,
+                             CostSources* sources) {
   io::ByteSource source(text, "cost_model", /*reject_nul=*/true);
-  return ParseCostModel(source, base);
+  return ParseCostModel(source, base, sources);
 }
 
-CostModel ReadCostModelJson(const std::string& path, const CostModel& base) {
+CostModel ReadCostModelJson(const std::string& path, const CostModel& base,
+                            CostSources* sources) {
   io::ByteSource source(path, /*reject_nul=*/true);
-  return ParseCostModel(source, base);
+  return ParseCostModel(source, base, sources);
+}
+
+std::string CostSourcesNote(const CostSources& sources) {
+  constexpr std::pair<CoefficientSource, const char*> kOrder[] = {
+      {CoefficientSource::kInput, "input"},
+      {CoefficientSource::kProfile, "fcp profile"},
+      {CoefficientSource::kPreset, "preset"},
+      {CoefficientSource::kUnsetZero, "0 (v2 term unset beside timing coefficients)"},
+  };
+  std::string note;
+  for (const auto& [source, label] : kOrder) {
+    std::string names;
+    for (size_t i = 0; i < sources.size() && i < kNumCostCoefficients; ++i) {
+      if (sources[i] == source)
+        names += (names.empty() ? "" : ", ") + std::string(kCostCoefficients[i].name);
+    }
+    if (!names.empty()) note += (note.empty() ? "" : "; ") + std::string(label) + ": " + names;
+  }
+  return note;
 }
 
 std::string CostModelToJson(const CostModel& cm, int indent) {
   ordered_json j;
-  for (const CostField& f : kCostFields) j[f.name] = cm.*(f.member);
+  for (const CostCoefficient& c : kCostCoefficients) j[std::string(c.name)] = cm.*(c.member);
   return j.dump(indent);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fcp/cost_coefficients.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 
@@ -86,6 +87,50 @@ TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
   const BatchInput memory_only = ParseBatchJson(
       R"({"model": "qwen3-8b", "cost_model": {"mem_capacity": 9e10}, "sequences": [10]})");
   EXPECT_EQ(memory_only.request.cost.gamma_inter, preset.request.cost.gamma_inter);
+}
+
+// The unset rule (docs/design.md §2): a cost_model that sets any timing
+// coefficient leaves every v2 term it does not set at 0, whatever else it
+// sets (issue: one v2 key used to keep the preset's other four); the sources
+// say where each coefficient came from.
+TEST(BatchJsonTest, UnsetV2TermsAreZeroBesideTimingCoefficients) {
+  const BatchInput in = ParseBatchJson(
+      R"({"model": "qwen3-8b", "cluster": "h100-8x8",
+          "cost_model": {"alpha1": 1e-9, "attn_overhead_tokens": 256}, "sequences": [10]})");
+  EXPECT_EQ(in.request.cost.attn_overhead_tokens, 256);
+  EXPECT_EQ(in.request.cost.gamma_intra, 0);
+  EXPECT_EQ(in.request.cost.gamma_inter, 0);
+  EXPECT_EQ(in.request.cost.gamma_serial, 0);
+  EXPECT_EQ(in.request.cost.ring_tail_steps, 0);
+  ASSERT_EQ(in.cost_sources.size(), kNumCostCoefficients);
+  for (size_t i = 0; i < kNumCostCoefficients; ++i) {
+    const std::string_view name = kCostCoefficients[i].name;
+    const CoefficientSource want =
+        name == "alpha1" || name == "attn_overhead_tokens" ? CoefficientSource::kInput
+        : kCostCoefficients[i].v2                          ? CoefficientSource::kUnsetZero
+                                                           : CoefficientSource::kPreset;
+    EXPECT_EQ(in.cost_sources[i], want) << name;
+  }
+  EXPECT_EQ(CostSourcesNote(in.cost_sources),
+            "input: alpha1, attn_overhead_tokens; preset: alpha2, beta1, alpha3, beta2, "
+            "bw_intra_node, bw_inter_node, mem_per_token, mem_static, mem_capacity; 0 (v2 term "
+            "unset beside timing coefficients): gamma_intra, gamma_inter, gamma_serial, "
+            "ring_tail_steps");
+  // ring_tail_steps alone is not a timing coefficient: the preset's h stays.
+  const BatchInput tail = ParseBatchJson(
+      R"({"model": "qwen3-8b", "cost_model": {"ring_tail_steps": 0.5}, "sequences": [10]})");
+  EXPECT_GT(tail.request.cost.attn_overhead_tokens, 0);
+  // A profile report's coefficients are marked as such; the rule applies to
+  // a --cost-model file over the batch's coefficients too.
+  CostSources sources = in.cost_sources;
+  const CostModel over = ParseCostModelJson(
+      R"({"cost_model": {"gamma_intra": 1e-5}, "wall_s": 1.0})", tail.request.cost, &sources);
+  EXPECT_EQ(over.gamma_intra, 1e-5);
+  EXPECT_EQ(over.attn_overhead_tokens, 0);
+  EXPECT_EQ(sources[FindCostCoefficient("gamma_intra") - kCostCoefficients],
+            CoefficientSource::kProfile);
+  EXPECT_EQ(sources[FindCostCoefficient("attn_overhead_tokens") - kCostCoefficients],
+            CoefficientSource::kUnsetZero);
 }
 
 TEST(BatchJsonTest, ErrorsNameTheField) {

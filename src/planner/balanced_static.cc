@@ -163,11 +163,7 @@ std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const
     // Also T >= Tcp, which adds up over a replica's sequences: the busiest
     // replica carries at least the average compute of n / cp replicas, and
     // the plan's makespan is at least the busiest replica's busy time.
-    const double average_s =
-        (all.sum_attn / cp * cm.alpha1 + cm.alpha1 * cm.attn_overhead_tokens * all.sum_attn_tokens +
-         cm.alpha2 * all.sum_tokens / cp) /
-            (n / cp) +
-        cm.beta1;
+    const double average_s = WorkS(cm, all, cp) / (n / cp) + cm.beta1;
     const double bound_ms =
         1000.0 * std::max(average_s,
                           std::min(GroupTimeS(cm, heaviest, cp, Link::kIntraNode),

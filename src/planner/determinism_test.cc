@@ -31,10 +31,12 @@ namespace {
 const char* const kStrategies[] = {"fcp", "fcp-paper", "megatron", "deepspeed",
                                    "megatron-dcp", "bytescale"};
 
-// The plan JSON without solver_ms (re-serialised so that formatting is equal).
+// The plan JSON without solver_ms and without the note on the coefficients'
+// sources, which `fcp plan` adds (re-serialised so that formatting is equal).
 std::string Canonical(const std::string& plan_json) {
   auto j = nlohmann::ordered_json::parse(plan_json);
   j.erase("solver_ms");
+  if (j.contains("notes")) j["notes"].erase("cost_model");
   return j.dump();
 }
 

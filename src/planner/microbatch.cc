@@ -17,8 +17,7 @@
 namespace fcp::planner {
 
 double SequenceWorkS(const CostModel& cm, const Sequence& s) {
-  const double len = static_cast<double>(s.length_tokens);
-  return cm.alpha1 * (1.0 + s.eta) * len * len + cm.alpha2 * len;
+  return WorkS(cm, GroupLoad::Of(s));
 }
 
 namespace {

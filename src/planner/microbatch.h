@@ -1,6 +1,6 @@
 // Micro-batch planner: splits a global batch into micro-batches that are each
 // feasible on N ranks after stage 1 (Σ d_min of the BFD bins <= N), balancing
-// their work (Σ alpha1·(1+eta)·s² + alpha2·s) by longest-processing-time first.
+// their work (Σ WorkS, fcp/cost_model.h) by longest-processing-time first.
 // Thread-safety: pure function.
 #pragma once
 
@@ -10,7 +10,8 @@
 
 namespace fcp::planner {
 
-// Work of one sequence in rank-seconds: alpha1·(1+eta)·s² + alpha2·s.
+// Work of one sequence in rank-seconds: WorkS of it alone at d = 1,
+// alpha1·(1+eta)·(s² + h·s) + alpha2·s.
 double SequenceWorkS(const CostModel& cm, const Sequence& s);
 
 // Every sequence's work (SequenceWorkS) and the LPT order: indices by work

@@ -418,8 +418,9 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
 }
 
 TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
-  // fcp runs a placed group as Ulysses all-to-all exactly when the cost model
-  // prices it below the ring on the same ranks, so with a model shape its plan
+  // fcp runs a placed group as Ulysses all-to-all exactly when its degree
+  // divides the query heads and the cost model prices it below the ring on
+  // the same ranks, so with a model shape its plan
   // is never worse than the ring-only plan of the same batch (no shape).
   int switched = 0, groups = 0;
   for (uint64_t seed = 1; seed <= 200; ++seed) {

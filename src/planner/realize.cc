@@ -20,8 +20,7 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
 }
 
 bool AllToAllAllowed(const ModelShape* shape, int degree) {
-  return shape && shape->q_heads > 0 && shape->kv_heads > 0 && degree > 1 &&
-         shape->q_heads % degree == 0;
+  return shape && shape->kv_heads > 0 && degree > 1 && AllToAllDegreeRuns(*shape, degree);
 }
 
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses

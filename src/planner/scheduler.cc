@@ -130,13 +130,11 @@ void ValidateRequest(const PlanRequest& request) {
 double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  // Every sequence's compute must run somewhere; the overlap term and the
-  // communication are >= 0, and every micro-batch pays beta1 at least once.
+  // Every sequence's compute must run somewhere (at least its rank-seconds at
+  // d = 1, h's term included); the overlap term and the communication are
+  // >= 0, and every micro-batch pays beta1 at least once.
   double work = 0;
-  for (const Sequence& seq : request.sequences) {
-    const GroupLoad load = GroupLoad::Of(seq);
-    work += cm.alpha1 * load.sum_attn + cm.alpha2 * load.sum_tokens;
-  }
+  for (const Sequence& seq : request.sequences) work += WorkS(cm, GroupLoad::Of(seq));
   // T is monotone in a group's contents, so no group holding sequence k beats
   // f(k) = min_d T({k}, d), and f grows with length and with eta: the maximum
   // of f is reached at the longest sequence of some eta value. Batches have
@@ -283,21 +281,23 @@ double StepWith(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
                     }
                   });
   if (free_at.empty()) return 0;
-  const size_t last =
-      static_cast<size_t>(std::max_element(free_at.begin(), free_at.end()) - free_at.begin());
-  if (!sync) return free_at[last];
-  double shortest_first = std::numeric_limits<double>::infinity();
-  for (double ms : first_group_ms) {
-    if (ms >= 0) shortest_first = std::min(shortest_first, ms);
-  }
-  if (!std::isfinite(shortest_first)) shortest_first = 0;
+  if (!sync) return *std::max_element(free_at.begin(), free_at.end());
   const double total_ms = 1000.0 * sync->collective_s;
   const double bucket_ms = total_ms / sync->buckets;
   auto exposed = [&](double window_ms) {
     return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
   };
-  return free_at[last] + exposed((1 - sync->forward_share) * last_group_ms[last]) +
-         exposed(sync->forward_share * shortest_first);
+  // Each rank waits for the all-gather behind its own first forward and
+  // for the reduce-scatter behind its own last backward (an idle rank hides
+  // neither); the step ends with the latest rank. Work added to an idle rank
+  // thus lengthens the step by at most that work (the simulator's rule).
+  double step_ms = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const double first = std::max(0.0, first_group_ms[r]);
+    step_ms = std::max(step_ms, exposed(sync->forward_share * first) + free_at[r] +
+                                    exposed((1 - sync->forward_share) * last_group_ms[r]));
+  }
+  return step_ms;
 }
 
 }  // namespace

@@ -23,8 +23,8 @@ using testing::GroupsJson;
 TEST(StepTest, StepMsAgainstAHandComputedSchedule) {
   // 4 ranks. Micro-batch 0: A on {0,1} 10 ms, B on {2,3} 4 ms; micro-batch 1:
   // C on all four, 6 ms. C starts at 10 ms and ends at 16 ms on every rank;
-  // the first rank to finish last is rank 0, its last group is C (6 ms); the
-  // shortest first group is B (4 ms).
+  // every rank's last group is C (6 ms); ranks 2 and 3 start with B (4 ms),
+  // the shortest all-gather window, so they end last.
   std::vector<MicroBatchPlan> mbs(2);
   mbs[0].groups = {Group({0, 1}, 10), Group({2, 3}, 4)};
   mbs[1].groups = {Group({0, 1, 2, 3}, 6)};
@@ -38,13 +38,44 @@ TEST(StepTest, StepMsAgainstAHandComputedSchedule) {
   // 2 ms in 2 buckets: both windows hide all but the last bucket.
   EXPECT_DOUBLE_EQ(StepMs(4, mbs, {.collective_s = 0.002, .buckets = 2, .forward_share = 0.25}),
                    16 + 1 + 1);
-  // A rank in no group (rank 3 idle) has no first forward: it is skipped.
+  // A rank in no group (rank 3 idle) hides neither collective: it ends at
+  // 10 + 10 ms, before the busy ranks.
   std::vector<MicroBatchPlan> idle(1);
   idle[0].groups = {Group({0, 1, 2}, 8)};
   EXPECT_DOUBLE_EQ(StepMs(4, idle, {.collective_s = 0.010, .buckets = 1, .forward_share = 0.5}),
                    8 + (10 + std::max(0.0, 10 - 10 - 4.0)) + 10);
 }
 
+// The window rule's property: work added on a rank that was idle lengthens
+// the step by at most that work (each rank hides the collectives behind its
+// own groups; an idle rank hides nothing). Random schedules, random syncs.
+TEST(StepTest, WorkOnAnIdleRankAddsAtMostItself) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 7);
+    const int idle = static_cast<int>(rng() % n);
+    std::vector<MicroBatchPlan> mbs(1 + rng() % 3);
+    for (MicroBatchPlan& mb : mbs) {
+      std::vector<int> ranks;
+      for (int r = 0; r < n; ++r)
+        if (r != idle && rng() % 4 != 0) ranks.push_back(r);
+      if (ranks.empty()) ranks.push_back((idle + 1) % n);
+      while (!ranks.empty()) {  // consecutive runs of random length
+        const size_t d = 1 + rng() % ranks.size();
+        mb.groups.push_back(Group({ranks.begin(), ranks.begin() + d}, 100 * u(rng)));
+        ranks.erase(ranks.begin(), ranks.begin() + d);
+      }
+    }
+    const GradientSync sync{.collective_s = 0.2 * u(rng),
+                            .buckets = 1 + static_cast<int>(rng() % 6),
+                            .forward_share = u(rng)};
+    const double before = StepMs(n, mbs, sync);
+    const double work_ms = 50 * u(rng);
+    mbs[rng() % mbs.size()].groups.push_back(Group({idle}, work_ms));
+    EXPECT_LE(StepMs(n, mbs, sync), before + work_ms + 1e-9 * before) << "trial " << trial;
+  }
+}
 
 // A random request with a random gradient sync: collectives from nothing to
 // several times the batch's lower bound, so that some batches are

@@ -90,6 +90,12 @@ std::string ValidatePlan(const PlanRequest& request, const Plan& plan) {
     double max_ms = 0;
     for (size_t gi = 0; gi < mb.groups.size(); ++gi) {
       const GroupPlan& g = mb.groups[gi];
+      if (g.comm == CommKind::kAllToAll && request.model &&
+          !AllToAllDegreeRuns(*request.model, g.degree())) {
+        return where + ".groups[" + std::to_string(gi) + "].ranks: an all-to-all group of degree " +
+               std::to_string(g.degree()) + " does not divide q_heads = " +
+               std::to_string(request.model->q_heads) + " (no runtime pads heads)";
+      }
       GroupLoad load;
       for (int s : g.sequences) load.Add(request.sequences[s]);
       const double mem = GroupMemBytes(request.cost, load, g.degree());

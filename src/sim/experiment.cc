@@ -246,6 +246,168 @@ std::string Progress(const ExperimentConfig& cfg, const std::string& what) {
                      cfg.ranks, what);
 }
 
+
+// Runs `strategy` over every batch with its main setting fixed at `value`
+// (0: none) and aggregates the measured steps. `callbacks`: call
+// cfg.on_plan / cfg.on_first_measured_step (off while sweeping candidates).
+StrategyResult RunFixedSetting(const Setup& setup, const ExperimentConfig& cfg,
+                               const std::string& strategy, Setting setting, int64_t value,
+                               double lower_bound_s, bool callbacks) {
+  StrategyResult r;
+  r.strategy = strategy;
+  const size_t total = setup.batches.size();
+  const size_t first_measured = static_cast<size_t>(cfg.warmup);
+  std::set<std::vector<int>> cache;
+  StepTotals totals;
+  double prev_iter_s = 0;  // the step before (warmup included): hides the solver
+  // cfg.learn: a measured group is no more precise than the spread of
+  // group times the planners are told.
+  RecalibrationOptions learning;
+  learning.model = setup.base.model;
+  learning.measurement_sigma = std::max(learning.measurement_sigma, setup.base.group_time_sigma);
+  CoefficientLearner learner(setup.base.cost, learning);
+  for (size_t i = 0; i < total; ++i) {
+    const int before = static_cast<int>(cache.size());
+    const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache,
+                                cfg.learn ? &learner.cost() : nullptr);
+    if (callbacks && cfg.on_plan && run.plan.status == PlanStatus::kOk)
+      cfg.on_plan(strategy, run.request, run.plan);
+    if (!run.ok) {
+      r.oom = run.oom;
+      r.infeasible = run.infeasible;
+      r.message = fmt::format("step {}: {}", i, run.message);
+      return r;
+    }
+    const double hide_behind = prev_iter_s;
+    prev_iter_s = run.sim.iter_s;
+    if (cfg.learn) learner.Learn(run.request, run.plan, MeasuredGroupTimesS(run.plan, run.sim));
+    if (i < first_measured) continue;
+    if (callbacks && i == first_measured && cfg.on_first_measured_step)
+      cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
+                                 setup.base.cluster.ranks_per_node);
+    totals.Add(run.plan, run.sim, hide_behind, static_cast<double>(cache.size()) - before,
+               setup.hw.group_create_s, setup.batches[i].tokens, r);
+    for (const auto& mb : run.plan.micro_batches)
+      for (const auto& [d, n] : Histogram(mb)) r.degree_histogram[d] += n;
+    if (i == first_measured && !run.plan.micro_batches.empty())
+      r.first_micro_batch_mix = DegreeMix(Histogram(run.plan.micro_batches.front()));
+  }
+  totals.Finish(lower_bound_s, r);
+  return r;
+}
+
+// Every value of `impl`'s main setting that the strategy itself would try
+// on batches [begin, end).
+std::set<int64_t> SettingCandidates(const Setup& setup, const Strategy& impl, size_t begin,
+                                    size_t end) {
+  std::set<int64_t> candidates;
+  for (size_t i = begin; i < end; ++i) {
+    PlanRequest req = setup.base;
+    req.sequences = setup.batches[i].seqs;
+    for (int64_t v : impl.SettingCandidates(req)) candidates.insert(v);
+  }
+  return candidates;
+}
+
+struct WarmupPick {
+  int64_t value = 0;       // 0: no candidate ran
+  std::string candidates;  // "v:mean_s,..."
+  std::string message;     // the last failure, when value == 0
+};
+
+// The setting a user who sets it once from the warm-up batches picks: every
+// candidate simulated on the warm-up batches (the first batch when there are
+// none), the fastest.
+WarmupPick PickOnWarmup(const Setup& setup, const ExperimentConfig& cfg,
+                        const std::string& strategy, const Strategy& impl, Setting setting) {
+  WarmupPick pick;
+  const size_t tune_end = cfg.warmup > 0 ? static_cast<size_t>(cfg.warmup) : 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t v : SettingCandidates(setup, impl, 0, tune_end)) {
+    double sum = 0;
+    bool ok = true;
+    for (size_t i = 0; i < tune_end && ok; ++i) {
+      const StepRun run = RunStep(setup, cfg, strategy, setting, v, i, nullptr);
+      if (!run.ok) ok = false, pick.message = run.message;
+      else sum += run.sim.iter_s;
+    }
+    if (!ok) continue;
+    if (!pick.candidates.empty()) pick.candidates += ",";
+    pick.candidates += fmt::format("{}:{:.3f}s", v, sum / static_cast<double>(tune_end));
+    if (sum < best) best = sum, pick.value = v;
+  }
+  return pick;
+}
+
+// The strategy's result with its main setting (static degree, megatron-dcp's
+// max_seqlen_per_dp_cp_rank, bytescale's capacity C) forced, picked on the
+// warm-up batches, or tuned in hindsight (ExperimentConfig::tune): every
+// candidate the strategy would try on any batch run over the whole
+// experiment, the fastest on the measured batches kept. The warm-up pick is
+// reported beside either way.
+StrategyResult RunTunedStrategy(const Setup& setup, const ExperimentConfig& cfg,
+                                const std::string& strategy, double lower_bound_s) {
+  const Strategy* impl = FindStrategy(strategy);
+  const Setting setting = impl->setting();
+  if (setting == Setting::kNone)
+    return RunFixedSetting(setup, cfg, strategy, setting, 0, lower_bound_s, true);
+  auto run = [&](int64_t value, bool callbacks) {
+    StrategyResult r =
+        RunFixedSetting(setup, cfg, strategy, setting, value, lower_bound_s, callbacks);
+    r.setting_name = std::string(SettingName(setting));
+    r.setting = value;
+    if (setting == Setting::kCpDegree) r.cp_degree = static_cast<int>(value);
+    return r;
+  };
+  if (const int64_t forced = ForcedSetting(cfg, setting); forced > 0) {
+    StrategyResult r = run(forced, true);
+    r.tuning = "forced";
+    r.degree_candidates = fmt::format("forced ({})", SettingFlag(setting));
+    return r;
+  }
+  const WarmupPick warm = PickOnWarmup(setup, cfg, strategy, *impl, setting);
+  StrategyResult best;
+  best.strategy = strategy;
+  best.setting_name = std::string(SettingName(setting));
+  best.infeasible = true;
+  best.message = fmt::format("no {} runs without OOM/infeasibility: {}", SettingName(setting),
+                             warm.message);
+  double warm_iter_s = 0;
+  std::string tried;
+  if (cfg.tune == Tuning::kWarmup) {
+    if (warm.value > 0) best = run(warm.value, true);
+    tried = warm.candidates;
+    warm_iter_s = best.iter_s;
+  } else {
+    // Without callbacks a candidate's sweep run is the kept result itself.
+    const bool sweep_is_final = !cfg.on_plan && !cfg.on_first_measured_step;
+    for (int64_t v : SettingCandidates(setup, *impl, 0, setup.batches.size())) {
+      StrategyResult r = run(v, sweep_is_final);
+      if (r.oom || r.infeasible) {
+        if (best.infeasible) best.message = r.message;
+        continue;
+      }
+      if (!tried.empty()) tried += ",";
+      tried += fmt::format("{}:{:.3f}s", v, r.iter_s);
+      if (v == warm.value) warm_iter_s = r.iter_s;
+      if (best.infeasible || r.iter_s < best.iter_s) best = std::move(r);
+    }
+    // The kept value once more, with the callbacks (plans, traces, plots).
+    if (!sweep_is_final && !best.infeasible) best = run(best.setting, true);
+  }
+  best.tuning = cfg.tune == Tuning::kWarmup ? "warm-up" : "hindsight";
+  best.degree_candidates = tried;
+  best.warmup_setting = warm.value;
+  best.warmup_iter_s = warm_iter_s;
+  if (cfg.progress)
+    cfg.progress(Progress(
+        cfg, fmt::format("{} {} {} tuned {} (warm-up pick {}; candidates {})", strategy,
+                         SettingName(setting), best.setting,
+                         cfg.tune == Tuning::kWarmup ? "on the warm-up batches" : "in hindsight",
+                         warm.value, tried)));
+  return best;
+}
+
 }  // namespace
 
 std::string DegreeMix(const std::map<int, int>& degree_counts) {
@@ -308,99 +470,7 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
   result.lower_bound_s = bound_sum / cfg.steps;
 
   for (const auto& strategy : cfg.strategies) {
-    StrategyResult r;
-    r.strategy = strategy;
-    // A strategy with a main setting (static degree, megatron-dcp's
-    // max_seqlen_per_dp_cp_rank, bytescale's capacity C) gets it tuned by
-    // simulated time on the warmup batches (every candidate the strategy
-    // itself tries on any of them) and fixed for the run, as a user sets it
-    // once in the configuration; a forced value (--cp, --max-seqlen,
-    // --capacity) is used as it is.
-    const Strategy* impl = FindStrategy(strategy);
-    const Setting setting = impl->setting();
-    int64_t value = 0;
-    if (setting != Setting::kNone) {
-      r.setting_name = std::string(SettingName(setting));
-      const int64_t forced = ForcedSetting(cfg, setting);
-      if (forced > 0) {
-        value = forced;
-        r.degree_candidates = fmt::format("forced ({})", SettingFlag(setting));
-      } else {
-        const size_t tune_end = cfg.warmup > 0 ? first_measured : 1;
-        std::set<int64_t> candidates;
-        for (size_t i = 0; i < tune_end; ++i) {
-          PlanRequest req = setup.base;
-          req.sequences = setup.batches[i].seqs;
-          for (int64_t v : impl->SettingCandidates(req)) candidates.insert(v);
-        }
-        double best = std::numeric_limits<double>::infinity();
-        std::string last_message;
-        for (int64_t v : candidates) {
-          double sum = 0;
-          bool ok = true;
-          for (size_t i = 0; i < tune_end && ok; ++i) {
-            const StepRun run = RunStep(setup, cfg, strategy, setting, v, i, nullptr);
-            if (!run.ok) ok = false, last_message = run.message;
-            else sum += run.sim.iter_s;
-          }
-          if (!ok) continue;
-          if (!r.degree_candidates.empty()) r.degree_candidates += ",";
-          r.degree_candidates += fmt::format("{}:{:.3f}s", v, sum / tune_end);
-          if (sum < best) best = sum, value = v;
-        }
-        if (value == 0) {
-          r.infeasible = true;
-          r.message = fmt::format("no {} runs without OOM/infeasibility: {}", SettingName(setting),
-                                  last_message);
-        }
-        if (cfg.progress)
-          cfg.progress(Progress(cfg, fmt::format("{} tuned {} {} (candidates {})", strategy,
-                                                 SettingName(setting), value,
-                                                 r.degree_candidates)));
-      }
-      r.setting = value;
-      if (setting == Setting::kCpDegree) r.cp_degree = static_cast<int>(value);
-    }
-    std::set<std::vector<int>> cache;
-    StepTotals totals;
-    double prev_iter_s = 0;  // the step before (warmup included): hides the solver
-    // cfg.learn: a measured group is no more precise than the spread of
-    // group times the planners are told.
-    RecalibrationOptions learning;
-    learning.model = setup.base.model;
-    learning.measurement_sigma =
-        std::max(learning.measurement_sigma, setup.base.group_time_sigma);
-    CoefficientLearner learner(setup.base.cost, learning);
-    for (size_t i = 0; i < total && !r.infeasible && !r.oom; ++i) {
-      const int before = static_cast<int>(cache.size());
-      const StepRun run = RunStep(setup, cfg, strategy, setting, value, i, &cache,
-                                  cfg.learn ? &learner.cost() : nullptr);
-      if (cfg.on_plan && run.plan.status == PlanStatus::kOk) {
-        cfg.on_plan(strategy, run.request, run.plan);
-      }
-      if (!run.ok) {
-        r.oom = run.oom;
-        r.infeasible = run.infeasible;
-        r.message = fmt::format("step {}: {}", i, run.message);
-        break;
-      }
-      const double hide_behind = prev_iter_s;
-      prev_iter_s = run.sim.iter_s;
-      if (cfg.learn)
-        learner.Learn(run.request, run.plan, MeasuredGroupTimesS(run.plan, run.sim));
-      if (i < first_measured) continue;
-      if (i == first_measured && cfg.on_first_measured_step)
-        cfg.on_first_measured_step(run.plan, setup.batches[i].seqs, run.sim,
-                                   setup.base.cluster.ranks_per_node);
-      totals.Add(run.plan, run.sim, hide_behind,
-                 static_cast<double>(cache.size()) - before, setup.hw.group_create_s,
-                 setup.batches[i].tokens, r);
-      for (const auto& mb : run.plan.micro_batches)
-        for (const auto& [d, n] : Histogram(mb)) r.degree_histogram[d] += n;
-      if (i == first_measured && !run.plan.micro_batches.empty())
-        r.first_micro_batch_mix = DegreeMix(Histogram(run.plan.micro_batches.front()));
-    }
-    if (!r.oom && !r.infeasible) totals.Finish(result.lower_bound_s, r);
+    StrategyResult r = RunTunedStrategy(setup, cfg, strategy, result.lower_bound_s);
     if (cfg.progress) {
       cfg.progress(Progress(
           cfg, r.oom || r.infeasible
@@ -444,6 +514,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
                  {"max_seqlen_per_dp_cp_rank",
                   c.max_seqlen_per_rank > 0 ? json(c.max_seqlen_per_rank) : json("tuned")},
                  {"capacity_tokens", c.capacity_tokens > 0 ? json(c.capacity_tokens) : json("tuned")},
+                 {"tune", c.tune == Tuning::kWarmup ? "warmup" : "hindsight"},
                  {"mbs", c.micro_batch_sequences > 0 ? json(c.micro_batch_sequences)
                                                      : json("memory-packed")},
                  {"dealing", c.dealing == Dealing::kLoader ? "loader" : "balanced"},
@@ -476,6 +547,12 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
     if (r.setting > 0) {  // cp_degree, max_seqlen_per_dp_cp_rank or capacity_tokens
       j[r.setting_name] = r.setting;
       j[r.setting_name + "_candidates"] = r.degree_candidates;
+      j["tuning"] = r.tuning;
+      if (r.tuning != "forced") {
+        j[r.setting_name + "_warmup_pick"] =
+            r.warmup_setting > 0 ? json(r.warmup_setting) : json(nullptr);
+        j["warmup_pick_iter_s"] = r.warmup_iter_s > 0 ? json(r.warmup_iter_s) : json(nullptr);
+      }
     }
     if (!r.message.empty()) j["message"] = r.message;
     results.push_back(j);
@@ -499,19 +576,21 @@ std::string ExperimentToTable(const ExperimentResult& res) {
                           c.max_seqlen_per_rank);
   if (c.capacity_tokens > 0)
     forced += fmt::format(", bytescale capacity {} tokens (forced)", c.capacity_tokens);
+  const char* tuned = c.tune == Tuning::kWarmup ? "tuned on the warm-up batches"
+                                                : "tuned in hindsight";
   out += fmt::format("recompute {}, gradient sync {}, static cp {}, static mbs {}{}\n",
                      RecomputeName(c.recompute),
                      c.overlap_grad_reduce ? "overlapped with backward" : "after compute",
-                     c.cp_degree > 0 ? std::to_string(c.cp_degree) + " (forced)" : "tuned",
+                     c.cp_degree > 0 ? std::to_string(c.cp_degree) + " (forced)" : tuned,
                      c.micro_batch_sequences > 0 ? std::to_string(c.micro_batch_sequences)
                                                  : "memory-packed",
                      forced);
   out += fmt::format("mean tokens per global batch: {:.0f}\n", res.mean_tokens_per_batch);
   out += fmt::format("physical lower bound: {:.3f} s per global batch (simulated)\n",
                      res.lower_bound_s);
-  out += fmt::format("{:<13} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7}  {}\n",
+  out += fmt::format("{:<13} {:>9} {:>8} {:>11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>7} {:>17}  {}\n",
                      "strategy", "iter_s", "vs_bound", "ktok/s", "vs_meg", "vs_ds", "solver_ms",
-                     "hidden_%", "mbs", "setting", "first micro-batch degrees");
+                     "hidden_%", "mbs", "setting", "warm-up pick", "first micro-batch degrees");
   for (const auto& r : res.results) {
     if (r.oom || r.infeasible) {
       out += fmt::format("{:<13} {}: {}\n", r.strategy, r.oom ? "OOM" : "infeasible",
@@ -522,16 +601,25 @@ std::string ExperimentToTable(const ExperimentResult& res) {
       auto it = r.speedup_vs.find(k);
       return it == r.speedup_vs.end() ? std::string("-") : fmt::format("{:.2f}x", it->second);
     };
-    out += fmt::format("{:<13} {:>9.3f} {:>7.3f}x {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7}  {}\n",
+    std::string warm = "-";
+    if (r.warmup_setting > 0)
+      warm = r.warmup_iter_s > 0 ? fmt::format("{} ({:.3f} s)", r.warmup_setting, r.warmup_iter_s)
+                                 : std::to_string(r.warmup_setting);
+    out += fmt::format("{:<13} {:>9.3f} {:>7.3f}x {:>11.2f} {:>8} {:>8} {:>10.2f} {:>10.1f} {:>6.1f} {:>7} {:>17}  {}\n",
                        r.strategy, r.iter_s, r.vs_bound, r.tokens_per_s / 1e3, sp("megatron"),
                        sp("deepspeed"), r.solver_ms, 100.0 * r.overlap.hidden_fraction(),
-                       r.micro_batches, r.setting > 0 ? std::to_string(r.setting) : "-",
+                       r.micro_batches, r.setting > 0 ? std::to_string(r.setting) : "-", warm,
                        r.first_micro_batch_mix);
   }
   out += "iter_s/ktok/s: simulated hardware; vs_bound: iter_s / physical lower bound; solver_ms: measured planner wall time on this "
          "machine; hidden_%: solver time hidden behind the previous step (async scheduling); "
          "setting: the static CP degree, megatron-dcp's max_seqlen_per_dp_cp_rank or bytescale's "
-         "capacity C (tokens), tuned on the warmup batches by simulated time unless forced.\n";
+         "capacity C (tokens) unless forced, " +
+         std::string(c.tune == Tuning::kWarmup
+                         ? "tuned on the warm-up batches by simulated time"
+                         : "tuned in hindsight (every candidate run, the fastest on the measured "
+                           "batches kept)") +
+         "; warm-up pick: the value the warm-up batches pick, with its measured iter_s.\n";
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -57,12 +58,12 @@ TEST(Experiment, RecomputeNoneIsFasterAndReported) {
 }
 
 // megatron-dcp's max_seqlen_per_dp_cp_rank and bytescale's capacity C are
-// tuned like the static degree: every candidate the strategy tries on the
-// warmup batch is simulated there and the fastest is fixed for the measured
-// steps (so the tuned value is the argmin of the candidate list it reports);
+// tuned like the static degree (in hindsight by default): every candidate the
+// strategy tries on any batch is run and the fastest on the measured steps
+// kept (so the tuned value is the argmin of the candidate list it reports);
 // forcing that value gives the same simulated run; a forced value is
 // reported as forced.
-TEST(Experiment, DynamicSettingsTunedOnWarmupAndForcible) {
+TEST(Experiment, DynamicSettingsTunedAndForcible) {
   ExperimentConfig c;
   c.model = "qwen3-8b";
   c.cluster = "ascend910c-4x16";
@@ -185,6 +186,60 @@ TEST(Experiment, BadDegreeAndMicroBatchSize) {
       ADD_FAILURE() << "no error";
     } catch (const InputError& e) {
       EXPECT_EQ(e.field(), which == 0 ? "max_seqlen_per_dp_cp_rank" : "capacity_tokens");
+    }
+  }
+}
+
+// The hindsight tuner (ExperimentConfig::tune, the default) against brute
+// force on a tiny grid: every static degree forced in turn (a separate
+// experiment each, the forced path), the fastest measured mean is the one
+// the tuner keeps; degrees that do not divide N or the query heads never
+// run. The warm-up pick is reported with its own forced time.
+TEST(Experiment, HindsightTunerMatchesBruteForceOverForcedDegrees) {
+  for (const char* strategy : {"megatron", "deepspeed"}) {
+    for (uint64_t seed : {1u, 7u}) {
+      ExperimentConfig c;
+      c.model = "qwen3-1.7b";
+      c.cluster = "h100-8x8";
+      c.ranks = 8;
+      c.dataset = "github";
+      c.global_batch = 12;
+      c.steps = 2;
+      c.warmup = 1;
+      c.seed = seed;
+      c.strategies = {strategy};
+      const StrategyResult tuned = RunExperiment(c).results.at(0);
+      ASSERT_FALSE(tuned.oom || tuned.infeasible) << tuned.message;
+      EXPECT_EQ(tuned.tuning, "hindsight");
+
+      double best_s = 0;
+      int best_degree = 0;
+      std::map<int, double> forced_s;
+      for (int d = 1; d <= c.ranks; ++d) {
+        if (c.ranks % d != 0) continue;
+        ExperimentConfig f = c;
+        f.cp_degree = d;
+        const StrategyResult r = RunExperiment(f).results.at(0);
+        if (r.oom || r.infeasible) continue;
+        EXPECT_EQ(r.tuning, "forced");
+        forced_s[d] = r.iter_s;
+        if (best_degree == 0 || r.iter_s < best_s) best_s = r.iter_s, best_degree = d;
+      }
+      ASSERT_GT(best_degree, 0) << strategy;
+      EXPECT_DOUBLE_EQ(tuned.iter_s, best_s) << strategy << " seed " << seed;
+      EXPECT_DOUBLE_EQ(tuned.iter_s, forced_s.at(tuned.cp_degree)) << strategy;
+      ASSERT_GT(tuned.warmup_setting, 0);
+      ASSERT_TRUE(forced_s.count(static_cast<int>(tuned.warmup_setting)));
+      EXPECT_DOUBLE_EQ(tuned.warmup_iter_s, forced_s.at(static_cast<int>(tuned.warmup_setting)));
+      EXPECT_GE(tuned.warmup_iter_s, tuned.iter_s);
+
+      // --tune warmup runs the warm-up pick, reported as such.
+      ExperimentConfig w = c;
+      w.tune = Tuning::kWarmup;
+      const StrategyResult warm = RunExperiment(w).results.at(0);
+      EXPECT_EQ(warm.tuning, "warm-up");
+      EXPECT_EQ(warm.setting, tuned.warmup_setting);
+      EXPECT_DOUBLE_EQ(warm.iter_s, tuned.warmup_iter_s);
     }
   }
 }

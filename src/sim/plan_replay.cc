@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fcp/cost_model.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
@@ -59,6 +61,40 @@ PlannedBatch ParseItem(const json& item, size_t i, const PlannedBatch* first) {
     throw InputError(field + ".batch.cluster", "must be the same cluster as [0].batch.cluster");
   }
   return pb;
+}
+
+// Refuses batches whose cluster is not the simulated one and plans with
+// all-to-all groups no runtime runs (degree not dividing the query heads).
+void CheckPlannedBatches(const std::vector<PlannedBatch>& batches, const ClusterPreset& cp,
+                         const ModelPreset& model) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const std::string field = "[" + std::to_string(i) + "]";
+    const Cluster& c = batches[i].batch.request.cluster;
+    if (c.num_ranks != cp.num_ranks) {
+      throw InputError(field + ".batch.cluster.ranks",
+                       std::to_string(c.num_ranks) +
+                           " ranks, but the simulated cluster (--cluster " + cp.name +
+                           ", --ranks) has " + std::to_string(cp.num_ranks));
+    }
+    if (c.ranks_per_node != cp.ranks_per_node) {
+      throw InputError(field + ".batch.cluster.ranks_per_node",
+                       std::to_string(c.ranks_per_node) + " ranks per node, but --cluster " +
+                           cp.name + " has " + std::to_string(cp.ranks_per_node));
+    }
+    const std::vector<MicroBatchPlan>& mbs = batches[i].plan.micro_batches;
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      for (size_t g = 0; g < mbs[m].groups.size(); ++g) {
+        const GroupPlan& gp = mbs[m].groups[g];
+        if (gp.comm != CommKind::kAllToAll || AllToAllDegreeRuns(model.shape, gp.degree()))
+          continue;
+        throw InputError(
+            fmt::format("{}.plan.micro_batches[{}].groups[{}].comm", field, m, g),
+            fmt::format("an all-to-all group of degree {} does not divide q_heads = {} of {} "
+                        "(no runtime pads heads)",
+                        gp.degree(), model.shape.q_heads, model.shape.name));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -132,9 +168,13 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
   if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
   if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  // The topology is the simulated hardware's (--cluster, --ranks), never the
+  // batch's claim: a plan cannot buy faster links by declaring more ranks per
+  // node. The rank count defaults to the batches'.
   ClusterPreset cp = *cluster;
-  cp.num_ranks = batches[0].batch.request.cluster.num_ranks;
-  cp.ranks_per_node = batches[0].batch.request.cluster.ranks_per_node;
+  cp.num_ranks = cfg.ranks > 0 ? cfg.ranks : batches[0].batch.request.cluster.num_ranks;
+  cp.ranks_per_node = std::max(1, std::min(cp.ranks_per_node, cp.num_ranks));
+  CheckPlannedBatches(batches, cp, *model);
   HardwareModel hw = MakeHardwareModel(*model, cp);
   hw.vision_frozen = cfg.vision_frozen;
   hw.recompute = cfg.recompute;
@@ -171,6 +211,8 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     const double hide_behind = prev_iter_s;
     prev_iter_s = sim.iter_s;
     if (i < static_cast<size_t>(cfg.warmup)) continue;
+    if (i == static_cast<size_t>(cfg.warmup) && cfg.on_first_measured_step)
+      cfg.on_first_measured_step(pb.plan, pb.batch.request.sequences, sim, cp.ranks_per_node);
     double tokens = 0;
     for (const Sequence& seq : pb.batch.request.sequences) {
       tokens += static_cast<double>(seq.length_tokens);

@@ -53,9 +53,10 @@
 //    latency (N-1) messages each) and the Adam step over P/N parameters
 //    (HBM-bound). With overlap (Megatron --overlap-grad-reduce), both are cut
 //    into buckets of max(40M, 1M·N) parameters (megatron-core
-//    DistributedDataParallel): the reduce-scatter hides behind the backward of
-//    the last group on the last rank to finish, the all-gather behind the
-//    first forward; one bucket of each is always exposed.
+//    DistributedDataParallel): on each rank the all-gather hides behind the
+//    forward of its first group and the reduce-scatter behind the backward of
+//    its last one (an idle rank hides neither); one bucket of each is always
+//    exposed, and the step ends with the latest rank.
 #include "fcp/simulator.h"
 
 #include <algorithm>
@@ -642,15 +643,19 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
     const GradSync gs = GradSyncOf(hw);
     res.grad_sync_total_s = 2.0 * gs.collective_s + gs.optimizer_s;
     if (options.overlap_grad_reduce && n > 0) {
-      const size_t last = static_cast<size_t>(
-          std::max_element(ready.begin(), ready.end()) - ready.begin());
-      double forward_window = std::numeric_limits<double>::infinity();
-      for (double w : first_forward)
-        if (w >= 0) forward_window = std::min(forward_window, w);
-      if (!std::isfinite(forward_window)) forward_window = 0;
-      res.grad_sync_s = ExposedBucketed(gs.collective_s, gs.buckets, last_backward[last]) +
-                        ExposedBucketed(gs.collective_s, gs.buckets, forward_window) +
-                        gs.optimizer_s;
+      // Each rank waits for the all-gather behind its own first forward and
+      // for the reduce-scatter behind its own last backward; an idle rank
+      // hides neither. The step ends with the latest rank, so work added to
+      // an idle rank lengthens it by at most that work.
+      double end_s = 0;
+      for (size_t r = 0; r < ready.size(); ++r) {
+        end_s = std::max(end_s,
+                         ExposedBucketed(gs.collective_s, gs.buckets,
+                                         std::max(0.0, first_forward[r])) +
+                             ready[r] +
+                             ExposedBucketed(gs.collective_s, gs.buckets, last_backward[r]));
+      }
+      res.grad_sync_s = end_s - res.compute_s + gs.optimizer_s;
     } else {
       res.grad_sync_s = res.grad_sync_total_s;
     }
@@ -700,9 +705,18 @@ double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> se
     }
   }
   const GradSync gs = GradSyncOf(hw);
-  const double sync = overlap_grad_reduce ? 2.0 * gs.collective_s / gs.buckets
-                                          : 2.0 * gs.collective_s;
-  return work_s / std::max(1, hw.num_ranks) + sync + gs.optimizer_s;
+  const double compute_s = work_s / std::max(1, hw.num_ranks);
+  if (!overlap_grad_reduce) return compute_s + 2.0 * gs.collective_s + gs.optimizer_s;
+  // With overlap a rank r ends at AG_r + ready_r + RS_r (SimulatePlan), each
+  // collective exposing one bucket b plus max(0, T - b - window), the windows
+  // F_r (first forward) and B_r (last backward) lying within ready_r. So
+  //   end_r >= 2b + ready_r   and   end_r >= 2b + 2(T - b) + (ready_r - F_r - B_r),
+  // and some rank has ready_r >= compute_s: the step is at least
+  // 2b + max(compute_s, 2(T - b)) — the last bucket of each collective, and
+  // all of the sync that the compute cannot hide (docs/simulator.md).
+  const double bucket_s = gs.collective_s / gs.buckets;
+  return 2.0 * bucket_s + std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
+         gs.optimizer_s;
 }
 
 OverlapReport OverlapScheduling(std::span<const double> solver_s,

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <numeric>
+#include <random>
 
 #include "fcp/cost_model.h"
 #include "fcp/presets.h"
@@ -399,6 +402,142 @@ TEST(SimulatePlan, GradSyncOverlapByHand) {
   const double exposed_rs = collective / buckets + std::max(0.0, collective - collective / buckets - g.backward_s);
   const double exposed_ag = collective / buckets + std::max(0.0, collective - collective / buckets - g.forward_s);
   EXPECT_NEAR(t.grad_sync_s, exposed_rs + exposed_ag + optimizer, 1e-9);
+}
+
+// The all-gather window rule's property: a sequence added on a rank that was
+// idle lengthens the step by at most its own simulated time (each rank hides
+// the collectives behind its own groups; an idle rank hides nothing). Random
+// plans of short and long sequences on 8 ranks, where the gradient sync
+// matters.
+TEST(SimulatePlan, WorkOnAnIdleRankAddsAtMostItself) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 8);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int idle = static_cast<int>(rng() % 8);
+    std::vector<Sequence> seqs;
+    Plan plan;
+    plan.num_ranks = 8;
+    plan.micro_batches.resize(1 + rng() % 3);
+    for (MicroBatchPlan& mb : plan.micro_batches) {
+      std::vector<int> ranks;
+      for (int r = 0; r < 8; ++r)
+        if (r != idle && rng() % 4 != 0) ranks.push_back(r);
+      if (ranks.empty()) ranks.push_back((idle + 1) % 8);
+      while (!ranks.empty()) {
+        const size_t d = 1 + rng() % ranks.size();
+        seqs.push_back({static_cast<int64_t>(64 + rng() % 16000), 0.0});
+        mb.groups.push_back(Group({ranks.begin(), ranks.begin() + static_cast<long>(d)},
+                                  {static_cast<int>(seqs.size()) - 1}));
+        ranks.erase(ranks.begin(), ranks.begin() + static_cast<long>(d));
+      }
+    }
+    const double before = SimulatePlan(hw, plan, seqs).iter_s;
+    seqs.push_back({static_cast<int64_t>(1 + rng() % 4000), 0.0});
+    const int idle_rank[] = {idle};
+    const double work_s =
+        SimulateGroup(hw, {&seqs.back(), 1}, idle_rank, CommKind::kRing).time_s;
+    plan.micro_batches[rng() % plan.micro_batches.size()].groups.push_back(
+        Group({idle}, {static_cast<int>(seqs.size()) - 1}));
+    EXPECT_LE(SimulatePlan(hw, plan, seqs).iter_s, before + work_s + 1e-9 * before)
+        << "trial " << trial;
+  }
+}
+
+// Calls `visit` with every plan of `k` sequences on `n` ranks up to relabelling:
+// sequences into micro-batches and groups (restricted growth strings), each
+// group a degree in [1, n] on the next free ranks of its micro-batch, ring or
+// (degree dividing the query heads) all-to-all.
+void ForEachPlan(int k, int n, int q_heads, const std::function<void(const Plan&)>& visit) {
+  std::vector<int> mb(k), grp(k);
+  std::function<void(int, int)> assign = [&](int i, int used) {
+    if (i == k) {
+      std::vector<std::vector<int>> groups;  // sequences per (mb, grp) pair
+      std::vector<int> group_mb;
+      for (int s = 0; s < k; ++s) {
+        size_t g = 0;
+        while (g < groups.size() &&
+               !(group_mb[g] == mb[s] && grp[groups[g][0]] == grp[s]))
+          ++g;
+        if (g == groups.size()) groups.emplace_back(), group_mb.push_back(mb[s]);
+        groups[g].push_back(s);
+      }
+      std::vector<int> degree(groups.size(), 1), a2a(groups.size(), 0);
+      std::function<void(size_t)> place = [&](size_t g) {
+        if (g < groups.size()) {
+          for (int d = 1; d <= n; ++d)
+            for (int c = 0; c < (d > 1 && q_heads % d == 0 ? 2 : 1); ++c)
+              degree[g] = d, a2a[g] = c, place(g + 1);
+          return;
+        }
+        Plan plan;
+        plan.num_ranks = n;
+        const int mbs = 1 + *std::max_element(mb.begin(), mb.end());
+        plan.micro_batches.resize(static_cast<size_t>(mbs));
+        std::vector<int> next_rank(static_cast<size_t>(mbs), 0);
+        for (size_t h = 0; h < groups.size(); ++h) {
+          int& first = next_rank[static_cast<size_t>(group_mb[h])];
+          if (first + degree[h] > n) return;
+          plan.micro_batches[static_cast<size_t>(group_mb[h])].groups.push_back(
+              Group(Range(first, degree[h]), groups[h],
+                    a2a[h] ? CommKind::kAllToAll : CommKind::kRing));
+          first += degree[h];
+        }
+        visit(plan);
+      };
+      place(0);
+      return;
+    }
+    for (int m = 0; m <= used && m < k; ++m) {
+      mb[i] = m;
+      int used_g = -1;  // groups already opened in micro-batch m
+      for (int s = 0; s < i; ++s)
+        if (mb[s] == m) used_g = std::max(used_g, grp[s]);
+      for (int g = 0; g <= used_g + 1; ++g) {
+        grp[i] = g;
+        assign(i + 1, std::max(used, m + 1));
+      }
+    }
+  };
+  assign(0, 0);
+}
+
+// The bound against brute force: no plan of three sequences on four ranks
+// (every grouping, micro-batching, degree and collective) simulates faster,
+// for a sync-bound batch of short sequences and a compute-bound one of long
+// ones; where the sync dominates the bound is strictly above the former one
+// (work + one bucket each way).
+TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 4);
+  for (const std::vector<Sequence>& seqs :
+       {std::vector<Sequence>{{128, 0.0}, {256, 0.0}, {100, 1.0}},
+        std::vector<Sequence>{{32768, 0.0}, {16384, 0.0}, {8192, 0.0}}}) {
+    const double bound = PhysicalLowerBoundS(hw, seqs);
+    double best = std::numeric_limits<double>::infinity();
+    int plans = 0;
+    ForEachPlan(3, 4, hw.shape.q_heads, [&](const Plan& plan) {
+      const SimResult r = SimulatePlan(hw, plan, seqs);
+      if (r.oom) return;
+      ++plans;
+      best = std::min(best, r.iter_s);
+      EXPECT_LE(bound, r.iter_s * (1 + 1e-12));
+    });
+    EXPECT_GT(plans, 100);
+    EXPECT_LE(bound, best);
+    // By hand from the serial bound (spread work W + 2T + optimizer): one
+    // collective T over the 4 ranks of one node, buckets of 40M params.
+    const double P = BackboneParams(hw.shape);
+    const double T = 2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
+    const double b = T / std::ceil(P / 40e6);
+    const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
+    const double work = PhysicalLowerBoundS(hw, seqs, false) - 2 * T - optimizer;
+    EXPECT_NEAR(bound, 2 * b + std::max(work, 2 * (T - b)) + optimizer, 1e-9 * bound);
+    EXPECT_GE(bound, work + 2 * b + optimizer);
+    // Tighter than the former bound (W + one bucket each way) where the sync
+    // dominates: the short batch.
+    if (seqs[0].length_tokens < 4096) {
+      EXPECT_GT(bound, 1.5 * (work + 2 * b + optimizer));
+    }
+  }
 }
 
 TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {

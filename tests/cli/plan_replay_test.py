@@ -60,6 +60,7 @@ def main():
             replanned = json.loads(p.stdout) if p.returncode == 0 else {}
             for plan in (replanned, item["plan"]):
                 plan.pop("solver_ms", None)
+                plan.get("notes", {}).pop("cost_model", None)  # fcp plan's source note
             if replanned != item["plan"]:
                 failures.append(f"fcp {extra} [{i}]: fcp plan of the saved batch differs")
     # stdin and the JSON-array form give the same result.
@@ -90,12 +91,37 @@ def main():
              "error: [0].plan.status"),
             (lambda it: it[1].__setitem__("extra", 1), "error: [1].extra"),
         ]
+        # The topology is --cluster's: a batch claiming 64 ranks per node on
+        # the 16-per-node preset is refused, naming the field.
+        def claim_one_node(it):
+            for item in it:
+                item["batch"]["cluster"]["ranks_per_node"] = item["batch"]["cluster"]["ranks"]
+        cases.append((claim_one_node, "error: [0].batch.cluster.ranks_per_node: 64 ranks per node"))
+        # An all-to-all group whose degree does not divide the 32 query heads.
+        def three_rank_ulysses(it):
+            k = len(it[0]["batch"]["sequences"])
+            it[0]["plan"]["micro_batches"] = [{"groups": [
+                {"ranks": [0, 1, 2], "sequences": list(range(k)), "comm": "all-to-all"}]}]
+        want_a2a = ("error: [0].plan.micro_batches[0].groups[0].comm: an all-to-all group "
+                    "of degree 3 does not divide q_heads = 32")
+        cases.append((three_rank_ulysses, want_a2a))
         for mutate, want in cases:
             items = [json.loads(l) for l in lines]
             mutate(items)
-            e = run(["simulate", "--plan", "-", "-q"], stdin="\n".join(json.dumps(i) for i in items))
+            e = run(["simulate", "--plan", "-", "--warmup", "1", "-q"],
+                    stdin="\n".join(json.dumps(i) for i in items))
             if e.returncode != 2 or not e.stderr.startswith(want) or e.stdout:
                 failures.append(f"want {want!r}: exit {e.returncode}, stderr {e.stderr!r}")
+    # --trace and --plot draw the first measured batch of the replayed plans.
+    if "fcp" in saved:
+        trace = os.path.join(tmp, "replay-trace.json")
+        t = run(["simulate", "--plan", saved["fcp"], "--warmup", "1", "-q", "--trace", trace])
+        events = []
+        if t.returncode == 0 and os.path.isfile(trace):
+            with open(trace) as f:
+                events = json.load(f).get("traceEvents", [])
+        if not events:
+            failures.append(f"--plan --trace: exit {t.returncode}, stderr {t.stderr.strip()}")
     for f in failures:
         print("FAIL", f)
     print(f"{len(STRATEGIES)} strategies round-tripped, {len(failures)} failures")

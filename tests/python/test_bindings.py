@@ -452,6 +452,8 @@ def test_observe_learns_the_true_coefficients():
     true_cm = truth.cost_model
     start = {k: getattr(true_cm, k) for k in fcp._fcp.timing_coefficients}
     start.update(alpha1=true_cm.alpha1 * 1.25, alpha2=true_cm.alpha2 * 0.8)
+    # Timing coefficients given: unset v2 terms would be 0 (the unset rule).
+    start["ring_tail_steps"] = true_cm.ring_tail_steps
     wrong = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=start)
     assert wrong.calibration is None
     rng = np.random.default_rng(5)
@@ -512,3 +514,59 @@ def test_cost_model_is_a_copy():
     alpha1 = cm.alpha1
     cm.alpha1 = 5.0
     assert sched.cost_model.alpha1 == alpha1
+
+
+def test_cost_model_fields_come_from_the_cpp_table():
+    # One list of coefficients (include/fcp/cost_coefficients.h): fcp.CostModel
+    # has exactly its fields, and to_dict follows its order.
+    table = fcp._fcp.cost_coefficients
+    names = [c["name"] for c in table]
+    assert list(fcp.CostModel().to_dict()) == names
+    assert len(names) == len(set(names)) == 15
+    v2 = {c["name"] for c in table if c["v2"]}
+    assert v2 == {"attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial",
+                  "ring_tail_steps"}
+    fitted = [c["name"] for c in table if c["fitted"]]
+    assert fitted == list(fcp._fcp.timing_coefficients)
+    for c in table:
+        assert c["unit"] and c["meaning"]
+
+
+def test_unset_v2_terms_are_zero_beside_timing_coefficients(tmp_path):
+    # The case: alpha1.. plus one v2 term given; every other v2 term is 0
+    # (the paper's model), not the preset's. A memory-only override keeps the
+    # preset's v2 terms. Python and the CLI resolve it alike.
+    preset = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b").cost_model
+    assert preset.gamma_intra > 0 and preset.gamma_serial > 0
+    given = {"alpha1": preset.alpha1, "alpha2": preset.alpha2, "beta1": preset.beta1,
+             "alpha3": preset.alpha3, "beta2": preset.beta2, "attn_overhead_tokens": 256.0}
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=given)
+    cm = sched.cost_model
+    assert cm.attn_overhead_tokens == 256.0
+    for name in ("gamma_intra", "gamma_inter", "gamma_serial", "ring_tail_steps"):
+        assert getattr(cm, name) == 0.0, name
+    zeros = dict(given, gamma_intra=0.0, gamma_inter=0.0, gamma_serial=0.0, ring_tail_steps=0.0)
+    explicit = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=zeros)
+    lengths = [30000, 8000, 4000, 1000, 500]
+    assert sched.plan(lengths).est_ms == explicit.plan(lengths).est_ms
+    memory_only = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b",
+                                cost_model={"mem_capacity": preset.mem_capacity * 2})
+    assert memory_only.cost_model.gamma_intra == preset.gamma_intra
+    # Where each coefficient came from: in the plan note, as the CLI writes it.
+    note = sched.plan(lengths).notes["cost_model"]
+    assert note.startswith("input: alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens")
+    assert "preset: bw_intra_node" in note
+    assert "0 (v2 term unset beside timing coefficients): gamma_intra" in note
+    batch = {"cluster": "h100-8x8", "model": "qwen3-8b", "cost_model": given,
+             "sequences": lengths}
+    cli = _cli_plan(batch, tmp_path)
+    assert cli["notes"]["cost_model"] == note
+
+
+def test_design_doc_lists_the_coefficients_of_the_table():
+    # docs/design.md §2 shows the coefficients to readers; it must name exactly
+    # the C++ table's, in its order.
+    design = pathlib.Path(__file__).resolve().parents[2] / "docs" / "design.md"
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]+ \| [^|]+ \|$", design.read_text(), re.MULTILINE)
+    names = [c["name"] for c in fcp._fcp.cost_coefficients]
+    assert rows[:len(names)] == names
