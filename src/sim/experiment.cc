@@ -180,11 +180,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.capacity_tokens < 0) throw InputError("capacity_tokens", "must be >= 0 tokens (0 = tune)");
   if (cfg.micro_batch_sequences < 0) throw InputError("mbs", "must be >= 1 (0 = fill memory)");
   for (const auto& s : cfg.strategies) {
-    if (!FindStrategy(s)) {
-      std::string known;
-      for (const auto& n : StrategyNames()) known += (known.empty() ? "" : ", ") + n;
-      throw InputError("strategies", "unknown strategy '" + s + "' (known: " + known + ")");
-    }
+    if (!FindStrategy(s)) throw InputError("strategies", UnknownStrategyMessage(s));
   }
   if (cfg.lengths.empty() && !FindDataset(cfg.dataset))
     SampleBatch(cfg.dataset, 0, 0);  // throws InputError("dataset", ...)
