@@ -369,7 +369,11 @@ BatchInput ParseBatch(io::ByteSource& source) {
       if (c.contains("hardware")) {
         const json& h = c["hardware"];
         hardware = h.is_string() ? FindClusterPreset(h.get<std::string>()) : nullptr;
-        if (!hardware) throw InputError("cluster.hardware", "must name a cluster preset");
+        if (!hardware) {
+          throw InputError("cluster.hardware",
+                           h.is_string() ? UnknownClusterPresetMessage(h.get<std::string>())
+                                         : "must name a cluster preset, got " + TypeName(h));
+        }
       }
     } else {
       throw InputError("cluster", "must be a preset name or an object, got " + TypeName(c));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "fcp/lengths.h"
 #include "io/csv.h"
 
 namespace fcp {
@@ -122,6 +123,13 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
 // ReadFileOrStdin is in byte_source.cc (shared by every input reader).
 
 std::vector<int64_t> ReadLengthsFile(const std::string& path) {
+  // A dataset (JSONL, Parquet, Arrow, Megatron .idx) is not a length file:
+  // say which command turns it into one rather than fail on its first line.
+  const DatasetFormat format = DetectDatasetFormat(path);
+  if (format != DatasetFormat::kText && format != DatasetFormat::kCsv) {
+    throw InputError(path, "is a dataset, not a length file: run `fcp lengths " + path +
+                               " -o lengths.txt` first (docs/lengths.md) and pass lengths.txt");
+  }
   const std::string text = ReadFileOrStdin(path);
   try {
     auto lengths = ParseLengths(text);

@@ -204,6 +204,18 @@ const ClusterPreset* FindClusterPreset(std::string_view name) {
   return nullptr;
 }
 
+std::string UnknownModelPresetMessage(std::string_view name) {
+  std::string names;
+  for (const auto& m : ModelPresets()) names += (names.empty() ? "" : ", ") + m.shape.name;
+  return "unknown model preset '" + std::string(name) + "' (known: " + names + ")";
+}
+
+std::string UnknownClusterPresetMessage(std::string_view name) {
+  std::string names;
+  for (const auto& c : ClusterPresets()) names += (names.empty() ? "" : ", ") + c.name;
+  return "unknown cluster preset '" + std::string(name) + "' (known: " + names + ")";
+}
+
 CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster) {
   const ModelShape& s = model.shape;
   const double dq = static_cast<double>(s.q_heads) * s.head_dim;

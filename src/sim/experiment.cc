@@ -145,9 +145,9 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
 
 Setup MakeSetup(ExperimentConfig& cfg) {
   const ModelPreset* model = FindModelPreset(cfg.model);
-  if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
-  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
   if (cfg.ranks < 0 || cfg.ranks > (1 << 20)) throw InputError("ranks", "must be in [1, 2^20]");
   if (cfg.global_batch < 1 || cfg.global_batch > 10000000)
     throw InputError("gbs", "must be in [1, 10^7]");

@@ -125,9 +125,9 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                                    std::to_string(batches.size()) + ")");
   }
   const ModelPreset* model = FindModelPreset(cfg.model);
-  if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
-  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
   ClusterPreset cp = *cluster;
   cp.num_ranks = batches[0].batch.request.cluster.num_ranks;
   cp.ranks_per_node = batches[0].batch.request.cluster.ranks_per_node;
