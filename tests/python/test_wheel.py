@@ -28,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import zipfile
 
 import pytest
@@ -118,7 +119,7 @@ def _install(python, wheel, env, cwd):
 def _build_311(tmp, env):
     dist = tmp / "dist311"
     _ok(_run([sys.executable, "-m", "pip", "wheel", ROOT, "--no-build-isolation", "--no-deps",
-              "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], ROOT, env, timeout=900),
+              "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], ROOT, env, timeout=1200),
         "pip wheel (3.11, source tree)")
     return dist
 
@@ -136,9 +137,12 @@ def _build_sdist(tmp, env):
 def _build_312_from_sdist(sdist, tmp, env):
     python = _fresh_venv(_python312(), tmp / "build312", env)
     dist = tmp / "dist312"
+    # pip unpacks the sdist into a fresh temporary directory: ccache relative
+    # to it still finds the objects of the previous run.
+    env = dict(env, CCACHE_BASEDIR=tempfile.gettempdir())
     _ok(_run([python, "-m", "pip", "wheel", sdist, "--no-index", "--find-links", WHEELHOUSE,
               "--no-deps", "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], tmp, env,
-             timeout=900), "pip wheel (3.12, sdist)")
+             timeout=1200), "pip wheel (3.12, sdist)")
     return dist
 
 
