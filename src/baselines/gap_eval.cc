@@ -67,7 +67,7 @@ GapReport EvaluateGap(const GapOptions& options) {
   std::vector<const Strategy*> strategies;
   for (const std::string& n : names) {
     const Strategy* s = FindStrategy(n);
-    if (s == nullptr) throw InputError("strategies", "unknown strategy '" + n + "'");
+    if (s == nullptr) throw InputError("strategies", UnknownStrategyMessage(n));
     strategies.push_back(s);
     report.strategies.push_back(StrategyGap{});
     report.strategies.back().strategy = n;
