@@ -18,6 +18,7 @@
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 #include "fcp/version.h"
 
 namespace py = pybind11;

@@ -11,6 +11,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::cli {
 namespace {

@@ -54,10 +54,6 @@ const std::vector<ClusterPreset>& ClusterPresets();
 // nullptr when unknown.
 const ModelPreset* FindModelPreset(std::string_view name);
 const ClusterPreset* FindClusterPreset(std::string_view name);
-// "unknown model preset 'x' (known: a, b, ...)": the error text for a name the
-// Find functions do not know, listing the valid names.
-std::string UnknownModelPresetMessage(std::string_view name);
-std::string UnknownClusterPresetMessage(std::string_view name);
 
 inline constexpr std::string_view kDefaultCluster = "ascend910c-4x16";
 inline constexpr std::string_view kDefaultModel = "qwen3-8b";

@@ -140,10 +140,6 @@ std::vector<std::string> StrategyNames();
 // The registered strategy of that name, or nullptr. Strategies are stateless
 // and live for the whole program.
 const Strategy* FindStrategy(std::string_view name);
-// What to tell a user who names a strategy FindStrategy does not know: the
-// known names, or why this build has none of that name (flexsp in a build
-// without CBC, such as the pip wheel).
-std::string UnknownStrategyMessage(std::string_view name);
 
 // Validates the request (throws InputError naming the field).
 void ValidateRequest(const PlanRequest& request);

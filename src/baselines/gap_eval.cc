@@ -12,6 +12,7 @@
 #include "baselines/optimal.h"
 #include "baselines/random_instances.h"
 #include "fcp/scheduler.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::baselines {
 namespace {

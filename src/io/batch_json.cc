@@ -13,6 +13,7 @@
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
+#include "fcp/unknown_names.h"
 #include "io/byte_source.h"
 
 namespace fcp {

@@ -54,6 +54,7 @@
 // to the model states; its compute runs per image before CP and is modelled
 // by the simulator, not by the planner's alpha terms.
 #include "fcp/presets.h"
+#include "fcp/unknown_names.h"
 
 #include <algorithm>
 #include <cmath>

@@ -16,6 +16,7 @@
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp {
 namespace {

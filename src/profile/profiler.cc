@@ -19,6 +19,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 #include "profile/cpu_info.h"
 #include "profile/cpu_target.h"
 

@@ -12,6 +12,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 #include "sim/step_totals.h"
 
 namespace fcp::sim {

@@ -16,6 +16,7 @@
 #include "fcp/profiler.h"
 #include "fcp/simulator.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::sim {
 namespace {

@@ -15,6 +15,7 @@
 #include "baselines/static_cp.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 #include "planner/fcp_strategies.h"
 #include "planner/run_strategy.h"
 
