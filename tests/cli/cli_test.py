@@ -177,6 +177,24 @@ def error_tests():
     check("missing file", code == 2 and out == "" and err.startswith("error:"), err)
     code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
     check("unknown strategy", code == 2 and "strategy" in err and out == "", err)
+    # Unknown names list the valid ones (the presets' and strategies' own lists).
+    code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
+    check("unknown strategy lists the known", all(s in err for s in ("fcp", "megatron", "optimal")),
+          err)
+    code, out, err = run(["simulate", "--model", "nope", "--steps", "1", "--warmup", "0", "-q"])
+    check("unknown model lists the presets", code == 2 and err.count("\n") == 1 and
+          "unknown model preset 'nope' (known:" in err and "qwen3-8b" in err, err)
+    code, out, err = run(["simulate", "--cluster", "nope", "--steps", "1", "--warmup", "0", "-q"])
+    check("unknown cluster lists the presets", code == 2 and err.count("\n") == 1 and
+          "h100-8x8" in err and "ascend910c-4x16" in err, err)
+    # A dataset where a length file belongs: one line naming `fcp lengths`.
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "docs.jsonl")
+        with open(data, "w") as f:
+            f.write('{"tokens": 5}\n')
+        code, out, err = run(["simulate", "--lengths", data, "--steps", "1", "-q"])
+        check("--lengths on a JSONL dataset names fcp lengths", code == 2 and out == "" and
+              err.count("\n") == 1 and "fcp lengths" in err, err)
     code, out, err = run(["plan", "--format", "xml"], stdin=with_())
     check("bad format flag", code == 2 and err.startswith("error:") and out == "", err)
     code, out, err = run(["plan", "--help"])
