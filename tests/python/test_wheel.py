@@ -119,7 +119,7 @@ def _install(python, wheel, env, cwd):
 def _build_311(tmp, env):
     dist = tmp / "dist311"
     _ok(_run([sys.executable, "-m", "pip", "wheel", ROOT, "--no-build-isolation", "--no-deps",
-              "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], ROOT, env, timeout=1200),
+              "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], ROOT, env, timeout=1800),
         "pip wheel (3.11, source tree)")
     return dist
 
@@ -142,7 +142,7 @@ def _build_312_from_sdist(sdist, tmp, env):
     env = dict(env, CCACHE_BASEDIR=tempfile.gettempdir())
     _ok(_run([python, "-m", "pip", "wheel", sdist, "--no-index", "--find-links", WHEELHOUSE,
               "--no-deps", "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], tmp, env,
-             timeout=1200), "pip wheel (3.12, sdist)")
+             timeout=1800), "pip wheel (3.12, sdist)")
     return dist
 
 
