@@ -179,7 +179,6 @@ def error_tests():
     code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
     check("unknown strategy", code == 2 and "strategy" in err and out == "", err)
     # Unknown names list the valid ones (the presets' and strategies' own lists).
-    code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
     check("unknown strategy lists the known", all(s in err for s in ("fcp", "megatron", "optimal")),
           err)
     code, out, err = run(["simulate", "--model", "nope", "--steps", "1", "--warmup", "0", "-q"])
