@@ -21,6 +21,7 @@
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 #include "fcp/version.h"
 
 namespace py = pybind11;
@@ -216,6 +217,8 @@ PYBIND11_MODULE(_fcp, m) {
       .def("vision_params", &fcp::ModelPreset::vision_params);
 
   m.def("strategy_names", &fcp::StrategyNames, "Registered strategies, default first.");
+  m.def("unknown_strategy_message", &fcp::UnknownStrategyMessage, py::arg("name"),
+        "Why a strategy name is not registered: the known names, or the missing library.");
   m.def("model_presets", &fcp::ModelPresets, py::return_value_policy::copy);
   m.def("cluster_presets", &fcp::ClusterPresets, py::return_value_policy::copy);
   m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"), py::arg("cluster"));

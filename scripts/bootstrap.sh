@@ -68,8 +68,9 @@ fi
 # the requirements file skips the pip step when nothing changed.
 VENV=.venv
 REQS=requirements-test.txt
+WHEEL_REQS=requirements-wheel.txt
 stamp="$VENV/.fcp-requirements.sha256"
-want=$(sha256sum "$REQS" | cut -d' ' -f1)
+want=$(cat "$REQS" "$WHEEL_REQS" | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "bootstrap: $VENV up to date ($("$VENV/bin/python" --version))"
 else
@@ -82,6 +83,13 @@ else
   # This project's machines keep the PyTorch CPU wheel in /opt/wheels.
   if [ -d /opt/wheels ]; then pip_args+=(--find-links /opt/wheels); fi
   "$VENV/bin/python" -m pip install "${pip_args[@]}" -r "$REQS"
+  # The wheel test (tests/python/test_wheel.py) installs into fresh CPython 3.11
+  # and 3.12 environments with no network: their binary wheels, kept here.
+  for v in 3.11 3.12; do
+    "$VENV/bin/python" -m pip download "${pip_args[@]}" --only-binary=:all: --python-version "$v" \
+      --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+      -d "$VENV/wheelhouse" -r "$WHEEL_REQS"
+  done
   echo "$want" >"$stamp"
   echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
 fi
@@ -111,6 +119,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating $VENV with $("$PY" --version)"
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQS"
+pip_args=(--disable-pip-version-check -q)
+# This project's machines keep the PyTorch CPU wheel in /opt/wheels.
+if [ -d /opt/wheels ]; then pip_args+=(--find-links /opt/wheels); fi
+"$VENV/bin/python" -m pip install "${pip_args[@]}" -r "$REQS"
 echo "$want" >"$stamp"
 echo "bootstrap: $VENV ready ($("$VENV/bin/python" -c 'import torch; from importlib.metadata import version; print("torch", torch.__version__, "megatron-core", version("megatron-core"))'))"

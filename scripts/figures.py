@@ -11,6 +11,11 @@ A figure block is a command and the text it printed, between two markers:
     ...what the command printed...
     ```
     <!-- /figure -->
+    *Figure `gap`*
+
+The caption line under the closing marker shows the block's id in rendered
+Markdown (prose refers to blocks by id); --write and --captions add or fix it,
+--check reports a block without it.
 
 --write runs each command (bash, from the repository root) and replaces the text
 block with its standard output. --check runs them and compares with what the file
@@ -39,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = ["README.md", "docs/*.md"]
 OPEN = re.compile(r"^<!-- figure (?P<attrs>.*?)-->\s*$")
 CLOSE = re.compile(r"^<!-- /figure -->\s*$")
+CAPTION = re.compile(r"^\*Figure `(?P<id>[^`]*)`\*\s*$")
 NUMBER = re.compile(r"[-+]?(?:\d+(?:[.,]\d+)*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -54,6 +60,7 @@ class Block:
     text_start: int  # index of the first line inside the ```text fence
     text_end: int  # index of the closing ``` of the text fence
     text: str
+    caption: str | None  # the id the caption line names; None: no caption line
 
 
 class FormatError(Exception):
@@ -102,10 +109,34 @@ def find_blocks(path: Path) -> tuple[list[str], list[Block]]:
         except ValueError:
             raise FormatError(f"{where}: tol must be a number") from None
         volatile = re.compile(attrs["volatile"]) if attrs.get("volatile") else None
+        cap = CAPTION.match(lines[end + 2]) if end + 2 < len(lines) else None
         blocks.append(Block(path, i + 1, attrs["id"], "cheap" in attrs, tol, volatile,
-                            "\n".join(cmd_lines), start, end, "\n".join(lines[start:end])))
+                            "\n".join(cmd_lines), start, end, "\n".join(lines[start:end]),
+                            cap.group("id") if cap else None))
         i = end + 2
     return lines, blocks
+
+
+def caption_line(ident: str) -> str:
+    return f"*Figure `{ident}`*"
+
+
+def write_captions(path: Path) -> int:
+    """Adds or fixes every block's caption line in `path`; returns how many changed."""
+    lines, blocks = find_blocks(path)
+    changed = 0
+    for b in sorted(blocks, key=lambda b: -b.text_end):
+        at = b.text_end + 2  # the line after <!-- /figure -->
+        if b.caption == b.ident:
+            continue
+        changed += 1
+        if b.caption is None:
+            lines.insert(at, caption_line(b.ident))
+        else:
+            lines[at] = caption_line(b.ident)
+    if changed:
+        path.write_text("\n".join(lines), encoding="utf-8")
+    return changed
 
 
 def run(block: Block) -> tuple[bool, str, float]:
@@ -153,6 +184,8 @@ def main() -> int:
     mode.add_argument("--write", action="store_true", help="rerun and rewrite the blocks")
     mode.add_argument("--check", action="store_true", help="rerun and compare (default: all)")
     mode.add_argument("--list", action="store_true", help="list the blocks")
+    mode.add_argument("--captions", action="store_true",
+                      help="only add or fix every block's caption line (runs nothing)")
     ap.add_argument("--cheap", action="store_true", help="only blocks marked cheap")
     ap.add_argument("--id", action="append", default=[], help="only these ids (repeatable)")
     ap.add_argument("files", nargs="*", help="markdown files (default: README.md docs/*.md)")
@@ -178,6 +211,18 @@ def main() -> int:
             seen.add(b.ident)
         chosen = [b for b in blocks if (not args.cheap or b.cheap) and
                   (not args.id or b.ident in args.id)]
+        if args.captions:
+            changed = write_captions(path)
+            if changed:
+                print(f"captions: {path.relative_to(ROOT)}: {changed} added or fixed")
+            continue
+        if args.check:
+            for b in chosen:
+                if b.caption != b.ident:
+                    failed += 1
+                    print(f"FAIL {path.relative_to(ROOT)}:{b.line} [{b.ident}]: no caption line "
+                          f"'{caption_line(b.ident)}' under <!-- /figure --> (add it with "
+                          "scripts/figures.py --captions)")
         if args.list:
             for b in blocks:
                 print(f"{b.ident:24} {'cheap' if b.cheap else '     '} tol={b.tol:<6g} "
@@ -205,6 +250,7 @@ def main() -> int:
                     print(f"ok   {where} ({secs:.1f} s)")
         if args.write:
             path.write_text("\n".join(lines), encoding="utf-8")
+            write_captions(path)
     if args.check:
         print(f"figures: {len(seen)} blocks found, {failed} failed")
     return 1 if failed else 0

@@ -9,10 +9,26 @@
 #include "baselines/gap_eval.h"
 #include "command.h"
 #include "progress.h"
+#include "fcp/scheduler.h"
 #include "fcp/types.h"
 
 namespace fcp::cli {
 namespace {
+
+// flexsp's MILP may use its whole --time-limit on every instance: say up
+// front, even with -q, how long that can take (200 instances: minutes).
+void WarnIfLong(const baselines::GapOptions& options, const std::string& strategies) {
+  const bool flexsp = strategies.empty() ? FindStrategy("flexsp") != nullptr
+                                         : strategies.find("flexsp") != std::string::npos;
+  if (!flexsp) return;
+  const double worst_s = options.instances * options.time_limit_s;
+  if (worst_s < 60) return;
+  std::fprintf(stderr,
+               "note: eval gap: flexsp's MILP may use up to %g s on each of %d instances (up "
+               "to %.0f min in all; --time-limit lowers it); progress on stderr unless -q\n",
+               options.time_limit_s, options.instances, worst_s / 60);
+  std::fflush(stderr);
+}
 
 int RunEvalGap(int argc, char** argv) {
   CLI::App app{
@@ -49,6 +65,7 @@ int RunEvalGap(int argc, char** argv) {
     if (!item.empty()) options.strategies.push_back(item);
   }
   try {
+    WarnIfLong(options, strategies);
     Progress progress(!quiet);
     options.progress = progress.Callback();
     const baselines::GapReport report = baselines::EvaluateGap(options);

@@ -11,6 +11,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::cli {
 namespace {
@@ -102,8 +103,8 @@ int RunEvalNoise(int argc, char** argv) {
     if (!cost_model_file.empty()) {
       const ModelPreset* m = FindModelPreset(o.model);
       const ClusterPreset* c = FindClusterPreset(o.cluster);
-      if (!m) throw InputError("model", "unknown model preset '" + o.model + "'");
-      if (!c) throw InputError("cluster", "unknown cluster preset '" + o.cluster + "'");
+      if (!m) throw InputError("model", UnknownModelPresetMessage(o.model));
+      if (!c) throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
       o.base = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
     }
     const NoiseEvalReport rep = RunNoiseEval(o);

@@ -1,5 +1,6 @@
 // `fcp eval study`: where flexible CP pays against the best balanced static CP.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -13,20 +14,46 @@
 namespace fcp::cli {
 namespace {
 
+// "mydata (real)" for .../mydata.txt: the tables name the user's data, not ours.
+std::string LengthsLabel(const std::string& path) {
+  return std::filesystem::path(path).stem().string() + " (real)";
+}
+
 int RunEvalStudy(int argc, char** argv) {
   CLI::App app{
       "Where flexible CP pays (SIMULATED): fcp against the best work-balanced static CP plan "
       "(degree tuned in hindsight by default) "
       "over global batch 16..2,048 (64 ranks), ranks 8..1,024 (gbs = 8 x ranks), both cluster "
-      "presets, every dataset, real lengths and the extreme case. Writes study.md and "
-      "study.csv to --out and prints the summary.",
+      "presets, every dataset, real lengths and the extreme case (--cluster, --model, --gbs, "
+      "--ranks narrow the grid). Writes study.md and study.csv to --out and prints the "
+      "summary.",
       "fcp eval study"};
   sim::StudyOptions opt;
-  std::string lengths_file = "data/go-src-qwen3-lengths.csv";
+  const std::string default_lengths = "data/go-src-qwen3-lengths.csv";
+  std::string lengths_file = default_lengths, name;
   app.add_option("--out", opt.out_dir, "output directory")->required();
   app.add_option("--lengths", lengths_file,
-                 "real lengths (one integer a line or CSV with a tokens column); '' = none")
+                 "real lengths (one integer a line or CSV with a tokens column, as `fcp "
+                 "lengths` writes); '' = none")
       ->capture_default_str();
+  app.add_option("--name", name,
+                 "what the tables call the --lengths data (default: go-src (real) for the "
+                 "bundled file, else the file's name)");
+  app.add_option("--cluster", opt.clusters,
+                 "cluster presets, comma-separated (default: h100-8x8,ascend910c-4x16)")
+      ->delimiter(',');
+  app.add_option("--model", opt.models,
+                 "model presets, comma-separated: every case runs on each (default: qwen3-8b "
+                 "for text, qwen3-vl-8b for video)")
+      ->delimiter(',');
+  app.add_option("--gbs", opt.global_batches,
+                 "global batch sizes of the batch-size part at 64 ranks, comma-separated "
+                 "(default: 16,64,256,1024,2048)")
+      ->delimiter(',');
+  app.add_option("--ranks", opt.ranks,
+                 "rank counts of the scale part (gbs = 8 x ranks), comma-separated (default: "
+                 "8,32,128,512,1024)")
+      ->delimiter(',');
   app.add_option("--steps", opt.steps, "measured global batches per case")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -59,7 +86,9 @@ int RunEvalStudy(int argc, char** argv) {
   try {
     if (!lengths_file.empty()) {
       opt.lengths = ReadLengthsFile(lengths_file);
-      opt.lengths_label = "go-src (real)";
+      opt.lengths_label = !name.empty()                     ? name
+                          : lengths_file == default_lengths ? "go-src (real)"
+                                                            : LengthsLabel(lengths_file);
     }
     const sim::StudyResult r = sim::RunStudy(opt);
     std::printf("%s\nwrote %s/study.md, study.csv\n", r.summary.c_str(), opt.out_dir.c_str());

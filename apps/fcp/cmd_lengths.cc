@@ -1,8 +1,10 @@
 // `fcp lengths`: sequence lengths from datasets -> a length file for
 // `--lengths`, with a histogram. .idx, JSONL token counts, CSV and length
 // files are read here; text fields (--tokenizer) and Parquet/Arrow go to the
-// Python side (`python3 -m fcp.lengths`, same flags and output), started with
-// execvp: no shell.
+// Python side (`<python> -m fcp.lengths`, same flags and output), started with
+// execvp: no shell. <python> is FCP_PYTHON, which the `fcp` console command and
+// `python -m fcp` set to the interpreter the package is installed into, so the
+// fallback runs where fcp, pyarrow and tokenizers are; python3 otherwise.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -62,7 +64,8 @@ int RunLengths(int argc, char** argv) {
       "JSON lines (.jsonl: an integer token count, token ids, or --tokenizer for text), "
       "CSV (.csv with a header), Parquet (.parquet) and Arrow (.arrow), other files: one "
       "length per line. Parquet, Arrow and --tokenizer run the Python package "
-      "(python3 -m fcp.lengths; FCP_PYTHON chooses the interpreter).",
+      "(python -m fcp.lengths with the interpreter in FCP_PYTHON, which the pip-installed "
+      "`fcp` command sets to its own; python3 otherwise).",
       "fcp lengths"};
   std::vector<std::string> inputs;
   std::string out, field, tokenizer, idx_unit = "document";
@@ -91,8 +94,9 @@ int RunLengths(int argc, char** argv) {
     if (!PythonHasModule(interpreter)) {
       std::fprintf(stderr,
                    "error: lengths: Parquet/Arrow files and --tokenizer need the Python package: "
-                   "'%s -c \"import fcp.lengths\"' fails (pip install ./python, or set "
-                   "PYTHONPATH, or FCP_PYTHON to an interpreter that has it)\n",
+                   "'%s -c \"import fcp.lengths\"' fails (run `pip install .` in the fcp "
+                   "source tree and use its `fcp` command, or set FCP_PYTHON to an interpreter "
+                   "that has the package)\n",
                    EscapeForMessage(interpreter).c_str());
       return 2;
     }

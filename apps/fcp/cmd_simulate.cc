@@ -12,6 +12,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::cli {
 namespace {
@@ -159,8 +160,8 @@ int RunSimulate(int argc, char** argv) {
       if (!cost_model_file.empty()) {
         const ModelPreset* m = FindModelPreset(cfg.model);
         const ClusterPreset* c = FindClusterPreset(cfg.cluster);
-        if (!m) return InputErrorExit("model: unknown model preset '" + cfg.model + "'");
-        if (!c) return InputErrorExit("cluster: unknown cluster preset '" + cfg.cluster + "'");
+        if (!m) return InputErrorExit("model: " + UnknownModelPresetMessage(cfg.model));
+        if (!c) return InputErrorExit("cluster: " + UnknownClusterPresetMessage(cfg.cluster));
         cfg.cost_model = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
       }
       std::string saved;

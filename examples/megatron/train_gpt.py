@@ -128,6 +128,10 @@ def check_thd(model, packer, batch, one_rank_group):
 
 def main(argv=None):
     args = parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("error: training needs CUDA GPUs (Megatron-Core's layers); on this CPU-only "
+              "machine add --dry-run to print the plans Megatron would receive", file=sys.stderr)
+        sys.exit(2)
     use_cuda = torch.cuda.is_available() and not args.dry_run
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))

@@ -21,6 +21,13 @@ struct StudyOptions {
   uint64_t seed = 1;              // batch i of a case is drawn with seed + i
   std::vector<int64_t> lengths;   // real lengths (e.g. --lengths FILE); empty = no "real" rows
   std::string lengths_label = "real";  // how the real lengths are named in the tables
+  // The grid's axes; empty = the defaults (both cluster presets; each
+  // dataset's own model, qwen3-8b for text and qwen3-vl-8b for video; global
+  // batches 16..2,048 at 64 ranks; ranks 8..1,024 at gbs 8 x ranks).
+  std::vector<std::string> clusters;  // cluster presets
+  std::vector<std::string> models;    // model presets: every case runs on each
+  std::vector<int64_t> global_batches;  // the batch-size part's gbs values
+  std::vector<int> ranks;               // the scale part's rank counts
   int warmup = 2;                 // unmeasured batches: the warm-up pick of static degrees
   // Static degrees: tuned in hindsight (every degree run on the measured
   // batches, the fastest kept: the yardstick) or on the warm-up batches; the

@@ -309,7 +309,9 @@ def _plan_options(strategy, cp_degree, time_limit_s, seed):
     core = _core()
     names = list(core.strategy_names())
     if not isinstance(strategy, str) or strategy not in names:
-        raise ValueError(f"strategy: unknown strategy {strategy!r} (known: {', '.join(names)})")
+        if isinstance(strategy, str):
+            raise ValueError(f"strategy: {core.unknown_strategy_message(strategy)}")
+        raise ValueError(f"strategy: must be a name, got {strategy!r} (known: {', '.join(names)})")
     opts = core.PlanOptions()
     opts.strategy = strategy
     opts.cp_degree = _check_int(cp_degree, "cp_degree", 0, _INT_MAX)

@@ -1,6 +1,8 @@
 """The `fcp` command of the pip package and `python -m fcp`: runs the C++ CLI
 shipped inside the package (fcp/_bin/fcp), with the same arguments, exit code
-and output. ``FCP_CLI=/path/to/fcp`` runs another build instead (tests)."""
+and output. ``FCP_CLI=/path/to/fcp`` runs another build instead (tests).
+It sets ``FCP_PYTHON`` (unless already set) to this interpreter for the CLI's
+Python fallback (`fcp lengths` on Parquet/Arrow or with --tokenizer)."""
 
 import os
 import pathlib
@@ -18,9 +20,13 @@ def cli_path() -> str:
 def main() -> None:
     path = cli_path()
     if not os.access(path, os.X_OK):
-        sys.stderr.write(f"error: fcp: the C++ CLI is not installed at {path} "
-                         "(install the package with `pip install .`, or set FCP_CLI)\n")
+        sys.stderr.write(f"error: fcp: the C++ CLI is not installed at {path} (reinstall the "
+                         "package with `pip install .` in the fcp source tree, or set FCP_CLI)\n")
         sys.exit(1)
+    # The CLI's Python-backed paths (`fcp lengths` on Parquet, Arrow or with
+    # --tokenizer) run this interpreter, where the package and its optional
+    # dependencies are installed, not whichever python3 is first on PATH.
+    os.environ.setdefault("FCP_PYTHON", sys.executable)
     sys.stdout.flush()
     os.execv(path, [path] + sys.argv[1:])
 

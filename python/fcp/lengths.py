@@ -365,10 +365,10 @@ def _read_arrow_table(path: str, fmt: str, field: str):
 
 
 def read_columnar(path: str, fmt: str, field: str, counter: _Counter) -> List[int]:
+    column = _read_arrow_table(path, fmt, field)  # without pyarrow: one error line
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    column = _read_arrow_table(path, fmt, field)
     where = lambda i: f"{_escape(path)} row {i}: {_escape(field)}"  # noqa: E731
     typ = column.type
     if pa.types.is_integer(typ):

@@ -12,6 +12,7 @@
 #include "baselines/optimal.h"
 #include "baselines/random_instances.h"
 #include "fcp/scheduler.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::baselines {
 namespace {
@@ -67,7 +68,7 @@ GapReport EvaluateGap(const GapOptions& options) {
   std::vector<const Strategy*> strategies;
   for (const std::string& n : names) {
     const Strategy* s = FindStrategy(n);
-    if (s == nullptr) throw InputError("strategies", "unknown strategy '" + n + "'");
+    if (s == nullptr) throw InputError("strategies", UnknownStrategyMessage(n));
     strategies.push_back(s);
     report.strategies.push_back(StrategyGap{});
     report.strategies.back().strategy = n;

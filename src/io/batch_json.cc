@@ -15,6 +15,7 @@
 #include "fcp/io.h"
 #include "fcp/plan_check.h"
 #include "fcp/presets.h"
+#include "fcp/unknown_names.h"
 #include "io/byte_source.h"
 #include "io/strict_json.h"
 
@@ -361,7 +362,11 @@ BatchInput ParseBatch(io::ByteSource& source) {
       if (c.contains("hardware")) {
         const json& h = c["hardware"];
         hardware = h.is_string() ? FindClusterPreset(h.get<std::string>()) : nullptr;
-        if (!hardware) throw InputError("cluster.hardware", "must name a cluster preset");
+        if (!hardware) {
+          throw InputError("cluster.hardware",
+                           h.is_string() ? UnknownClusterPresetMessage(h.get<std::string>())
+                                         : "must name a cluster preset, got " + TypeName(h));
+        }
       }
     } else {
       throw InputError("cluster", "must be a preset name or an object, got " + TypeName(c));

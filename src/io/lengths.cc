@@ -9,6 +9,7 @@
 
 #include "fcp/io.h"
 #include "io/byte_source.h"
+#include "fcp/lengths.h"
 #include "io/csv.h"
 #include "io/strict_json.h"
 
@@ -148,6 +149,13 @@ std::string ReadLinesCapped(const std::string& path) {
 }
 
 std::vector<int64_t> ReadLengthsFile(const std::string& path) {
+  // A dataset (JSONL, Parquet, Arrow, Megatron .idx) is not a length file:
+  // say which command turns it into one rather than fail on its first line.
+  const DatasetFormat format = DetectDatasetFormat(path);
+  if (format != DatasetFormat::kText && format != DatasetFormat::kCsv) {
+    throw InputError(path, "is a dataset, not a length file: run `fcp lengths " + path +
+                               " -o lengths.txt` first (docs/lengths.md) and pass lengths.txt");
+  }
   const std::string text = ReadLinesCapped(path);
   try {
     auto lengths = ParseLengths(text);

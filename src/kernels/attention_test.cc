@@ -294,6 +294,42 @@ TEST(GemmTest, MatchesNaiveForAllTransposes) {
     }
 }
 
+// PortableGemm (Eigen: the wheel's Gemm) against the same naive product, with
+// padded leading dimensions and beta = 0 over a C full of NaN (must not be read).
+TEST(GemmTest, PortableGemmMatchesNaiveWithPaddedStridesAndIgnoresCAtBetaZero) {
+  std::mt19937 rng(5);
+  const int m = 9, n = 14, k = 6, pad = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, -1.5f}) {
+        const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        auto a = Random(size_t(ta ? k : m) * lda, rng);
+        auto b = Random(size_t(tb ? n : k) * ldb, rng);
+        auto c = Random(size_t(m) * ldc, rng);
+        if (beta == 0.0f) std::fill(c.begin(), c.end(), std::nanf(""));
+        auto expect = c;
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < n; ++j) {
+            double s = 0;
+            for (int p = 0; p < k; ++p)
+              s += double(ta ? a[p * lda + i] : a[i * lda + p]) *
+                   (tb ? b[j * ldb + p] : b[p * ldb + j]);
+            expect[i * ldc + j] = float(0.75 * s + (beta == 0.0f ? 0.0 : beta * c[i * ldc + j]));
+          }
+        PortableGemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        for (int i = 0; i < m; ++i)
+          for (int j = 0; j < ldc; ++j) {
+            const size_t at = size_t(i) * ldc + j;
+            if (j < n) {
+              EXPECT_NEAR(c[at], expect[at], 1e-5) << ta << tb << beta << " at " << i << "," << j;
+            } else {  // the padding columns stay as they were
+              EXPECT_TRUE(std::isnan(c[at]) == std::isnan(expect[at]) &&
+                          (std::isnan(c[at]) || c[at] == expect[at]));
+            }
+          }
+      }
+}
+
 TEST(GemmTest, LinearIsXTimesWTransposed) {
   std::mt19937 rng(4);
   const int m = 6, n = 5, k = 7;

@@ -1,6 +1,7 @@
 // Gantt chart of plan timelines via gnuplot (include/fcp/plot.h): one panel
-// per timeline, a shared time axis, node boundaries, neighbour-distinct
-// colours and labels sized to their boxes.
+// per timeline, a shared time axis, node boundaries (behind the boxes, so they
+// never cross a label), neighbour-distinct colours, all-to-all groups hatched,
+// a legend, and labels sized to their boxes.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -26,6 +27,8 @@ constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 // Pixel margins of a panel (gnuplot's defaults are close to these; we set
 // them so that label fitting knows the drawing area).
 constexpr int kLeftPx = 70, kRightPx = 20, kTopPx = 30, kBottomPx = 45;
+// Above the panels: the page title and the legend.
+constexpr int kHeaderPx = 60;
 
 std::string Extension(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -100,8 +103,12 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
   const int height =
       options.height_px > 0
           ? options.height_px
-          : std::clamp(14 * ranks_total + panels * (kTopPx + kBottomPx) + 40, 300, 8000);
-  const double panel_px = static_cast<double>(height - 40) / panels;
+          : std::clamp(14 * ranks_total + panels * (kTopPx + kBottomPx) + kHeaderPx, 300,
+                       16000);
+  // Each panel's plot area; the layout below fixes the margins in pixels.
+  const double area_px =
+      std::max(1.0, (static_cast<double>(height) - kHeaderPx - panels * (kTopPx + kBottomPx)) /
+                        panels);
 
   GnuplotJob job;
   job.terminal = ext == "svg"
@@ -119,21 +126,27 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
                               timelines[0].source);
   }
   std::string gp;
-  gp += "unset key\nset border lw 0.8\n";
+  gp += "set border lw 0.8\n";
   for (int i = 0; i < kPaletteSize; ++i)
     gp += fmt::format("set linetype {} lc rgb '{}'\n", i + 1, kPalette[i]);
-  gp += fmt::format("set multiplot layout {},1 title {} noenhanced\n", panels,
-                    GnuplotQuote(title));
+  // Margins and spacing in screen fractions so that every panel's plot area
+  // is area_px high and the header keeps the title and the legend.
+  const double h = height;
+  gp += fmt::format(
+      "set multiplot layout {},1 title {} noenhanced margins screen {:.6f}, screen {:.6f}, "
+      "screen {:.6f}, screen {:.6f} spacing screen 0, screen {:.6f}\n",
+      panels, GnuplotQuote(title), kLeftPx / static_cast<double>(width),
+      1.0 - kRightPx / static_cast<double>(width), kBottomPx / h,
+      1.0 - (kHeaderPx + kTopPx) / h, (kTopPx + kBottomPx) / h);
   gp += fmt::format("set xrange [0:{:.9g}]\nset xlabel 'time (ms)'\nset ylabel 'rank'\n", end_ms);
   gp += "set grid xtics lc rgb '#DDDDDD'\n";
-  gp += fmt::format("set lmargin {}\nset rmargin {}\n", kLeftPx / 7, kRightPx / 7);
   const double plot_w = width - kLeftPx - kRightPx;
 
   for (int p = 0; p < panels; ++p) {
     const Timeline& t = timelines[static_cast<size_t>(p)];
-    const double row_px = std::max(1.0, (panel_px - kTopPx - kBottomPx) / t.num_ranks);
+    const double row_px = std::max(1.0, area_px / t.num_ranks);
     const std::vector<int> colours = AssignColours(t, kPaletteSize);
-    std::string boxes, labels;
+    std::string boxes, a2a_boxes, labels;
     std::map<int, double> mb_start;  // micro-batch -> earliest start
     for (size_t i = 0; i < t.slices.size(); ++i) {
       const auto& s = t.slices[i];
@@ -141,8 +154,9 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
       if (!inserted) it->second = std::min(it->second, s.start_ms);
       const auto runs = RankRuns(s.ranks);
       size_t widest = 0;
+      std::string& out = s.comm == CommKind::kAllToAll ? a2a_boxes : boxes;
       for (size_t r = 0; r < runs.size(); ++r) {
-        boxes += fmt::format("{:.9g} {:.9g} {} {} {}\n", s.start_ms, s.end_ms,
+        out += fmt::format("{:.9g} {:.9g} {} {} {}\n", s.start_ms, s.end_ms,
                              runs[r].first - 0.45, runs[r].second + 0.45, colours[i] + 1);
         if (runs[r].second - runs[r].first > runs[widest].second - runs[widest].first) widest = r;
       }
@@ -153,11 +167,15 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
         labels += fmt::format("{:.9g} {} \"{}\"\n", (s.start_ms + s.end_ms) / 2,
                               (lo + hi) / 2.0, label);
     }
-    if (boxes.empty()) boxes = "0 0 0 0 1\n";  // gnuplot refuses an empty data file
+    // gnuplot refuses an empty data file: a zero-size box off the time axis.
+    if (boxes.empty()) boxes = "-1 -1 0 0 1\n";
+    if (a2a_boxes.empty()) a2a_boxes = "-1 -1 0 0 1\n";
     if (labels.empty()) labels = "0 0 \"\"\n";
     const std::string box_file = fmt::format("boxes{}.dat", p);
+    const std::string a2a_file = fmt::format("a2a{}.dat", p);
     const std::string label_file = fmt::format("labels{}.dat", p);
     job.data_files.push_back({box_file, boxes});
+    job.data_files.push_back({a2a_file, a2a_boxes});
     job.data_files.push_back({label_file, labels});
 
     gp += "unset arrow\n";
@@ -170,7 +188,7 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
     gp += t.num_ranks > 32 ? fmt::format("set ytics 0,{}\n", per_node) : "set ytics 0,1\n";
     for (int b = per_node; b < t.num_ranks; b += per_node)
       gp += fmt::format("set arrow from graph 0, first {} to graph 1, first {} nohead dt 2 lw "
-                        "1.5 lc rgb '#202020' front\n",
+                        "1.5 lc rgb '#202020' back\n",
                         b - 0.5, b - 0.5);
     if (t.source == "planner estimate") {
       for (const auto& [mb, start] : mb_start)
@@ -179,11 +197,27 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
                             "nohead lw 0.8 lc rgb '#808080' back\n",
                             start, start);
     }
+    // The legend, once (on the first panel, above the plots): what a box's
+    // fill, a dashed line and a label's d / k mean.
+    if (p == 0) {
+      gp += fmt::format("set key at screen 0.5, screen {:.6f} center top horizontal samplen 2 "
+                        "font ',9' noenhanced\n",
+                        1.0 - 28.0 / h);
+    } else {
+      gp += "unset key\n";
+    }
+    const bool legend = p == 0;
     gp += fmt::format(
         "plot '{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs solid 0.85 "
-        "border lc rgb '#303030' lc variable, '{}' using 1:2:3 with labels center font ',8' "
-        "noenhanced\n",
-        box_file, label_file);
+        "border lc rgb '#303030' lc variable title {}, "
+        "'{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs pattern 4 "
+        "border lc rgb '#303030' lc variable title {}, "
+        "NaN with lines dt 2 lw 1.5 lc rgb '#202020' title {}, "
+        "'{}' using 1:2:3 with labels center font ',8' noenhanced title {}\n",
+        box_file, legend ? "'ring group'" : "''", a2a_file,
+        legend ? "'all-to-all group (hatched)'" : "''",
+        legend ? "'node boundary'" : "''", label_file,
+        legend ? "'box label: d=ranks in the group, k=its sequences, tokens'" : "''");
   }
   gp += "unset multiplot\n";
   job.script = gp;

@@ -347,6 +347,30 @@ TEST(Gantt, PlantedSymlinksAreNeitherFollowedNorReused) {
   EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), {}), 4) << "only the planted links";
 }
 
+// The legend names the fills, the node-boundary line and the label's d / k;
+// an all-to-all group is drawn hatched (a pattern fill), a ring group is not.
+TEST(Gantt, LegendAndHatchedAllToAllGroups) {
+  if (!GnuplotAvailable()) GTEST_SKIP() << "no gnuplot";
+  TempDir dir;
+  auto hatches = [&](bool a2a) {
+    Plan plan = SmallPlan();
+    if (a2a) plan.micro_batches[0].groups[0].comm = CommKind::kAllToAll;
+    const Timeline t = PlanTimeline(plan, SmallBatch(), 4);
+    const fs::path out = dir.path() / (a2a ? "a2a.svg" : "ring.svg");
+    WriteGantt(out.string(), {&t, 1});
+    const std::string svg = ReadAll(out);
+    for (const char* legend : {"ring group", "all-to-all group (hatched)", "node boundary",
+                               "d=ranks in the group, k=its sequences"})
+      EXPECT_NE(svg.find(legend), std::string::npos) << legend;
+    size_t n = 0;
+    for (size_t at = svg.find("url(#gpPat"); at != std::string::npos;
+         at = svg.find("url(#gpPat", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_GT(hatches(true), hatches(false));
+}
+
 TEST(Gantt, BadPathsAndFailuresAreOneLineErrors) {
   TempDir dir;
   const Timeline t = PlanTimeline(SmallPlan(), SmallBatch(), 4);

@@ -54,6 +54,7 @@
 // to the model states; its compute runs per image before CP and is modelled
 // by the simulator, not by the planner's alpha terms.
 #include "fcp/presets.h"
+#include "fcp/unknown_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -210,6 +211,18 @@ const ClusterPreset* FindClusterPreset(std::string_view name) {
     if (c.name == name) return &c;
   }
   return nullptr;
+}
+
+std::string UnknownModelPresetMessage(std::string_view name) {
+  std::string names;
+  for (const auto& m : ModelPresets()) names += (names.empty() ? "" : ", ") + m.shape.name;
+  return "unknown model preset '" + std::string(name) + "' (known: " + names + ")";
+}
+
+std::string UnknownClusterPresetMessage(std::string_view name) {
+  std::string names;
+  for (const auto& c : ClusterPresets()) names += (names.empty() ? "" : ", ") + c.name;
+  return "unknown cluster preset '" + std::string(name) + "' (known: " + names + ")";
 }
 
 CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster) {

@@ -16,6 +16,7 @@
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp {
 namespace {
@@ -65,9 +66,9 @@ CostModel LearntFromFeedback(const sim::HardwareModel& hw, PlanRequest req,
 NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ClusterPreset* cluster = FindClusterPreset(o.cluster);
-  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + o.cluster + "'");
+  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
   const ModelPreset* model = FindModelPreset(o.model);
-  if (!model) throw InputError("model", "unknown model preset '" + o.model + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(o.model));
   if (!FindDataset(o.dataset)) throw InputError("dataset", "unknown dataset '" + o.dataset + "'");
   if (o.batch_sequences < 1) throw InputError("batch_sequences", "must be >= 1");
   if (o.batches < 1) throw InputError("batches", "must be >= 1");

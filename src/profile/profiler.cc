@@ -19,6 +19,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 #include "profile/cpu_info.h"
 #include "profile/cpu_target.h"
 
@@ -102,10 +103,10 @@ struct Collected {
 
 Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
   const ClusterPreset* cluster = FindClusterPreset(cluster_name);
-  if (!cluster) throw InputError("target", "unknown cluster preset '" + cluster_name + "'");
+  if (!cluster) throw InputError("target", UnknownClusterPresetMessage(cluster_name));
   const std::string model_name = o.model.empty() ? std::string(kDefaultModel) : o.model;
   const ModelPreset* model = FindModelPreset(model_name);
-  if (!model) throw InputError("model", "unknown model preset '" + model_name + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(model_name));
   const sim::HardwareModel hw = sim::MakeHardwareModel(*model, *cluster);
   Collected c;
   c.base = DeriveCostModel(*model, *cluster);

@@ -13,6 +13,7 @@
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fcp/unknown_names.h"
 #include "sim/step_totals.h"
 
 namespace fcp::sim {
@@ -146,9 +147,9 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg, const std::stri
 
 Setup MakeSetup(ExperimentConfig& cfg) {
   const ModelPreset* model = FindModelPreset(cfg.model);
-  if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
-  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
   if (cfg.ranks < 0 || cfg.ranks > (1 << 20)) throw InputError("ranks", "must be in [1, 2^20]");
   if (cfg.global_batch < 1 || cfg.global_batch > 10000000)
     throw InputError("gbs", "must be in [1, 10^7]");
@@ -181,11 +182,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.capacity_tokens < 0) throw InputError("capacity_tokens", "must be >= 0 tokens (0 = tune)");
   if (cfg.micro_batch_sequences < 0) throw InputError("mbs", "must be >= 1 (0 = fill memory)");
   for (const auto& s : cfg.strategies) {
-    if (!FindStrategy(s)) {
-      std::string known;
-      for (const auto& n : StrategyNames()) known += (known.empty() ? "" : ", ") + n;
-      throw InputError("strategies", "unknown strategy '" + s + "' (known: " + known + ")");
-    }
+    if (!FindStrategy(s)) throw InputError("strategies", UnknownStrategyMessage(s));
   }
   if (cfg.lengths.empty() && !FindDataset(cfg.dataset))
     SampleBatch(cfg.dataset, 0, 0);  // throws InputError("dataset", ...)

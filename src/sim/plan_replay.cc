@@ -15,6 +15,7 @@
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
 #include "io/strict_json.h"
+#include "fcp/unknown_names.h"
 #include "sim/step_totals.h"
 
 namespace fcp::sim {
@@ -165,9 +166,9 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                                    std::to_string(batches.size()) + ")");
   }
   const ModelPreset* model = FindModelPreset(cfg.model);
-  if (!model) throw InputError("model", "unknown model preset '" + cfg.model + "'");
+  if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
-  if (!cluster) throw InputError("cluster", "unknown cluster preset '" + cfg.cluster + "'");
+  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
   // The topology is the simulated hardware's (--cluster, --ranks), never the
   // batch's claim: a plan cannot buy faster links by declaring more ranks per
   // node. The rank count defaults to the batches'.

@@ -12,9 +12,11 @@
 
 #include <fmt/format.h>
 
+#include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/simulator.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp::sim {
 namespace {
@@ -33,29 +35,56 @@ std::string ModelFor(const std::string& dataset) {
   return "qwen3-8b";
 }
 
+template <class T>
+std::vector<T> OrDefault(const std::vector<T>& given, std::vector<T> fallback) {
+  return given.empty() ? fallback : given;
+}
+
+// Bad axis values as InputError naming the flag's field.
+void CheckAxes(const StudyOptions& o) {
+  for (const auto& c : o.clusters)
+    if (!FindClusterPreset(c)) throw InputError("cluster", UnknownClusterPresetMessage(c));
+  for (const auto& m : o.models)
+    if (!FindModelPreset(m)) throw InputError("model", UnknownModelPresetMessage(m));
+  for (int64_t b : o.global_batches)
+    if (b < 1 || b > 1'000'000)
+      throw InputError("gbs", fmt::format("must be in [1, 1000000], got {}", b));
+  for (int n : o.ranks)
+    if (n < 1 || n > 65536) throw InputError("ranks", fmt::format("must be in [1, 65536], got {}", n));
+}
+
 std::vector<Case> Grid(const StudyOptions& o) {
-  const std::vector<std::string> clusters = {"h100-8x8", "ascend910c-4x16"};
+  const std::vector<std::string> clusters =
+      OrDefault(o.clusters, {"h100-8x8", "ascend910c-4x16"});
+  auto models_for = [&](const std::string& dataset) {
+    return o.models.empty() ? std::vector<std::string>{ModelFor(dataset)} : o.models;
+  };
   std::vector<std::string> datasets =
       o.quick ? std::vector<std::string>{"github", "commoncrawl"}
               : std::vector<std::string>{"github", "commoncrawl", "wikipedia", "msrvtt",
                                          "internvid", "openvid"};
   if (!o.lengths.empty()) datasets.push_back(o.lengths_label);
-  const std::vector<int64_t> batches =
-      o.quick ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{16, 64, 256, 1024, 2048};
-  const std::vector<int> scale_ranks =
-      o.quick ? std::vector<int>{16, 128} : std::vector<int>{8, 32, 128, 512, 1024};
+  const std::vector<int64_t> batches = OrDefault(
+      o.global_batches,
+      o.quick ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{16, 64, 256, 1024, 2048});
+  const std::vector<int> scale_ranks = OrDefault(
+      o.ranks, o.quick ? std::vector<int>{16, 128} : std::vector<int>{8, 32, 128, 512, 1024});
   std::vector<std::string> scale_sets = {"github"};
   if (!o.lengths.empty()) scale_sets.push_back(o.lengths_label);
 
   std::vector<Case> cases;
   for (const auto& c : clusters)
     for (const auto& d : datasets)
-      for (int64_t b : batches) cases.push_back({"batch size", c, d, ModelFor(d), 64, b});
+      for (const auto& m : models_for(d))
+        for (int64_t b : batches) cases.push_back({"batch size", c, d, m, 64, b});
   for (const auto& c : clusters)
     for (const auto& d : scale_sets)
-      for (int n : scale_ranks)
-        cases.push_back({"scale", c, d, ModelFor(d), n, std::max<int64_t>(16, 8LL * n)});
-  for (const auto& c : clusters) cases.push_back({"extreme", c, "extreme", "qwen3-8b", 64, 128});
+      for (const auto& m : models_for(d))
+        for (int n : scale_ranks)
+          cases.push_back({"scale", c, d, m, n, std::max<int64_t>(16, 8LL * n)});
+  for (const auto& c : clusters)
+    for (const auto& m : o.models.empty() ? std::vector<std::string>{"qwen3-8b"} : o.models)
+      cases.push_back({"extreme", c, "extreme", m, 64, 128});
   return cases;
 }
 
@@ -97,6 +126,7 @@ double GeoMean(const std::vector<double>& v) {
 StudyResult RunStudy(const StudyOptions& o) {
   if (o.steps < 1) throw InputError("steps", "must be >= 1");
   if (o.warmup < 0) throw InputError("warmup", "must be >= 0");
+  CheckAxes(o);
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec || !fs::is_directory(o.out_dir))

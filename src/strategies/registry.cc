@@ -7,13 +7,16 @@
 #include <vector>
 
 #include "baselines/dynamic.h"
+#if FCP_HAVE_CBC
 #include "baselines/flexsp.h"
+#endif
 #include "baselines/heuristics.h"
 #include "baselines/megatron_dcp.h"
 #include "baselines/optimal.h"
 #include "baselines/static_cp.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 #include "planner/fcp_strategies.h"
 #include "planner/run_strategy.h"
 
@@ -28,7 +31,9 @@ const std::vector<std::unique_ptr<Strategy>>& Registry() {
     out.push_back(std::make_unique<baselines::DeepSpeedStrategy>());
     out.push_back(std::make_unique<baselines::MegatronDcpStrategy>());
     out.push_back(std::make_unique<baselines::MegatronDcpDevStrategy>());
+#if FCP_HAVE_CBC  // FlexSP's MILP needs CBC; builds without it (the wheel) leave it out.
     out.push_back(std::make_unique<baselines::FlexSpStrategy>());
+#endif
     out.push_back(std::make_unique<baselines::ByteScaleStrategy>());
     out.push_back(std::make_unique<baselines::OptimalStrategy>());
     // Reference heuristics (issue 32): yardsticks for fcp's search, not planners.
@@ -55,14 +60,21 @@ const Strategy* FindStrategy(std::string_view name) {
   return nullptr;
 }
 
+std::string UnknownStrategyMessage(std::string_view name) {
+#if !FCP_HAVE_CBC
+  if (name == "flexsp") {
+    return "flexsp needs the CBC MILP solver, which this build of fcp leaves out (the pip "
+           "wheel does): build fcp from source with coinor-libcbc-dev installed";
+  }
+#endif
+  std::string names;
+  for (const auto& n : StrategyNames()) names += (names.empty() ? "" : ", ") + n;
+  return "unknown strategy \"" + std::string(name) + "\" (known: " + names + ")";
+}
+
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
   const Strategy* strategy = FindStrategy(options.strategy);
-  if (!strategy) {
-    std::string names;
-    for (const auto& n : StrategyNames()) names += (names.empty() ? "" : ", ") + n;
-    throw InputError("strategy", "unknown strategy \"" + options.strategy +
-                                     "\" (known: " + names + ")");
-  }
+  if (!strategy) throw InputError("strategy", UnknownStrategyMessage(options.strategy));
   return planner::RunStrategy(*strategy, request, options);
 }
 

@@ -5,6 +5,7 @@ estimate from the docs/design.md §2 formula, and the error classes (exit 2/3 wi
 
 Usage: cli_test.py FCP_BINARY [--update]   (--update rewrites the golden files)
 """
+import csv
 import json
 import math
 import os
@@ -177,6 +178,41 @@ def error_tests():
     check("missing file", code == 2 and out == "" and err.startswith("error:"), err)
     code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
     check("unknown strategy", code == 2 and "strategy" in err and out == "", err)
+    # Unknown names list the valid ones (the presets' and strategies' own lists).
+    check("unknown strategy lists the known", all(s in err for s in ("fcp", "megatron", "optimal")),
+          err)
+    code, out, err = run(["simulate", "--model", "nope", "--steps", "1", "--warmup", "0", "-q"])
+    check("unknown model lists the presets", code == 2 and err.count("\n") == 1 and
+          "unknown model preset 'nope' (known:" in err and "qwen3-8b" in err, err)
+    code, out, err = run(["simulate", "--cluster", "nope", "--steps", "1", "--warmup", "0", "-q"])
+    check("unknown cluster lists the presets", code == 2 and err.count("\n") == 1 and
+          "h100-8x8" in err and "ascend910c-4x16" in err, err)
+    # A dataset where a length file belongs: one line naming `fcp lengths`.
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "docs.jsonl")
+        with open(data, "w") as f:
+            f.write('{"tokens": 5}\n')
+        code, out, err = run(["simulate", "--lengths", data, "--steps", "1", "-q"])
+        check("--lengths on a JSONL dataset names fcp lengths", code == 2 and out == "" and
+              err.count("\n") == 1 and "fcp lengths" in err, err)
+    # eval study: the grid's axes and the data's name come from the flags.
+    with tempfile.TemporaryDirectory() as d:
+        lengths = os.path.join(d, "mine.txt")
+        with open(lengths, "w") as f:
+            f.write("\n".join(str(300 + 97 * i) for i in range(200)) + "\n")
+        code, out, err = run(["eval", "study", "--quick", "--cluster", "h100-8x8", "--model",
+                              "qwen3-1.7b", "--gbs", "16,32", "--ranks", "16", "--lengths",
+                              lengths, "--out", d])
+        with open(os.path.join(d, "study.csv")) as f:
+            rows = list(csv.DictReader(f)) if code == 0 else []
+        check("eval study flags: exit 0", code == 0, err)
+        check("eval study flags: only the given cluster, model, gbs and ranks", rows and all(
+            r["cluster"] == "h100-8x8" and r["model"] == "qwen3-1.7b" and
+            (r["part"] != "batch size" or r["global_batch"] in ("16", "32")) and
+            (r["part"] != "scale" or r["ranks"] == "16") for r in rows), rows[:2])
+        check("eval study flags: the data named after its file",
+              any(r["dataset"] == "mine (real)" for r in rows) and
+              not any("go-src" in r["dataset"] for r in rows), [r["dataset"] for r in rows])
     code, out, err = run(["plan", "--format", "xml"], stdin=with_())
     check("bad format flag", code == 2 and err.startswith("error:") and out == "", err)
     code, out, err = run(["plan", "--help"])

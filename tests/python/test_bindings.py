@@ -168,6 +168,17 @@ def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
         fcp.Scheduler(**kwargs)
 
 
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(ValueError) as e:
+        fcp.Scheduler(strategy="no-such-strategy")
+    assert str(e.value).startswith('strategy: unknown strategy "no-such-strategy" (known: ')
+    assert all(name in str(e.value) for name in fcp.presets()["strategies"])
+    for kwargs, key in ((dict(cluster="no-such"), "clusters"), (dict(model="no-such"), "models")):
+        with pytest.raises(ValueError) as e:
+            fcp.Scheduler(**kwargs)
+        assert all(name in str(e.value) for name in fcp.presets()[key]), str(e.value)
+
+
 def test_grad_sync_plans_as_the_cli(tmp_path):
     # The same input through the CLI and the binding: identical plans, ranked
     # by step time (the step_ms note) with the gradient sync.
