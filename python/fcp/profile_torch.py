@@ -95,8 +95,10 @@ class _World:
             try:
                 dist.init_process_group(backend)
             except Exception as e:  # noqa: BLE001 - any failure is the environment's
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise RuntimeError(f"no process group: torch.distributed.init_process_group"
-                                   f"({backend!r}) failed under WORLD_SIZE={self.size}: {e}") from None
+                                   f"({backend!r}) failed under WORLD_SIZE={self.size} (launch "
+                                   f"with torchrun): {first}") from None
         if self.size > 1:
             self.size, self.rank = dist.get_world_size(), dist.get_rank()
 
