@@ -341,8 +341,11 @@ PYBIND11_MODULE(_fcp, m) {
          double heldout_fraction, uint64_t seed, double wall_s) {
         fcp::MeasuredProfile mp{target, model, hardware, transport, samples, what,
                                 base,   heldout_fraction, seed, wall_s};
-        py::gil_scoped_release release;
-        const fcp::ProfileReport rep = fcp::FitMeasuredProfile(mp);
+        fcp::ProfileReport rep;
+        {
+          py::gil_scoped_release release;
+          rep = fcp::FitMeasuredProfile(mp);
+        }
         return py::make_tuple(fcp::ProfileReportToTable(rep), fcp::ProfileReportToJson(rep),
                               rep.cost_model);
       },

@@ -209,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None)
     p.add_argument("--recompute", choices=["full", "selective", "none"], default=None)
     p.add_argument("--links", choices=["profiled", "plan"], default="profiled",
-                   help="bandwidths that charge communication: the profile's or the plan's "
-                        "cluster's (its batch cost_model)")
+                   help="link model that charges communication: the profile's, or the plan's "
+                        "cluster's (bandwidths, alpha3, beta2, gamma_intra/inter of its batch "
+                        "cost_model)")
     p.add_argument("--sim-model", default=None, help="simulator: model preset")
     p.add_argument("--sim-cluster", default=None, help="simulator: cluster preset")
     p.add_argument("--batches", type=int, default=None, help="replay only the first N batches")
@@ -312,8 +313,12 @@ def run(argv: Sequence[str]) -> int:
             raise ValueError(f"plans: {path} is for another cluster than {args.plans[0]}")
     charge = fcp.CostModel.from_dict(cm.to_dict())
     if args.links == "plan":
-        charge.bw_intra_node = files[0][0].request.cost.bw_intra_node
-        charge.bw_inter_node = files[0][0].request.cost.bw_inter_node
+        # The plan's cluster is not this machine: its link model (bandwidths,
+        # bytes per token, latencies) charges the transfers.
+        plan_cost = files[0][0].request.cost
+        for f in ("bw_intra_node", "bw_inter_node", "alpha3", "beta2", "gamma_intra",
+                  "gamma_inter"):
+            setattr(charge, f, getattr(plan_cost, f))
     work = tw.LayerWork(shape, device, tw.DTYPES[dtype_name], recompute, args.repeats)
     timer = MeasuredGroups(work, charge, cluster, shape)
     sim = (args.sim_model, args.sim_cluster, recompute) if args.sim_model else None
@@ -325,7 +330,7 @@ def run(argv: Sequence[str]) -> int:
               f"{shape.kv_heads} heads x {shape.head_dim}, ffn {shape.ffn}) x {shape.layers} "
               f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
               f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
-              f"the profiled model with {args.links} bandwidths; {timer.measured} distinct "
+              f"the {args.links} link model; {timer.measured} distinct "
               "groups measured")
     if args.format == "json":
         print(json.dumps(_finite({"header": header, "files": [
