@@ -168,7 +168,9 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
         planned = b.plan.est_ms
         request = b.request
         request.cost = cost_model
-        model_ms = core.evaluate_plan(request, b.lengths, b.etas, b.plan).est_ms
+        estimated = core.evaluate_plan(request, b.lengths, b.etas, b.plan)
+        model_ms = estimated.est_ms
+        model_groups = [g.est_ms for mb in estimated.micro_batches for g in mb.groups]
         sim_ms, sim_groups = math.nan, None
         if sim:
             _, compute_s, sim_groups = core.simulate_plan(sim[0], sim[1], b.plan.num_ranks,
@@ -181,8 +183,10 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
             for g in mb.groups:
                 seqs = [b.lengths[j] for j in g.sequences]
                 groups.append({"degree": len(g.ranks), "tokens": sum(seqs),
+                               "sequences": len(seqs),
                                "comm": "all-to-all" if g.comm == core.CommKind.ALL_TO_ALL else "ring",
                                "measured_ms": 1000.0 * times[k],
+                               "model_ms": model_groups[k],
                                "sim_ms": 1000.0 * sim_groups[k] if sim_groups else None})
                 k += 1
         out.append(ReplayedPlan(b.plan.strategy, measured_ms, model_ms, planned, sim_ms, groups))
