@@ -59,8 +59,8 @@ def main():
     if not args.profile:
         print(f"[bench] profiling {args.model} on the CPU", file=sys.stderr, flush=True)
         sh(py + ["profile", "--target", "torch", "--device", "cpu", "--in-process", "--model",
-                 args.model, "--lengths", "512,1024,2048,3072,4096",
-                 "--degrees", "1,2,3,4,8", "--min-chunk", "128", "-q", "--out", str(prof)])
+                 args.model, "--lengths", "1024,2048,4096,8192",
+                 "--degrees", "1,2,4,6,8", "--min-chunk", "128", "-q", "--out", str(prof)])
 
     lengths = out / "lengths.txt"
     with open(ROOT / "data" / "go-src-qwen3-lengths.csv", encoding="utf-8") as f:
