@@ -244,3 +244,19 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     rows = out["files"][0]["plans"]
     assert rows[0]["measured_ms"] > 0 and rows[0]["model_ms"] > 0
     assert len(rows[0]["groups"]) == sum(len(mb.groups) for mb in plan.micro_batches)
+
+
+def test_profile_on_two_processes_measures_the_ring_over_gloo(tmp_path):
+    out = tmp_path / "cm.json"
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    e["OMP_NUM_THREADS"] = "1"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "-m", "fcp", "profile", "--target", "torch", "--device", "cpu",
+                          "--lengths", "256,512,1024", "--degrees", "1,2", "--repeats", "1",
+                          "--min-chunk", "64", "-q", "--format", "json", "--out", str(out)],
+                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    j = json.loads(out.read_text())
+    assert j["transport"] == "torch.distributed gloo, 2 processes"
+    assert j["torch"]["processes"] == 2 and j["samples"] == 12
