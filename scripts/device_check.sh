@@ -16,7 +16,10 @@ PY=python3
 # the in-process multi-block path (the blocks 2/4/8 ranks would compute) vs
 # PyTorch's own SDPA in fp64 (accuracy, every kernel: cuDNN and flash bf16/fp16,
 # memory-efficient fp32), then bench/torch_ring_bench.py (throughput and peak
-# memory beside single-process SDPA). fcp.torch is pure Python: no build needed.
+# memory beside single-process SDPA), then packed micro-batches: ring and
+# Ulysses at degree 1 against SDPA per whole sequence (one 32k sequence and 64
+# sequences of 256-2048 tokens; goal <= 1.05x; flash-attn's varlen kernel
+# when installed). fcp.torch is pure Python: no build needed.
 torch_section() (
   set -euo pipefail
   echo "== torch: environment"
@@ -80,8 +83,78 @@ PYEOF
       --lengths 8192,32768 --degrees 1,2,4,8 --heads 32 --kv-heads 8 --head-dim 128 --reps 3 \
       || bench_rc=$?
   done
-  if [ "$accuracy_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ]; then
-    echo "torch: FAIL (accuracy rc=$accuracy_rc, benchmark rc=$bench_rc; 124 = timed out)"
+  echo "== torch: packed ring and Ulysses at degree 1 vs SDPA on whole sequences (bf16, 32/8 heads x 128)"
+  local packed_rc=0
+  timeout 150 "$PY" - <<'PYEOF' || packed_rc=$?
+import os, torch, fcp.torch as ft
+dev = torch.device(os.environ.get("FCP_CHECK_DEVICE", "cuda"))
+small = dev.type == "cpu"  # a syntax run off the GPU: tiny shapes
+try:
+    from flash_attn import flash_attn_varlen_func
+except ImportError:
+    flash_attn_varlen_func = None
+print("flash-attn varlen:", "installed" if flash_attn_varlen_func else "not installed (SDPA per sequence)")
+heads, kv_heads, head_dim = (4, 2, 16) if small else (32, 8, 128)
+dtype = torch.float32 if small else torch.bfloat16
+gen = torch.Generator().manual_seed(0)
+one = [512] if small else [32768]
+many = [int(x) for x in torch.randint(256, 2049, (8 if small else 64,), generator=gen)]
+def timed(fn, reps=5):
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(reps):
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); fn(); b.record(); torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        else:
+            import time; t0 = time.perf_counter(); fn(); times.append(1e3 * (time.perf_counter() - t0))
+    return sorted(times)[len(times) // 2]
+ok = True
+for name, lengths in (("one sequence", one), (f"{len(many)} sequences of 256-2048", many)):
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    q = torch.randn(1, heads, cu[-1], head_dim, device=dev, dtype=dtype)
+    k, v = (torch.randn(1, kv_heads, cu[-1], head_dim, device=dev, dtype=dtype) for _ in range(2))
+    g = torch.randn_like(q)
+    def leaves():
+        return [t.detach().requires_grad_() for t in (q, k, v)]
+    def sdpa():
+        a, b, c = leaves()
+        out = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+            a[:, :, x:y], b[:, :, x:y], c[:, :, x:y], is_causal=True, enable_gqa=True)
+            for x, y in zip(cu[:-1], cu[1:])], dim=2)
+        (out * g).sum().backward()
+        return out, a.grad
+    def fcp_path(attend):
+        def step():
+            a, b, c = leaves()
+            out = attend(a, b, c, [0], causal=True, cu_seqlens=cu, rank=0)
+            (out * g).sum().backward()
+            return out, a.grad
+        return step
+    paths = [("ring", fcp_path(ft.ring_attention)), ("ulysses", fcp_path(ft.ulysses_attention))]
+    ref_out, ref_dq = sdpa()
+    base = timed(sdpa)
+    print(f"{name} ({cu[-1]} tokens): SDPA per sequence {base:.2f} ms")
+    for label, step in paths:
+        out, dq = step()
+        out, ref_out = out.detach(), ref_out.detach()
+        err = max(float((out.float() - ref_out.float()).abs().max() / ref_out.float().abs().max()),
+                  float((dq.float() - ref_dq.float()).abs().max() / ref_dq.float().abs().max()))
+        t = timed(step)
+        good = err <= (1e-4 if dtype == torch.float32 else 2e-2)
+        ok = ok and good
+        print(f"  {label:8} {t:8.2f} ms  {t / base:.3f}x SDPA (goal <= 1.05x: "
+              f"{'met' if t / base <= 1.05 else 'missed'}); max rel err vs SDPA {err:.1e} "
+              f"{'ok' if good else 'FAIL'}")
+print("torch packed:", "PASS" if ok else "FAIL")
+raise SystemExit(0 if ok else 1)
+PYEOF
+  if [ "$accuracy_rc" -ne 0 ] || [ "$bench_rc" -ne 0 ] || [ "$packed_rc" -ne 0 ]; then
+    echo "torch: FAIL (accuracy rc=$accuracy_rc, benchmark rc=$bench_rc, packed rc=$packed_rc; 124 = timed out)"
     return 1
   fi
   echo "torch: PASS"

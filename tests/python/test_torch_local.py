@@ -270,3 +270,120 @@ def test_group_times_in_one_process():
     assert got[0] == [0.25] and math.isnan(got[1][0])
     with pytest.raises(ValueError, match="^my_times_s"):
         ft.group_times([[[0]], [[0]]], [0.25])
+
+
+# --- packed (THD) micro-batches ---------------------------------------------
+
+PACKED_LENGTHS = [13, 1, 0, 40, 5, 2]
+
+
+def _cu(lengths):
+    cu = [0]
+    for s in lengths:
+        cu.append(cu[-1] + s)
+    return cu
+
+
+def _softmax_per_sequence(q, k, v, cu, causal):
+    """float64 oracle: explicit softmax per whole sequence, GQA by repetition."""
+    q, k, v = q.double(), k.double(), v.double()
+    k = k.repeat_interleave(q.shape[0] // k.shape[0], 0)
+    v = v.repeat_interleave(q.shape[0] // v.shape[0], 0)
+    outs = []
+    for a, b in zip(cu[:-1], cu[1:]):
+        scores = q[:, a:b] @ k[:, a:b].transpose(-1, -2) / q.shape[-1] ** 0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1),
+                                        float("-inf"))
+        outs.append(torch.softmax(scores, dim=-1) @ v[:, a:b])
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 4])
+def test_packed_shards_partition_the_batch(degree):
+    cu = _cu(PACKED_LENGTHS)
+    x = torch.arange(cu[-1] * 2).view(cu[-1], 2)
+    shards = [ft.packed_shard(x, cu, list(range(degree)), rank=i) for i in range(degree)]
+    assert torch.equal(ft.packed_unshard(shards, cu), x)
+    for i, s in enumerate(shards):
+        local = ft.local_cu_seqlens(cu, degree, i)
+        assert local[-1] == s.shape[0]
+        # Every sequence's piece is its zigzag shard; positions are per sequence.
+        for j, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
+            assert torch.equal(s[local[j]:local[j + 1]], ft.shard(x[a:b], list(range(degree)), i))
+        assert torch.equal(ft.packed_positions(cu, degree, i),
+                           torch.cat([ft.zigzag_positions(b - a, degree, i)
+                                      for a, b in zip(cu[:-1], cu[1:])]))
+
+
+@pytest.mark.parametrize("degree,causal,kv_heads", [(1, True, 2), (2, True, 1), (3, False, 2),
+                                                     (4, True, 4)])
+def test_packed_blocks_match_softmax_per_sequence(degree, causal, kv_heads):
+    cu = _cu(PACKED_LENGTHS)
+    gen = torch.Generator().manual_seed(degree)
+    q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64,
+                        requires_grad=True) for _ in range(2))
+    g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
+    out = ft.blockwise_attention(q, k, v, degree, causal=causal, cu_seqlens=cu)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+    ref = _softmax_per_sequence(q, k, v, cu, causal)
+    ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("comm", ["ring", "all-to-all"])
+def test_degree_one_packed_call_matches_softmax(comm):
+    cu = _cu(PACKED_LENGTHS)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 2, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+            for _ in range(2))
+    out = ft.attention(q, k, v, ft.CPGroup([0], comm=comm), causal=True,
+                       cu_seqlens=torch.tensor(cu))
+    ref = _softmax_per_sequence(q[0], k[0], v[0], cu, True)[None]
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), q)[0],
+                               torch.autograd.grad(ref.sum(), q)[0], rtol=0, atol=1e-12)
+
+
+def test_packed_calls_check_their_inputs():
+    q = torch.zeros(2, 10, 4)
+    with pytest.raises(ValueError, match=r"cu_seqlens\[0\]: must be 0"):
+        ft.ring_attention(q, q, q, [0], cu_seqlens=[1, 10], rank=0)
+    with pytest.raises(ValueError, match=r"cu_seqlens\[2\]: must be >="):
+        ft.ring_attention(q, q, q, [0], cu_seqlens=[0, 6, 5, 10], rank=0)
+    with pytest.raises(ValueError, match="cu_seqlens: needs at least 2"):
+        ft.ulysses_attention(q, q, q, [0], cu_seqlens=[0], rank=0)
+    with pytest.raises(ValueError, match="q: holds 10 tokens"):
+        ft.ring_attention(q, q, q, [0], cu_seqlens=[0, 4, 9], rank=0)
+    with pytest.raises(ValueError, match="q: with cu_seqlens"):
+        ft.ring_attention(q.expand(2, 2, 10, 4), q.expand(2, 2, 10, 4), q.expand(2, 2, 10, 4),
+                          [0], cu_seqlens=[0, 10], rank=0)
+    with pytest.raises(ValueError, match="group: all-to-all over 2 ranks"):
+        ft.ulysses_attention(torch.zeros(3, 5, 4), torch.zeros(1, 5, 4), torch.zeros(1, 5, 4),
+                             [0, 1], cu_seqlens=[0, 10], rank=0)
+    with pytest.raises(ValueError, match="comm: must be 'ring' or 'all-to-all'"):
+        ft.attention(q, q, q, [0], "ulysses", cu_seqlens=[0, 10], rank=0)
+    with pytest.raises(ValueError, match="rank: 2 is not in the group"):
+        ft.ring_attention(q, q, q, [0, 1], cu_seqlens=[0, 20], rank=2)
+
+
+def test_all_to_all_groups_of_a_plan_are_accepted():
+    plan = {"micro_batches": [{"groups": [{"ranks": [0, 1], "comm": "all-to-all"},
+                                          {"ranks": [2]}]}]}
+    assert ft.plan_groups(plan) == [[[0, 1], [2]]]
+    assert ft.plan_group_comms(plan) == [["all-to-all", "ring"]]
+    cache = ft.GroupCache(new_group=lambda ranks: tuple(ranks), destroy_group=lambda pg: None)
+    group = cache.for_micro_batch(plan["micro_batches"][0], rank=1)
+    assert group.comm == "all-to-all" and group.ranks == (0, 1)
+
+
+def test_group_cache_timeout_defaults_to_five_minutes():
+    assert ft.GroupCache()._timeout == ft.DEFAULT_TIMEOUT
+    assert ft.DEFAULT_TIMEOUT.total_seconds() == 300
+    assert ft.GroupCache(timeout=15)._timeout.total_seconds() == 15
+    with pytest.raises(ValueError, match="timeout"):
+        ft.GroupCache(timeout=0)

@@ -83,7 +83,8 @@ def test_wheel_holds_module_cli_and_package(venv):
     names = zipfile.ZipFile(venv["wheel"]).namelist()
     assert "fcp/_bin/fcp" in names
     assert any(re.fullmatch(r"fcp/_fcp\..*\.so", n) for n in names)
-    for py in ("__init__.py", "__main__.py", "torch.py"):
+    for py in ("__init__.py", "__main__.py", "torch/__init__.py", "torch/ring.py",
+               "torch/ulysses.py", "torch/layout.py", "torch/groups.py", "torch/loss.py"):
         assert f"fcp/{py}" in names
     assert f"fcp-{_project_version()}.dist-info/entry_points.txt" in names
 
