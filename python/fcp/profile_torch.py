@@ -6,9 +6,9 @@ Launched as ``torchrun --nproc-per-node P -m fcp profile --target torch
 ...``). Over a grid of lengths x degrees it times one rank's share of a
 transformer layer of the model's shape (fcp._torch_work): single sequences
 and packed groups of four (causal and full masks mixed). Degrees up to P run
-on real process groups of ranks 0..d-1: the total is the layer with
-``fcp.torch.ring_attention`` over the group, the communication the ring's
-messages sent point to point. With ``--in-process`` a single process times
+on real process groups of ranks 0..d-1: the total is the layer with packed
+``fcp.torch.attention(..., "ring", cu_seqlens=...)`` over the group (one call
+per mask), the communication the ring's messages sent point to point. With ``--in-process`` a single process times
 degrees above P as well: each ring rank's share of the blocks, the messages
 as device copies, and the total composed as the ring overlaps them. The
 samples go to fcp's C++ fit (the same one `fcp profile` uses) through the
@@ -130,7 +130,7 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
     """(total_s, comm_s) of ranks 0..d-1 running the layer with ring attention
     and the ring's messages point to point; wall time, every layer."""
     import torch
-    from fcp.torch import CPGroup, local_num_tokens, ring_attention
+    from fcp.torch import CPGroup, attention, local_cu_seqlens
     dist = world.dist
     pg = world.group(degree)
     if world.rank >= degree:
@@ -138,22 +138,30 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
     group = CPGroup(list(range(degree)), pg)
     s, dev, dt = work.shape, work.device, work.dtype
     idx = world.rank
-    tensors = []
-    for length, eta in seqs:
-        n = local_num_tokens(length, degree, idx)
-        mk = lambda h: torch.randn(h, n, s.head_dim, device=dev, dtype=dt, requires_grad=True)  # noqa: E731
-        tensors.append((mk(s.q_heads), mk(s.kv_heads), mk(s.kv_heads), length, eta < 0.5))
-    local = sum(t[0].shape[1] for t in tensors)
+    # One packed (cu_seqlens) call per mask: the causal sequences, the full ones.
+    packs = []
+    for causal in (True, False):
+        lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
+        if not lengths:
+            continue
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        local_n = local_cu_seqlens(cu, degree, idx)[-1]
+        mk = lambda h: torch.randn(h, local_n, s.head_dim, device=dev, dtype=dt,  # noqa: E731
+                                   requires_grad=True)
+        packs.append((mk(s.q_heads), mk(s.kv_heads), mk(s.kv_heads), cu, causal))
+    local = sum(p[0].shape[1] for p in packs)
     linear = work._linear_step(local)
     recompute = work.recompute in ("full", "selective")
 
     def layer():
         linear()
-        for q, k, v, length, causal in tensors:
+        for q, k, v, cu, causal in packs:
             if recompute:
                 with torch.no_grad():
-                    ring_attention(q, k, v, group, causal=causal, seq_len=length)
-            out = ring_attention(q, k, v, group, causal=causal, seq_len=length)
+                    attention(q, k, v, group, "ring", causal=causal, cu_seqlens=cu)
+            out = attention(q, k, v, group, "ring", causal=causal, cu_seqlens=cu)
             out.backward(torch.ones_like(out))
 
     fwd_b, bwd_b = work.ring_message_bytes(local)
