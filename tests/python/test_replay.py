@@ -238,12 +238,22 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     plans = tmp_path / "fcp.jsonl"
     plans.write_text(json.dumps({"batch": batch, "plan": json.loads(plan.to_json(-1))}) + "\n")
     res = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
-                "-q", "--format", "json"])
+                "-q", "--format", "json", "--sim-model", "qwen3-8b", "--sim-cluster", "h100-8x8",
+                "--links", "plan"])
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     rows = out["files"][0]["plans"]
-    assert rows[0]["measured_ms"] > 0 and rows[0]["model_ms"] > 0
-    assert len(rows[0]["groups"]) == sum(len(mb.groups) for mb in plan.micro_batches)
+    assert rows[0]["measured_ms"] > 0 and rows[0]["model_ms"] > 0 and rows[0]["sim_ms"] > 0
+    groups = rows[0]["groups"]
+    assert len(groups) == sum(len(mb.groups) for mb in plan.micro_batches)
+    assert all(g["sim_ms"] > 0 and g["model_ms"] > 0 for g in groups)
+    # The step is the list schedule of the printed group times.
+    k = iter(g["measured_ms"] for g in groups)
+    assert rows[0]["measured_ms"] == pytest.approx(
+        _list_schedule_oracle(4, plan, [next(k) for _ in groups]), rel=1e-12)
+    table = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
+                  "-q"])
+    assert table.returncode == 0 and "step ratio" in table.stdout
 
 
 def test_profile_on_two_processes_measures_the_ring_over_gloo(tmp_path):
