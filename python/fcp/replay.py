@@ -193,8 +193,16 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags: one `error:` line and exit status 2, like the C++ CLI."""
+
+    def error(self, message):
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m fcp replay",
         description="Replay plans ({batch, plan} JSON lines from fcp simulate --save-plans) on "
                     "this device's kernels: every group's real forward + backward, ranks one at "
