@@ -230,6 +230,10 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     assert j["target"] == "torch:cpu" and j["torch"]["shape"]["hidden"] == 256
     cm = core.parse_cost_model_json(prof.read_text(), core.CostModel())
     assert cm.alpha1 > 0 and cm.alpha2 > 0
+    # fcp.Scheduler reads its cost_model member.
+    sched = fcp.Scheduler(cluster=fcp.Cluster(4, 4, "h100-8x8"), cost_model=j["cost_model"])
+    assert sched.cost_model.alpha1 == cm.alpha1
+    assert sched.plan([1024, 512, 256, 256]).status == core.PlanStatus.OK
     # The planner reads it, and the replay runs a plan made with it.
     batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256, 256],
              "cost_model": j["cost_model"]}
