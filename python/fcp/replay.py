@@ -11,6 +11,8 @@ group's. The group's communication is charged from the profiled cost model
 (its link terms, with the profiled or the plan's bandwidths): a ring group
 takes ``T = compute + Tcm - min(attention (d - tail)/d, Tcm)``, an
 all-to-all group ``compute + Tcm_a2a``, the formulas of docs/design.md §2.
+Under torchrun, a ring group of degree d <= P runs on processes 0..d-1
+instead and its time, communication included, is measured.
 The measured step is the list schedule of the measured group times
 (fcp.ListScheduleMs, as the planner and the simulator compose them), printed
 beside the profiled cost model's estimate of the same plan, the simulator's
@@ -109,10 +111,12 @@ class MeasuredGroups:
     ``cost_model`` (a profiled fcp CostModel). Identical groups (sequences,
     degree, kind) are measured once."""
 
-    def __init__(self, work, cost_model, cluster, shape):
+    def __init__(self, work, cost_model, cluster, shape, world=None):
         self.work, self.cm, self.cluster, self.shape = work, cost_model, cluster, shape
+        self.world = world  # launched processes (profile_torch._World), or None
         self._cache: Dict[tuple, object] = {}
         self.measured = 0
+        self.on_processes = 0  # distinct groups run on real process groups
 
     def across_nodes(self, ranks: Sequence[int]) -> bool:
         return len({r // self.cluster.ranks_per_node for r in ranks}) > 1
@@ -148,8 +152,21 @@ class MeasuredGroups:
         return (core.all_to_all_group_time_s(self.cm, shape, load, d, bw)
                 - core.all_to_all_group_time_s(quiet, shape, load, d, bw))
 
+    def on_group(self, seqs, degree: int) -> float:
+        """A ring group whose ranks are real processes (0..d-1): its total
+        (compute and communication as they overlap), measured. Every process
+        takes part in the same order; the others get NaN."""
+        from fcp.profile_torch import _ring_on_group
+        key = (tuple(sorted(seqs)), degree, "processes")
+        if key not in self._cache:
+            self._cache[key] = _ring_on_group(self.work, self.world, seqs, degree)[0]
+            self.on_processes += 1
+        return self._cache[key]
+
     def __call__(self, seqs, ranks, all_to_all: bool) -> float:
         d = len(ranks)
+        if self.world is not None and 1 < d <= self.world.size and not all_to_all:
+            return self.on_group(seqs, d)
         rank = self.rank_time(seqs, d, all_to_all)
         comm = self.charged_comm_s(seqs, ranks, all_to_all)
         if all_to_all or d < 2:
@@ -332,18 +349,24 @@ def run(argv: Sequence[str]) -> int:
                   "gamma_inter"):
             setattr(charge, f, getattr(plan_cost, f))
     work = tw.LayerWork(shape, device, tw.DTYPES[dtype_name], recompute, args.repeats)
-    timer = MeasuredGroups(work, charge, cluster, shape)
+    from fcp.profile_torch import _World
+    world = _World(device)  # under torchrun: ring groups of degree <= P run on processes
+    timer = MeasuredGroups(work, charge, cluster, shape, world if world.size > 1 else None)
     sim = (args.sim_model, args.sim_cluster, recompute) if args.sim_model else None
-    quiet = args.quiet
+    quiet = args.quiet or world.rank != 0
     progress = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     results = [replay_file(b, timer, charge, sim, progress) for b in files]
+    world.barrier()
+    if world.rank != 0:
+        return 0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     header = (f"fcp replay: {shape.name} layer (hidden {shape.hidden}, {shape.q_heads}/"
               f"{shape.kv_heads} heads x {shape.head_dim}, ffn {shape.ffn}) x {shape.layers} "
               f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
               f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
               f"the {args.links} link model; {timer.measured} distinct "
-              "groups measured")
+              f"groups measured, {timer.on_processes} ring groups on {world.size} processes "
+              "(communication measured)")
     if args.format == "json":
         print(json.dumps(_finite({"header": header, "files": [
             {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}

@@ -260,7 +260,7 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     assert table.returncode == 0 and "step ratio" in table.stdout
 
 
-def test_profile_on_two_processes_measures_the_ring_over_gloo(tmp_path):
+def test_profile_and_replay_on_two_processes_measure_the_ring_over_gloo(tmp_path):
     out = tmp_path / "cm.json"
     e = {k: v for k, v in os.environ.items()
          if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
@@ -274,3 +274,25 @@ def test_profile_on_two_processes_measures_the_ring_over_gloo(tmp_path):
     j = json.loads(out.read_text())
     assert j["transport"] == "torch.distributed gloo, 2 processes"
     assert j["torch"]["processes"] == 2 and j["samples"] == 12
+    # Replay under torchrun: ring groups of degree <= 2 run on the two processes.
+    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256],
+             "cost_model": j["cost_model"]}
+    g = lambda ranks, seqs: {"ranks": ranks, "sequences": seqs, "est_ms": 1.0,  # noqa: E731
+                             "mem_bytes": 1}
+    plan = {"strategy": "hand", "ranks": 4, "status": "ok", "est_ms": 1.0, "lower_bound_ms": 0.0,
+            "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2], [1]),
+                                                         g([3], [2])]}]}
+    plans = tmp_path / "hand.jsonl"
+    plans.write_text(json.dumps({"batch": batch, "plan": plan}) + "\n")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "-m", "fcp", "replay", str(plans), "--cost-model", str(out),
+                          "--repeats", "1", "-q", "--format", "json"],
+                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rep = json.loads(res.stdout)
+    assert "1 ring groups on 2 processes" in rep["header"]
+    groups = rep["files"][0]["plans"][0]["groups"]
+    assert [gr["degree"] for gr in groups] == [2, 1, 1]
+    assert all(gr["measured_ms"] > 0 for gr in groups)
+    assert rep["files"][0]["plans"][0]["measured_ms"] == pytest.approx(
+        max(gr["measured_ms"] for gr in groups), rel=1e-12)
