@@ -365,8 +365,10 @@ def run(argv: Sequence[str]) -> int:
               f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
               f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
               f"the {args.links} link model; {timer.measured} distinct "
-              f"groups measured, {timer.on_processes} ring groups on {world.size} processes "
-              "(communication measured)")
+              "groups measured")
+    if world.size > 1:
+        header += (f", {timer.on_processes} ring groups on {world.size} processes "
+                   "(communication measured)")
     if args.format == "json":
         print(json.dumps(_finite({"header": header, "files": [
             {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}
