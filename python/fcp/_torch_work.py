@@ -330,8 +330,3 @@ def resolve_device(name: Optional[str]) -> torch.device:
     if name == "cuda":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return torch.device("cpu")
-
-
-def pieces(lengths: Sequence[int], etas: Optional[Sequence[float]] = None) -> List[Tuple[int, float]]:
-    etas = etas if etas is not None else [0.0] * len(lengths)
-    return [(int(n), float(e)) for n, e in zip(lengths, etas)]

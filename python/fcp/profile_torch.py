@@ -8,9 +8,10 @@ transformer layer of the model's shape (fcp._torch_work): single sequences
 and packed groups of four (causal and full masks mixed). Degrees up to P run
 on real process groups of ranks 0..d-1: the total is the layer with packed
 ``fcp.torch.attention(..., "ring", cu_seqlens=...)`` over the group (one call
-per mask), the communication the ring's messages sent point to point. With ``--in-process`` a single process times
-degrees above P as well: each ring rank's share of the blocks, the messages
-as device copies, and the total composed as the ring overlaps them. The
+per mask), the communication the ring's messages sent point to point. With
+``--in-process`` a single process times degrees above P as well: each ring
+rank's share of the blocks, the messages as device copies, and the total
+composed as the ring overlaps them. The
 samples go to fcp's C++ fit (the same one `fcp profile` uses) through the
 bindings; the table and the JSON are `fcp profile`'s.
 """

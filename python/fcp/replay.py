@@ -201,7 +201,8 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
                 seqs = [b.lengths[j] for j in g.sequences]
                 groups.append({"degree": len(g.ranks), "tokens": sum(seqs),
                                "sequences": len(seqs),
-                               "comm": "all-to-all" if g.comm == core.CommKind.ALL_TO_ALL else "ring",
+                               "comm": ("all-to-all" if g.comm == core.CommKind.ALL_TO_ALL
+                                        else "ring"),
                                "measured_ms": 1000.0 * times[k],
                                "model_ms": model_groups[k],
                                "sim_ms": 1000.0 * sim_groups[k] if sim_groups else None})
@@ -297,7 +298,8 @@ def format_table(files, results, header) -> str:
                      f"{'sim_ms':>10} {'planned_ms':>10}  measured/model")
         for i, r in enumerate(rows):
             lines.append(f"{i:>5} {len(r.groups):>6} {r.measured_ms:11.1f} {_ms(r.model_ms)} "
-                         f"{_ms(r.sim_ms)} {_ms(r.planned_ms)}  {_ratio(r.measured_ms, r.model_ms)}")
+                         f"{_ms(r.sim_ms)} {_ms(r.planned_ms)}  "
+                         f"{_ratio(r.measured_ms, r.model_ms)}")
         tot = {k: sum(getattr(r, k) for r in rows) for k in
                ("measured_ms", "model_ms", "sim_ms", "planned_ms")}
         lines.append(f"{'sum':>5} {sum(len(r.groups) for r in rows):>6} {tot['measured_ms']:11.1f} "
