@@ -57,6 +57,7 @@ bench: build
 	./$(BUILD_DIR)/bench/planner_bench --benchmark_min_time=0.5
 	./$(BUILD_DIR)/bench/kernels_bench --benchmark_min_time=0.2
 	./$(BUILD_DIR)/bench/limits_bench
+	PYTHONPATH=$(BUILD_DIR)/python FCP_CLI=$(BUILD_DIR)/fcp .venv/bin/python bench/replay_bench.py
 
 clean:
 	rm -rf build build-debug build-asan build-fuzz

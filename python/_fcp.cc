@@ -8,7 +8,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -20,6 +23,7 @@
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
+#include "fcp/simulator.h"
 #include "fcp/types.h"
 #include "fcp/unknown_names.h"
 #include "fcp/version.h"
@@ -322,4 +326,109 @@ PYBIND11_MODULE(_fcp, m) {
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
       "CheckPlanShape of `plan` for `request` with these sequences: ValueError naming "
       "the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
+
+  // --- Measured profiles and plan replay (fcp.profile_torch, fcp.replay) ---
+  py::class_<fcp::GroupLoad>(m, "GroupLoad")
+      .def(py::init<>())
+      .def_readwrite("sum_tokens", &fcp::GroupLoad::sum_tokens)
+      .def_readwrite("sum_attn", &fcp::GroupLoad::sum_attn)
+      .def_readwrite("sum_attn_tokens", &fcp::GroupLoad::sum_attn_tokens)
+      .def("add", &fcp::GroupLoad::Add, py::arg("sequence"));
+  // A FitSample from Python (NaN = not measured); `across_nodes` picks the
+  // inter-node step latency (gamma_inter).
+  m.def(
+      "make_fit_sample",
+      [](const fcp::GroupLoad& load, int degree, double bw_bytes_per_s, bool across_nodes,
+         double compute_s, double comm_s, double total_s, const std::string& label) {
+        fcp::FitSample s;
+        s.load = load;
+        s.degree = degree;
+        s.bw_bytes_per_s = bw_bytes_per_s;
+        s.link = across_nodes ? fcp::Link::kInterNode : fcp::Link::kIntraNode;
+        s.compute_s = compute_s;
+        s.comm_s = comm_s;
+        s.total_s = total_s;
+        s.label = label;
+        return s;
+      },
+      py::arg("load"), py::arg("degree"), py::arg("bw_bytes_per_s"),
+      py::arg("across_nodes") = false, py::arg("compute_s") = std::nan(""),
+      py::arg("comm_s") = std::nan(""), py::arg("total_s") = std::nan(""),
+      py::arg("label") = "");
+  // FitCostCoefficients(samples).Apply(base): the profiler's fit.
+  m.def(
+      "fit_cost_model",
+      [](const std::vector<fcp::FitSample>& samples, const fcp::CostModel& base) {
+        py::gil_scoped_release release;
+        return fcp::FitCostCoefficients(samples).Apply(base);
+      },
+      py::arg("samples"), py::arg("base"));
+  // FitMeasuredProfile: returns (table, json, cost_model) as `fcp profile`
+  // prints and writes them.
+  m.def(
+      "fit_measured_profile",
+      [](const std::string& target, const std::string& model, const std::string& hardware,
+         const std::string& transport, const std::vector<fcp::FitSample>& samples,
+         const std::vector<std::string>& what, const fcp::CostModel& base,
+         double heldout_fraction, uint64_t seed, double wall_s) {
+        fcp::MeasuredProfile mp{target, model, hardware, transport, samples, what,
+                                base,   heldout_fraction, seed, wall_s};
+        fcp::ProfileReport rep;
+        {
+          py::gil_scoped_release release;
+          rep = fcp::FitMeasuredProfile(mp);
+        }
+        return py::make_tuple(fcp::ProfileReportToTable(rep), fcp::ProfileReportToJson(rep),
+                              rep.cost_model);
+      },
+      py::arg("target"), py::arg("model"), py::arg("hardware"), py::arg("transport"),
+      py::arg("samples"), py::arg("what"), py::arg("base"), py::arg("heldout_fraction") = 0.25,
+      py::arg("seed") = 1, py::arg("wall_s") = 0.0);
+  // The cost model's parts of one ring group: (attn_s, compute_s, comm_s, total_s).
+  m.def(
+      "group_time_parts",
+      [](const fcp::CostModel& cm, const fcp::GroupLoad& load, int degree, bool across_nodes) {
+        const fcp::GroupTimeParts p = fcp::GroupTimePartsS(
+            cm, load, degree, across_nodes ? fcp::Link::kInterNode : fcp::Link::kIntraNode);
+        return py::make_tuple(p.attn_s, p.compute_s, p.comm_s, p.total_s);
+      },
+      py::arg("cost_model"), py::arg("load"), py::arg("degree"), py::arg("across_nodes") = false);
+  m.def("all_to_all_group_time_s", &fcp::AllToAllGroupTimeS, py::arg("cost_model"),
+        py::arg("shape"), py::arg("load"), py::arg("degree"), py::arg("bw_bytes_per_s"));
+  m.def("all_to_all_bandwidth_on_ranks",
+        [](const fcp::CostModel& cm, const fcp::Cluster& cluster, const std::vector<int>& ranks) {
+          return fcp::AllToAllBandwidthOnRanks(cm, cluster, ranks);
+        },
+        py::arg("cost_model"), py::arg("cluster"), py::arg("ranks"));
+  // ListScheduleMs: the makespan (ms) of the micro-batches' groups, each
+  // running for its est_ms, as the planner and the simulator compose them.
+  m.def(
+      "list_schedule_ms",
+      [](int num_ranks, const std::vector<fcp::MicroBatchPlan>& micro_batches) {
+        return fcp::ListScheduleMs(num_ranks, micro_batches);
+      },
+      py::arg("num_ranks"), py::arg("micro_batches"));
+  // The simulator on one plan: (iter_s, compute_s, group times in plan order,
+  // NaN for groups that did not run); ValueError when the plan does not fit
+  // the simulated memory ("plan: ...").
+  m.def(
+      "simulate_plan",
+      [](const std::string& model, const std::string& cluster, int num_ranks,
+         const std::string& recompute, const fcp::Plan& plan,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
+        const fcp::ModelPreset* mp = fcp::FindModelPreset(model);
+        if (!mp) throw fcp::InputError("model", "unknown model preset '" + model + "'");
+        const fcp::ClusterPreset* cp = fcp::FindClusterPreset(cluster);
+        if (!cp) throw fcp::InputError("cluster", "unknown cluster preset '" + cluster + "'");
+        fcp::sim::HardwareModel hw = fcp::sim::MakeHardwareModel(*mp, *cp, num_ranks);
+        hw.recompute = fcp::sim::ParseRecompute(recompute);
+        const std::vector<fcp::Sequence> seqs = SequencesFromArrays(lengths, etas);
+        py::gil_scoped_release release;
+        const fcp::sim::SimResult r = fcp::sim::SimulatePlan(hw, plan, seqs);
+        if (r.oom) throw fcp::InputError("plan", "out of memory in the simulator: " + r.oom_message);
+        return std::make_tuple(r.iter_s, r.compute_s, fcp::sim::MeasuredGroupTimesS(plan, r));
+      },
+      py::arg("model"), py::arg("cluster"), py::arg("num_ranks"), py::arg("recompute"),
+      py::arg("plan"), py::arg("lengths"), py::arg("eta") = py::none());
 }

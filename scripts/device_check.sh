@@ -262,3 +262,71 @@ PYEOF
   if [ $rc -eq 0 ]; then echo "megatron: PASS"; else echo "megatron: FAIL (rc=$rc)"; fi
 }
 megatron_section
+
+# --- section: replay ---
+# Measured, not simulated (docs/replay.md): profile one GPU through PyTorch
+# with a Qwen3-8B layer in bf16 (python -m fcp profile --target torch
+# --in-process: ring ranks' shares one at a time, messages as device copies),
+# then replay fcp's plans and the static baseline's at degrees 4/8/16 for 2
+# real batches (data/, Go source lengths) of the 64-rank h100-8x8 cluster:
+# every group's forward + recompute + backward of one layer, times 36, ranks
+# one at a time, communication charged with the plan's H100 links. Prints the
+# measured group times against the simulator's H100 prediction for the same
+# groups and the measured fcp / best static step ratio beside the predicted
+# ones. Needs the built module and CLI (build/python, build/fcp). About 5 min.
+replay_section() {
+  echo "== replay: environment"
+  if ! PYTHONPATH=build/python "$PY" -c "import fcp, torch; assert fcp._fcp is not None; assert torch.cuda.is_available()" 2>/dev/null; then
+    echo "replay: SKIP (needs CUDA torch and the built fcp._fcp: /usr/bin/cmake --build build --target _fcp fcp)"
+    return 0
+  fi
+  [ -x build/fcp ] || { echo "replay: SKIP (build/fcp not built)"; return 0; }
+  local R="$OUT/replay"
+  mkdir -p "$R"
+  echo "== replay: profile (qwen3-8b layer, bf16, one GPU, timeout 150 s)"
+  PYTHONPATH=build/python FCP_CLI=build/fcp timeout 150 "$PY" -m fcp profile --target torch \
+    --device cuda --dtype bf16 --model qwen3-8b --in-process --lengths 2048,4096,8192,16384,32768 \
+    --degrees 1,2,4,8 --min-chunk 512 --repeats 2 --out "$R/cost_model.json" \
+    || { echo "replay: FAIL (profile)"; return 0; }
+  echo "== replay: plans (h100-8x8, 64 ranks, 2 batches of 256 real lengths; simulator preset cost model)"
+  local sim=(simulate --lengths data/go-src-qwen3-lengths.csv --model qwen3-8b --cluster h100-8x8
+             --ranks 64 --gbs 256 --steps 2 --warmup 0 -q)
+  build/fcp "${sim[@]}" --strategies fcp --save-plans "$R/fcp.jsonl" >/dev/null || { echo "replay: FAIL (plans)"; return 0; }
+  local files=("$R/fcp.jsonl")
+  for d in 4 8 16; do
+    build/fcp "${sim[@]}" --strategies megatron --cp $d --save-plans "$R/static-d$d.jsonl" >/dev/null \
+      && files+=("$R/static-d$d.jsonl")
+  done
+  echo "== replay: groups on the GPU (timeout 240 s)"
+  PYTHONPATH=build/python FCP_CLI=build/fcp timeout 240 "$PY" -m fcp replay "${files[@]}" \
+    --cost-model "$R/cost_model.json" --links plan --sim-model qwen3-8b --sim-cluster h100-8x8 \
+    --repeats 2 --format json > "$R/replay.json" || { echo "replay: FAIL (replay)"; return 0; }
+  "$PY" - "$R/replay.json" <<'PYEOF'
+import json, statistics, sys
+rep = json.load(open(sys.argv[1]))
+print(rep["header"])
+sums = {}
+for f in rep["files"]:
+    name = f["path"].rsplit("/", 1)[-1].removesuffix(".jsonl")
+    plans = f["plans"]
+    sums[name] = {k: sum(p[k] for p in plans) for k in ("measured_ms", "model_ms", "sim_ms")}
+    print(f"{name:<12} measured {sums[name]['measured_ms'] / 1e3:8.2f} s  profiled model "
+          f"{sums[name]['model_ms'] / 1e3:8.2f} s  simulator (H100) {sums[name]['sim_ms'] / 1e3:8.2f} s")
+    for lo, hi in ((0, 4096), (4096, 1 << 40)):
+        r = [g["measured_ms"] / g["sim_ms"] for p in plans for g in p["groups"]
+             if g["sim_ms"] and lo <= g["tokens"] / g["degree"] < hi]
+        if r:
+            print(f"  groups with {lo}..{hi if hi < 1 << 40 else 'inf'} tokens per rank: {len(r)}, "
+                  f"measured / simulated median {statistics.median(r):.3f}, "
+                  f"min {min(r):.3f}, max {max(r):.3f}")
+statics = [k for k in sums if k != "fcp"]
+if "fcp" in sums and statics:
+    best = min(statics, key=lambda k: sums[k]["measured_ms"])
+    ratio = lambda key: sums["fcp"][key] / sums[best][key]
+    print(f"fcp / {best} (best static, measured): measured {ratio('measured_ms'):.3f}, "
+          f"profiled model {ratio('model_ms'):.3f}, simulator {ratio('sim_ms'):.3f}")
+PYEOF
+  echo "replay: DONE (results in $R)"
+}
+replay_section
+# --- end section: replay ---

@@ -72,7 +72,7 @@ int RunProfileCmd(int argc, char** argv) {
       "fcp profile"};
   ProfileOptions o;
   std::string lengths, degrees, models, out_file, format = "table";
-  app.add_option("-t,--target", o.target, "cpu or sim:<cluster preset>")->capture_default_str();
+  app.add_option("-t,--target", o.target, "cpu or sim:<cluster preset> (torch: python -m fcp)")->capture_default_str();
   app.add_option("-m,--model", models,
                  "model preset (sim; comma list for one report per model, table only) or "
                  "cpu-tiny (cpu); default qwen3-8b / cpu-tiny");
@@ -95,6 +95,13 @@ int RunProfileCmd(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  if (o.target == "torch") {
+    // The PyTorch profiler is Python (python/fcp/profile_torch.py).
+    return InputErrorExit(
+        "--target torch runs in Python: torchrun --nproc-per-node P -m fcp profile --target "
+        "torch --model MODEL --out cost_model.json (one process: python -m fcp profile "
+        "--target torch ...)");
+  }
   try {
     // Only the type's range here (no wrap-around: 4294967298 was read as 2);
     // RunProfile applies the real bounds, naming the element.

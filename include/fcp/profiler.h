@@ -81,6 +81,26 @@ struct ProfileReport {
 // "lengths", "degrees", "repeats", "noise", "heldout_fraction".
 ProfileReport RunProfile(const ProfileOptions& options);
 
+// Samples measured by another profiler (the PyTorch one, `python -m fcp
+// profile --target torch`), fitted and reported exactly as RunProfile fits
+// its own: a seeded held-out split, the fit on all samples, the residual note.
+struct MeasuredProfile {
+  std::string target;     // e.g. "torch:cuda"
+  std::string model;
+  std::string hardware;   // "measured: ..."
+  std::string transport;  // what carried the ring traffic
+  std::vector<FitSample> samples;  // ring samples (the fit takes ring samples only)
+  std::vector<std::string> what;   // description per sample, for the residual note
+  CostModel base;         // bandwidths and memory fields of the result
+  double heldout_fraction = 0.25;
+  uint64_t seed = 1;
+  double wall_s = 0;      // measuring time; the fit's time is added
+};
+
+// Throws InputError("samples") for fewer than 4 samples or a `what` of
+// another size, ("heldout_fraction") outside [0, 1), and the fit's errors.
+ProfileReport FitMeasuredProfile(const MeasuredProfile& measured);
+
 // {"target","model","hardware",["transport",]"coefficients":{name:{"value","std_error"}},
 //  "heldout_error":{"mean","max","by_label":{...}},"samples":N,
 //  "cost_model":{...}} — fcp::ParseCostModelJson accepts it (it reads the

@@ -500,6 +500,8 @@ constexpr ReportKey kProfileReportKeys[] = {
     {"refined_on_total", &json::is_boolean, "a boolean"},
     {"residual_note", &json::is_string, "a string"},
     {"wall_s", &json::is_number, "a number"},
+    // python -m fcp profile --target torch: the profiled layer's shape, dtype, device.
+    {"torch", &json::is_object, "an object"},
 };
 
 CostModel ParseCostModel(io::ByteSource& source, const CostModel& base, CostSources* sources) {

@@ -250,8 +250,30 @@ ProfileReport RunProfile(const ProfileOptions& options) {
     throw InputError("lengths", fmt::format("the grid yields only {} usable samples (need >= 4; "
                                             "out-of-memory points are skipped)",
                                             c.samples.size()));
+  MeasuredProfile m;
+  m.target = options.target;
+  m.model = c.model;
+  m.hardware = c.hardware;
+  m.transport = c.transport;
+  m.samples = std::move(c.samples);
+  m.what = std::move(c.what);
+  m.base = c.base;
+  m.heldout_fraction = options.heldout_fraction;
+  m.seed = options.seed;
+  m.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return FitMeasuredProfile(m);
+}
+
+ProfileReport FitMeasuredProfile(const MeasuredProfile& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (c.samples.size() < 4)
+    throw InputError("samples", fmt::format("need >= 4 samples, got {}", c.samples.size()));
+  if (c.what.size() != c.samples.size())
+    throw InputError("samples", "one description (what) per sample");
+  if (!(c.heldout_fraction >= 0 && c.heldout_fraction < 1))
+    throw InputError("heldout_fraction", "must be in [0, 1)");
   ProfileReport rep;
-  rep.target = options.target;
+  rep.target = c.target;
   rep.model = c.model;
   rep.hardware = c.hardware;
   rep.transport = c.transport;
@@ -260,10 +282,10 @@ ProfileReport RunProfile(const ProfileOptions& options) {
   const size_t n = c.samples.size();
   std::vector<size_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
-  std::mt19937_64 rng(options.seed ^ 0x686f6c646f7574ULL);
+  std::mt19937_64 rng(c.seed ^ 0x686f6c646f7574ULL);
   std::shuffle(idx.begin(), idx.end(), rng);
   rep.is_heldout.assign(n, false);
-  const size_t want = static_cast<size_t>(std::floor(options.heldout_fraction * n));
+  const size_t want = static_cast<size_t>(std::floor(c.heldout_fraction * n));
   size_t held = 0;
   for (size_t i : idx) {
     if (held >= want) break;
@@ -298,7 +320,8 @@ ProfileReport RunProfile(const ProfileOptions& options) {
   for (size_t k = 0; k < std::min<size_t>(3, errs.size()); ++k)
     note << fmt::format(" {} {:+.1f}%;", c.what[errs[k].second], 100 * errs[k].first);
   rep.residual_note = note.str();
-  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.wall_s =
+      c.wall_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }
 

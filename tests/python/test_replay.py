@@ -1,0 +1,298 @@
+"""python -m fcp profile --target torch and python -m fcp replay: the fit
+through the bindings against the cost formula written out here, the replay's
+step time against a list schedule computed here, bad environments, and a tiny
+end-to-end run on the CPU."""
+
+import json
+import math
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import pytest
+
+import fcp
+from fcp import replay
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+core = fcp._core()
+
+TRUE = dict(alpha1=2.5e-8, alpha2=3.0e-5, beta1=1.0e-3, alpha3=3000.0, beta2=5.0e-4,
+            attn_overhead_tokens=50.0, gamma_intra=1.0e-4, gamma_inter=3.0e-4,
+            gamma_serial=2.0e-4)
+
+
+def _formula(c, seqs, d, bw, inter, tail=1.0):
+    """T(G, d) of docs/design.md §2, written out independently of the C++."""
+    tokens = sum(n for n, _ in seqs)
+    attn2 = sum((1 + e) * n * n for n, e in seqs)
+    attn1 = sum((1 + e) * n for n, e in seqs)
+    attn = c["alpha1"] * (attn2 / d + c["attn_overhead_tokens"] * attn1)
+    comp = attn + c["alpha2"] * tokens / d + c["beta1"] + (d - 1) * c["gamma_serial"]
+    gamma = c["gamma_inter"] if inter else c["gamma_intra"]
+    comm = 0.0 if d == 1 else c["alpha3"] * tokens * (d - 1) / d / bw + c["beta2"] + (d - 1) * gamma
+    return comp, comm, comp + comm - min(attn * (d - tail) / d, comm)
+
+
+def _synthetic_samples(bw=2e10):
+    samples, what = [], []
+    for length in (1024, 2048, 4096, 8192, 16384):
+        for d in (1, 2, 3, 4, 8):
+            for inter in ((False, True) if d > 1 else (False,)):
+                for seqs in ([(length, 0.0)], [(length // 4, float(k % 2)) for k in range(4)]):
+                    comp, comm, total = _formula(TRUE, seqs, d, bw, inter)
+                    load = core.GroupLoad()
+                    for n, e in seqs:
+                        load.add(core.Sequence(n, e))
+                    samples.append(core.make_fit_sample(
+                        load, d, bw, inter, compute_s=comp, comm_s=comm if d > 1 else math.nan,
+                        total_s=total, label="synthetic"))
+                    what.append(f"d={d} {len(seqs)}x{seqs[0][0]}")
+    return samples, what
+
+
+def test_fit_recovers_known_coefficients():
+    samples, _ = _synthetic_samples()
+    cm = core.fit_cost_model(samples, core.CostModel())
+    for name, value in TRUE.items():
+        assert getattr(cm, name) == pytest.approx(value, rel=1e-6), name
+    assert cm.ring_tail_steps == 1.0
+
+
+def test_fit_measured_profile_reports_and_writes_a_readable_cost_model():
+    samples, what = _synthetic_samples()
+    base = core.CostModel()
+    base.bw_intra_node = base.bw_inter_node = 2e10
+    base.mem_per_token, base.mem_static, base.mem_capacity = 1e4, 1e8, 1e10
+    table, report, cm = core.fit_measured_profile("torch:cpu", "synthetic", "measured: test",
+                                                  "none", samples, what, base, 0.25, 1, 0.0)
+    assert "held-out relative error of T(G, d)" in table
+    j = json.loads(report)
+    assert j["heldout_error"]["max"] < 1e-6
+    assert j["heldout_error"]["points"] == len(samples) // 4
+    back = core.parse_cost_model_json(report, core.CostModel())
+    for name, value in TRUE.items():
+        assert getattr(back, name) == pytest.approx(value, rel=1e-6), name
+    assert back.mem_capacity == 1e10
+    with pytest.raises(ValueError, match="samples"):
+        core.fit_measured_profile("t", "m", "h", "", samples[:3], what[:3], base)
+
+
+def _list_schedule_oracle(num_ranks, plan, times_ms):
+    free = [0.0] * num_ranks
+    k = 0
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            start = max(free[r] for r in g.ranks)
+            for r in g.ranks:
+                free[r] = start + times_ms[k]
+            k += 1
+    return max(free)
+
+
+def _fake_clock():
+    """Group time (s): a fixed pseudo-random draw per distinct group."""
+    draws = {}
+    rng = random.Random(7)
+
+    def time_group(seqs, ranks, all_to_all):
+        key = (tuple(seqs), tuple(ranks), all_to_all)
+        if key not in draws:
+            draws[key] = rng.uniform(0.001, 0.5)
+        return draws[key]
+    return time_group, draws
+
+
+def _plans_file(tmp_path, strategy="fcp", gbs=48, ranks=16, seed=3):
+    """{batch, plan} lines made by the planner for a long-tailed batch."""
+    rng = random.Random(seed)
+    lengths = [int(min(65536, 256 * rng.paretovariate(1.1))) for _ in range(gbs)]
+    batch = {"cluster": {"ranks": ranks, "ranks_per_node": 8}, "model": "qwen3-8b",
+             "sequences": lengths}
+    request = core.parse_batch_json(json.dumps(batch)).request
+    options = core.PlanOptions()
+    options.strategy = strategy
+    plan = core.make_plan(request, options)
+    assert plan.status == core.PlanStatus.OK
+    path = tmp_path / f"{strategy}.jsonl"
+    path.write_text(json.dumps({"batch": batch, "plan": json.loads(plan.to_json(-1))}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["fcp", "megatron"])
+def test_replay_with_a_fake_clock_is_the_list_schedule(tmp_path, strategy):
+    batches = replay.read_plans(str(_plans_file(tmp_path, strategy)))
+    time_group, _ = _fake_clock()
+    b = batches[0]
+    measured_ms, times = replay.replay_plan(b, time_group)
+    assert len(times) == sum(len(mb.groups) for mb in b.plan.micro_batches)
+    assert len(times) > 1
+    oracle = _list_schedule_oracle(b.plan.num_ranks, b.plan, [1000.0 * t for t in times])
+    assert measured_ms == pytest.approx(oracle, rel=1e-12)
+
+
+def test_replay_overlapping_micro_batches_do_not_wait_at_boundaries(tmp_path):
+    # Two micro-batches: ranks 0-1 (slow) and 2-3 (fast), then 2-3 again; the
+    # second group on 2-3 starts when 2-3 are free, not when the slow one ends.
+    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "model": "qwen3-8b",
+             "sequences": [4096, 1024, 1024]}
+    g = lambda ranks, seqs: {"ranks": ranks, "sequences": seqs, "est_ms": 1.0,  # noqa: E731
+                             "mem_bytes": 1}
+    plan = {"strategy": "hand", "ranks": 4, "status": "ok", "est_ms": 2.0, "lower_bound_ms": 0.0,
+            "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2, 3], [1])]},
+                              {"est_ms": 1.0, "groups": [g([2, 3], [2])]}]}
+    path = tmp_path / "hand.jsonl"
+    path.write_text(json.dumps({"batch": batch, "plan": plan}) + "\n")
+    b = replay.read_plans(str(path))[0]
+    times = {4096: 0.9, 1024: 0.2}
+    measured_ms, _ = replay.replay_plan(b, lambda seqs, ranks, a2a: times[seqs[0][0]])
+    assert measured_ms == pytest.approx(900.0, rel=1e-12)  # max(0.9, 0.2 + 0.2) s
+
+
+def _run(args, env=None, timeout=300):
+    e = dict(os.environ)
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        e.pop(k, None)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "fcp", *args], capture_output=True, text=True,
+                          env=e, timeout=timeout, cwd=ROOT)
+
+
+def _one_error_line(res, *words):
+    assert res.returncode != 0
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for w in words:
+        assert w in lines[0], res.stderr
+
+
+def test_profile_one_process_asked_for_degree_4():
+    res = _run(["profile", "--target", "torch", "--device", "cpu", "--degrees", "1,4"])
+    _one_error_line(res, "--degrees", "degree 4 needs 4 processes, 1 launched", "torchrun")
+
+
+def test_profile_without_a_process_group():
+    # torchrun's variables without its rendezvous: init_process_group fails.
+    res = _run(["profile", "--target", "torch", "--device", "cpu"],
+               env={"WORLD_SIZE": "2", "RANK": "0"}, timeout=120)
+    _one_error_line(res, "no process group")
+
+
+def test_profile_bad_model_and_config(tmp_path):
+    _one_error_line(_run(["profile", "--target", "torch", "--device", "cpu", "--model", "nope"]),
+                    "--model", "nope")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4,
+                               "num_key_value_heads": 3, "intermediate_size": 128,
+                               "num_hidden_layers": 2}))
+    _one_error_line(_run(["profile", "--target", "torch", "--device", "cpu", "--hf-config",
+                          str(cfg)]), "--hf-config", "num_key_value_heads")
+
+
+def test_cpp_cli_points_to_python():
+    cli = os.environ.get("FCP_CLI")
+    if not cli:
+        pytest.skip("FCP_CLI not set")
+    res = subprocess.run([cli, "profile", "--target", "torch"], capture_output=True, text=True)
+    _one_error_line(res, "python -m fcp profile --target torch", "torchrun")
+
+
+def test_replay_bad_input(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"batch": {}}\n')
+    prof = tmp_path / "p.json"
+    prof.write_text("{}")
+    _one_error_line(_run(["replay", str(bad), "--cost-model", str(prof), "--model", "cpu-tiny"]),
+                    "bad.jsonl[0]")
+    _one_error_line(_run(["replay", str(tmp_path / "missing.jsonl"), "--cost-model", str(prof),
+                          "--model", "cpu-tiny"]), "missing.jsonl")
+
+
+def test_all_to_all_degree_must_divide_heads():
+    from fcp import _torch_work as tw
+    import torch
+    work = tw.LayerWork(tw.shape_from_preset("cpu-tiny"), torch.device("cpu"), torch.float32,
+                        repeats=1)
+    with pytest.raises(ValueError, match="divide the 4 query heads"):
+        work.all_to_all_attn_s([(64, 0.0)], 3)
+
+
+def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
+    prof = tmp_path / "cost_model.json"
+    res = _run(["profile", "--target", "torch", "--device", "cpu", "--in-process", "--model",
+                "cpu-tiny", "--lengths", "256,512,1024", "--degrees", "1,2,4", "--repeats", "1",
+                "--min-chunk", "64", "-q", "--out", str(prof)])
+    assert res.returncode == 0, res.stderr
+    assert "held-out relative error" in res.stdout
+    j = json.loads(prof.read_text())
+    assert j["target"] == "torch:cpu" and j["torch"]["shape"]["hidden"] == 256
+    cm = core.parse_cost_model_json(prof.read_text(), core.CostModel())
+    assert cm.alpha1 > 0 and cm.alpha2 > 0
+    # fcp.Scheduler reads its cost_model member.
+    sched = fcp.Scheduler(cluster=fcp.Cluster(4, 4, "h100-8x8"), cost_model=j["cost_model"])
+    assert sched.cost_model.alpha1 == cm.alpha1
+    assert sched.plan([1024, 512, 256, 256]).status == core.PlanStatus.OK
+    # The planner reads it, and the replay runs a plan made with it.
+    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256, 256],
+             "cost_model": j["cost_model"]}
+    request = core.parse_batch_json(json.dumps(batch)).request
+    plan = core.make_plan(request, core.PlanOptions())
+    plans = tmp_path / "fcp.jsonl"
+    plans.write_text(json.dumps({"batch": batch, "plan": json.loads(plan.to_json(-1))}) + "\n")
+    res = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
+                "-q", "--format", "json", "--sim-model", "qwen3-8b", "--sim-cluster", "h100-8x8",
+                "--links", "plan"])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    rows = out["files"][0]["plans"]
+    assert rows[0]["measured_ms"] > 0 and rows[0]["model_ms"] > 0 and rows[0]["sim_ms"] > 0
+    groups = rows[0]["groups"]
+    assert len(groups) == sum(len(mb.groups) for mb in plan.micro_batches)
+    assert all(g["sim_ms"] > 0 and g["model_ms"] > 0 for g in groups)
+    # The step is the list schedule of the printed group times.
+    k = iter(g["measured_ms"] for g in groups)
+    assert rows[0]["measured_ms"] == pytest.approx(
+        _list_schedule_oracle(4, plan, [next(k) for _ in groups]), rel=1e-12)
+    table = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
+                  "-q"])
+    assert table.returncode == 0 and "step ratio" in table.stdout
+
+
+def test_profile_and_replay_on_two_processes_measure_the_ring_over_gloo(tmp_path):
+    out = tmp_path / "cm.json"
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    e["OMP_NUM_THREADS"] = "1"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "-m", "fcp", "profile", "--target", "torch", "--device", "cpu",
+                          "--lengths", "256,512,1024", "--degrees", "1,2", "--repeats", "1",
+                          "--min-chunk", "64", "-q", "--format", "json", "--out", str(out)],
+                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    j = json.loads(out.read_text())
+    assert j["transport"] == "torch.distributed gloo, 2 processes"
+    assert j["torch"]["processes"] == 2 and j["samples"] == 12
+    # Replay under torchrun: ring groups of degree <= 2 run on the two processes.
+    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256],
+             "cost_model": j["cost_model"]}
+    g = lambda ranks, seqs: {"ranks": ranks, "sequences": seqs, "est_ms": 1.0,  # noqa: E731
+                             "mem_bytes": 1}
+    plan = {"strategy": "hand", "ranks": 4, "status": "ok", "est_ms": 1.0, "lower_bound_ms": 0.0,
+            "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2], [1]),
+                                                         g([3], [2])]}]}
+    plans = tmp_path / "hand.jsonl"
+    plans.write_text(json.dumps({"batch": batch, "plan": plan}) + "\n")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "-m", "fcp", "replay", str(plans), "--cost-model", str(out),
+                          "--repeats", "1", "-q", "--format", "json"],
+                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rep = json.loads(res.stdout)
+    assert "1 ring groups on 2 processes" in rep["header"]
+    groups = rep["files"][0]["plans"][0]["groups"]
+    assert [gr["degree"] for gr in groups] == [2, 1, 1]
+    assert all(gr["measured_ms"] > 0 for gr in groups)
+    assert rep["files"][0]["plans"][0]["measured_ms"] == pytest.approx(
+        max(gr["measured_ms"] for gr in groups), rel=1e-12)
