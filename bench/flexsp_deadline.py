@@ -12,6 +12,7 @@ the machine's speed) goes to stderr with the progress lines.
 Usage: bench/flexsp_deadline.py [--fcp build/fcp] [--sizes 512,100000,1000000]
                                 [--limits 1,2,10] [--repeats 3] [--ranks 64]
 """
+
 import argparse
 import json
 import os
@@ -26,8 +27,9 @@ import time
 def batch(k, ranks, seed=1):
     rng = random.Random(seed)
     seqs = [max(1, min(131072, int(rng.lognormvariate(6.6, 1.75)))) for _ in range(k)]
-    return json.dumps({"cluster": {"ranks": ranks, "ranks_per_node": 16}, "model": "qwen3-8b",
-                       "sequences": seqs})
+    return json.dumps(
+        {"cluster": {"ranks": ranks, "ranks_per_node": 16}, "model": "qwen3-8b", "sequences": seqs}
+    )
 
 
 def main():
@@ -48,18 +50,36 @@ def main():
                 planning, process = [], []
                 for _ in range(args.repeats):
                     t0 = time.monotonic()
-                    p = subprocess.run([args.fcp, "plan", "-s", "flexsp", "--time-limit",
-                                        f"{limit:g}", "-i", path], capture_output=True)
+                    p = subprocess.run(
+                        [
+                            args.fcp,
+                            "plan",
+                            "-s",
+                            "flexsp",
+                            "--time-limit",
+                            f"{limit:g}",
+                            "-i",
+                            path,
+                        ],
+                        capture_output=True,
+                    )
                     process.append(time.monotonic() - t0)
                     if p.returncode != 0:
                         sys.exit(f"fcp exited {p.returncode}: {p.stderr.decode()[:300]}")
                     plan = json.loads(p.stdout)
                     planning.append(plan["solver_ms"] / 1000)
-                    print(f"  ... K={k} L={limit:g}: {planning[-1]:.2f} s, deadline "
-                          f"{plan['notes']['deadline']}", file=sys.stderr, flush=True)
+                    print(
+                        f"  ... K={k} L={limit:g}: {planning[-1]:.2f} s, deadline "
+                        f"{plan['notes']['deadline']}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 med = statistics.median(planning)
-                print(f"{k:>9} {limit:>6g} {med:>13.2f} {med / limit:>6.2f} "
-                      f"{statistics.median(process):>12.2f}", flush=True)
+                print(
+                    f"{k:>9} {limit:>6g} {med:>13.2f} {med / limit:>6.2f} "
+                    f"{statistics.median(process):>12.2f}",
+                    flush=True,
+                )
         finally:
             os.unlink(path)
 

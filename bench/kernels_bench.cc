@@ -37,7 +37,9 @@ std::vector<float> Random(size_t n, uint32_t seed, float amp = 1.0f) {
   return x;
 }
 
-int64_t VisiblePairs(int64_t n, bool causal) { return causal ? n * (n + 1) / 2 : n * n; }
+int64_t VisiblePairs(int64_t n, bool causal) {
+  return causal ? n * (n + 1) / 2 : n * n;
+}
 
 double ProcessCpuSeconds() {
   timespec ts{};
@@ -80,7 +82,8 @@ const PeakMeasurement& MeasuredPeak() {
     constexpr int kPeakReps = 21;
     std::vector<double> runs;
     FmaLoopFlopsPerCore(200);  // warm-up: wake the core to its clock
-    for (int i = 0; i < kPeakReps; ++i) runs.push_back(FmaLoopFlopsPerCore(400));
+    for (int i = 0; i < kPeakReps; ++i)
+      runs.push_back(FmaLoopFlopsPerCore(400));
     std::sort(runs.begin(), runs.end());
     p.median = runs[runs.size() / 2];
     p.min = runs.front();
@@ -91,21 +94,22 @@ const PeakMeasurement& MeasuredPeak() {
   return peak;
 }
 double MeasuredPeakPerCore() { return MeasuredPeak().median; }
-// FLOP per cycle the FMA loop can reach: 8 AVX2 lanes x 2 (FMA) x 2 FMA pipes. Its
-// own width, not the CPU's widest (AVX-512 would double the nominal figure), so
-// measured peak / this is the clock the core runs at.
+// FLOP per cycle the FMA loop can reach: 8 AVX2 lanes x 2 (FMA) x 2 FMA pipes.
+// Its own width, not the CPU's widest (AVX-512 would double the nominal
+// figure), so measured peak / this is the clock the core runs at.
 constexpr double kFmaLoopFlopsPerCycle = 8 * 2 * 2;
 
 // Rates per core-second of process CPU time (robust when other jobs share the
 // machine): GFLOPs_per_core, and frac_peak = that / nominal per-core peak;
 // GFLOPs = per-core rate x threads.
-void SetRateCounters(benchmark::State& state, double flops_per_iter, int threads,
-                     double cpu_s) {
+void SetRateCounters(benchmark::State& state, double flops_per_iter,
+                     int threads, double cpu_s) {
   const double per_core = flops_per_iter * state.iterations() / cpu_s;
   state.counters["GFLOPs"] = per_core * threads * 1e-9;
   state.counters["GFLOPs_per_core"] = per_core * 1e-9;
   state.counters["frac_peak"] = per_core / Cpu().peak_flops_per_core;
-  if (MeasuredPeakPerCore() > 0) state.counters["frac_fma_peak"] = per_core / MeasuredPeakPerCore();
+  if (MeasuredPeakPerCore() > 0)
+    state.counters["frac_fma_peak"] = per_core / MeasuredPeakPerCore();
 }
 
 // args: length, head_dim, causal
@@ -120,8 +124,8 @@ void BM_AttentionForward(benchmark::State& state) {
   const float scale = 1.0f / std::sqrt(float(dh));
   const double t0 = ProcessCpuSeconds();
   for (auto _ : state) {
-    AttentionForward(q.data(), k.data(), v.data(), n, n, dh, pos.data(), pos.data(),
-                     causal, scale, out.data(), lse.data());
+    AttentionForward(q.data(), k.data(), v.data(), n, n, dh, pos.data(),
+                     pos.data(), causal, scale, out.data(), lse.data());
     benchmark::DoNotOptimize(out.data());
   }
   const double cpu_s = ProcessCpuSeconds() - t0;
@@ -129,16 +133,19 @@ void BM_AttentionForward(benchmark::State& state) {
   std::vector<float> ro(dh), rl(1);
   for (int t = 0; t < 8; ++t) {
     const int i = (int64_t(t) * 7919 + n - 1) % n;
-    ReferenceAttentionForward(q.data() + size_t(i) * dh, k.data(), v.data(), 1, n, dh,
-                              &pos[i], pos.data(), causal, scale, ro.data(), rl.data());
+    ReferenceAttentionForward(q.data() + size_t(i) * dh, k.data(), v.data(), 1,
+                              n, dh, &pos[i], pos.data(), causal, scale,
+                              ro.data(), rl.data());
     float err = std::fabs(rl[0] - lse[i]);
-    for (int c = 0; c < dh; ++c) err = std::max(err, std::fabs(ro[c] - out[size_t(i) * dh + c]));
+    for (int c = 0; c < dh; ++c)
+      err = std::max(err, std::fabs(ro[c] - out[size_t(i) * dh + c]));
     if (!(err <= 1e-4f)) {
       state.SkipWithError("forward output does not match the reference");
       return;
     }
   }
-  SetRateCounters(state, AttentionForwardFlops(VisiblePairs(n, causal), dh), 1, cpu_s);
+  SetRateCounters(state, AttentionForwardFlops(VisiblePairs(n, causal), dh), 1,
+                  cpu_s);
 }
 
 void BM_AttentionBackward(benchmark::State& state) {
@@ -150,36 +157,40 @@ void BM_AttentionBackward(benchmark::State& state) {
   std::iota(pos.begin(), pos.end(), 0);
   std::vector<float> out(size_t(n) * dh), lse(n);
   const float scale = 1.0f / std::sqrt(float(dh));
-  AttentionForward(q.data(), k.data(), v.data(), n, n, dh, pos.data(), pos.data(), causal,
-                   scale, out.data(), lse.data());
+  AttentionForward(q.data(), k.data(), v.data(), n, n, dh, pos.data(),
+                   pos.data(), causal, scale, out.data(), lse.data());
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
   const double t0 = ProcessCpuSeconds();
   for (auto _ : state) {
     std::fill(dq.begin(), dq.end(), 0.f);
     std::fill(dk.begin(), dk.end(), 0.f);
     std::fill(dv.begin(), dv.end(), 0.f);
-    AttentionBackward(q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), n, n,
-                      dh, pos.data(), pos.data(), causal, scale, dq.data(), dk.data(),
-                      dv.data());
+    AttentionBackward(q.data(), k.data(), v.data(), out.data(), g.data(),
+                      lse.data(), n, n, dh, pos.data(), pos.data(), causal,
+                      scale, dq.data(), dk.data(), dv.data());
     benchmark::DoNotOptimize(dq.data());
   }
   const double cpu_s = ProcessCpuSeconds() - t0;
   // Verify: dq of 4 sampled rows (a query row's dq depends only on that row).
   for (int t = 0; t < 4; ++t) {
     const int i = (int64_t(t) * 7919 + n - 1) % n;
-    std::vector<float> rdq(dh, 0.f), rdk(size_t(n) * dh, 0.f), rdv(size_t(n) * dh, 0.f);
+    std::vector<float> rdq(dh, 0.f), rdk(size_t(n) * dh, 0.f),
+        rdv(size_t(n) * dh, 0.f);
     ReferenceAttentionBackward(q.data() + size_t(i) * dh, k.data(), v.data(),
-                               out.data() + size_t(i) * dh, g.data() + size_t(i) * dh,
-                               &lse[i], 1, n, dh, &pos[i], pos.data(), causal, scale,
-                               rdq.data(), rdk.data(), rdv.data());
+                               out.data() + size_t(i) * dh,
+                               g.data() + size_t(i) * dh, &lse[i], 1, n, dh,
+                               &pos[i], pos.data(), causal, scale, rdq.data(),
+                               rdk.data(), rdv.data());
     float err = 0;
-    for (int c = 0; c < dh; ++c) err = std::max(err, std::fabs(rdq[c] - dq[size_t(i) * dh + c]));
+    for (int c = 0; c < dh; ++c)
+      err = std::max(err, std::fabs(rdq[c] - dq[size_t(i) * dh + c]));
     if (!(err <= 1e-3f)) {
       state.SkipWithError("backward dq does not match the reference");
       return;
     }
   }
-  SetRateCounters(state, AttentionBackwardFlops(VisiblePairs(n, causal), dh), 1, cpu_s);
+  SetRateCounters(state, AttentionBackwardFlops(VisiblePairs(n, causal), dh), 1,
+                  cpu_s);
 }
 
 // args: m (tokens), n (out features), k (in features), blas threads
@@ -198,7 +209,8 @@ void BM_GemmLinear(benchmark::State& state) {
   for (int t = 0; t < 16; ++t) {
     const int i = (t * 7919) % m, j = (t * 104729) % n;
     double s = 0;
-    for (int p = 0; p < k; ++p) s += double(x[size_t(i) * k + p]) * w[size_t(j) * k + p];
+    for (int p = 0; p < k; ++p)
+      s += double(x[size_t(i) * k + p]) * w[size_t(j) * k + p];
     if (!(std::fabs(s - y[size_t(i) * n + j]) <= 1e-3 * std::sqrt(double(k)))) {
       state.SkipWithError("GEMM output does not match the naive dot product");
       return;
@@ -258,14 +270,20 @@ BENCHMARK(BM_GemmLinear)
 int main(int argc, char** argv) {
   const auto& cpu = Cpu();
   std::printf("CPU: %s; attention %s path; peak: %s\n", cpu.model_name.c_str(),
-              AttentionUsesAvx2() ? "AVX2+FMA" : "baseline-ISA", cpu.derivation.c_str());
-  std::printf("frac_peak: of the nominal per-core peak above; frac_fma_peak: of the measured\n"
-              "register-only FMA loop, median of %d runs %.1f GFLOP/s per core (min %.1f, max\n"
-              "%.1f; effective clock %.2f GHz).\n"
-              "Rates are per core-second of process CPU time (robust on a shared machine);\n"
-              "attention runs on 1 core.\n",
-              MeasuredPeak().reps, MeasuredPeakPerCore() / 1e9, MeasuredPeak().min / 1e9,
-              MeasuredPeak().max / 1e9, MeasuredPeakPerCore() / 1e9 / kFmaLoopFlopsPerCycle);
+              AttentionUsesAvx2() ? "AVX2+FMA" : "baseline-ISA",
+              cpu.derivation.c_str());
+  std::printf(
+      "frac_peak: of the nominal per-core peak above; frac_fma_peak: of the "
+      "measured\n"
+      "register-only FMA loop, median of %d runs %.1f GFLOP/s per core (min "
+      "%.1f, max\n"
+      "%.1f; effective clock %.2f GHz).\n"
+      "Rates are per core-second of process CPU time (robust on a shared "
+      "machine);\n"
+      "attention runs on 1 core.\n",
+      MeasuredPeak().reps, MeasuredPeakPerCore() / 1e9,
+      MeasuredPeak().min / 1e9, MeasuredPeak().max / 1e9,
+      MeasuredPeakPerCore() / 1e9 / kFmaLoopFlopsPerCycle);
   SetBlasThreads(1);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

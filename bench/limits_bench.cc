@@ -11,17 +11,19 @@
 //
 //   build/bench/limits_bench                      # all sizes, both strategies
 //   build/bench/limits_bench --benchmark_filter=fcp/   # only fcp
-//   build/bench/limits_bench --benchmark_filter='PlanAt4096/(flexsp|bytescale)/1000000'
+//   build/bench/limits_bench
+//   --benchmark_filter='PlanAt4096/(flexsp|bytescale)/1000000'
 //   build/bench/limits_bench --benchmark_filter=PlanWideCluster
-//   build/bench/limits_bench --benchmark_filter='PlanAt32|PlanRanksPerNode'   # issue 30
+//   build/bench/limits_bench --benchmark_filter='PlanAt32|PlanRanksPerNode'   #
+//   issue 30
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
@@ -31,7 +33,8 @@ namespace {
 constexpr int kRanks = 4096;
 constexpr int kRanksPerNode = 16;
 
-fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed, int ranks = kRanks,
+fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed,
+                             int ranks = kRanks,
                              int ranks_per_node = kRanksPerNode) {
   fcp::PlanRequest req;
   req.cluster = {ranks, ranks_per_node};
@@ -40,7 +43,8 @@ fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed, int ranks = kRank
   req.cost = fcp::DeriveCostModel(*fcp::FindModelPreset("qwen3-8b"), cluster);
   std::mt19937_64 rng(seed);
   std::lognormal_distribution<double> lengths(6.6, 1.75);
-  req.model = fcp::FindModelPreset("qwen3-8b")->shape;  // head counts for Ulysses
+  req.model =
+      fcp::FindModelPreset("qwen3-8b")->shape;  // head counts for Ulysses
   req.sequences.reserve(num_sequences);
   for (int i = 0; i < num_sequences; ++i) {
     const double len = std::clamp(std::round(lengths(rng)), 1.0, 131072.0);
@@ -63,7 +67,9 @@ void PlanAtScale(benchmark::State& state, const char* strategy, int ranks,
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     const fcp::Plan plan = fcp::MakePlan(req, options);
-    plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    plan_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (plan.status != fcp::PlanStatus::kOk) {
       state.SkipWithError("plan not ok");
       return;
@@ -78,7 +84,8 @@ void PlanAtScale(benchmark::State& state, const char* strategy, int ranks,
   state.counters["est_ms"] = est_ms;
   state.counters["gap_pct"] = 100 * gap;
   state.counters["us_per_seq"] = 1e6 * plan_s / static_cast<double>(k);
-  if (std::string(strategy) == "flexsp") state.counters["limit_ratio"] = plan_s / kFlexSpLimitS;
+  if (std::string(strategy) == "flexsp")
+    state.counters["limit_ratio"] = plan_s / kFlexSpLimitS;
 }
 
 void PlanAt4096(benchmark::State& state, const char* strategy) {
@@ -89,7 +96,8 @@ void PlanWideCluster(benchmark::State& state, const char* strategy) {
 }
 
 void Sizes(benchmark::internal::Benchmark* b) {
-  b->Arg(10'000)->Arg(20'000)->Arg(30'000)->Arg(50'000)->Arg(100'000)->Arg(200'000);
+  b->Arg(10'000)->Arg(20'000)->Arg(30'000)->Arg(50'000)->Arg(100'000)->Arg(
+      200'000);
   b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(1);
   b->Complexity();  // best fit among O(1), O(N), O(N log N), O(N^2), O(N^3)
 }
@@ -122,7 +130,9 @@ void PlanRanksPerNode(benchmark::State& state, const char* strategy) {
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     const fcp::Plan plan = fcp::MakePlan(req, options);
-    plan_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    plan_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     if (plan.status != fcp::PlanStatus::kOk) {
       state.SkipWithError("plan not ok");
       return;
@@ -130,7 +140,8 @@ void PlanRanksPerNode(benchmark::State& state, const char* strategy) {
     benchmark::DoNotOptimize(plan.est_ms);
   }
   state.SetComplexityN(ranks);
-  if (std::string(strategy) == "flexsp") state.counters["limit_ratio"] = plan_s / 1.0;
+  if (std::string(strategy) == "flexsp")
+    state.counters["limit_ratio"] = plan_s / 1.0;
 }
 void RanksPerNode(benchmark::internal::Benchmark* b) {
   b->Arg(1'000)->Arg(10'000)->Arg(100'000)->Arg(1'000'000);
@@ -146,23 +157,32 @@ BENCHMARK_CAPTURE(PlanAt32, megatron_dcp, "megatron-dcp")->Apply(Sizes32);
 BENCHMARK_CAPTURE(PlanAt32, bytescale, "bytescale")->Apply(Sizes32);
 BENCHMARK_CAPTURE(PlanAt32, flexsp, "flexsp")->Apply(Sizes32);
 BENCHMARK_CAPTURE(PlanRanksPerNode, fcp, "fcp")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, fcp_paper, "fcp-paper")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, fcp_paper, "fcp-paper")
+    ->Apply(RanksPerNode);
 BENCHMARK_CAPTURE(PlanRanksPerNode, megatron, "megatron")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, deepspeed, "deepspeed")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, megatron_dcp, "megatron-dcp")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, bytescale, "bytescale")->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, deepspeed, "deepspeed")
+    ->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, megatron_dcp, "megatron-dcp")
+    ->Apply(RanksPerNode);
+BENCHMARK_CAPTURE(PlanRanksPerNode, bytescale, "bytescale")
+    ->Apply(RanksPerNode);
 BENCHMARK_CAPTURE(PlanRanksPerNode, flexsp, "flexsp")->Apply(RanksPerNode);
 BENCHMARK_CAPTURE(PlanAt4096, fcp, "fcp")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, fcp_paper, "fcp-paper")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, megatron, "megatron")->Apply(BaselineSizes);
 BENCHMARK_CAPTURE(PlanAt4096, deepspeed, "deepspeed")->Apply(BaselineSizes);
-BENCHMARK_CAPTURE(PlanAt4096, megatron_dcp, "megatron-dcp")->Apply(BaselineSizes);
+BENCHMARK_CAPTURE(PlanAt4096, megatron_dcp, "megatron-dcp")
+    ->Apply(BaselineSizes);
 BENCHMARK_CAPTURE(PlanAt4096, bytescale, "bytescale")->Apply(BaselineSizes);
 BENCHMARK_CAPTURE(PlanAt4096, flexsp, "flexsp")->Apply(BaselineSizes);
 BENCHMARK_CAPTURE(PlanWideCluster, bytescale, "bytescale")
-    ->Arg(100'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Arg(100'000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(PlanWideCluster, megatron_dcp, "megatron-dcp")
-    ->Arg(100'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Arg(100'000)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 

@@ -3,11 +3,11 @@
 // and reports the plan's estimate and gap to the lower bound as counters.
 //
 //   build/bench/planner_bench --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <benchmark/benchmark.h>
 
 #include "fcp/datasets.h"
 #include "fcp/presets.h"
@@ -15,7 +15,8 @@
 
 namespace {
 
-fcp::PlanRequest GithubRequest(int64_t num_sequences, int num_ranks, uint64_t seed) {
+fcp::PlanRequest GithubRequest(int64_t num_sequences, int num_ranks,
+                               uint64_t seed) {
   fcp::PlanRequest r;
   fcp::ClusterPreset cluster = *fcp::FindClusterPreset("ascend910c-4x16");
   cluster.num_ranks = num_ranks;
@@ -32,7 +33,8 @@ void BM_Plan(benchmark::State& state, const std::string& strategy) {
   const int n = static_cast<int>(state.range(1));
   // A few different batches so one lucky draw does not decide the figure.
   std::vector<fcp::PlanRequest> requests;
-  for (uint64_t seed = 1; seed <= 4; ++seed) requests.push_back(GithubRequest(k, n, seed));
+  for (uint64_t seed = 1; seed <= 4; ++seed)
+    requests.push_back(GithubRequest(k, n, seed));
   fcp::PlanOptions options;
   options.strategy = strategy;
   size_t i = 0;
@@ -62,7 +64,10 @@ void BM_Plan(benchmark::State& state, const std::string& strategy) {
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  b->Args({512, 64})->Args({8192, 1024})->Unit(benchmark::kMillisecond)->UseRealTime();
+  b->Args({512, 64})
+      ->Args({8192, 1024})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 BENCHMARK_CAPTURE(BM_Plan, fcp, std::string("fcp"))->Apply(Args);

@@ -58,38 +58,96 @@ def main():
     prof = pathlib.Path(args.profile) if args.profile else out / "cost_model.json"
     if not args.profile:
         print(f"[bench] profiling {args.model} on the CPU", file=sys.stderr, flush=True)
-        sh(py + ["profile", "--target", "torch", "--device", "cpu", "--in-process", "--model",
-                 args.model, "--lengths", "1024,2048,4096,8192",
-                 "--degrees", "1,2,4,6,8", "--min-chunk", "128", "-q", "--out", str(prof)])
+        sh(
+            py
+            + [
+                "profile",
+                "--target",
+                "torch",
+                "--device",
+                "cpu",
+                "--in-process",
+                "--model",
+                args.model,
+                "--lengths",
+                "1024,2048,4096,8192",
+                "--degrees",
+                "1,2,4,6,8",
+                "--min-chunk",
+                "128",
+                "-q",
+                "--out",
+                str(prof),
+            ]
+        )
 
     lengths = out / "lengths.txt"
     with open(ROOT / "data" / "go-src-qwen3-lengths.csv", encoding="utf-8") as f:
         raw = [int(r["tokens"]) for r in csv.DictReader(f) if int(r["tokens"]) > 0]
     lengths.write_text("".join(f"{min(args.max_len, max(1, n // args.scale))}\n" for n in raw))
 
-    common = ["simulate", "--lengths", str(lengths), "--model", "qwen3-8b", "--cluster",
-              "h100-8x8", "--ranks", str(args.ranks), "--gbs", str(args.gbs), "--steps",
-              str(args.steps), "--warmup", "0", "--cost-model", str(prof), "-q"]
+    common = [
+        "simulate",
+        "--lengths",
+        str(lengths),
+        "--model",
+        "qwen3-8b",
+        "--cluster",
+        "h100-8x8",
+        "--ranks",
+        str(args.ranks),
+        "--gbs",
+        str(args.gbs),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        "0",
+        "--cost-model",
+        str(prof),
+        "-q",
+    ]
     # fcp-ring: fcp's planner with ring groups only (Ulysses needs a degree that
     # divides the query heads, and cpu-tiny has 4).
     files = {"fcp": out / "fcp.jsonl"}
     sh([cli] + common + ["--strategies", "fcp-ring", "--save-plans", str(files["fcp"])])
     for d in args.degrees.split(","):
         files[f"static d={d}"] = out / f"static-d{d}.jsonl"
-        sh([cli] + common + ["--strategies", "megatron", "--cp", d, "--save-plans",
-                             str(files[f"static d={d}"])])
+        sh(
+            [cli]
+            + common
+            + ["--strategies", "megatron", "--cp", d, "--save-plans", str(files[f"static d={d}"])]
+        )
 
-    print(f"[bench] replaying {len(files)} strategies x {args.steps} batches", file=sys.stderr,
-          flush=True)
-    rep = json.loads(sh(py + ["replay", *map(str, files.values()), "--cost-model", str(prof),
-                              "--repeats", str(args.repeats), "-q", "--format", "json"]))
+    print(
+        f"[bench] replaying {len(files)} strategies x {args.steps} batches",
+        file=sys.stderr,
+        flush=True,
+    )
+    rep = json.loads(
+        sh(
+            py
+            + [
+                "replay",
+                *map(str, files.values()),
+                "--cost-model",
+                str(prof),
+                "--repeats",
+                str(args.repeats),
+                "-q",
+                "--format",
+                "json",
+            ]
+        )
+    )
     sums = {}
     for name, f in zip(files, rep["files"]):
         plans = f["plans"]
         sums[name] = (sum(r["measured_ms"] for r in plans), sum(r["model_ms"] for r in plans))
     print(rep["header"])
-    print(f"{len(raw)} real lengths / {args.scale}, clipped at {args.max_len}; {args.ranks} ranks, "
-          f"{args.gbs} sequences per batch, {args.steps} batches")
+    print(
+        f"{len(raw)} real lengths / {args.scale}, clipped at {args.max_len}; {args.ranks} ranks, "
+        f"{args.gbs} sequences per batch, {args.steps} batches"
+    )
     print(f"{'strategy':<14} {'measured_s':>10} {'model_s':>10} {'meas/model':>10}")
     for name, (m, e) in sums.items():
         print(f"{name:<14} {m / 1e3:10.2f} {e / 1e3:10.2f} {m / e:10.3f}")
@@ -109,8 +167,10 @@ def main():
     measured = sums["fcp"][0] / statics[best][0]
     predicted = sums["fcp"][1] / statics[best][1]
     print(f"best static in hindsight (measured): {best}; by the cost model: {best_pred}")
-    print(f"fcp / {best}: measured {measured:.3f}, predicted {predicted:.3f} "
-          f"(difference {100 * (measured / predicted - 1):+.1f}%)")
+    print(
+        f"fcp / {best}: measured {measured:.3f}, predicted {predicted:.3f} "
+        f"(difference {100 * (measured / predicted - 1):+.1f}%)"
+    )
     print(f"wall {time.time() - t0:.0f} s")  # the last line: volatile
 
 

@@ -55,18 +55,22 @@ def _ints(text):
     try:
         values = [int(x) for x in text.split(",") if x]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"must be integers >= 1, got {text!r}")
     return values
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--lengths", type=_ints, default=[4096, 8192, 16384],
-                   help="sequence lengths in tokens")
+    p.add_argument(
+        "--lengths", type=_ints, default=[4096, 8192, 16384], help="sequence lengths in tokens"
+    )
     p.add_argument("--degrees", type=_ints, default=[1, 2, 4], help="ring degrees")
     p.add_argument("--heads", type=int, default=8, help="query heads")
     p.add_argument("--kv-heads", type=int, default=2, help="key/value heads (GQA)")
@@ -75,11 +79,18 @@ def parse_args(argv):
     p.add_argument("--reps", type=int, default=3, help="timed steps (median)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per process")
-    p.add_argument("--kernel", choices=ft.KERNELS, default="auto",
-                   help="fcp.torch block kernel (auto: the fastest PyTorch kernel for the device)")
+    p.add_argument(
+        "--kernel",
+        choices=ft.KERNELS,
+        default="auto",
+        help="fcp.torch block kernel (auto: the fastest PyTorch kernel for the device)",
+    )
     p.add_argument("--json", help="also write the rows to this file")
-    p.add_argument("--packed", action="store_true",
-                   help="packed micro-batches: per-sequence loop vs packed ring vs Ulysses")
+    p.add_argument(
+        "--packed",
+        action="store_true",
+        help="packed micro-batches: per-sequence loop vs packed ring vs Ulysses",
+    )
     p.add_argument("--packed-sequences", type=int, default=64, help="sequences per micro-batch")
     p.add_argument("--packed-min", type=int, default=256, help="shortest sequence (tokens)")
     p.add_argument("--packed-max", type=int, default=2048, help="longest sequence (tokens)")
@@ -102,9 +113,12 @@ def parse_args(argv):
 def _inputs(args, seq_len, device, seed=0):
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = DTYPES[args.dtype]
+
     def make(heads):
-        return torch.randn(1, heads, seq_len, args.head_dim, generator=gen, device=device,
-                           dtype=torch.float32).to(dtype)
+        return torch.randn(
+            1, heads, seq_len, args.head_dim, generator=gen, device=device, dtype=torch.float32
+        ).to(dtype)
+
     return make(args.heads), make(args.kv_heads), make(args.kv_heads)
 
 
@@ -135,7 +149,8 @@ def _time_steps(step, args, device, barrier=None):
 def _sdpa_step(q, k, v):
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1]
+    )
     out.sum().backward()
 
 
@@ -147,8 +162,9 @@ def _cpu_worker(rank, world, rendezvous, args, seq_len, mode, out_path):
     device = torch.device("cpu")
     if world > 1:
         # A file rendezvous: no TCP port picked and released before the ranks bind it.
-        dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
-                                world_size=world)
+        dist.init_process_group(
+            "gloo", init_method="file://" + rendezvous, rank=rank, world_size=world
+        )
     base = reset_peak_rss()
     try:
         q, k, v = _inputs(args, seq_len, device)
@@ -163,10 +179,13 @@ def _cpu_worker(rank, world, rendezvous, args, seq_len, mode, out_path):
             kernel = ft.block_kernel_name(ql, args.kernel)
             if world == 1 and args.kernel == "auto" and ql.dtype in (torch.float32, torch.float64):
                 kernel = "sdpa"  # degree 1, auto: no ring, PyTorch's attention
+
             def step():
                 a, b, c = (t.detach().requires_grad_() for t in (ql, kl, vl))
-                ft.ring_attention(a, b, c, group, causal=True, seq_len=seq_len,
-                                  rank=rank, kernel=args.kernel).sum().backward()
+                ft.ring_attention(
+                    a, b, c, group, causal=True, seq_len=seq_len, rank=rank, kernel=args.kernel
+                ).sum().backward()
+
         barrier = dist.barrier if world > 1 else None
         times, cpu = _time_steps(step, args, device, barrier)
         row = {"times": times, "cpu": cpu, "peak_bytes": peak_rss() - base, "kernel": kernel}
@@ -187,14 +206,19 @@ def _cpu_run(args, seq_len, world, mode):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         rendezvous = os.path.join(tmp, "rendezvous")
-        mp.spawn(_cpu_worker, args=(world, rendezvous, args, seq_len, mode, out),
-                 nprocs=world, join=True)
+        mp.spawn(
+            _cpu_worker, args=(world, rendezvous, args, seq_len, mode, out), nprocs=world, join=True
+        )
         with open(out) as f:
             rows = json.load(f)
     step_s = statistics.median(max(r["times"][i] for r in rows) for i in range(args.reps))
     cpu_s = statistics.median(sum(r["cpu"][i] for r in rows) for i in range(args.reps))
-    return {"step_s": step_s, "cpu_s": cpu_s, "peak_bytes": max(r["peak_bytes"] for r in rows),
-            "kernel": rows[0]["kernel"]}
+    return {
+        "step_s": step_s,
+        "cpu_s": cpu_s,
+        "peak_bytes": max(r["peak_bytes"] for r in rows),
+        "kernel": rows[0]["kernel"],
+    }
 
 
 # --- CUDA: one device, in-process blocks ------------------------------------
@@ -207,8 +231,12 @@ def _cuda_run(args, seq_len, degree, mode):
         step = lambda: _sdpa_step(q, k, v)  # noqa: E731
         kernel = "sdpa"
     else:
-        kernel = "sdpa" if degree == 1 and args.kernel == "auto" else ft.block_kernel_name(
-            q, args.kernel)
+        kernel = (
+            "sdpa"
+            if degree == 1 and args.kernel == "auto"
+            else ft.block_kernel_name(q, args.kernel)
+        )
+
         def step():
             a, b, c = (t.detach().requires_grad_() for t in (q, k, v))
             if degree == 1:
@@ -216,15 +244,15 @@ def _cuda_run(args, seq_len, degree, mode):
             else:
                 out = ft.blockwise_attention(a, b, c, degree, causal=True, kernel=args.kernel)
             out.sum().backward()
+
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
     times, _ = _time_steps(step, args, device)
     peak = torch.cuda.max_memory_allocated(device) - base
-    del q, k, v
+    q = k = v = step = None  # free the inputs before empty_cache()
     torch.cuda.empty_cache()
-    return {"step_s": statistics.median(times), "cpu_s": None, "peak_bytes": peak,
-            "kernel": kernel}
+    return {"step_s": statistics.median(times), "cpu_s": None, "peak_bytes": peak, "kernel": kernel}
 
 
 def _check_accuracy(args):
@@ -233,14 +261,18 @@ def _check_accuracy(args):
     device = torch.device(args.device if args.device == "cpu" else "cuda")
     q, k, v = _inputs(args, 1000, device, seed=1)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q.double(), k.double(), v.double(), is_causal=True, enable_gqa=args.heads != args.kv_heads)
+        q.double(), k.double(), v.double(), is_causal=True, enable_gqa=args.heads != args.kv_heads
+    )
     worst = 0.0
     for degree in sorted(set(args.degrees)):
         out = ft.blockwise_attention(q, k, v, degree, causal=True, kernel=args.kernel)
         worst = max(worst, float((out.double() - ref).abs().max() / ref.abs().max()))
     limit = 1e-4 if args.dtype == "fp32" else 2e-2
-    print(f"# accuracy: blockwise vs fp64 SDPA, s=1000, degrees {sorted(set(args.degrees))}: "
-          f"max rel err {worst:.1e} (limit {limit:.0e})", flush=True)
+    print(
+        f"# accuracy: blockwise vs fp64 SDPA, s=1000, degrees {sorted(set(args.degrees))}: "
+        f"max rel err {worst:.1e} (limit {limit:.0e})",
+        flush=True,
+    )
     if not worst <= limit:
         sys.exit(f"error: accuracy: {worst:.1e} above {limit:.0e}")
 
@@ -251,8 +283,10 @@ def _check_accuracy(args):
 def _packed_lengths(args):
     gen = torch.Generator().manual_seed(args.seed)
     span = args.packed_max - args.packed_min + 1
-    return [args.packed_min + int(x) for x in torch.randint(span, (args.packed_sequences,),
-                                                           generator=gen)]
+    return [
+        args.packed_min + int(x)
+        for x in torch.randint(span, (args.packed_sequences,), generator=gen)
+    ]
 
 
 def _packed_paths(args, world, rank, pg, cu):
@@ -273,17 +307,30 @@ def _packed_paths(args, world, rank, pg, cu):
         group = ft.CPGroup(ranks, pg)  # one micro-batch
         for j in range(len(cu) - 1):  # every sequence its own leaves, as when sharded alone
             a, b, c = (parts[j].detach().requires_grad_() for parts in split)
-            ft.ring_attention(a, b, c, group, causal=True, seq_len=cu[j + 1] - cu[j], rank=rank,
-                              kernel=args.kernel).sum().backward()
+            ft.ring_attention(
+                a,
+                b,
+                c,
+                group,
+                causal=True,
+                seq_len=cu[j + 1] - cu[j],
+                rank=rank,
+                kernel=args.kernel,
+            ).sum().backward()
 
     def packed(attend):
         def step():
             a, b, c = leaves()
-            attend(a, b, c, ft.CPGroup(ranks, pg), causal=True, cu_seqlens=cu,
-                   rank=rank).sum().backward()
+            attend(
+                a, b, c, ft.CPGroup(ranks, pg), causal=True, cu_seqlens=cu, rank=rank
+            ).sum().backward()
+
         return step
-    paths = [("per-sequence ring", per_sequence),
-             ("packed ring", packed(lambda *a, **kw: ft.ring_attention(*a, kernel=args.kernel, **kw)))]
+
+    paths = [
+        ("per-sequence ring", per_sequence),
+        ("packed ring", packed(lambda *a, **kw: ft.ring_attention(*a, kernel=args.kernel, **kw))),
+    ]
     if args.heads % world == 0:
         paths.append(("packed Ulysses", packed(ft.ulysses_attention)))
     return paths
@@ -301,8 +348,9 @@ def _check_cost_us(args, world, rank, pg, cu):
             if pg is not None:
                 dist.barrier()
             t0 = time.perf_counter()
-            ft.plan_micro_batch(ft.CPGroup(ranks, pg), cu, True, local_tokens=local, rank=rank,
-                                check=check)
+            ft.plan_micro_batch(
+                ft.CPGroup(ranks, pg), cu, True, local_tokens=local, rank=rank, check=check
+            )
             times.append(time.perf_counter() - t0)
         costs[check] = statistics.median(times)
     return 1e6 * (costs[True] - costs[False]), 1e6 * costs[False]
@@ -311,8 +359,9 @@ def _check_cost_us(args, world, rank, pg, cu):
 def _packed_worker(rank, world, rendezvous, args, cu, out_path):
     torch.set_num_threads(args.threads)
     if world > 1:
-        dist.init_process_group("gloo", init_method="file://" + rendezvous, rank=rank,
-                                world_size=world)
+        dist.init_process_group(
+            "gloo", init_method="file://" + rendezvous, rank=rank, world_size=world
+        )
     pg = dist.group.WORLD if world > 1 else None
     try:
         barrier = dist.barrier if world > 1 else None
@@ -339,45 +388,69 @@ def packed_main(args):
     cu = [0]
     for n in lengths:
         cu.append(cu[-1] + n)
-    print(f"# fcp.torch packed micro-batch, causal, fwd+bwd: CPU, {os.cpu_count()} cores, "
-          f"{args.threads} thread(s)/process, gloo; torch {torch.__version__}; heads "
-          f"{args.heads}/{args.kv_heads} (q/kv), head_dim {args.head_dim}, {args.dtype}; "
-          f"{len(lengths)} sequences of {min(lengths)}-{max(lengths)} tokens ({cu[-1]} in all, "
-          f"seed {args.seed}); median of {args.reps} after {args.warmup} warm-up", flush=True)
-    print("| degree | path | step ms | tokens/s | CPU s/step (all ranks) | "
-          "vs per-sequence (CPU s) |")
+    print(
+        f"# fcp.torch packed micro-batch, causal, fwd+bwd: CPU, {os.cpu_count()} cores, "
+        f"{args.threads} thread(s)/process, gloo; torch {torch.__version__}; heads "
+        f"{args.heads}/{args.kv_heads} (q/kv), head_dim {args.head_dim}, {args.dtype}; "
+        f"{len(lengths)} sequences of {min(lengths)}-{max(lengths)} tokens ({cu[-1]} in all, "
+        f"seed {args.seed}); median of {args.reps} after {args.warmup} warm-up",
+        flush=True,
+    )
+    print(
+        "| degree | path | step ms | tokens/s | CPU s/step (all ranks) | vs per-sequence (CPU s) |"
+    )
     print("|---:|---|---:|---:|---:|---:|", flush=True)
     rows = []
     for degree in args.degrees:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "rows.json")
-            mp.spawn(_packed_worker, args=(degree, os.path.join(tmp, "rendezvous"), args, cu, out),
-                     nprocs=degree, join=True)
+            mp.spawn(
+                _packed_worker,
+                args=(degree, os.path.join(tmp, "rendezvous"), args, cu, out),
+                nprocs=degree,
+                join=True,
+            )
             with open(out) as f:
                 gathered = json.load(f)
         base_cpu = None
         for name in [k for k in gathered[0] if k != "check"]:
-            step_s = statistics.median(max(r[name]["times"][i] for r in gathered)
-                                       for i in range(args.reps))
-            cpu_s = statistics.median(sum(r[name]["cpu"][i] for r in gathered)
-                                      for i in range(args.reps))
+            step_s = statistics.median(
+                max(r[name]["times"][i] for r in gathered) for i in range(args.reps)
+            )
+            cpu_s = statistics.median(
+                sum(r[name]["cpu"][i] for r in gathered) for i in range(args.reps)
+            )
             base_cpu = cpu_s if base_cpu is None else base_cpu
-            rows.append({"degree": degree, "path": name, "step_ms": 1e3 * step_s,
-                         "tokens_per_s": cu[-1] / step_s, "cpu_s": cpu_s,
-                         "speedup_cpu": base_cpu / cpu_s})
-            print(f"| {degree} | {name} | {1e3 * step_s:.1f} | {cu[-1] / step_s:.0f} | "
-                  f"{cpu_s:.2f} | {base_cpu / cpu_s:.2f}x |", flush=True)
+            rows.append(
+                {
+                    "degree": degree,
+                    "path": name,
+                    "step_ms": 1e3 * step_s,
+                    "tokens_per_s": cu[-1] / step_s,
+                    "cpu_s": cpu_s,
+                    "speedup_cpu": base_cpu / cpu_s,
+                }
+            )
+            print(
+                f"| {degree} | {name} | {1e3 * step_s:.1f} | {cu[-1] / step_s:.0f} | "
+                f"{cpu_s:.2f} | {base_cpu / cpu_s:.2f}x |",
+                flush=True,
+            )
         extra = max(r["check"][0] for r in gathered)
         plan_us = max(r["check"][1] for r in gathered)
-        packed_ms = next(r["step_ms"] for r in rows if r["degree"] == degree
-                         and r["path"] == "packed ring")
+        packed_ms = next(
+            r["step_ms"] for r in rows if r["degree"] == degree and r["path"] == "packed ring"
+        )
         rows.append({"degree": degree, "path": "agreement check", "check_us": extra})
         if degree == 1:
             print("# degree 1: no agreement check (nothing to compare)", flush=True)
             continue
-        print(f"# degree {degree}: agreement check (one all-gather) {extra:.0f} us per micro-batch "
-              f"(planning without it {plan_us:.0f} us); {100 * extra / (1e3 * packed_ms):.3f} % "
-              f"of one packed ring step", flush=True)
+        print(
+            f"# degree {degree}: agreement check (one all-gather) {extra:.0f} us per micro-batch "
+            f"(planning without it {plan_us:.0f} us); {100 * extra / (1e3 * packed_ms):.3f} % "
+            f"of one packed ring step",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -392,15 +465,23 @@ def main(argv=None):
         if args.device != "cpu":
             sys.exit("error: --packed: CPU (gloo) only; on CUDA see scripts/device_check.sh")
         return packed_main(args)
-    where = (torch.cuda.get_device_name() if args.device == "cuda"
-             else f"CPU, {os.cpu_count()} cores, {args.threads} thread(s)/process, gloo")
-    print(f"# fcp.torch ring attention, causal, fwd+bwd: {where}; torch {torch.__version__}; "
-          f"heads {args.heads}/{args.kv_heads} (q/kv), head_dim {args.head_dim}, {args.dtype}; "
-          f"median of {args.reps} after {args.warmup} warm-up", flush=True)
+    where = (
+        torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else f"CPU, {os.cpu_count()} cores, {args.threads} thread(s)/process, gloo"
+    )
+    print(
+        f"# fcp.torch ring attention, causal, fwd+bwd: {where}; torch {torch.__version__}; "
+        f"heads {args.heads}/{args.kv_heads} (q/kv), head_dim {args.head_dim}, {args.dtype}; "
+        f"median of {args.reps} after {args.warmup} warm-up",
+        flush=True,
+    )
     _check_accuracy(args)
     path = "ring (gloo)" if args.device == "cpu" else "in-process blocks"
-    print("| tokens | path | degree | kernel | step ms | tokens/s | tokens/s/rank | "
-          "CPU s/step (all ranks) | tokens/CPU-s | peak MiB/rank |")
+    print(
+        "| tokens | path | degree | kernel | step ms | tokens/s | tokens/s/rank | "
+        "CPU s/step (all ranks) | tokens/CPU-s | peak MiB/rank |"
+    )
     print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|", flush=True)
     rows = []
     for seq_len in args.lengths:
@@ -411,21 +492,35 @@ def main(argv=None):
                 r = _cpu_run(args, seq_len, 1 if mode == "sdpa" else degree, mode)
             else:
                 r = _cuda_run(args, seq_len, degree, mode)
-            label = "SDPA, 1 process" if mode == "sdpa" else (
-                "ring, degree 1" if degree == 1 else path)
-            row = {"tokens": seq_len, "path": label, "degree": degree, "kernel": r["kernel"],
-                   "step_ms": 1e3 * r["step_s"], "tokens_per_s": seq_len / r["step_s"],
-                   "tokens_per_s_per_rank": seq_len / r["step_s"] / degree,
-                   "cpu_s": r["cpu_s"],
-                   "tokens_per_cpu_s": seq_len / r["cpu_s"] if r["cpu_s"] else None,
-                   "peak_mib_per_rank": r["peak_bytes"] / 2 ** 20,
-                   "device": where, "dtype": args.dtype}
+            label = (
+                "SDPA, 1 process" if mode == "sdpa" else ("ring, degree 1" if degree == 1 else path)
+            )
+            row = {
+                "tokens": seq_len,
+                "path": label,
+                "degree": degree,
+                "kernel": r["kernel"],
+                "step_ms": 1e3 * r["step_s"],
+                "tokens_per_s": seq_len / r["step_s"],
+                "tokens_per_s_per_rank": seq_len / r["step_s"] / degree,
+                "cpu_s": r["cpu_s"],
+                "tokens_per_cpu_s": seq_len / r["cpu_s"] if r["cpu_s"] else None,
+                "peak_mib_per_rank": r["peak_bytes"] / 2**20,
+                "device": where,
+                "dtype": args.dtype,
+            }
             rows.append(row)
-            cpu = ("-", "-") if r["cpu_s"] is None else (f"{r['cpu_s']:.2f}",
-                                                         f"{row['tokens_per_cpu_s']:.0f}")
-            print(f"| {seq_len} | {label} | {degree} | {r['kernel']} | {row['step_ms']:.1f} | "
-                  f"{row['tokens_per_s']:.0f} | {row['tokens_per_s_per_rank']:.0f} | "
-                  f"{cpu[0]} | {cpu[1]} | {row['peak_mib_per_rank']:.1f} |", flush=True)
+            cpu = (
+                ("-", "-")
+                if r["cpu_s"] is None
+                else (f"{r['cpu_s']:.2f}", f"{row['tokens_per_cpu_s']:.0f}")
+            )
+            print(
+                f"| {seq_len} | {label} | {degree} | {r['kernel']} | {row['step_ms']:.1f} | "
+                f"{row['tokens_per_s']:.0f} | {row['tokens_per_s_per_rank']:.0f} | "
+                f"{cpu[0]} | {cpu[1]} | {row['peak_mib_per_rank']:.1f} |",
+                flush=True,
+            )
             print(f"#   ({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, "w") as f:

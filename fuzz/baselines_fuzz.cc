@@ -29,8 +29,10 @@ namespace {
 
 using namespace fcp::fuzz;
 
-[[noreturn]] void Fail(const std::string& strategy, const char* what, const std::string& detail) {
-  std::fprintf(stderr, "baselines_fuzz: %s: %s: %s\n", strategy.c_str(), what, detail.c_str());
+[[noreturn]] void Fail(const std::string& strategy, const char* what,
+                       const std::string& detail) {
+  std::fprintf(stderr, "baselines_fuzz: %s: %s: %s\n", strategy.c_str(), what,
+               detail.c_str());
   std::abort();
 }
 
@@ -50,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fcp::PlanOptions options;
   options.strategy = strategy;
   options.time_limit_s = 0.5;
-  options.cp_degree = fdp.ConsumeBool() ? 0 : fdp.ConsumeIntegralInRange<int>(-1, 70);
+  options.cp_degree =
+      fdp.ConsumeBool() ? 0 : fdp.ConsumeIntegralInRange<int>(-1, 70);
   const bool check_determinism = fdp.ConsumeIntegralInRange<int>(0, 3) == 0;
   MaybeNearEqualMemory(fdp, req);
   MaybeV2Terms(fdp, req);
@@ -64,11 +67,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::string(e.what()).empty()) Fail(strategy, "empty InputError", "");
     return 0;  // invalid, numeric range, or the strategy's own limits
   }
-  if (!request_valid) Fail(strategy, "MakePlan accepted an invalid request", "");
+  if (!request_valid)
+    Fail(strategy, "MakePlan accepted an invalid request", "");
   if (plan.status == fcp::PlanStatus::kOk) {
     const int first_infeasible = FirstInfeasible(req);
     if (first_infeasible >= 0) {
-      Fail(strategy, "ok plan although a sequence cannot fit", std::to_string(first_infeasible));
+      Fail(strategy, "ok plan although a sequence cannot fit",
+           std::to_string(first_infeasible));
     }
     const std::string v = fcp::ValidatePlan(req, plan);
     if (!v.empty()) Fail(strategy, "ValidatePlan", v);
@@ -80,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (check_determinism && !IsTimeLimited(strategy)) {
     const fcp::Plan again = fcp::MakePlan(req, options);
-    if (WithoutSolverMs(plan) != WithoutSolverMs(again)) Fail(strategy, "non-deterministic plan", "");
+    if (WithoutSolverMs(plan) != WithoutSolverMs(again))
+      Fail(strategy, "non-deterministic plan", "");
   }
   return 0;
 }

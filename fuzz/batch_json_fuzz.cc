@@ -29,9 +29,11 @@ namespace {
 
 bool SameCost(const fcp::CostModel& a, const fcp::CostModel& b) {
   return a.alpha1 == b.alpha1 && a.alpha2 == b.alpha2 && a.beta1 == b.beta1 &&
-         a.alpha3 == b.alpha3 && a.beta2 == b.beta2 && a.bw_intra_node == b.bw_intra_node &&
-         a.bw_inter_node == b.bw_inter_node && a.mem_per_token == b.mem_per_token &&
-         a.mem_static == b.mem_static && a.mem_capacity == b.mem_capacity;
+         a.alpha3 == b.alpha3 && a.beta2 == b.beta2 &&
+         a.bw_intra_node == b.bw_intra_node &&
+         a.bw_inter_node == b.bw_inter_node &&
+         a.mem_per_token == b.mem_per_token && a.mem_static == b.mem_static &&
+         a.mem_capacity == b.mem_capacity;
 }
 
 void CheckBatch(std::string_view text) {
@@ -45,9 +47,10 @@ void CheckBatch(std::string_view text) {
   const auto& req = in.request;
   if (req.sequences.empty()) Fail("accepted an empty batch", "");
   for (const auto& s : req.sequences) {
-    if (s.length_tokens < 1 || s.length_tokens > (int64_t{1} << 40) || !(s.eta >= 0) ||
-        !(s.eta <= 1)) {
-      Fail("accepted an out-of-range sequence", std::to_string(s.length_tokens));
+    if (s.length_tokens < 1 || s.length_tokens > (int64_t{1} << 40) ||
+        !(s.eta >= 0) || !(s.eta <= 1)) {
+      Fail("accepted an out-of-range sequence",
+           std::to_string(s.length_tokens));
     }
   }
   try {
@@ -76,8 +79,9 @@ void CheckBatch(std::string_view text) {
 }
 
 void CheckCostModel(std::string_view text) {
-  static const fcp::CostModel base = fcp::DeriveCostModel(
-      *fcp::FindModelPreset(fcp::kDefaultModel), *fcp::FindClusterPreset(fcp::kDefaultCluster));
+  static const fcp::CostModel base =
+      fcp::DeriveCostModel(*fcp::FindModelPreset(fcp::kDefaultModel),
+                           *fcp::FindClusterPreset(fcp::kDefaultCluster));
   fcp::CostModel cm;
   try {
     cm = fcp::ParseCostModelJson(text, base);
@@ -89,7 +93,8 @@ void CheckCostModel(std::string_view text) {
   try {
     again = fcp::ParseCostModelJson(dumped, fcp::CostModel{});
   } catch (const fcp::InputError& e) {
-    Fail("CostModelToJson output does not parse", std::string(e.what()) + " in " + dumped);
+    Fail("CostModelToJson output does not parse",
+         std::string(e.what()) + " in " + dumped);
   }
   if (!SameCost(cm, again)) Fail("cost model does not round-trip", dumped);
 }

@@ -27,25 +27,37 @@ struct Presets {
 inline Presets PickPresets(FuzzedDataProvider& fdp, int max_ranks) {
   const auto& models = ModelPresets();
   const auto& clusters = ClusterPresets();
-  Presets p{&models[fdp.ConsumeIntegralInRange<size_t>(0, models.size() - 1)],
-            clusters[fdp.ConsumeIntegralInRange<size_t>(0, clusters.size() - 1)]};
+  Presets p{
+      &models[fdp.ConsumeIntegralInRange<size_t>(0, models.size() - 1)],
+      clusters[fdp.ConsumeIntegralInRange<size_t>(0, clusters.size() - 1)]};
   p.cluster.num_ranks = fdp.ConsumeIntegralInRange<int>(1, max_ranks);
-  p.cluster.ranks_per_node = std::max(1, std::min(p.cluster.ranks_per_node, p.cluster.num_ranks));
+  p.cluster.ranks_per_node =
+      std::max(1, std::min(p.cluster.ranks_per_node, p.cluster.num_ranks));
   return p;
 }
 
 // A coefficient: mostly realistic magnitudes, sometimes extreme or invalid.
 inline double Coefficient(FuzzedDataProvider& fdp, double typical) {
   switch (fdp.ConsumeIntegralInRange<int>(0, 15)) {
-    case 0: return 0.0;
-    case 1: return std::numeric_limits<double>::denorm_min();
-    case 2: return 1e300;
-    case 3: return std::numeric_limits<double>::max();
-    case 4: return -typical;
-    case 5: return std::numeric_limits<double>::quiet_NaN();
-    case 6: return std::numeric_limits<double>::infinity();
-    case 7: return typical * std::ldexp(1.0, fdp.ConsumeIntegralInRange<int>(-60, 60));
-    default: return typical * (0.25 + 4 * fdp.ConsumeProbability<double>());
+    case 0:
+      return 0.0;
+    case 1:
+      return std::numeric_limits<double>::denorm_min();
+    case 2:
+      return 1e300;
+    case 3:
+      return std::numeric_limits<double>::max();
+    case 4:
+      return -typical;
+    case 5:
+      return std::numeric_limits<double>::quiet_NaN();
+    case 6:
+      return std::numeric_limits<double>::infinity();
+    case 7:
+      return typical *
+             std::ldexp(1.0, fdp.ConsumeIntegralInRange<int>(-60, 60));
+    default:
+      return typical * (0.25 + 4 * fdp.ConsumeProbability<double>());
   }
 }
 
@@ -60,7 +72,8 @@ inline int64_t Length(FuzzedDataProvider& fdp) {
 // Cluster (N in [-1, max_ranks], R in [-1, 40]), cost model, up to
 // max_sequences sequences. The order of consumption is fixed: the seed
 // corpora depend on it.
-inline PlanRequest FuzzedRequest(FuzzedDataProvider& fdp, int max_ranks, int max_sequences) {
+inline PlanRequest FuzzedRequest(FuzzedDataProvider& fdp, int max_ranks,
+                                 int max_sequences) {
   PlanRequest req;
   req.cluster.num_ranks = fdp.ConsumeIntegralInRange<int>(-1, max_ranks);
   req.cluster.ranks_per_node = fdp.ConsumeIntegralInRange<int>(-1, 40);
@@ -80,10 +93,19 @@ inline PlanRequest FuzzedRequest(FuzzedDataProvider& fdp, int max_ranks, int max
     Sequence s;
     s.length_tokens = Length(fdp);
     switch (fdp.ConsumeIntegralInRange<int>(0, 7)) {
-      case 0: s.eta = 1.0; break;
-      case 1: s.eta = fdp.ConsumeProbability<double>(); break;
-      case 2: s.eta = fdp.ConsumeBool() ? -0.5 : std::numeric_limits<double>::quiet_NaN(); break;
-      default: s.eta = 0.0; break;
+      case 0:
+        s.eta = 1.0;
+        break;
+      case 1:
+        s.eta = fdp.ConsumeProbability<double>();
+        break;
+      case 2:
+        s.eta =
+            fdp.ConsumeBool() ? -0.5 : std::numeric_limits<double>::quiet_NaN();
+        break;
+      default:
+        s.eta = 0.0;
+        break;
     }
     req.sequences.push_back(s);
   }
@@ -95,7 +117,8 @@ inline PlanRequest FuzzedRequest(FuzzedDataProvider& fdp, int max_ranks, int max
 // hours): sometimes put mem_static a hair below mem_capacity. Consumed last,
 // so older corpus entries keep their meaning.
 inline void MaybeNearEqualMemory(FuzzedDataProvider& fdp, PlanRequest& req) {
-  if (fdp.remaining_bytes() == 0 || fdp.ConsumeIntegralInRange<int>(0, 3) != 0) return;
+  if (fdp.remaining_bytes() == 0 || fdp.ConsumeIntegralInRange<int>(0, 3) != 0)
+    return;
   CostModel& cm = req.cost;
   if (!(std::isfinite(cm.mem_capacity) && cm.mem_capacity > 0)) return;
   const int bits = fdp.ConsumeIntegralInRange<int>(1, 60);
@@ -121,7 +144,8 @@ inline void MaybeV2Terms(FuzzedDataProvider& fdp, PlanRequest& req) {
 // then scores candidates by the expected step over fixed draws), drawn from
 // [-0.5, 2.5] so that the range rule is exercised too. Consumed last.
 inline void MaybeGroupTimeSigma(FuzzedDataProvider& fdp, PlanRequest& req) {
-  if (fdp.remaining_bytes() == 0 || fdp.ConsumeIntegralInRange<int>(0, 3) != 0) return;
+  if (fdp.remaining_bytes() == 0 || fdp.ConsumeIntegralInRange<int>(0, 3) != 0)
+    return;
   req.group_time_sigma = fdp.ConsumeFloatingPointInRange<double>(-0.5, 2.5);
 }
 
@@ -130,20 +154,22 @@ inline void MaybeGroupTimeSigma(FuzzedDataProvider& fdp, PlanRequest& req) {
 inline bool RequestValid(const PlanRequest& req) {
   const CostModel& cm = req.cost;
   auto finite_ge0 = [](double x) { return std::isfinite(x) && x >= 0; };
-  bool valid = req.cluster.num_ranks >= 1 && req.cluster.ranks_per_node >= 1 &&
-               !req.sequences.empty() && finite_ge0(cm.alpha1) && finite_ge0(cm.alpha2) &&
-               finite_ge0(cm.beta1) && finite_ge0(cm.alpha3) && finite_ge0(cm.beta2) &&
-               finite_ge0(cm.mem_per_token) && finite_ge0(cm.mem_static) &&
-               finite_ge0(cm.bw_intra_node) && cm.bw_intra_node > 0 &&
-               finite_ge0(cm.bw_inter_node) && cm.bw_inter_node > 0 &&
-               std::isfinite(cm.mem_capacity) && cm.mem_capacity > cm.mem_static &&
-               finite_ge0(cm.attn_overhead_tokens) && finite_ge0(cm.gamma_intra) &&
-               finite_ge0(cm.gamma_inter) && finite_ge0(cm.gamma_serial) &&
-               finite_ge0(cm.ring_tail_steps) && cm.ring_tail_steps <= 1 &&
-               finite_ge0(req.group_time_sigma) && req.group_time_sigma <= 2;
+  bool valid =
+      req.cluster.num_ranks >= 1 && req.cluster.ranks_per_node >= 1 &&
+      !req.sequences.empty() && finite_ge0(cm.alpha1) &&
+      finite_ge0(cm.alpha2) && finite_ge0(cm.beta1) && finite_ge0(cm.alpha3) &&
+      finite_ge0(cm.beta2) && finite_ge0(cm.mem_per_token) &&
+      finite_ge0(cm.mem_static) && finite_ge0(cm.bw_intra_node) &&
+      cm.bw_intra_node > 0 && finite_ge0(cm.bw_inter_node) &&
+      cm.bw_inter_node > 0 && std::isfinite(cm.mem_capacity) &&
+      cm.mem_capacity > cm.mem_static && finite_ge0(cm.attn_overhead_tokens) &&
+      finite_ge0(cm.gamma_intra) && finite_ge0(cm.gamma_inter) &&
+      finite_ge0(cm.gamma_serial) && finite_ge0(cm.ring_tail_steps) &&
+      cm.ring_tail_steps <= 1 && finite_ge0(req.group_time_sigma) &&
+      req.group_time_sigma <= 2;
   for (const Sequence& s : req.sequences) {
-    valid &= s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40) && s.eta >= 0 &&
-             s.eta <= 1;
+    valid &= s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40) &&
+             s.eta >= 0 && s.eta <= 1;
   }
   return valid;
 }
@@ -154,8 +180,9 @@ inline int FirstInfeasible(const PlanRequest& req) {
   const CostModel& cm = req.cost;
   for (size_t i = 0; i < req.sequences.size(); ++i) {
     const double per_rank =
-        cm.mem_static + cm.mem_per_token * static_cast<double>(req.sequences[i].length_tokens) /
-                            req.cluster.num_ranks;
+        cm.mem_static +
+        cm.mem_per_token * static_cast<double>(req.sequences[i].length_tokens) /
+            req.cluster.num_ranks;
     if (per_rank > cm.mem_capacity) return static_cast<int>(i);
   }
   return -1;
@@ -166,15 +193,18 @@ inline void DumpRequest(const PlanRequest& req, const std::string& strategy) {
   std::string seqs;
   char buf[96];
   for (const Sequence& s : req.sequences) {
-    std::snprintf(buf, sizeof buf, "%s{\"length\": %lld, \"eta\": %.17g}", seqs.empty() ? "" : ", ",
+    std::snprintf(buf, sizeof buf, "%s{\"length\": %lld, \"eta\": %.17g}",
+                  seqs.empty() ? "" : ", ",
                   static_cast<long long>(s.length_tokens), s.eta);
     seqs += buf;
   }
   std::fprintf(stderr,
-               "{\"cluster\": {\"ranks\": %d, \"ranks_per_node\": %d},\n \"cost_model\": %s,\n"
+               "{\"cluster\": {\"ranks\": %d, \"ranks_per_node\": %d},\n "
+               "\"cost_model\": %s,\n"
                " \"sequences\": [%s]}\nstrategy: %s\n",
                req.cluster.num_ranks, req.cluster.ranks_per_node,
-               CostModelToJson(req.cost, -1).c_str(), seqs.c_str(), strategy.c_str());
+               CostModelToJson(req.cost, -1).c_str(), seqs.c_str(),
+               strategy.c_str());
 }
 
 // The plan's JSON without solver_ms (the only field allowed to differ).

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "fcp/presets.h"
-#include "fuzzed_request.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
+#include "fuzzed_request.h"
 
 namespace {
 
@@ -39,14 +39,15 @@ namespace {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::vector<std::string> strategies = {"fcp", "fcp-ring", "megatron",
-                                                      "deepspeed"};
+  static const std::vector<std::string> strategies = {"fcp", "fcp-ring",
+                                                      "megatron", "deepspeed"};
   FuzzedDataProvider fdp(data, size);
   const fcp::fuzz::Presets presets = fcp::fuzz::PickPresets(fdp, 128);
   const fcp::ModelPreset& model = *presets.model;
   const fcp::ClusterPreset& cluster = presets.cluster;
   fcp::PlanOptions plan_options;
-  plan_options.strategy = strategies[fdp.ConsumeIntegralInRange<size_t>(0, strategies.size() - 1)];
+  plan_options.strategy =
+      strategies[fdp.ConsumeIntegralInRange<size_t>(0, strategies.size() - 1)];
 
   fcp::PlanRequest base;
   base.cluster = {cluster.num_ranks, cluster.ranks_per_node};
@@ -68,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int k = fdp.ConsumeIntegralInRange<int>(1, 32);
     for (int i = 0; i < k; ++i) {
       fcp::Sequence s;
-      s.length_tokens = fdp.ConsumeIntegralInRange<int64_t>(1, int64_t{1} << 17);
+      s.length_tokens =
+          fdp.ConsumeIntegralInRange<int64_t>(1, int64_t{1} << 17);
       s.eta = fdp.ConsumeBool() ? 0.0 : fdp.ConsumeProbability<double>();
       req.sequences.push_back(s);
     }
@@ -84,19 +86,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& mb : plan.micro_batches) {
       for (const auto& g : mb.groups) {
         switch (fdp.ConsumeIntegralInRange<int>(0, 31)) {
-          case 0: times.push_back(std::numeric_limits<double>::quiet_NaN()); break;
-          case 1: times.push_back(fdp.ConsumeBool() ? 0.0 : -1.0), bad_time = true; break;
-          case 2: times.push_back(std::numeric_limits<double>::infinity()), bad_time = true; break;
+          case 0:
+            times.push_back(std::numeric_limits<double>::quiet_NaN());
+            break;
+          case 1:
+            times.push_back(fdp.ConsumeBool() ? 0.0 : -1.0), bad_time = true;
+            break;
+          case 2:
+            times.push_back(std::numeric_limits<double>::infinity()),
+                bad_time = true;
+            break;
           default:
-            times.push_back(std::max(1e-9, g.est_ms / 1e3) *
-                            std::exp(4 * (fdp.ConsumeProbability<double>() - 0.5)));
+            times.push_back(
+                std::max(1e-9, g.est_ms / 1e3) *
+                std::exp(4 * (fdp.ConsumeProbability<double>() - 0.5)));
         }
       }
     }
     try {
       learner.Learn(req, plan, times);
       if (bad_time) Fail("accepted a bad time", plan.strategy);
-      if (bad_sigma) Fail("accepted a bad prior sigma", std::to_string(options.prior_sigma));
+      if (bad_sigma)
+        Fail("accepted a bad prior sigma", std::to_string(options.prior_sigma));
     } catch (const fcp::InputError& e) {
       if (!bad_time && !bad_sigma) Fail("InputError on good input", e.what());
       return 0;
@@ -104,14 +115,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fcp::CostModel learnt = learner.cost();
     const std::array<double*, 9> now = fcp::TimingCoefficientFields(learnt);
     for (int c = 0; c < 9; ++c) {
-      if (!std::isfinite(*now[c])) Fail("coefficient not finite", fcp::kTimingCoefficients[c]);
+      if (!std::isfinite(*now[c]))
+        Fail("coefficient not finite", fcp::kTimingCoefficients[c]);
       if ((*now[c] > 0) != (*start[c] > 0) || (*now[c] < 0) != (*start[c] < 0))
         Fail("coefficient changed sign", fcp::kTimingCoefficients[c]);
     }
     const fcp::Recalibration& r = learner.last();
     if (!(r.rms_rel_after <= r.rms_rel_before * (1 + 1e-9) + 1e-12))
       Fail("fit made the measured groups worse",
-           std::to_string(r.rms_rel_before) + " -> " + std::to_string(r.rms_rel_after));
+           std::to_string(r.rms_rel_before) + " -> " +
+               std::to_string(r.rms_rel_after));
   }
   return 0;
 }

@@ -27,14 +27,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     lengths = fcp::ParseLengths(text);
   } catch (const fcp::InputError& e) {
-    if (e.field().rfind("line ", 0) != 0) Fail("InputError does not name a line", e.what());
+    if (e.field().rfind("line ", 0) != 0)
+      Fail("InputError does not name a line", e.what());
     return 0;
   }
   size_t lines = 1;
   for (char c : text) lines += c == '\n';
-  if (lengths.size() > lines) Fail("more lengths than lines", std::to_string(lengths.size()));
+  if (lengths.size() > lines)
+    Fail("more lengths than lines", std::to_string(lengths.size()));
   for (int64_t len : lengths) {
-    if (len < 1 || len > (int64_t{1} << 40)) Fail("length out of range", std::to_string(len));
+    if (len < 1 || len > (int64_t{1} << 40))
+      Fail("length out of range", std::to_string(len));
   }
   if (fcp::ParseLengths(text) != lengths) Fail("non-deterministic", "");
   return 0;

@@ -45,17 +45,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const fcp::InputError& e) {
       Fail("a returned plan fails CheckPlanShape", e.what());
     }
-    if (!std::isfinite(plan.est_ms) || plan.est_ms < 0) Fail("bad est_ms", std::to_string(i));
+    if (!std::isfinite(plan.est_ms) || plan.est_ms < 0)
+      Fail("bad est_ms", std::to_string(i));
     for (const fcp::MicroBatchPlan& mb : plan.micro_batches) {
       for (const fcp::GroupPlan& g : mb.groups) {
-        if (!std::isfinite(g.est_ms) || g.est_ms < 0) Fail("bad group est_ms", std::to_string(i));
+        if (!std::isfinite(g.est_ms) || g.est_ms < 0)
+          Fail("bad group est_ms", std::to_string(i));
       }
     }
   }
-  const std::vector<fcp::sim::PlannedBatch> again = fcp::sim::ParsePlannedBatches(text);
+  const std::vector<fcp::sim::PlannedBatch> again =
+      fcp::sim::ParsePlannedBatches(text);
   if (again.size() != batches.size()) Fail("non-deterministic", "batch count");
   for (size_t i = 0; i < again.size(); ++i) {
-    if (fcp::PlanToJson(again[i].plan, -1) != fcp::PlanToJson(batches[i].plan, -1))
+    if (fcp::PlanToJson(again[i].plan, -1) !=
+        fcp::PlanToJson(batches[i].plan, -1))
       Fail("non-deterministic", "plan " + std::to_string(i));
   }
   return 0;

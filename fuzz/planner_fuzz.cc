@@ -40,7 +40,9 @@ struct Stats {
   long ok = 0, infeasible = 0, rejected = 0, micro_batches = 0;
   ~Stats() {
     if (std::getenv("FCP_FUZZ_STATS")) {
-      std::fprintf(stderr, "planner_fuzz: ok %ld (micro-batches %ld), infeasible %ld, rejected %ld\n",
+      std::fprintf(stderr,
+                   "planner_fuzz: ok %ld (micro-batches %ld), infeasible %ld, "
+                   "rejected %ld\n",
                    ok, micro_batches, infeasible, rejected);
     }
   }
@@ -67,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A valid request may only be refused by the numeric-range rule: its
     // times would overflow (field cost_model) or its memory exceeds 2^62
     // bytes (cost_model.mem_capacity).
-    if (request_valid && e.field() != "cost_model" && e.field() != "cost_model.mem_capacity") {
+    if (request_valid && e.field() != "cost_model" &&
+        e.field() != "cost_model.mem_capacity") {
       Fail("InputError for a valid request", e.what());
     }
     ++stats.rejected;
@@ -79,15 +82,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // mem_static + mem_per_token * s / N > mem_capacity.
   const int first_infeasible = FirstInfeasible(req);
   if (plan.status == fcp::PlanStatus::kInfeasible) {
-    if (first_infeasible < 0) Fail("infeasible, but every sequence fits on N ranks", plan.message);
+    if (first_infeasible < 0)
+      Fail("infeasible, but every sequence fits on N ranks", plan.message);
     if (plan.infeasible_sequence != first_infeasible) {
-      Fail("infeasible_sequence is not the first infeasible sequence", plan.message);
+      Fail("infeasible_sequence is not the first infeasible sequence",
+           plan.message);
     }
-    if (!plan.micro_batches.empty()) Fail("infeasible plan has micro-batches", "");
+    if (!plan.micro_batches.empty())
+      Fail("infeasible plan has micro-batches", "");
     ++stats.infeasible;
   } else {
     if (first_infeasible >= 0) {
-      Fail("ok plan although a sequence cannot fit", std::to_string(first_infeasible));
+      Fail("ok plan although a sequence cannot fit",
+           std::to_string(first_infeasible));
     }
     const std::string v = fcp::ValidatePlan(req, plan);
     if (!v.empty()) Fail("ValidatePlan", v);
@@ -99,7 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (check_determinism) {
     const fcp::Plan again = fcp::MakePlan(req, options);
-    if (WithoutSolverMs(plan) != WithoutSolverMs(again)) Fail("non-deterministic plan", "");
+    if (WithoutSolverMs(plan) != WithoutSolverMs(again))
+      Fail("non-deterministic plan", "");
   }
   return 0;
 }

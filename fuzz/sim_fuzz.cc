@@ -23,14 +23,16 @@
 #include <vector>
 
 #include "fcp/presets.h"
-#include "fuzzed_request.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
+#include "fuzzed_request.h"
 
 namespace {
 
-[[noreturn]] void Fail(const std::string& strategy, const char* what, const std::string& detail) {
-  std::fprintf(stderr, "sim_fuzz: %s: %s: %s\n", strategy.c_str(), what, detail.c_str());
+[[noreturn]] void Fail(const std::string& strategy, const char* what,
+                       const std::string& detail) {
+  std::fprintf(stderr, "sim_fuzz: %s: %s: %s\n", strategy.c_str(), what,
+               detail.c_str());
   std::abort();
 }
 
@@ -67,14 +69,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     req.sequences.push_back(s);
   }
   fcp::sim::SimOptions options;
-  options.noise_rel = fdp.ConsumeBool() ? 0.0 : 0.5 * fdp.ConsumeProbability<double>();
+  options.noise_rel =
+      fdp.ConsumeBool() ? 0.0 : 0.5 * fdp.ConsumeProbability<double>();
   options.noise_seed = fdp.ConsumeIntegral<uint64_t>();
 
   fcp::PlanOptions plan_options;
   plan_options.strategy = strategy;
   fcp::Plan plan;
   fcp::sim::SimResult result;
-  const fcp::sim::HardwareModel hw = fcp::sim::MakeHardwareModel(model, cluster);
+  const fcp::sim::HardwareModel hw =
+      fcp::sim::MakeHardwareModel(model, cluster);
   try {
     plan = fcp::MakePlan(req, plan_options);
     if (plan.status != fcp::PlanStatus::kOk) return 0;
@@ -86,21 +90,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (result.oom_message.empty()) Fail(strategy, "OOM without a message", "");
     return 0;
   }
-  for (double t : {result.iter_s, result.compute_s, result.grad_sync_s, result.group_create_s,
-                   result.exposed_comm_s, result.tokens_per_s}) {
-    if (!FiniteNonNegative(t)) Fail(strategy, "time not finite and >= 0", std::to_string(t));
+  for (double t :
+       {result.iter_s, result.compute_s, result.grad_sync_s,
+        result.group_create_s, result.exposed_comm_s, result.tokens_per_s}) {
+    if (!FiniteNonNegative(t))
+      Fail(strategy, "time not finite and >= 0", std::to_string(t));
   }
-  if (result.iter_s + 1e-12 < result.compute_s) Fail(strategy, "iter_s < compute_s", "");
-  if (result.tokens != tokens) Fail(strategy, "tokens differ from the batch's", "");
+  if (result.iter_s + 1e-12 < result.compute_s)
+    Fail(strategy, "iter_s < compute_s", "");
+  if (result.tokens != tokens)
+    Fail(strategy, "tokens differ from the batch's", "");
   if (!(result.busy_fraction >= 0 && result.busy_fraction <= 1 + 1e-9)) {
-    Fail(strategy, "busy fraction outside [0, 1]", std::to_string(result.busy_fraction));
+    Fail(strategy, "busy fraction outside [0, 1]",
+         std::to_string(result.busy_fraction));
   }
   if (result.micro_batch_end_s.size() != plan.micro_batches.size()) {
     Fail(strategy, "one end time per micro-batch", "");
   }
   if (options.noise_rel == 0) {
-    const fcp::sim::SimResult again = fcp::sim::SimulatePlan(hw, plan, req.sequences, options);
-    if (again.iter_s != result.iter_s) Fail(strategy, "non-deterministic simulation", "");
+    const fcp::sim::SimResult again =
+        fcp::sim::SimulatePlan(hw, plan, req.sequences, options);
+    if (again.iter_s != result.iter_s)
+      Fail(strategy, "non-deterministic simulation", "");
   }
   return 0;
 }

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "fcp/cost_coefficients.h"
@@ -37,11 +37,15 @@ namespace {
 // MakePlan's (InputError "sequences[i]: ...").
 std::vector<fcp::Sequence> SequencesFromArrays(
     py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-    std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
-  if (lengths.ndim() != 1) throw fcp::InputError("sequences", "lengths must be one-dimensional");
+    std::optional<
+        py::array_t<double, py::array::c_style | py::array::forcecast>>
+        etas) {
+  if (lengths.ndim() != 1)
+    throw fcp::InputError("sequences", "lengths must be one-dimensional");
   const auto n = static_cast<size_t>(lengths.shape(0));
   if (etas && (etas->ndim() != 1 || static_cast<size_t>(etas->shape(0)) != n)) {
-    throw fcp::InputError("eta", "must have one value per sequence (" + std::to_string(n) + ")");
+    throw fcp::InputError(
+        "eta", "must have one value per sequence (" + std::to_string(n) + ")");
   }
   std::vector<fcp::Sequence> out(n);
   const int64_t* len = lengths.data();
@@ -105,7 +109,8 @@ PYBIND11_MODULE(_fcp, m) {
       });
 
   py::class_<fcp::CostModel> cost_model(m, "CostModel");
-  cost_model.def(py::init<>()).def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
+  cost_model.def(py::init<>())
+      .def("to_json", &fcp::CostModelToJson, py::arg("indent") = 2);
   // The fields and their description come from the one table
   // (fcp/cost_coefficients.h); fcp.CostModel's Python helpers read
   // cost_coefficients() rather than a list of their own.
@@ -164,7 +169,8 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("notes", &fcp::Plan::notes)
       .def_property_readonly("gap", &fcp::Plan::gap)
       .def("to_json", &fcp::PlanToJson, py::arg("indent") = 2,
-           "The plan as `fcp plan --format json` prints it (indent < 0: one line).");
+           "The plan as `fcp plan --format json` prints it (indent < 0: one "
+           "line).");
 
   // Learning from measured steps (fcp.Scheduler.observe).
   py::class_<fcp::FitSample>(m, "FitSample")
@@ -177,8 +183,8 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readonly("samples", &fcp::Recalibration::samples)
       .def_readonly("rms_rel_before", &fcp::Recalibration::rms_rel_before)
       .def_readonly("rms_rel_after", &fcp::Recalibration::rms_rel_after);
-  m.attr("timing_coefficients") = std::vector<std::string>(std::begin(fcp::kTimingCoefficients),
-                                                           std::end(fcp::kTimingCoefficients));
+  m.attr("timing_coefficients") = std::vector<std::string>(
+      std::begin(fcp::kTimingCoefficients), std::end(fcp::kTimingCoefficients));
 
   py::class_<fcp::PlanRequest>(m, "PlanRequest")
       .def(py::init<>())
@@ -187,7 +193,8 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("sequences", &fcp::PlanRequest::sequences)
       .def_readwrite("model", &fcp::PlanRequest::model)
       .def("__copy__", [](const fcp::PlanRequest& r) { return r; })
-      .def("__deepcopy__", [](const fcp::PlanRequest& r, py::dict) { return r; });
+      .def("__deepcopy__",
+           [](const fcp::PlanRequest& r, py::dict) { return r; });
 
   py::class_<fcp::PlanOptions>(m, "PlanOptions")
       .def(py::init<>())
@@ -200,9 +207,10 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("request", &fcp::BatchInput::request)
       .def_readwrite("cluster_name", &fcp::BatchInput::cluster_name)
       .def_readwrite("model_name", &fcp::BatchInput::model_name)
-      .def_property_readonly("cost_model_sources", [](const fcp::BatchInput& b) {
-        return fcp::CostSourcesNote(b.cost_sources);
-      });
+      .def_property_readonly("cost_model_sources",
+                             [](const fcp::BatchInput& b) {
+                               return fcp::CostSourcesNote(b.cost_sources);
+                             });
 
   py::class_<fcp::ClusterPreset>(m, "ClusterPreset")
       .def_readonly("name", &fcp::ClusterPreset::name)
@@ -216,16 +224,21 @@ PYBIND11_MODULE(_fcp, m) {
   py::class_<fcp::ModelPreset>(m, "ModelPreset")
       .def_readonly("shape", &fcp::ModelPreset::shape)
       .def_readonly("multimodal", &fcp::ModelPreset::multimodal)
-      .def_readonly("vision_tokens_per_tile", &fcp::ModelPreset::vision_tokens_per_tile)
+      .def_readonly("vision_tokens_per_tile",
+                    &fcp::ModelPreset::vision_tokens_per_tile)
       .def("params", &fcp::ModelPreset::params)
       .def("vision_params", &fcp::ModelPreset::vision_params);
 
-  m.def("strategy_names", &fcp::StrategyNames, "Registered strategies, default first.");
-  m.def("unknown_strategy_message", &fcp::UnknownStrategyMessage, py::arg("name"),
-        "Why a strategy name is not registered: the known names, or the missing library.");
+  m.def("strategy_names", &fcp::StrategyNames,
+        "Registered strategies, default first.");
+  m.def("unknown_strategy_message", &fcp::UnknownStrategyMessage,
+        py::arg("name"),
+        "Why a strategy name is not registered: the known names, or the "
+        "missing library.");
   m.def("model_presets", &fcp::ModelPresets, py::return_value_policy::copy);
   m.def("cluster_presets", &fcp::ClusterPresets, py::return_value_policy::copy);
-  m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"), py::arg("cluster"));
+  m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"),
+        py::arg("cluster"));
   m.def("parse_batch_json", &fcp::ParseBatchJson, py::arg("text"),
         "Parses `fcp plan`'s input JSON; ValueError naming the field.");
   m.def(
@@ -234,14 +247,17 @@ PYBIND11_MODULE(_fcp, m) {
         return fcp::ParseCostModelJson(text, base);
       },
       py::arg("text"), py::arg("base"));
-  m.def("plan_to_json", &fcp::PlanToJson, py::arg("plan"), py::arg("indent") = 2);
+  m.def("plan_to_json", &fcp::PlanToJson, py::arg("plan"),
+        py::arg("indent") = 2);
   m.def("validate_request", &fcp::ValidateRequest, py::arg("request"),
         py::call_guard<py::gil_scoped_release>());
-  m.def("validate_plan", &fcp::ValidatePlan, py::arg("request"), py::arg("plan"),
+  m.def("validate_plan", &fcp::ValidatePlan, py::arg("request"),
+        py::arg("plan"), py::call_guard<py::gil_scoped_release>());
+  m.def("lower_bound_ms", &fcp::LowerBoundMs, py::arg("request"),
+        py::arg("all_to_all") = false,
         py::call_guard<py::gil_scoped_release>());
-  m.def("lower_bound_ms", &fcp::LowerBoundMs, py::arg("request"), py::arg("all_to_all") = false,
-        py::call_guard<py::gil_scoped_release>());
-  m.def("make_plan", &fcp::MakePlan, py::arg("request"), py::arg("options") = fcp::PlanOptions{},
+  m.def("make_plan", &fcp::MakePlan, py::arg("request"),
+        py::arg("options") = fcp::PlanOptions{},
         py::call_guard<py::gil_scoped_release>(),
         "MakePlan; releases the GIL while planning.");
   m.def("sequences_from_arrays", &SequencesFromArrays, py::arg("lengths"),
@@ -251,32 +267,40 @@ PYBIND11_MODULE(_fcp, m) {
   m.def(
       "make_plan_lengths",
       [](fcp::PlanRequest request, const fcp::PlanOptions& options,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
+             lengths,
+         std::optional<
+             py::array_t<double, py::array::c_style | py::array::forcecast>>
+             etas,
          std::optional<std::vector<std::vector<int>>> existing_communicators) {
         request.sequences = SequencesFromArrays(lengths, etas);
         // The rank sets the runtime holds now (per call); what creating one
         // costs comes with the request (Scheduler(communicators=...)).
         if (existing_communicators) {
           if (!request.communicators) {
-            throw fcp::InputError("existing_communicators",
-                                  "the Scheduler was made without communicators "
-                                  "(communicators={\"create_s\": S})");
+            throw fcp::InputError(
+                "existing_communicators",
+                "the Scheduler was made without communicators "
+                "(communicators={\"create_s\": S})");
           }
           request.communicators->existing = std::move(*existing_communicators);
         }
         py::gil_scoped_release release;
         return fcp::MakePlan(request, options);
       },
-      py::arg("request"), py::arg("options"), py::arg("lengths"), py::arg("eta") = py::none(),
+      py::arg("request"), py::arg("options"), py::arg("lengths"),
+      py::arg("eta") = py::none(),
       py::arg("existing_communicators") = py::none());
   // MeasuredGroupSamples for `plan` of `request` with its sequences replaced
   // by the arrays.
   m.def(
       "measured_group_samples",
       [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
+             lengths,
+         std::optional<
+             py::array_t<double, py::array::c_style | py::array::forcecast>>
+             etas,
          const fcp::Plan& plan, const std::vector<double>& group_times_s) {
         request.sequences = SequencesFromArrays(lengths, etas);
         fcp::ValidateRequest(request);
@@ -286,8 +310,9 @@ PYBIND11_MODULE(_fcp, m) {
       py::arg("group_times_s"));
   m.def(
       "recalibrate",
-      [](const fcp::CostModel& prior, const std::vector<fcp::FitSample>& samples,
-         double prior_sigma, double measurement_sigma, std::optional<fcp::ModelShape> model) {
+      [](const fcp::CostModel& prior,
+         const std::vector<fcp::FitSample>& samples, double prior_sigma,
+         double measurement_sigma, std::optional<fcp::ModelShape> model) {
         fcp::RecalibrationOptions options;
         options.prior_sigma = prior_sigma;
         options.measurement_sigma = measurement_sigma;
@@ -295,13 +320,16 @@ PYBIND11_MODULE(_fcp, m) {
         py::gil_scoped_release release;
         return fcp::RecalibrateCostModel(prior, samples, options);
       },
-      py::arg("prior"), py::arg("samples"), py::arg("prior_sigma"), py::arg("measurement_sigma"),
-      py::arg("model") = py::none());
+      py::arg("prior"), py::arg("samples"), py::arg("prior_sigma"),
+      py::arg("measurement_sigma"), py::arg("model") = py::none());
   m.def(
       "evaluate_plan",
       [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
+             lengths,
+         std::optional<
+             py::array_t<double, py::array::c_style | py::array::forcecast>>
+             etas,
          fcp::Plan plan) {
         request.sequences = SequencesFromArrays(lengths, etas);
         // A plan from outside (from_dict, unpickling) is checked before
@@ -316,15 +344,19 @@ PYBIND11_MODULE(_fcp, m) {
   m.def(
       "check_plan",
       [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas,
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
+             lengths,
+         std::optional<
+             py::array_t<double, py::array::c_style | py::array::forcecast>>
+             etas,
          const fcp::Plan& plan) {
         request.sequences = SequencesFromArrays(lengths, etas);
         fcp::ValidateRequest(request);
         fcp::CheckPlanShape(request, plan);
       },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
-      "CheckPlanShape of `plan` for `request` with these sequences: ValueError naming "
+      "CheckPlanShape of `plan` for `request` with these sequences: ValueError "
+      "naming "
       "the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
 
   // --- Measured profiles and plan replay (fcp.profile_torch, fcp.replay) ---
@@ -338,8 +370,9 @@ PYBIND11_MODULE(_fcp, m) {
   // inter-node step latency (gamma_inter).
   m.def(
       "make_fit_sample",
-      [](const fcp::GroupLoad& load, int degree, double bw_bytes_per_s, bool across_nodes,
-         double compute_s, double comm_s, double total_s, const std::string& label) {
+      [](const fcp::GroupLoad& load, int degree, double bw_bytes_per_s,
+         bool across_nodes, double compute_s, double comm_s, double total_s,
+         const std::string& label) {
         fcp::FitSample s;
         s.load = load;
         s.degree = degree;
@@ -358,7 +391,8 @@ PYBIND11_MODULE(_fcp, m) {
   // FitCostCoefficients(samples).Apply(base): the profiler's fit.
   m.def(
       "fit_cost_model",
-      [](const std::vector<fcp::FitSample>& samples, const fcp::CostModel& base) {
+      [](const std::vector<fcp::FitSample>& samples,
+         const fcp::CostModel& base) {
         py::gil_scoped_release release;
         return fcp::FitCostCoefficients(samples).Apply(base);
       },
@@ -367,39 +401,49 @@ PYBIND11_MODULE(_fcp, m) {
   // prints and writes them.
   m.def(
       "fit_measured_profile",
-      [](const std::string& target, const std::string& model, const std::string& hardware,
-         const std::string& transport, const std::vector<fcp::FitSample>& samples,
+      [](const std::string& target, const std::string& model,
+         const std::string& hardware, const std::string& transport,
+         const std::vector<fcp::FitSample>& samples,
          const std::vector<std::string>& what, const fcp::CostModel& base,
          double heldout_fraction, uint64_t seed, double wall_s) {
-        fcp::MeasuredProfile mp{target, model, hardware, transport, samples, what,
-                                base,   heldout_fraction, seed, wall_s};
+        fcp::MeasuredProfile mp{target,  model, hardware, transport,
+                                samples, what,  base,     heldout_fraction,
+                                seed,    wall_s};
         fcp::ProfileReport rep;
         {
           py::gil_scoped_release release;
           rep = fcp::FitMeasuredProfile(mp);
         }
-        return py::make_tuple(fcp::ProfileReportToTable(rep), fcp::ProfileReportToJson(rep),
-                              rep.cost_model);
+        return py::make_tuple(fcp::ProfileReportToTable(rep),
+                              fcp::ProfileReportToJson(rep), rep.cost_model);
       },
-      py::arg("target"), py::arg("model"), py::arg("hardware"), py::arg("transport"),
-      py::arg("samples"), py::arg("what"), py::arg("base"), py::arg("heldout_fraction") = 0.25,
-      py::arg("seed") = 1, py::arg("wall_s") = 0.0);
-  // The cost model's parts of one ring group: (attn_s, compute_s, comm_s, total_s).
+      py::arg("target"), py::arg("model"), py::arg("hardware"),
+      py::arg("transport"), py::arg("samples"), py::arg("what"),
+      py::arg("base"), py::arg("heldout_fraction") = 0.25, py::arg("seed") = 1,
+      py::arg("wall_s") = 0.0);
+  // The cost model's parts of one ring group: (attn_s, compute_s, comm_s,
+  // total_s).
   m.def(
       "group_time_parts",
-      [](const fcp::CostModel& cm, const fcp::GroupLoad& load, int degree, bool across_nodes) {
+      [](const fcp::CostModel& cm, const fcp::GroupLoad& load, int degree,
+         bool across_nodes) {
         const fcp::GroupTimeParts p = fcp::GroupTimePartsS(
-            cm, load, degree, across_nodes ? fcp::Link::kInterNode : fcp::Link::kIntraNode);
+            cm, load, degree,
+            across_nodes ? fcp::Link::kInterNode : fcp::Link::kIntraNode);
         return py::make_tuple(p.attn_s, p.compute_s, p.comm_s, p.total_s);
       },
-      py::arg("cost_model"), py::arg("load"), py::arg("degree"), py::arg("across_nodes") = false);
-  m.def("all_to_all_group_time_s", &fcp::AllToAllGroupTimeS, py::arg("cost_model"),
-        py::arg("shape"), py::arg("load"), py::arg("degree"), py::arg("bw_bytes_per_s"));
-  m.def("all_to_all_bandwidth_on_ranks",
-        [](const fcp::CostModel& cm, const fcp::Cluster& cluster, const std::vector<int>& ranks) {
-          return fcp::AllToAllBandwidthOnRanks(cm, cluster, ranks);
-        },
-        py::arg("cost_model"), py::arg("cluster"), py::arg("ranks"));
+      py::arg("cost_model"), py::arg("load"), py::arg("degree"),
+      py::arg("across_nodes") = false);
+  m.def("all_to_all_group_time_s", &fcp::AllToAllGroupTimeS,
+        py::arg("cost_model"), py::arg("shape"), py::arg("load"),
+        py::arg("degree"), py::arg("bw_bytes_per_s"));
+  m.def(
+      "all_to_all_bandwidth_on_ranks",
+      [](const fcp::CostModel& cm, const fcp::Cluster& cluster,
+         const std::vector<int>& ranks) {
+        return fcp::AllToAllBandwidthOnRanks(cm, cluster, ranks);
+      },
+      py::arg("cost_model"), py::arg("cluster"), py::arg("ranks"));
   // ListScheduleMs: the makespan (ms) of the micro-batches' groups, each
   // running for its est_ms, as the planner and the simulator compose them.
   m.def(
@@ -415,20 +459,33 @@ PYBIND11_MODULE(_fcp, m) {
       "simulate_plan",
       [](const std::string& model, const std::string& cluster, int num_ranks,
          const std::string& recompute, const fcp::Plan& plan,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-         std::optional<py::array_t<double, py::array::c_style | py::array::forcecast>> etas) {
+         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
+             lengths,
+         std::optional<
+             py::array_t<double, py::array::c_style | py::array::forcecast>>
+             etas) {
         const fcp::ModelPreset* mp = fcp::FindModelPreset(model);
-        if (!mp) throw fcp::InputError("model", "unknown model preset '" + model + "'");
+        if (!mp)
+          throw fcp::InputError("model",
+                                "unknown model preset '" + model + "'");
         const fcp::ClusterPreset* cp = fcp::FindClusterPreset(cluster);
-        if (!cp) throw fcp::InputError("cluster", "unknown cluster preset '" + cluster + "'");
-        fcp::sim::HardwareModel hw = fcp::sim::MakeHardwareModel(*mp, *cp, num_ranks);
+        if (!cp)
+          throw fcp::InputError("cluster",
+                                "unknown cluster preset '" + cluster + "'");
+        fcp::sim::HardwareModel hw =
+            fcp::sim::MakeHardwareModel(*mp, *cp, num_ranks);
         hw.recompute = fcp::sim::ParseRecompute(recompute);
-        const std::vector<fcp::Sequence> seqs = SequencesFromArrays(lengths, etas);
+        const std::vector<fcp::Sequence> seqs =
+            SequencesFromArrays(lengths, etas);
         py::gil_scoped_release release;
         const fcp::sim::SimResult r = fcp::sim::SimulatePlan(hw, plan, seqs);
-        if (r.oom) throw fcp::InputError("plan", "out of memory in the simulator: " + r.oom_message);
-        return std::make_tuple(r.iter_s, r.compute_s, fcp::sim::MeasuredGroupTimesS(plan, r));
+        if (r.oom)
+          throw fcp::InputError(
+              "plan", "out of memory in the simulator: " + r.oom_message);
+        return std::make_tuple(r.iter_s, r.compute_s,
+                               fcp::sim::MeasuredGroupTimesS(plan, r));
       },
-      py::arg("model"), py::arg("cluster"), py::arg("num_ranks"), py::arg("recompute"),
-      py::arg("plan"), py::arg("lengths"), py::arg("eta") = py::none());
+      py::arg("model"), py::arg("cluster"), py::arg("num_ranks"),
+      py::arg("recompute"), py::arg("plan"), py::arg("lengths"),
+      py::arg("eta") = py::none());
 }

@@ -11,6 +11,7 @@ waited at every micro-batch boundary; the planner's estimate before it became
 barrier-free) and the simulated compute time of the plan alone (`fcp simulate
 --plan`, no warm-up, simulated), all in seconds.
 """
+
 import argparse
 import json
 import subprocess
@@ -22,8 +23,9 @@ def sum_of_maxima_s(plan):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("plans", help="JSON lines of {batch, plan} (fcp simulate --save-plans)")
     p.add_argument("--cluster", required=True, help="cluster preset the batches were planned on")
     p.add_argument("--model", required=True, help="model preset")
@@ -33,18 +35,41 @@ def main():
         lines = [l for l in open(a.plans) if l.strip()]
     except OSError as e:
         sys.exit(f"error: plans: {e.strerror}: {a.plans}")
-    print(f"{'batch':>5} {'micro-batches':>13} {'est_s':>9} {'sum-of-maxima_s':>15} {'simulated_s':>11}")
+    print(
+        f"{'batch':>5} {'micro-batches':>13} {'est_s':>9} {'sum-of-maxima_s':>15} {'simulated_s':>11}"
+    )
     for i, line in enumerate(lines):
         pair = json.loads(line)
         plan = pair["plan"]
-        r = subprocess.run([a.fcp, "simulate", "--plan", "-", "--cluster", a.cluster,
-                            "--model", a.model, "--warmup", "0", "--steps", "1", "-q",
-                            "--format", "json"], input=line, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                a.fcp,
+                "simulate",
+                "--plan",
+                "-",
+                "--cluster",
+                a.cluster,
+                "--model",
+                a.model,
+                "--warmup",
+                "0",
+                "--steps",
+                "1",
+                "-q",
+                "--format",
+                "json",
+            ],
+            input=line,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             sys.exit(r.stderr.strip() or f"error: fcp simulate exited {r.returncode}")
         sim = json.loads(r.stdout)["results"][0]["compute_s"]
-        print(f"{i:>5} {len(plan['micro_batches']):>13} {plan['est_ms'] / 1000:>9.2f} "
-              f"{sum_of_maxima_s(plan):>15.2f} {sim:>11.2f}")
+        print(
+            f"{i:>5} {len(plan['micro_batches']):>13} {plan['est_ms'] / 1000:>9.2f} "
+            f"{sum_of_maxima_s(plan):>15.2f} {sim:>11.2f}"
+        )
     print("(est and sum of maxima: planner estimates; simulated: the simulator's compute time)")
 
 

@@ -28,10 +28,10 @@ numbers ignored. `cheap` marks blocks fast enough for the test suite
 Exit status: 0 when every block matches (or was written), 1 when a block
 differs or its command failed, 2 for a malformed file or bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import shlex
 import subprocess
@@ -110,9 +110,21 @@ def find_blocks(path: Path) -> tuple[list[str], list[Block]]:
             raise FormatError(f"{where}: tol must be a number") from None
         volatile = re.compile(attrs["volatile"]) if attrs.get("volatile") else None
         cap = CAPTION.match(lines[end + 2]) if end + 2 < len(lines) else None
-        blocks.append(Block(path, i + 1, attrs["id"], "cheap" in attrs, tol, volatile,
-                            "\n".join(cmd_lines), start, end, "\n".join(lines[start:end]),
-                            cap.group("id") if cap else None))
+        blocks.append(
+            Block(
+                path,
+                i + 1,
+                attrs["id"],
+                "cheap" in attrs,
+                tol,
+                volatile,
+                "\n".join(cmd_lines),
+                start,
+                end,
+                "\n".join(lines[start:end]),
+                cap.group("id") if cap else None,
+            )
+        )
         i = end + 2
     return lines, blocks
 
@@ -141,8 +153,12 @@ def write_captions(path: Path) -> int:
 
 def run(block: Block) -> tuple[bool, str, float]:
     t0 = time.monotonic()
-    proc = subprocess.run(["bash", "-c", "set -eo pipefail\n" + block.command], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", "-c", "set -eo pipefail\n" + block.command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.monotonic() - t0
     if proc.returncode != 0:
         return False, f"command exited {proc.returncode}: {proc.stderr.strip()[-500:]}", elapsed
@@ -171,21 +187,25 @@ def compare(block: Block, got: str) -> list[str]:
             # Printed precision bounds the tolerance from below: 0.07 vs 0.08 is one
             # unit in the last place, not 13 %.
             decimals = len(a.split(".")[1]) if "." in a and "e" not in a.lower() else 0
-            ulp = 10.0 ** -decimals
+            ulp = 10.0**-decimals
             if abs(x - y) > max(block.tol * scale, ulp) + 1e-12:
                 problems.append(f"line {n}: {a} documented, {b} now (tol {block.tol:g})")
     return problems
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rerun and rewrite the blocks")
     mode.add_argument("--check", action="store_true", help="rerun and compare (default: all)")
     mode.add_argument("--list", action="store_true", help="list the blocks")
-    mode.add_argument("--captions", action="store_true",
-                      help="only add or fix every block's caption line (runs nothing)")
+    mode.add_argument(
+        "--captions",
+        action="store_true",
+        help="only add or fix every block's caption line (runs nothing)",
+    )
     ap.add_argument("--cheap", action="store_true", help="only blocks marked cheap")
     ap.add_argument("--id", action="append", default=[], help="only these ids (repeatable)")
     ap.add_argument("files", nargs="*", help="markdown files (default: README.md docs/*.md)")
@@ -193,7 +213,9 @@ def main() -> int:
 
     paths: list[Path] = []
     for pattern in args.files or DEFAULT_FILES:
-        matched = sorted(ROOT.glob(pattern)) if any(c in pattern for c in "*?[") else [ROOT / pattern]
+        matched = (
+            sorted(ROOT.glob(pattern)) if any(c in pattern for c in "*?[") else [ROOT / pattern]
+        )
         paths += [p for p in matched if p.is_file()]
     failed = 0
     seen: set[str] = set()
@@ -205,12 +227,15 @@ def main() -> int:
             return 2
         for b in blocks:
             if b.ident in seen:
-                print(f"error: {path.relative_to(ROOT)}:{b.line}: duplicate figure id {b.ident}",
-                      file=sys.stderr)
+                print(
+                    f"error: {path.relative_to(ROOT)}:{b.line}: duplicate figure id {b.ident}",
+                    file=sys.stderr,
+                )
                 return 2
             seen.add(b.ident)
-        chosen = [b for b in blocks if (not args.cheap or b.cheap) and
-                  (not args.id or b.ident in args.id)]
+        chosen = [
+            b for b in blocks if (not args.cheap or b.cheap) and (not args.id or b.ident in args.id)
+        ]
         if args.captions:
             changed = write_captions(path)
             if changed:
@@ -220,13 +245,17 @@ def main() -> int:
             for b in chosen:
                 if b.caption != b.ident:
                     failed += 1
-                    print(f"FAIL {path.relative_to(ROOT)}:{b.line} [{b.ident}]: no caption line "
-                          f"'{caption_line(b.ident)}' under <!-- /figure --> (add it with "
-                          "scripts/figures.py --captions)")
+                    print(
+                        f"FAIL {path.relative_to(ROOT)}:{b.line} [{b.ident}]: no caption line "
+                        f"'{caption_line(b.ident)}' under <!-- /figure --> (add it with "
+                        "scripts/figures.py --captions)"
+                    )
         if args.list:
             for b in blocks:
-                print(f"{b.ident:24} {'cheap' if b.cheap else '     '} tol={b.tol:<6g} "
-                      f"{path.relative_to(ROOT)}:{b.line}  {b.command.splitlines()[0]}")
+                print(
+                    f"{b.ident:24} {'cheap' if b.cheap else '     '} tol={b.tol:<6g} "
+                    f"{path.relative_to(ROOT)}:{b.line}  {b.command.splitlines()[0]}"
+                )
             continue
         # Rewrite from the bottom up so earlier line indices stay valid.
         for b in sorted(chosen, key=lambda b: -b.text_start):
@@ -237,7 +266,7 @@ def main() -> int:
                 print(f"FAIL {where}: {out}")
                 continue
             if args.write:
-                lines[b.text_start:b.text_end] = out.split("\n")
+                lines[b.text_start : b.text_end] = out.split("\n")
                 print(f"wrote {where} ({secs:.1f} s)")
             else:
                 problems = compare(b, out)

@@ -11,6 +11,7 @@ errors of alpha3 / beta2 and the wall time of the profile. Every figure is a
 measurement on this machine (seconds to minutes per row; progress on stderr).
 Exit status 1 when a run fails, 2 for bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,9 @@ def profile(cmd: list[str]) -> tuple[dict, float]:
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     secs = time.monotonic() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-400:]}"
+        )
     # Under mpirun only rank 0 prints the report; take the JSON object from stdout.
     start = proc.stdout.find("{")
     return json.loads(proc.stdout[start:]), secs
@@ -45,7 +48,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fcp", default="build/fcp", help="fcp binary (default: build/fcp)")
     ap.add_argument("--ranks", type=int, default=2, help="MPI ranks (default: 2)")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements per grid point (default: 3)")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="measurements per grid point (default: 3)"
+    )
     args = ap.parse_args()
     if args.ranks < 2:
         print("error: --ranks: must be >= 2", file=sys.stderr)
@@ -53,14 +58,28 @@ def main() -> int:
     if args.repeats < 1:
         print("error: --repeats: must be >= 1", file=sys.stderr)
         return 2
-    base = [args.fcp, "profile", "--target", "cpu", "--format", "json",
-            "--repeats", str(args.repeats)]
-    runs = [("in-process copy", base),
-            (f"mpi, {args.ranks} ranks",
-             ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)] + base)]
-    print(f"{'ring transport':18} {'v (GB/s)':>9} {'held-out mean':>13} {'max':>7} {'points':>6} "
-          f"{'alpha1 (s/tok^2)':>16} {'alpha2 (s/tok)':>14} {'alpha3 err':>10} {'beta2 err':>9} "
-          f"{'wall (s)':>8}")
+    base = [
+        args.fcp,
+        "profile",
+        "--target",
+        "cpu",
+        "--format",
+        "json",
+        "--repeats",
+        str(args.repeats),
+    ]
+    runs = [
+        ("in-process copy", base),
+        (
+            f"mpi, {args.ranks} ranks",
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)] + base,
+        ),
+    ]
+    print(
+        f"{'ring transport':18} {'v (GB/s)':>9} {'held-out mean':>13} {'max':>7} {'points':>6} "
+        f"{'alpha1 (s/tok^2)':>16} {'alpha2 (s/tok)':>14} {'alpha3 err':>10} {'beta2 err':>9} "
+        f"{'wall (s)':>8}"
+    )
     for label, cmd in runs:
         try:
             rep, wall = profile(cmd)
@@ -71,9 +90,11 @@ def main() -> int:
         except (RuntimeError, ValueError, KeyError, OSError) as e:
             print(f"error: {label}: {e}", file=sys.stderr)
             return 1
-        print(f"{label:18} {bw.group(1) if bw else '?':>9} {100 * held['mean']:12.2f}% "
-              f"{100 * held['max']:6.2f}% {held['points']:>6} {coef['alpha1']['value']:16.3e} "
-              f"{coef['alpha2']['value']:14.3e} {alpha3_err:>10} {beta2_err:>9} {wall:8.1f}")
+        print(
+            f"{label:18} {bw.group(1) if bw else '?':>9} {100 * held['mean']:12.2f}% "
+            f"{100 * held['max']:6.2f}% {held['points']:>6} {coef['alpha1']['value']:16.3e} "
+            f"{coef['alpha2']['value']:14.3e} {alpha3_err:>10} {beta2_err:>9} {wall:8.1f}"
+        )
     return 0
 
 

@@ -52,14 +52,15 @@ int LaunchRank() {
 std::pair<int, int> RankStep(const std::string& flag, const std::string& v) {
   int rank = -1, step = -1;
   char tail = 0;
-  if (std::sscanf(v.c_str(), "%d:%d%c", &rank, &step, &tail) != 2 ||
-      rank < 0 || step < 0)
+  if (std::sscanf(v.c_str(), "%d:%d%c", &rank, &step, &tail) != 2 || rank < 0 ||
+      step < 0)
     throw fcp::InputError(flag, "expected RANK:STEP (non-negative integers)");
   return {rank, step};
 }
 
 // Every flag as given or defaulted ("--seed" -> "1"), in a fixed order.
-std::vector<std::pair<std::string, std::string>> FlagValues(const CLI::App& app) {
+std::vector<std::pair<std::string, std::string>> FlagValues(
+    const CLI::App& app) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->get_name() == "--help") continue;
@@ -86,13 +87,15 @@ double Hash48(const std::string& text) {
 // flags are compared: one all-gather (an AllReduceSum of per-rank slots) of a
 // hash per flag. A difference is InputError naming the first flag that
 // differs and the ranks whose value is not rank 0's, on every rank alike.
-void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world, const CLI::App& app) {
+void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world,
+                               const CLI::App& app) {
   const auto flags = FlagValues(app);
   const size_t k = flags.size();
   const int n = world.size();
   std::vector<double> all(k * static_cast<size_t>(n), 0.0);
   for (size_t f = 0; f < k; ++f)
-    all[static_cast<size_t>(world.rank()) * k + f] = Hash48(flags[f].first + '=' + flags[f].second);
+    all[static_cast<size_t>(world.rank()) * k + f] =
+        Hash48(flags[f].first + '=' + flags[f].second);
   world.AllReduceSum(all.data(), all.size());
   for (size_t f = 0; f < k; ++f) {
     std::string differ;
@@ -104,11 +107,12 @@ void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world, const CLI::App& a
       }
     }
     if (count == 0) continue;
-    throw fcp::InputError(flags[f].first,
-                          "not the same on every rank (" +
-                              std::string(count == 1 ? "rank " : "ranks ") + differ +
-                              (count == 1 ? " differs" : " differ") +
-                              " from rank 0); start every rank with the same flags");
+    throw fcp::InputError(
+        flags[f].first,
+        "not the same on every rank (" +
+            std::string(count == 1 ? "rank " : "ranks ") + differ +
+            (count == 1 ? " differs" : " differ") +
+            " from rank 0); start every rank with the same flags");
   }
 }
 
@@ -120,14 +124,15 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
   o.mem_capacity_bytes = flags.mem_mb * (1 << 20);
   if (!flags.cost_model_path.empty()) {
     const fcp::CostModel base = CpuCostModel(o.model, o.mem_capacity_bytes);
-    o.cost = fcp::ParseCostModelJson(fcp::ReadFileOrStdin(flags.cost_model_path),
-                                     base);
+    o.cost = fcp::ParseCostModelJson(
+        fcp::ReadFileOrStdin(flags.cost_model_path), base);
   }
   std::pair<int, int> die{-1, -1}, stop{-1, -1};
   if (!flags.die_at.empty()) die = RankStep("die_at", flags.die_at);
   if (!flags.stop_at.empty()) stop = RankStep("stop_at", flags.stop_at);
   if (!(flags.watchdog_s >= 0) || !std::isfinite(flags.watchdog_s))
-    throw fcp::InputError("watchdog_s", "must be a finite number >= 0 (0 = off)");
+    throw fcp::InputError("watchdog_s",
+                          "must be a finite number >= 0 (0 = off)");
   o.on_step_start = [die, stop](int rank, int step) {
     if (rank == die.first && step == die.second) {
       std::fprintf(stderr, "rank %d: simulated crash at step %d\n", rank, step);
@@ -156,8 +161,9 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
     if (watchdog)
       o.on_progress = [w = watchdog.get()](int step) { w->Mark(step); };
     else if (world.rank() == 0)
-      std::fprintf(stderr, "warning: no watchdog: the MPI library does not "
-                           "provide MPI_THREAD_MULTIPLE\n");
+      std::fprintf(stderr,
+                   "warning: no watchdog: the MPI library does not "
+                   "provide MPI_THREAD_MULTIPLE\n");
   }
   Trainer trainer(world, o, corpus);
   const bool print = world.rank() == 0;
@@ -170,12 +176,15 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
         static_cast<long long>(o.max_len), o.model.dim, o.model.layers,
         o.model.heads, o.model.ffn, trainer.params().size());
   if (print)
-    std::printf("cost model (%s): alpha1 %.3e s/token^2, alpha2 %.3e s/token, "
-                "beta1 %.1e s, beta2 %.1e s, mem %.0f B/token, capacity %.0f MiB\n",
-                o.cost ? "from --cost-model" : o.calibrate ? "fitted on rank 0" : "derived",
-                trainer.cost().alpha1, trainer.cost().alpha2, trainer.cost().beta1,
-                trainer.cost().beta2, trainer.cost().mem_per_token,
-                trainer.cost().mem_capacity / (1 << 20));
+    std::printf(
+        "cost model (%s): alpha1 %.3e s/token^2, alpha2 %.3e s/token, "
+        "beta1 %.1e s, beta2 %.1e s, mem %.0f B/token, capacity %.0f MiB\n",
+        o.cost        ? "from --cost-model"
+        : o.calibrate ? "fitted on rank 0"
+                      : "derived",
+        trainer.cost().alpha1, trainer.cost().alpha2, trainer.cost().beta1,
+        trainer.cost().beta2, trainer.cost().mem_per_token,
+        trainer.cost().mem_capacity / (1 << 20));
   double total_s = 0, steady_s = 0, plan_s = 0, hidden_s = 0;
   int64_t tokens = 0, steady_tokens = 0;
   StepReport last;
@@ -206,9 +215,10 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
           static_cast<long long>(r.cache.hits),
           static_cast<long long>(r.cache.misses));
     if (print && r.group_error_rms >= 0)
-      std::printf("          learn: group estimates off by %.1f%% RMS (log) under the "
-                  "coefficients that planned this step; %d groups learnt from\n",
-                  100 * r.group_error_rms, r.learnt_groups);
+      std::printf(
+          "          learn: group estimates off by %.1f%% RMS (log) under the "
+          "coefficients that planned this step; %d groups learnt from\n",
+          100 * r.group_error_rms, r.learnt_groups);
     std::fflush(stdout);
     last = r;
   }
@@ -220,8 +230,8 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
         "cache %lld hits / %lld misses, split %.3f ms mean, hit %.4f ms mean "
         "(rank 0). Measured on this machine (%s).\n",
         o.strategy.c_str(), world.size(), o.steps,
-        static_cast<long long>(tokens), total_s, tokens / total_s,
-        o.steps - 1, steady_s > 0 ? steady_tokens / steady_s : 0.0,
+        static_cast<long long>(tokens), total_s, tokens / total_s, o.steps - 1,
+        steady_s > 0 ? steady_tokens / steady_s : 0.0,
         o.steps > 1 ? steady_s / (o.steps - 1) : total_s, last.loss,
         1e3 * plan_s, plan_s > 0 ? 100.0 * hidden_s / plan_s : 0.0,
         static_cast<long long>(last.cache.hits),
@@ -240,11 +250,14 @@ int main(int argc, char** argv) {
   fcp::exec::TrainOptions& o = flags.train;
   CLI::App app{"fcp-train: FCP executor on MPI (byte-level transformer)"};
   app.option_defaults()->always_capture_default();
-  app.add_option("--strategy", o.strategy, "planner strategy (fcp, fcp-paper, megatron, ...)");
-  app.add_option("--data-dir", flags.data_dir, "directory of text files (recursive)");
-  app.add_option("--lengths", flags.lengths_path,
-                 "sequence lengths (one a line, or CSV with a `tokens` column), cut "
-                 "from the files of --data-dir; default: the files' sizes");
+  app.add_option("--strategy", o.strategy,
+                 "planner strategy (fcp, fcp-paper, megatron, ...)");
+  app.add_option("--data-dir", flags.data_dir,
+                 "directory of text files (recursive)");
+  app.add_option(
+      "--lengths", flags.lengths_path,
+      "sequence lengths (one a line, or CSV with a `tokens` column), cut "
+      "from the files of --data-dir; default: the files' sizes");
   app.add_option("--max-len", o.max_len, "max tokens (bytes) per sequence");
   app.add_option("--gbs", o.gbs, "sequences per global batch");
   app.add_option("--steps", o.steps, "global batches to train");
@@ -252,7 +265,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Validator(
           [](std::string& v) {
             // CLI11 would wrap -1 around to 2^64 - 1.
-            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+            return v.find_first_not_of("0123456789") == std::string::npos &&
+                           !v.empty()
                        ? std::string()
                        : std::string("must be a non-negative decimal integer");
           },
@@ -262,19 +276,28 @@ int main(int argc, char** argv) {
   app.add_option("--heads", o.model.heads, "attention heads");
   app.add_option("--ffn", o.model.ffn, "MLP width F");
   app.add_option("--lr", o.adam.lr, "AdamW learning rate");
-  app.add_option("--cp-degree", o.cp_degree, "fixed CP degree for megatron (0 = tune)");
-  app.add_option("--mem-mb", flags.mem_mb, "per-rank memory capacity the planner assumes (MiB)");
-  app.add_option("--cost-model", flags.cost_model_path, "cost_model JSON (e.g. from `fcp profile`)");
-  app.add_flag("--no-calibrate", flags.no_calibrate, "derive alpha1/alpha2 from FLOPs instead of timing this CPU");
+  app.add_option("--cp-degree", o.cp_degree,
+                 "fixed CP degree for megatron (0 = tune)");
+  app.add_option("--mem-mb", flags.mem_mb,
+                 "per-rank memory capacity the planner assumes (MiB)");
+  app.add_option("--cost-model", flags.cost_model_path,
+                 "cost_model JSON (e.g. from `fcp profile`)");
+  app.add_flag("--no-calibrate", flags.no_calibrate,
+               "derive alpha1/alpha2 from FLOPs instead of timing this CPU");
   app.add_flag("--learn", o.learn,
-               "learn from measured steps: after each step every group's measured time refines "
-               "the planner's coefficients (with async planning, for the step after next)");
-  app.add_flag("--sync-planning", flags.sync_planning, "plan each step in line (no look-ahead)");
+               "learn from measured steps: after each step every group's "
+               "measured time refines "
+               "the planner's coefficients (with async planning, for the step "
+               "after next)");
+  app.add_flag("--sync-planning", flags.sync_planning,
+               "plan each step in line (no look-ahead)");
   app.add_option("--watchdog-s", flags.watchdog_s,
                  "end the job (exit 3) when a rank makes no progress for this "
                  "many seconds (0 = off)");
-  app.add_option("--die-at", flags.die_at, "testing: RANK:STEP crashes that rank at that step");
-  app.add_option("--stop-at", flags.stop_at, "testing: RANK:STEP stops that rank (SIGSTOP) at that step");
+  app.add_option("--die-at", flags.die_at,
+                 "testing: RANK:STEP crashes that rank at that step");
+  app.add_option("--stop-at", flags.stop_at,
+                 "testing: RANK:STEP stops that rank (SIGSTOP) at that step");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,11 +1,11 @@
 // `fcp eval noise`: robustness of plans to cost-coefficient error (paper
 // Tables 4-5), on the simulated cluster.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <sstream>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "command.h"
 #include "fcp/io.h"
@@ -18,52 +18,71 @@ namespace {
 
 int RunEvalNoise(int argc, char** argv) {
   CLI::App app{
-      "Perturb the fitted cost coefficients by +-p (uniform, seeded), re-plan the same "
-      "batches and report how often the CP-degree multiset is unchanged and the change in "
+      "Perturb the fitted cost coefficients by +-p (uniform, seeded), re-plan "
+      "the same "
+      "batches and report how often the CP-degree multiset is unchanged and "
+      "the change in "
       "SIMULATED step time, beside the paper's Tables 4-5.",
       "fcp eval noise"};
   NoiseEvalOptions o;
-  std::string ranks = "32,64", noise = "5,10,20,30,50", cost_model_file, format = "table";
+  std::string ranks = "32,64", noise = "5,10,20,30,50", cost_model_file,
+              format = "table";
   std::string perturb = "all";
-  app.add_option("--cluster", o.cluster, "cluster preset")->capture_default_str();
+  app.add_option("--cluster", o.cluster, "cluster preset")
+      ->capture_default_str();
   app.add_option("-m,--model", o.model, "model preset")->capture_default_str();
-  app.add_option("-d,--dataset", o.dataset, "dataset of the batches")->capture_default_str();
-  app.add_option("--batch", o.batch_sequences,
-                 "sequences per global batch (at most 10^7, as `fcp plan`'s input)")
+  app.add_option("-d,--dataset", o.dataset, "dataset of the batches")
+      ->capture_default_str();
+  app.add_option(
+         "--batch", o.batch_sequences,
+         "sequences per global batch (at most 10^7, as `fcp plan`'s input)")
       ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
-  app.add_option("--batches", o.batches, "global batches per rank count")->capture_default_str();
+  app.add_option("--batches", o.batches, "global batches per rank count")
+      ->capture_default_str();
   app.add_option("--trials", o.trials, "perturbation draws per batch and level")
       ->capture_default_str();
-  app.add_option("--ranks", ranks, "comma list of rank counts")->capture_default_str();
+  app.add_option("--ranks", ranks, "comma list of rank counts")
+      ->capture_default_str();
   app.add_option("--noise", noise, "comma list of noise levels in percent")
       ->capture_default_str();
-  app.add_option("-s,--strategy", o.strategy, "planner strategy")->capture_default_str();
-  app.add_option("--perturb", perturb,
-                 fmt::format("comma list of the timing coefficients to perturb ({}), or all; "
-                             "the same draws whatever the list, for ablations",
-                             fmt::join(kNoiseCoefficients, ", ")))
+  app.add_option("-s,--strategy", o.strategy, "planner strategy")
       ->capture_default_str();
-  app.add_flag("--common-factor", o.common_factor,
-               "one common factor for every perturbed coefficient instead of one each");
-  app.add_option("--group-time-sigma", o.group_time_sigma,
-                 "plan every batch for this group-time spread (fcp ranks its candidates by the "
-                 "expected step under log-normal noise of this sigma), in [0, 2]")
+  app.add_option(
+         "--perturb", perturb,
+         fmt::format(
+             "comma list of the timing coefficients to perturb ({}), or all; "
+             "the same draws whatever the list, for ablations",
+             fmt::join(kNoiseCoefficients, ", ")))
       ->capture_default_str();
-  app.add_option("--feedback-steps", o.feedback_steps,
-                 "before each plan, learn from this many other batches: plan them, time "
-                 "their groups in the simulator, recalibrate the coefficients (0..64)")
+  app.add_flag(
+      "--common-factor", o.common_factor,
+      "one common factor for every perturbed coefficient instead of one each");
+  app.add_option(
+         "--group-time-sigma", o.group_time_sigma,
+         "plan every batch for this group-time spread (fcp ranks its "
+         "candidates by the "
+         "expected step under log-normal noise of this sigma), in [0, 2]")
+      ->capture_default_str();
+  app.add_option(
+         "--feedback-steps", o.feedback_steps,
+         "before each plan, learn from this many other batches: plan them, "
+         "time "
+         "their groups in the simulator, recalibrate the coefficients (0..64)")
       ->capture_default_str();
   app.add_option("--prior-sigma", o.recalibration.prior_sigma,
-                 "with --feedback-steps: how far (log-normal sigma) the planner's coefficients "
+                 "with --feedback-steps: how far (log-normal sigma) the "
+                 "planner's coefficients "
                  "are believed to be off, in (0, 2]")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed")->capture_default_str();
   app.add_option("--mem-headroom", o.mem_headroom,
-                 "plan against this fraction less memory (planner vs simulator memory model)")
+                 "plan against this fraction less memory (planner vs simulator "
+                 "memory model)")
       ->capture_default_str();
   app.add_option("--cost-model", cost_model_file,
-                 "base coefficients (e.g. from fcp profile); default: fit on sim:<cluster>");
+                 "base coefficients (e.g. from fcp profile); default: fit on "
+                 "sim:<cluster>");
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
@@ -82,7 +101,8 @@ int RunEvalNoise(int argc, char** argv) {
         } catch (const std::exception&) {
           pos = 0;
         }
-        if (pos != item.size()) throw InputError(field, "'" + item + "' is not a number");
+        if (pos != item.size())
+          throw InputError(field, "'" + item + "' is not a number");
         v.push_back(x);
       }
       return v;
@@ -98,18 +118,20 @@ int RunEvalNoise(int argc, char** argv) {
       std::stringstream ss(perturb);
       std::string item;
       while (std::getline(ss, item, ',')) o.perturb.push_back(item);
-      if (o.perturb.empty()) throw InputError("perturb", "empty list (use all or names)");
+      if (o.perturb.empty())
+        throw InputError("perturb", "empty list (use all or names)");
     }
     if (!cost_model_file.empty()) {
       const ModelPreset* m = FindModelPreset(o.model);
       const ClusterPreset* c = FindClusterPreset(o.cluster);
       if (!m) throw InputError("model", UnknownModelPresetMessage(o.model));
-      if (!c) throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
+      if (!c)
+        throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
       o.base = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
     }
     const NoiseEvalReport rep = RunNoiseEval(o);
-    const std::string text =
-        format == "json" ? NoiseEvalToJson(rep, 2) + "\n" : NoiseEvalToTable(rep);
+    const std::string text = format == "json" ? NoiseEvalToJson(rep, 2) + "\n"
+                                              : NoiseEvalToTable(rep);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   } catch (const InputError& e) {
@@ -117,9 +139,10 @@ int RunEvalNoise(int argc, char** argv) {
   }
 }
 
-FCP_COMMAND("eval noise",
-            "paper Tables 4-5: plan robustness to cost-coefficient noise (simulated)",
-            RunEvalNoise);
+FCP_COMMAND(
+    "eval noise",
+    "paper Tables 4-5: plan robustness to cost-coefficient noise (simulated)",
+    RunEvalNoise);
 
 }  // namespace
 }  // namespace fcp::cli

@@ -1,20 +1,21 @@
 // `fcp eval paper`: the paper's evaluation re-run on the simulator.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include "command.h"
-#include "progress.h"
 #include "fcp/simulator.h"
+#include "progress.h"
 
 namespace fcp::cli {
 namespace {
 
 int RunEvalPaper(int argc, char** argv) {
   CLI::App app{
-      "Re-run the paper's evaluation (Figures 3-6, Tables 1, 2, 6, extreme case) on the "
-      "SIMULATED cluster; writes report.md (paper numbers beside ours), CSV and PNG files.",
+      "Re-run the paper's evaluation (Figures 3-6, Tables 1, 2, 6, extreme "
+      "case) on the "
+      "SIMULATED cluster; writes report.md (paper numbers beside ours), CSV "
+      "and PNG files.",
       "fcp eval paper"};
   sim::PaperEvalOptions opt;
   bool no_plots = false;
@@ -32,14 +33,16 @@ int RunEvalPaper(int argc, char** argv) {
   try {
     sim::RunPaperEval(opt);
     progress.Finish();
-    std::printf("wrote %s/report.md (simulated results)\n", opt.out_dir.c_str());
+    std::printf("wrote %s/report.md (simulated results)\n",
+                opt.out_dir.c_str());
     return 0;
   } catch (const InputError& e) {
     return InputErrorExit(e.what());
   }
 }
 
-FCP_COMMAND("eval paper", "re-run the paper's evaluation on the simulator (md/csv/png)",
+FCP_COMMAND("eval paper",
+            "re-run the paper's evaluation on the simulator (md/csv/png)",
             RunEvalPaper);
 
 }  // namespace

@@ -1,9 +1,8 @@
 // `fcp eval study`: where flexible CP pays against the best balanced static CP.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "command.h"
 #include "fcp/io.h"
@@ -14,18 +13,23 @@
 namespace fcp::cli {
 namespace {
 
-// "mydata (real)" for .../mydata.txt: the tables name the user's data, not ours.
+// "mydata (real)" for .../mydata.txt: the tables name the user's data, not
+// ours.
 std::string LengthsLabel(const std::string& path) {
   return std::filesystem::path(path).stem().string() + " (real)";
 }
 
 int RunEvalStudy(int argc, char** argv) {
   CLI::App app{
-      "Where flexible CP pays (SIMULATED): fcp against the best work-balanced static CP plan "
+      "Where flexible CP pays (SIMULATED): fcp against the best work-balanced "
+      "static CP plan "
       "(degree tuned in hindsight by default) "
-      "over global batch 16..2,048 (64 ranks), ranks 8..1,024 (gbs = 8 x ranks), both cluster "
-      "presets, every dataset, real lengths and the extreme case (--cluster, --model, --gbs, "
-      "--ranks narrow the grid). Writes study.md and study.csv to --out and prints the "
+      "over global batch 16..2,048 (64 ranks), ranks 8..1,024 (gbs = 8 x "
+      "ranks), both cluster "
+      "presets, every dataset, real lengths and the extreme case (--cluster, "
+      "--model, --gbs, "
+      "--ranks narrow the grid). Writes study.md and study.csv to --out and "
+      "prints the "
       "summary.",
       "fcp eval study"};
   sim::StudyOptions opt;
@@ -33,47 +37,60 @@ int RunEvalStudy(int argc, char** argv) {
   std::string lengths_file = default_lengths, name;
   app.add_option("--out", opt.out_dir, "output directory")->required();
   app.add_option("--lengths", lengths_file,
-                 "real lengths (one integer a line or CSV with a tokens column, as `fcp "
+                 "real lengths (one integer a line or CSV with a tokens "
+                 "column, as `fcp "
                  "lengths` writes); '' = none")
       ->capture_default_str();
-  app.add_option("--name", name,
-                 "what the tables call the --lengths data (default: go-src (real) for the "
-                 "bundled file, else the file's name)");
-  app.add_option("--cluster", opt.clusters,
-                 "cluster presets, comma-separated (default: h100-8x8,ascend910c-4x16)")
+  app.add_option(
+      "--name", name,
+      "what the tables call the --lengths data (default: go-src (real) for the "
+      "bundled file, else the file's name)");
+  app.add_option(
+         "--cluster", opt.clusters,
+         "cluster presets, comma-separated (default: h100-8x8,ascend910c-4x16)")
       ->delimiter(',');
   app.add_option("--model", opt.models,
-                 "model presets, comma-separated: every case runs on each (default: qwen3-8b "
+                 "model presets, comma-separated: every case runs on each "
+                 "(default: qwen3-8b "
                  "for text, qwen3-vl-8b for video)")
       ->delimiter(',');
   app.add_option("--gbs", opt.global_batches,
-                 "global batch sizes of the batch-size part at 64 ranks, comma-separated "
+                 "global batch sizes of the batch-size part at 64 ranks, "
+                 "comma-separated "
                  "(default: 16,64,256,1024,2048)")
       ->delimiter(',');
   app.add_option("--ranks", opt.ranks,
-                 "rank counts of the scale part (gbs = 8 x ranks), comma-separated (default: "
+                 "rank counts of the scale part (gbs = 8 x ranks), "
+                 "comma-separated (default: "
                  "8,32,128,512,1024)")
       ->delimiter(',');
   app.add_option("--steps", opt.steps, "measured global batches per case")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--warmup", opt.warmup,
-                 "warm-up batches per case (the warm-up pick of static degrees)")
+  app.add_option(
+         "--warmup", opt.warmup,
+         "warm-up batches per case (the warm-up pick of static degrees)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
   app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
-  app.add_flag("--quick", opt.quick, "a small grid with one measured batch per case");
+  app.add_flag("--quick", opt.quick,
+               "a small grid with one measured batch per case");
   std::string coefficients = "profiled";
   app.add_option("--coefficients", coefficients,
-                 "planner coefficients of every strategy: profiled (fcp profile --target "
-                 "sim:CLUSTER --model MODEL, once per cluster and model, as a user profiles "
-                 "before planning) or preset (derived from the presets' hardware figures)")
+                 "planner coefficients of every strategy: profiled (fcp "
+                 "profile --target "
+                 "sim:CLUSTER --model MODEL, once per cluster and model, as a "
+                 "user profiles "
+                 "before planning) or preset (derived from the presets' "
+                 "hardware figures)")
       ->capture_default_str()
       ->check(CLI::IsMember({"profiled", "preset"}));
-  app.add_flag("--learn", opt.learn,
-               "every strategy learns from the steps it ran (fcp simulate --learn): the "
-               "warm-up batches and each measured batch recalibrate the coefficients for the "
-               "next");
+  app.add_flag(
+      "--learn", opt.learn,
+      "every strategy learns from the steps it ran (fcp simulate --learn): the "
+      "warm-up batches and each measured batch recalibrate the coefficients "
+      "for the "
+      "next");
   sim::Tuning tune = sim::Tuning::kHindsight;
   AddTuneOption(app, tune);
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
@@ -86,19 +103,24 @@ int RunEvalStudy(int argc, char** argv) {
   try {
     if (!lengths_file.empty()) {
       opt.lengths = ReadLengthsFile(lengths_file);
-      opt.lengths_label = !name.empty()                     ? name
-                          : lengths_file == default_lengths ? "go-src (real)"
-                                                            : LengthsLabel(lengths_file);
+      opt.lengths_label = !name.empty() ? name
+                          : lengths_file == default_lengths
+                              ? "go-src (real)"
+                              : LengthsLabel(lengths_file);
     }
     const sim::StudyResult r = sim::RunStudy(opt);
-    std::printf("%s\nwrote %s/study.md, study.csv\n", r.summary.c_str(), opt.out_dir.c_str());
-    return std::fflush(stdout) == 0 && !std::ferror(stdout) ? 0 : InputErrorExit("stdout: write failed");
+    std::printf("%s\nwrote %s/study.md, study.csv\n", r.summary.c_str(),
+                opt.out_dir.c_str());
+    return std::fflush(stdout) == 0 && !std::ferror(stdout)
+               ? 0
+               : InputErrorExit("stdout: write failed");
   } catch (const InputError& e) {
     return InputErrorExit(e.what());
   }
 }
 
-FCP_COMMAND("eval study", "where flexible CP pays vs the best balanced static CP (simulated)",
+FCP_COMMAND("eval study",
+            "where flexible CP pays vs the best balanced static CP (simulated)",
             RunEvalStudy);
 
 }  // namespace

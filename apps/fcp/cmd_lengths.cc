@@ -5,13 +5,6 @@
 // execvp: no shell. <python> is FCP_PYTHON, which the `fcp` console command and
 // `python -m fcp` set to the interpreter the package is installed into, so the
 // fallback runs where fcp, pyarrow and tokenizers are; python3 otherwise.
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -19,6 +12,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "command.h"
 #include "fcp/io.h"
@@ -46,7 +45,8 @@ bool PythonHasModule(const std::string& python) {
   posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr,
+                              argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) return false;
   int status = 0;
@@ -58,26 +58,34 @@ bool PythonHasModule(const std::string& python) {
 
 int RunLengths(int argc, char** argv) {
   CLI::App app{
-      "Read sequence lengths from datasets, print a histogram and summary, and write the "
+      "Read sequence lengths from datasets, print a histogram and summary, and "
+      "write the "
       "length file that `fcp simulate --lengths` reads.\n"
-      "Formats (by extension): Megatron indexed datasets (.idx, or the .idx beside a .bin), "
-      "JSON lines (.jsonl: an integer token count, token ids, or --tokenizer for text), "
-      "CSV (.csv with a header), Parquet (.parquet) and Arrow (.arrow), other files: one "
+      "Formats (by extension): Megatron indexed datasets (.idx, or the .idx "
+      "beside a .bin), "
+      "JSON lines (.jsonl: an integer token count, token ids, or --tokenizer "
+      "for text), "
+      "CSV (.csv with a header), Parquet (.parquet) and Arrow (.arrow), other "
+      "files: one "
       "length per line. Parquet, Arrow and --tokenizer run the Python package "
-      "(python -m fcp.lengths with the interpreter in FCP_PYTHON, which the pip-installed "
+      "(python -m fcp.lengths with the interpreter in FCP_PYTHON, which the "
+      "pip-installed "
       "`fcp` command sets to its own; python3 otherwise).",
       "fcp lengths"};
   std::vector<std::string> inputs;
   std::string out, field, tokenizer, idx_unit = "document";
   app.add_option("inputs", inputs, "dataset files")->required();
   app.add_option("-o,--out", out, "length file to write")->required();
-  app.add_option("--field", field,
-                 "JSONL/CSV/Parquet/Arrow field: token count, token ids or text "
-                 "(default: tokens; text with --tokenizer)");
-  app.add_option("--tokenizer", tokenizer,
-                 "Hugging Face tokenizer.json to count the tokens of a text field");
-  app.add_option("--idx-unit", idx_unit,
-                 ".idx: one length per document (sum of its sequences) or per sequence")
+  app.add_option(
+      "--field", field,
+      "JSONL/CSV/Parquet/Arrow field: token count, token ids or text "
+      "(default: tokens; text with --tokenizer)");
+  app.add_option(
+      "--tokenizer", tokenizer,
+      "Hugging Face tokenizer.json to count the tokens of a text field");
+  app.add_option(
+         "--idx-unit", idx_unit,
+         ".idx: one length per document (sum of its sequences) or per sequence")
       ->check(CLI::IsMember({"document", "sequence"}));
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
 
@@ -85,17 +93,21 @@ int RunLengths(int argc, char** argv) {
   for (const auto& in : inputs) {
     struct stat st;
     if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-      return InputErrorExit(EscapeForMessage(in) +
-                            ": is a directory (give the files inside, e.g. DIR/*.arrow)");
+      return InputErrorExit(
+          EscapeForMessage(in) +
+          ": is a directory (give the files inside, e.g. DIR/*.arrow)");
     python |= NeedsPython(DetectDatasetFormat(in));
   }
   if (python) {
     const std::string interpreter = PythonInterpreter();
     if (!PythonHasModule(interpreter)) {
       std::fprintf(stderr,
-                   "error: lengths: Parquet/Arrow files and --tokenizer need the Python package: "
-                   "'%s -c \"import fcp.lengths\"' fails (run `pip install .` in the fcp "
-                   "source tree and use its `fcp` command, or set FCP_PYTHON to an interpreter "
+                   "error: lengths: Parquet/Arrow files and --tokenizer need "
+                   "the Python package: "
+                   "'%s -c \"import fcp.lengths\"' fails (run `pip install .` "
+                   "in the fcp "
+                   "source tree and use its `fcp` command, or set FCP_PYTHON "
+                   "to an interpreter "
                    "that has the package)\n",
                    EscapeForMessage(interpreter).c_str());
       return 2;
@@ -133,11 +145,14 @@ int RunLengths(int argc, char** argv) {
           break;
       }
       for (int64_t v : part) {
-        if (v == 0) ++empty;
-        else lengths.push_back(v);
+        if (v == 0)
+          ++empty;
+        else
+          lengths.push_back(v);
       }
     }
-    if (lengths.empty()) return InputErrorExit("inputs: no non-empty sequences found");
+    if (lengths.empty())
+      return InputErrorExit("inputs: no non-empty sequences found");
     WriteFileAtomically(out, LengthFileText(lengths), "out");
     const std::string report = LengthReport(lengths, empty);
     std::fwrite(report.data(), 1, report.size(), stdout);
@@ -148,8 +163,10 @@ int RunLengths(int argc, char** argv) {
   }
 }
 
-FCP_COMMAND("lengths", "sequence lengths from datasets (.idx, JSONL, CSV, Parquet) + histogram",
-            RunLengths);
+FCP_COMMAND(
+    "lengths",
+    "sequence lengths from datasets (.idx, JSONL, CSV, Parquet) + histogram",
+    RunLengths);
 
 }  // namespace
 }  // namespace fcp::cli

@@ -1,5 +1,8 @@
 // `fcp profile`: sample a target (this CPU's kernels, or a simulated cluster),
 // fit the cost coefficients, print the fit report, write the cost_model JSON.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -7,13 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include "command.h"
 #include "fcp/io.h"
-#include "progress.h"
 #include "fcp/profiler.h"
+#include "progress.h"
 
 #if FCP_HAVE_MPI
 #include <cstdlib>
@@ -43,7 +43,9 @@ int MpirunWorldSize() {
   if (!v) return 1;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  return (end != v && *end == '\0' && n > 1 && n < 1000000) ? static_cast<int>(n) : 1;
+  return (end != v && *end == '\0' && n > 1 && n < 1000000)
+             ? static_cast<int>(n)
+             : 1;
 }
 
 // MPI_Init on construction, MPI_Finalize on destruction (after the world).
@@ -58,39 +60,59 @@ struct MpiSession {
 
 int RunProfileCmd(int argc, char** argv) {
   CLI::App app{
-      "Measure one CP rank's step time over lengths x degrees, fit alpha1, alpha2, beta1 "
-      "(Eq. 8), alpha3, beta2 (Eq. 9) and the v2 terms (h, gamma_intra, gamma_inter, "
-      "gamma_serial; ring_tail_steps = 1) by least squares, report standard errors and "
-      "held-out relative error, and write the cost_model JSON (fcp plan --cost-model).\n"
-      "Targets: cpu (real fp32 kernels on this machine, measured) or sim:CLUSTER "
+      "Measure one CP rank's step time over lengths x degrees, fit alpha1, "
+      "alpha2, beta1 "
+      "(Eq. 8), alpha3, beta2 (Eq. 9) and the v2 terms (h, gamma_intra, "
+      "gamma_inter, "
+      "gamma_serial; ring_tail_steps = 1) by least squares, report standard "
+      "errors and "
+      "held-out relative error, and write the cost_model JSON (fcp plan "
+      "--cost-model).\n"
+      "Targets: cpu (real fp32 kernels on this machine, measured) or "
+      "sim:CLUSTER "
       "(the simulator's hardware with noise, simulated).\n"
-      "cpu: the ring's KV/dKV traffic is measured over MPI when launched under mpirun "
-      "(e.g. mpirun -np 2 fcp profile --target cpu; every rank runs the same grid in "
-      "lockstep, rank 0 reports; a degree d larger than the number of ranks P folds the "
-      "ring: each step still exchanges d's message sizes with the two real neighbours), "
-      "otherwise as in-process copies on a helper thread. The report names the transport.",
+      "cpu: the ring's KV/dKV traffic is measured over MPI when launched under "
+      "mpirun "
+      "(e.g. mpirun -np 2 fcp profile --target cpu; every rank runs the same "
+      "grid in "
+      "lockstep, rank 0 reports; a degree d larger than the number of ranks P "
+      "folds the "
+      "ring: each step still exchanges d's message sizes with the two real "
+      "neighbours), "
+      "otherwise as in-process copies on a helper thread. The report names the "
+      "transport.",
       "fcp profile"};
   ProfileOptions o;
   std::string lengths, degrees, models, out_file, format = "table";
-  app.add_option("-t,--target", o.target, "cpu or sim:<cluster preset> (torch: python -m fcp)")->capture_default_str();
-  app.add_option("-m,--model", models,
-                 "model preset (sim; comma list for one report per model, table only) or "
-                 "cpu-tiny (cpu); default qwen3-8b / cpu-tiny");
-  app.add_option("--lengths", lengths, "comma list of sequence lengths (tokens)");
-  app.add_option("--degrees", degrees, "comma list of CP degrees (any positive integers)");
-  app.add_option("-r,--repeats", o.repeats, "measurements per grid point")->capture_default_str();
-  app.add_option("--noise", o.noise_rel, "sim: log-normal noise sigma per measurement")
+  app.add_option("-t,--target", o.target,
+                 "cpu or sim:<cluster preset> (torch: python -m fcp)")
       ->capture_default_str();
-  app.add_option("--heldout", o.heldout_fraction, "fraction of samples held out")
+  app.add_option(
+      "-m,--model", models,
+      "model preset (sim; comma list for one report per model, table only) or "
+      "cpu-tiny (cpu); default qwen3-8b / cpu-tiny");
+  app.add_option("--lengths", lengths,
+                 "comma list of sequence lengths (tokens)");
+  app.add_option("--degrees", degrees,
+                 "comma list of CP degrees (any positive integers)");
+  app.add_option("-r,--repeats", o.repeats, "measurements per grid point")
+      ->capture_default_str();
+  app.add_option("--noise", o.noise_rel,
+                 "sim: log-normal noise sigma per measurement")
+      ->capture_default_str();
+  app.add_option("--heldout", o.heldout_fraction,
+                 "fraction of samples held out")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the noise and the held-out split")
       ->capture_default_str();
-  app.add_option("--min-chunk", o.min_tokens_per_rank,
-                 "skip grid points with fewer than this many tokens per rank (s/d)")
+  app.add_option(
+         "--min-chunk", o.min_tokens_per_rank,
+         "skip grid points with fewer than this many tokens per rank (s/d)")
       ->capture_default_str();
   app.add_flag("!--no-packed", o.packed_groups,
                "do not sample packed groups (4 sequences, mixed masks)");
-  app.add_option("-o,--out", out_file, "write the report (with its cost_model) to this file");
+  app.add_option("-o,--out", out_file,
+                 "write the report (with its cost_model) to this file");
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
@@ -98,23 +120,28 @@ int RunProfileCmd(int argc, char** argv) {
   if (o.target == "torch") {
     // The PyTorch profiler is Python (python/fcp/profile_torch.py).
     return InputErrorExit(
-        "--target torch runs in Python: torchrun --nproc-per-node P -m fcp profile --target "
-        "torch --model MODEL --out cost_model.json (one process: python -m fcp profile "
+        "--target torch runs in Python: torchrun --nproc-per-node P -m fcp "
+        "profile --target "
+        "torch --model MODEL --out cost_model.json (one process: python -m fcp "
+        "profile "
         "--target torch ...)");
   }
   try {
     // Only the type's range here (no wrap-around: 4294967298 was read as 2);
     // RunProfile applies the real bounds, naming the element.
-    o.lengths = ParseIntegerList(lengths, "lengths", std::numeric_limits<int64_t>::min(),
+    o.lengths = ParseIntegerList(lengths, "lengths",
+                                 std::numeric_limits<int64_t>::min(),
                                  std::numeric_limits<int64_t>::max());
-    for (int64_t d : ParseIntegerList(degrees, "degrees", std::numeric_limits<int>::min(),
-                                      std::numeric_limits<int>::max())) {
+    for (int64_t d :
+         ParseIntegerList(degrees, "degrees", std::numeric_limits<int>::min(),
+                          std::numeric_limits<int>::max())) {
       o.degrees.push_back(static_cast<int>(d));
     }
     std::vector<std::string> model_list = SplitComma(models);
     if (model_list.empty()) model_list.push_back("");
     if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
-      throw InputError("model", "several models need --format table and no --out");
+      throw InputError("model",
+                       "several models need --format table and no --out");
     // Under mpirun (cpu target): every rank measures in lockstep over MPI and
     // only rank 0 prints or writes. Without mpirun, no MPI at all.
     bool print = true;
@@ -133,24 +160,28 @@ int RunProfileCmd(int argc, char** argv) {
     for (const std::string& m : model_list) {
       o.model = m;
 #if FCP_HAVE_MPI
-      const ProfileReport rep = mpi && o.target == "cpu" ? exec::RunProfileOnRing(o, *mpi->world)
-                                                         : RunProfile(o);
+      const ProfileReport rep = mpi && o.target == "cpu"
+                                    ? exec::RunProfileOnRing(o, *mpi->world)
+                                    : RunProfile(o);
 #else
       const ProfileReport rep = RunProfile(o);
 #endif
       progress.Finish();
       if (!print) continue;
-      summary += fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", rep.model,
-                             100 * rep.heldout.overall.mean, 100 * rep.heldout.overall.max,
-                             rep.heldout.overall.count);
+      summary +=
+          fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", rep.model,
+                      100 * rep.heldout.overall.mean,
+                      100 * rep.heldout.overall.max, rep.heldout.overall.count);
       const std::string json = ProfileReportToJson(rep, 2) + "\n";
       if (!out_file.empty()) WriteTextFile(out_file, json);
-      const std::string text = format == "json" ? json : ProfileReportToTable(rep) + "\n";
+      const std::string text =
+          format == "json" ? json : ProfileReportToTable(rep) + "\n";
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     if (print && model_list.size() > 1) {
       const std::string text = fmt::format(
-          "summary (paper Table 3 layout): held-out relative error of T(G, d), target {}\n"
+          "summary (paper Table 3 layout): held-out relative error of T(G, d), "
+          "target {}\n"
           "{:<20} {:>8} {:>8} {:>7}\n{}",
           o.target, "model", "mean", "max", "points", summary);
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -166,7 +197,8 @@ int RunProfileCmd(int argc, char** argv) {
   }
 }
 
-FCP_COMMAND("profile", "fit the cost model from measured (cpu) or simulated samples",
+FCP_COMMAND("profile",
+            "fit the cost model from measured (cpu) or simulated samples",
             RunProfileCmd);
 
 }  // namespace

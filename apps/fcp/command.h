@@ -5,13 +5,12 @@
 // "stdout"), 3 infeasible, 1 internal failure.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "fcp/scheduler.h"
 
@@ -46,8 +45,9 @@ int InputErrorExit(const std::string& message);
 void AddDealingOption(CLI::App& app, Dealing& dealing);
 // --cp, --max-seqlen, --capacity: the strategies' main settings forced (0 =
 // tuned, as `tuned_how` says, e.g. "on the warmup batches").
-void AddSettingOptions(CLI::App& app, int& cp_degree, int64_t& max_seqlen_per_rank,
-                       int64_t& capacity_tokens, const std::string& tuned_how);
+void AddSettingOptions(CLI::App& app, int& cp_degree,
+                       int64_t& max_seqlen_per_rank, int64_t& capacity_tokens,
+                       const std::string& tuned_how);
 
 // --tune hindsight|warmup: how baselines' unforced settings are tuned
 // (sim::ExperimentConfig::tune), bound to `tune`.
@@ -70,15 +70,17 @@ int FinishStdout(int exit_code);
 // hex, exponent or saturation on overflow); CLI11 then checks the width.
 void RequireDecimalIntegers(CLI::App& app);
 // A decimal integer in [lo, hi]; InputError(field, ...) otherwise.
-int64_t ParseInteger(std::string_view text, const std::string& field, int64_t lo, int64_t hi);
+int64_t ParseInteger(std::string_view text, const std::string& field,
+                     int64_t lo, int64_t hi);
 // A comma-separated list of such integers (empty items skipped).
-std::vector<int64_t> ParseIntegerList(const std::string& text, const std::string& field,
-                                      int64_t lo, int64_t hi);
+std::vector<int64_t> ParseIntegerList(const std::string& text,
+                                      const std::string& field, int64_t lo,
+                                      int64_t hi);
 
 }  // namespace fcp::cli
 
 #define FCP_CLI_CONCAT_INNER(a, b) a##b
 #define FCP_CLI_CONCAT(a, b) FCP_CLI_CONCAT_INNER(a, b)
-#define FCP_COMMAND(name, summary, fn)                        \
-  static ::fcp::cli::CommandRegistrar FCP_CLI_CONCAT(         \
+#define FCP_COMMAND(name, summary, fn)                \
+  static ::fcp::cli::CommandRegistrar FCP_CLI_CONCAT( \
       fcp_command_registrar_, __LINE__)(name, summary, fn)

@@ -51,7 +51,8 @@ int FinishStdout(int exit_code) {
   std::string why = stdout_was_closed ? "stdout is closed"
                     : error != 0      ? std::strerror(error)
                                       : "write error";
-  std::fprintf(stderr, "error: stdout: output lost: %s\n", EscapeForMessage(why).c_str());
+  std::fprintf(stderr, "error: stdout: output lost: %s\n",
+               EscapeForMessage(why).c_str());
   return exit_code == 0 ? 2 : exit_code;
 }
 
@@ -65,20 +66,25 @@ std::string IntegerFlagError(std::string& text, bool is_unsigned) {
     negative = digits[0] == '-';
     digits.remove_prefix(1);
   }
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+  if (digits.empty() ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos) {
     return "must be a decimal integer, got '" + EscapeForMessage(text) + "'";
   }
   while (digits.size() > 1 && digits[0] == '0') digits.remove_prefix(1);
-  if (is_unsigned && negative && digits != "0") return "must be >= 0, got '" + EscapeForMessage(text) + "'";
-  const std::string normalised = (negative && digits != "0" ? "-" : "") + std::string(digits);
+  if (is_unsigned && negative && digits != "0")
+    return "must be >= 0, got '" + EscapeForMessage(text) + "'";
+  const std::string normalised =
+      (negative && digits != "0" ? "-" : "") + std::string(digits);
   int64_t value = 0;
-  const auto [ptr, ec] =
-      std::from_chars(normalised.data(), normalised.data() + normalised.size(), value);
+  const auto [ptr, ec] = std::from_chars(
+      normalised.data(), normalised.data() + normalised.size(), value);
   if (ec != std::errc() || ptr != normalised.data() + normalised.size()) {
     uint64_t unsigned_value = 0;
     const auto [uptr, uec] =
-        std::from_chars(normalised.data(), normalised.data() + normalised.size(), unsigned_value);
-    if (!is_unsigned || uec != std::errc() || uptr != normalised.data() + normalised.size()) {
+        std::from_chars(normalised.data(),
+                        normalised.data() + normalised.size(), unsigned_value);
+    if (!is_unsigned || uec != std::errc() ||
+        uptr != normalised.data() + normalised.size()) {
       return "integer out of range: '" + EscapeForMessage(text) + "'";
     }
   }
@@ -92,26 +98,30 @@ void RequireDecimalIntegers(CLI::App& app) {
     if (type != "INT" && type != "UINT") continue;
     const bool is_unsigned = type == "UINT";
     option->transform(CLI::Validator(
-        [is_unsigned](std::string& text) { return IntegerFlagError(text, is_unsigned); }, "",
-        "decimal integer"));
+        [is_unsigned](std::string& text) {
+          return IntegerFlagError(text, is_unsigned);
+        },
+        "", "decimal integer"));
   }
 }
 
-int64_t ParseInteger(std::string_view text, const std::string& field, int64_t lo, int64_t hi) {
+int64_t ParseInteger(std::string_view text, const std::string& field,
+                     int64_t lo, int64_t hi) {
   std::string copy(text);
   const std::string error = IntegerFlagError(copy, /*is_unsigned=*/false);
   if (!error.empty()) throw InputError(field, error);
   int64_t value = 0;
   std::from_chars(copy.data(), copy.data() + copy.size(), value);
   if (value < lo || value > hi) {
-    throw InputError(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                "], got " + copy);
+    throw InputError(field, "must be in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "], got " + copy);
   }
   return value;
 }
 
-std::vector<int64_t> ParseIntegerList(const std::string& text, const std::string& field,
-                                      int64_t lo, int64_t hi) {
+std::vector<int64_t> ParseIntegerList(const std::string& text,
+                                      const std::string& field, int64_t lo,
+                                      int64_t hi) {
   std::vector<int64_t> out;
   size_t start = 0;
   while (start <= text.size()) {

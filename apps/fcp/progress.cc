@@ -16,10 +16,12 @@ void Progress::Update(const std::string& message) {
   if (!enabled_) return;
   std::string line;
   line.reserve(message.size());
-  for (unsigned char c : message) line += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+  for (unsigned char c : message)
+    line += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
   if (terminal_) {
     // Rewrite the line; pad with spaces over a longer previous message.
-    const size_t pad = last_width_ > line.size() ? last_width_ - line.size() : 0;
+    const size_t pad =
+        last_width_ > line.size() ? last_width_ - line.size() : 0;
     std::fprintf(out_, "\r%s%s", line.c_str(), std::string(pad, ' ').c_str());
     last_width_ = line.size();
   } else {

@@ -31,8 +31,9 @@ const std::vector<PublishedMeasurement>& PublishedMeasurements();
 struct CalibrationRow {
   PublishedMeasurement published;
   bool expressible = false;
-  double simulated = 0;  // the simulator's figure in the same unit (expressible rows)
-  double ratio = 0;      // simulated / measured (expressible rows)
+  double simulated =
+      0;  // the simulator's figure in the same unit (expressible rows)
+  double ratio = 0;  // simulated / measured (expressible rows)
   // Rows not expressible whose nearest simulated configuration still runs:
   // that figure, for reference only (0 = none). Never counted in the summary.
   double approximate = 0;
@@ -49,7 +50,8 @@ std::vector<CalibrationRow> RunCalibration();
 
 // {"rows": [{"source", "config", "measured", "simulated", "ratio", ...}, ...],
 //  "summary": {...}}; simulated and ratio are null for rows not expressible.
-std::string CalibrationToJson(const std::vector<CalibrationRow>& rows, int indent = 2);
+std::string CalibrationToJson(const std::vector<CalibrationRow>& rows,
+                              int indent = 2);
 // Fixed-width table (simulated figures labelled as such) with a summary.
 std::string CalibrationToTable(const std::vector<CalibrationRow>& rows);
 

@@ -18,8 +18,9 @@ struct CostCoefficient {
   double CostModel::*member;  // the field
   std::string_view unit;
   std::string_view meaning;
-  bool v2;        // a cost-model-v2 term: 0 is the paper's model
-  bool fitted;    // a timing coefficient `fcp profile` fits (and --learn rescales)
+  bool v2;  // a cost-model-v2 term: 0 is the paper's model
+  bool
+      fitted;  // a timing coefficient `fcp profile` fits (and --learn rescales)
   bool positive;  // must be > 0 (else >= 0)
 };
 
@@ -27,33 +28,36 @@ struct CostCoefficient {
 inline constexpr CostCoefficient kCostCoefficients[] = {
     {"alpha1", &CostModel::alpha1, "s/token^2",
      "attention compute (fwd+bwd, all layers), causal", false, true, false},
-    {"alpha2", &CostModel::alpha2, "s/token", "linear compute (projections, MLP, norms, loss)",
+    {"alpha2", &CostModel::alpha2, "s/token",
+     "linear compute (projections, MLP, norms, loss)", false, true, false},
+    {"beta1", &CostModel::beta1, "s", "fixed cost per group per micro-batch",
      false, true, false},
-    {"beta1", &CostModel::beta1, "s", "fixed cost per group per micro-batch", false, true, false},
     {"alpha3", &CostModel::alpha3, "bytes/token",
      "ring KV traffic per token of the group per step", false, true, false},
-    {"beta2", &CostModel::beta2, "s", "fixed communication cost of a group with d > 1", false,
-     true, false},
+    {"beta2", &CostModel::beta2, "s",
+     "fixed communication cost of a group with d > 1", false, true, false},
     {"bw_intra_node", &CostModel::bw_intra_node, "bytes/s",
      "P2P bandwidth, group within one node", false, false, true},
     {"bw_inter_node", &CostModel::bw_inter_node, "bytes/s",
      "P2P bandwidth, group spanning nodes", false, false, true},
-    {"mem_per_token", &CostModel::mem_per_token, "bytes/token", "activation memory per token",
+    {"mem_per_token", &CostModel::mem_per_token, "bytes/token",
+     "activation memory per token", false, false, false},
+    {"mem_static", &CostModel::mem_static, "bytes", "per-rank model states",
      false, false, false},
-    {"mem_static", &CostModel::mem_static, "bytes", "per-rank model states", false, false,
-     false},
-    {"mem_capacity", &CostModel::mem_capacity, "bytes", "per-rank device memory", false, false,
-     true},
+    {"mem_capacity", &CostModel::mem_capacity, "bytes",
+     "per-rank device memory", false, false, true},
     {"attn_overhead_tokens", &CostModel::attn_overhead_tokens, "tokens",
      "short-chunk attention overhead h", true, true, false},
-    {"gamma_intra", &CostModel::gamma_intra, "s", "latency of one ring step, group on one node",
-     true, true, false},
-    {"gamma_inter", &CostModel::gamma_inter, "s", "latency of one ring step, group spans nodes",
-     true, true, false},
+    {"gamma_intra", &CostModel::gamma_intra, "s",
+     "latency of one ring step, group on one node", true, true, false},
+    {"gamma_inter", &CostModel::gamma_inter, "s",
+     "latency of one ring step, group spans nodes", true, true, false},
     {"gamma_serial", &CostModel::gamma_serial, "s",
-     "per ring step, on the critical path (kernel launches)", true, true, false},
+     "per ring step, on the critical path (kernel launches)", true, true,
+     false},
     {"ring_tail_steps", &CostModel::ring_tail_steps, "steps",
-     "steps of a ring whose attention hides no transfer, in [0, 1]", true, false, false},
+     "steps of a ring whose attention hides no transfer, in [0, 1]", true,
+     false, false},
 };
 
 inline constexpr size_t kNumCostCoefficients = std::size(kCostCoefficients);
@@ -67,7 +71,8 @@ constexpr size_t CountFittedCoefficients() {
 inline constexpr size_t kNumFittedCoefficients = CountFittedCoefficients();
 
 // The fitted coefficients, in table order (the profiler's fit vector).
-constexpr std::array<const CostCoefficient*, kNumFittedCoefficients> FittedCoefficients() {
+constexpr std::array<const CostCoefficient*, kNumFittedCoefficients>
+FittedCoefficients() {
   std::array<const CostCoefficient*, kNumFittedCoefficients> out{};
   size_t i = 0;
   for (const CostCoefficient& c : kCostCoefficients)

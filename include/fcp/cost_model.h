@@ -14,9 +14,10 @@ namespace fcp {
 
 // The per-group aggregates the cost model needs; O(1) to extend.
 struct GroupLoad {
-  double sum_tokens = 0;       // Σ s_k
-  double sum_attn = 0;         // Σ (1 + eta_k) s_k²
-  double sum_attn_tokens = 0;  // Σ (1 + eta_k) s_k (the v2 short-chunk term's weight)
+  double sum_tokens = 0;  // Σ s_k
+  double sum_attn = 0;    // Σ (1 + eta_k) s_k²
+  double sum_attn_tokens =
+      0;  // Σ (1 + eta_k) s_k (the v2 short-chunk term's weight)
   void Add(const Sequence& s) {
     const double len = static_cast<double>(s.length_tokens);
     sum_tokens += len;
@@ -46,10 +47,10 @@ void CheckCostModel(const CostModel& cm);
 // inter-node figures.
 enum class Link { kIntraNode, kInterNode };
 
-// The parts of T(G, d) (s), docs/design.md §2: attention A, compute Tcp = A + Lin +
-// beta1 + (d - 1)·gamma_serial, communication Tcm (0 for d = 1), total
-// T = Tcp + Tcm - min(A·(d - e)/d, Tcm) with e = ring_tail_steps.
-// This is the one place the formula lives; everything else calls it.
+// The parts of T(G, d) (s), docs/design.md §2: attention A, compute Tcp = A +
+// Lin + beta1 + (d - 1)·gamma_serial, communication Tcm (0 for d = 1), total T
+// = Tcp + Tcm - min(A·(d - e)/d, Tcm) with e = ring_tail_steps. This is the one
+// place the formula lives; everything else calls it.
 struct GroupTimeParts {
   double attn_s = 0;
   double compute_s = 0;
@@ -58,7 +59,8 @@ struct GroupTimeParts {
 };
 // Defined inline (below): the planner evaluates it hundreds of thousands of
 // times per plan.
-inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+inline GroupTimeParts GroupTimePartsS(const CostModel& cm,
+                                      const GroupLoad& load, int degree,
                                       Link link);
 
 // The work term: a load's compute on each of `degree` ranks, fixed costs
@@ -66,9 +68,11 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load
 // alpha2·Σs/d. Times `degree` it is the load's rank-seconds, smallest at
 // d = 1, so WorkS(cm, load, 1) summed over a batch and divided by N bounds any
 // plan's makespan from below. The planner's one copy of the work term.
-inline double WorkS(const CostModel& cm, const GroupLoad& load, int degree = 1) {
+inline double WorkS(const CostModel& cm, const GroupLoad& load,
+                    int degree = 1) {
   const double d = degree;
-  return cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens) +
+  return cm.alpha1 * (load.sum_attn / d +
+                      cm.attn_overhead_tokens * load.sum_attn_tokens) +
          cm.alpha2 * load.sum_tokens / d;
 }
 
@@ -81,7 +85,8 @@ inline bool AllToAllDegreeRuns(const ModelShape& shape, int degree) {
 }
 
 // T(G, d) over `link` (s). degree >= 1.
-inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link);
+inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
+                         Link link);
 
 // True if every rank of `ranks` is on one node (node of r = r / R).
 bool OnOneNode(const Cluster& cluster, std::span<const int> ranks);
@@ -94,7 +99,8 @@ double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
                          const GroupLoad& load, std::span<const int> ranks);
 
 // Best-case T(G, d) regardless of placement: the faster link when d <= R could
-// fit in one node, else inter (s). Used for lower bounds and planning estimates.
+// fit in one node, else inter (s). Used for lower bounds and planning
+// estimates.
 inline double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
                              const GroupLoad& load, int degree);
 
@@ -119,11 +125,12 @@ int64_t MinDegree(const CostModel& cm, const GroupLoad& load);
 double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
                                 std::span<const int> ranks);
 // The same for the contiguous range [first, first + degree).
-double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster, int first,
-                                int degree);
+double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster,
+                                int first, int degree);
 // An upper bound over every placement of `degree` ranks (for lower bounds on
 // time): the best bottleneck with up to min(degree, R) - 1 same-node peers.
-double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int degree);
+double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster,
+                              int degree);
 
 // Ulysses all-to-all group time (DeepSpeed/FlexSP baselines); the derivation is
 // documented in src/cost/alltoall.cc. `shape` supplies head counts;
@@ -134,19 +141,22 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
 
 // ---- inline definitions (the formula, docs/design.md §2) ----
 
-inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load, int degree,
+inline GroupTimeParts GroupTimePartsS(const CostModel& cm,
+                                      const GroupLoad& load, int degree,
                                       Link link) {
   const double d = degree;
   const bool intra = link == Link::kIntraNode;
   const double bw = intra ? cm.bw_intra_node : cm.bw_inter_node;
   const double gamma = intra ? cm.gamma_intra : cm.gamma_inter;
   GroupTimeParts p;
-  p.attn_s = cm.alpha1 * (load.sum_attn / d + cm.attn_overhead_tokens * load.sum_attn_tokens);
+  p.attn_s = cm.alpha1 * (load.sum_attn / d +
+                          cm.attn_overhead_tokens * load.sum_attn_tokens);
   // A ring step's kernel launches are on the critical path (not hidden).
-  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1 + (d - 1) * cm.gamma_serial;
+  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1 +
+                (d - 1) * cm.gamma_serial;
   p.comm_s = degree == 1 ? 0.0
-                         : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw + cm.beta2 +
-                               (d - 1) * gamma;
+                         : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw +
+                               cm.beta2 + (d - 1) * gamma;
   // d - 1 transfers overlap d - 1 of the d attention steps; the last
   // ring_tail_steps of them have nothing left to receive.
   const double hideable_s = p.attn_s * (d - cm.ring_tail_steps) / d;
@@ -154,19 +164,23 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm, const GroupLoad& load
   return p;
 }
 
-inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree, Link link) {
+inline double GroupTimeS(const CostModel& cm, const GroupLoad& load, int degree,
+                         Link link) {
   return GroupTimePartsS(cm, load, degree, link).total_s;
 }
 
 inline double GroupTimeBestS(const CostModel& cm, const Cluster& cluster,
                              const GroupLoad& load, int degree) {
-  if (degree > cluster.ranks_per_node) return GroupTimeS(cm, load, degree, Link::kInterNode);
+  if (degree > cluster.ranks_per_node)
+    return GroupTimeS(cm, load, degree, Link::kInterNode);
   // T is monotone in the bandwidth's inverse and in gamma: a link that is no
   // slower on both counts is the best case without computing the other.
-  if (cm.bw_intra_node >= cm.bw_inter_node && cm.gamma_intra <= cm.gamma_inter) {
+  if (cm.bw_intra_node >= cm.bw_inter_node &&
+      cm.gamma_intra <= cm.gamma_inter) {
     return GroupTimeS(cm, load, degree, Link::kIntraNode);
   }
-  if (cm.bw_inter_node >= cm.bw_intra_node && cm.gamma_inter <= cm.gamma_intra) {
+  if (cm.bw_inter_node >= cm.bw_intra_node &&
+      cm.gamma_inter <= cm.gamma_intra) {
     return GroupTimeS(cm, load, degree, Link::kInterNode);
   }
   return std::min(GroupTimeS(cm, load, degree, Link::kInterNode),

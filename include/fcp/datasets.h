@@ -1,8 +1,8 @@
-// Synthetic sequence-length generators for the paper's datasets (docs/design.md §6)
-// and sampling from real length files. Every generator is seeded and uses its
-// own RNG (splitmix64 + xoshiro256**, Box-Muller), so the same (dataset, count,
-// seed, options) gives the same batch on every platform and standard library.
-// Parameters and sources are documented in src/sim/datasets.cc and
+// Synthetic sequence-length generators for the paper's datasets (docs/design.md
+// §6) and sampling from real length files. Every generator is seeded and uses
+// its own RNG (splitmix64 + xoshiro256**, Box-Muller), so the same (dataset,
+// count, seed, options) gives the same batch on every platform and standard
+// library. Parameters and sources are documented in src/sim/datasets.cc and
 // docs/simulator.md. Thread-safety: all functions are pure (no shared state).
 #pragma once
 
@@ -61,10 +61,11 @@ struct DatasetOptions {
 
 // One sampled sequence with its vision composition (0 vision tokens for text).
 struct SampleDetail {
-  Sequence sequence;             // length_tokens and eta (mask factor)
-  int64_t vision_tokens = 0;     // LLM tokens that are image/frame tokens
-  int64_t vision_block_tokens = 0;  // tokens per full-attention block (one frame)
-  int64_t frames = 0;            // frames (video) or 0
+  Sequence sequence;          // length_tokens and eta (mask factor)
+  int64_t vision_tokens = 0;  // LLM tokens that are image/frame tokens
+  int64_t vision_block_tokens =
+      0;               // tokens per full-attention block (one frame)
+  int64_t frames = 0;  // frames (video) or 0
 };
 
 // `count` sequences of `dataset`, drawn with `seed`. Text: eta = 0. Video:
@@ -73,12 +74,14 @@ struct SampleDetail {
 // unknown name, InputError("count", ...) when count < 0, and
 // InputError("options....", ...) for bad options.
 std::vector<Sequence> SampleBatch(std::string_view dataset, int64_t count,
-                                  uint64_t seed, const DatasetOptions& options = {});
-std::vector<SampleDetail> SampleBatchDetailed(std::string_view dataset,
-                                              int64_t count, uint64_t seed,
-                                              const DatasetOptions& options = {});
+                                  uint64_t seed,
+                                  const DatasetOptions& options = {});
+std::vector<SampleDetail> SampleBatchDetailed(
+    std::string_view dataset, int64_t count, uint64_t seed,
+    const DatasetOptions& options = {});
 
-// Longest real length SampleFromLengths takes by default (tokens, 2^24 ≈ 16.8M).
+// Longest real length SampleFromLengths takes by default (tokens, 2^24
+// ≈ 16.8M).
 inline constexpr int64_t kMaxSampledLengthTokens = int64_t{1} << 24;
 
 // `count` causal sequences drawn uniformly with replacement from real
@@ -86,8 +89,8 @@ inline constexpr int64_t kMaxSampledLengthTokens = int64_t{1} << 24;
 // Throws InputError("lengths", ...) when empty, and
 // InputError("lengths[i]", ...) naming the length when one is <= 0 or above
 // max_length_tokens.
-std::vector<Sequence> SampleFromLengths(std::span<const int64_t> lengths,
-                                        int64_t count, uint64_t seed,
-                                        int64_t max_length_tokens = kMaxSampledLengthTokens);
+std::vector<Sequence> SampleFromLengths(
+    std::span<const int64_t> lengths, int64_t count, uint64_t seed,
+    int64_t max_length_tokens = kMaxSampledLengthTokens);
 
 }  // namespace fcp

@@ -1,14 +1,13 @@
 // JSON and text I/O for batches, cost models, plans and length files.
-// Parsers throw InputError naming the field ("sequences[3]", "cost_model.alpha1").
-// Thread-safe (no shared state).
+// Parsers throw InputError naming the field ("sequences[3]",
+// "cost_model.alpha1"). Thread-safe (no shared state).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
@@ -17,10 +16,10 @@ namespace fcp {
 
 // Where a cost-model coefficient's value came from (plan note cost_model).
 enum class CoefficientSource {
-  kPreset,      // derived from the model and cluster presets
-  kInput,       // the input's cost_model (or a --cost-model file of coefficients)
-  kProfile,     // the cost_model of an `fcp profile` report (--cost-model)
-  kUnsetZero,   // a v2 term left unset where timing coefficients were set: 0
+  kPreset,   // derived from the model and cluster presets
+  kInput,    // the input's cost_model (or a --cost-model file of coefficients)
+  kProfile,  // the cost_model of an `fcp profile` report (--cost-model)
+  kUnsetZero,  // a v2 term left unset where timing coefficients were set: 0
 };
 // One source per entry of kCostCoefficients (fcp/cost_coefficients.h).
 using CostSources = std::vector<CoefficientSource>;

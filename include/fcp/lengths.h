@@ -13,7 +13,14 @@
 
 namespace fcp {
 
-enum class DatasetFormat { kMegatronIdx, kJsonl, kCsv, kText, kParquet, kArrow };
+enum class DatasetFormat {
+  kMegatronIdx,
+  kJsonl,
+  kCsv,
+  kText,
+  kParquet,
+  kArrow
+};
 
 // By extension: .idx/.bin (Megatron; the .idx beside a .bin is read),
 // .jsonl/.ndjson/.json (JSON lines), .csv, .parquet/.pq, .arrow/.feather;
@@ -28,7 +35,8 @@ bool NeedsPython(DatasetFormat format);
 // megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder). `documents`:
 // one length per document (the sum of its sequences; what a trainer packs),
 // else one per sequence. The file's size and indices are checked.
-std::vector<int64_t> ReadMegatronIdxLengths(const std::string& path, bool documents = true);
+std::vector<int64_t> ReadMegatronIdxLengths(const std::string& path,
+                                            bool documents = true);
 
 // Readers keep zero lengths (empty documents) so that callers can count
 // them; `fcp lengths` skips them.
@@ -36,10 +44,12 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& path, bool docume
 // JSON lines: one object per line whose `field` is a token count (integer)
 // or the token ids (array: its length). A string field means text, which
 // needs a tokenizer (the error says so).
-std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string& field);
+std::vector<int64_t> ReadJsonlLengths(const std::string& path,
+                                      const std::string& field);
 
 // CSV with a header row: the integer column `field`.
-std::vector<int64_t> ReadCsvLengths(const std::string& path, const std::string& field);
+std::vector<int64_t> ReadCsvLengths(const std::string& path,
+                                    const std::string& field);
 
 // The summary and power-of-two histogram `fcp lengths` prints (`empty`:
 // zero-length records skipped). Identical to python/fcp/lengths.py's.

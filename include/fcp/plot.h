@@ -35,7 +35,7 @@ struct TimelineSlice {
   double start_ms = 0;
   double end_ms = 0;
   int num_sequences = 0;
-  int64_t tokens = 0;      // unpadded tokens of the group's sequences
+  int64_t tokens = 0;  // unpadded tokens of the group's sequences
   CommKind comm = CommKind::kRing;
 };
 
@@ -46,7 +46,7 @@ struct Timeline {
   int num_ranks = 0;
   int ranks_per_node = 1;
   std::vector<TimelineSlice> slices;
-  double end_ms = 0;   // last slice end
+  double end_ms = 0;  // last slice end
 };
 
 // The planner's view, the schedule behind the plan's est_ms (ListScheduleMs):
@@ -59,7 +59,8 @@ Timeline PlanTimeline(const Plan& plan, std::span<const Sequence> sequences,
 
 // The simulator's view: start and end of every group as sim::SimulatePlan ran
 // it (SimResult::group_spans; ranks proceed independently).
-Timeline SimulatedTimeline(const Plan& plan, std::span<const Sequence> sequences,
+Timeline SimulatedTimeline(const Plan& plan,
+                           std::span<const Sequence> sequences,
                            const sim::SimResult& result, int ranks_per_node);
 
 // Chrome trace event JSON (the "JSON Array/Object Format" Perfetto and
@@ -83,8 +84,9 @@ bool SlicesTouch(const TimelineSlice& a, const TimelineSlice& b);
 // The label drawn in a box of width_px × height_px: "d=4 k=3 12.3k tok",
 // shorter variants, or "" when none fits. Text is assumed to need
 // char_px pixels per character and line_px of height.
-std::string FitLabel(const TimelineSlice& slice, double width_px, double height_px,
-                     double char_px = 6.0, double line_px = 10.0);
+std::string FitLabel(const TimelineSlice& slice, double width_px,
+                     double height_px, double char_px = 6.0,
+                     double line_px = 10.0);
 
 struct GanttOptions {
   std::string title;  // default: from the timelines
@@ -103,7 +105,8 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
 // Checks before a long run that `plot_path` (if not empty) has a .png/.svg
 // extension and that the directories of both paths exist, so that a typo
 // fails at once rather than after the work. InputError("plot"/"trace").
-void CheckOutputPaths(const std::string& plot_path, const std::string& trace_path);
+void CheckOutputPaths(const std::string& plot_path,
+                      const std::string& trace_path);
 
 // --- gnuplot without a shell (also used by `fcp eval paper`) ---
 class PlotError : public std::runtime_error {

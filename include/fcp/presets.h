@@ -1,7 +1,7 @@
-// Built-in model and cluster presets (docs/design.md §6): the facts about models
-// and hardware that the cost model, the simulator and the baselines all use,
-// and the derivation of default cost coefficients from FLOP counts and those
-// hardware figures. Where each figure comes from is documented in
+// Built-in model and cluster presets (docs/design.md §6): the facts about
+// models and hardware that the cost model, the simulator and the baselines all
+// use, and the derivation of default cost coefficients from FLOP counts and
+// those hardware figures. Where each figure comes from is documented in
 // src/presets/presets.cc and docs/simulator.md. Thread-safe (immutable data).
 #pragma once
 
@@ -23,14 +23,16 @@ struct ClusterPreset {
   double bw_inter_node = 0;  // bytes/s, P2P across nodes (per rank)
   // --- measured or published hardware figures (docs/simulator.md) ---
   double hbm_bytes_per_s = 3.2e12;  // sustained device-memory bandwidth
-  double latency_intra_s = 8e-6;    // per P2P message / collective step, in a node
-  double latency_inter_s = 20e-6;   // the same across nodes
-  double launch_s = 8e-6;           // per kernel launch (host + device gap)
+  double latency_intra_s =
+      8e-6;  // per P2P message / collective step, in a node
+  double latency_inter_s = 20e-6;  // the same across nodes
+  double launch_s = 8e-6;          // per kernel launch (host + device gap)
   // Sustained efficiency (fraction of peak_flops) of kernels of the size a
   // rank runs: eff(n) = max · n / (n + half), n = rows (GEMM) or query
   // tokens of one attention block. Attention: FlashAttention-3 style kernels;
   // forward and backward on their own curves, both without a causal mask; a
-  // causal block of n tokens is slower by 1 + causal_gain · (n/512)^-causal_exponent.
+  // causal block of n tokens is slower by 1 + causal_gain ·
+  // (n/512)^-causal_exponent.
   double gemm_eff_max = 0.63;
   double gemm_eff_half_rows = 256;
   double attn_fwd_eff_max = 0.676;
@@ -44,9 +46,10 @@ struct ClusterPreset {
 struct ModelPreset {
   ModelShape shape;
   bool multimodal = false;
-  int vision_tokens_per_tile = 0;  // LLM tokens per 448² image tile / frame pair
-  int64_t params() const;            // backbone parameters incl. embeddings
-  int64_t vision_params() const;     // vision encoder parameters (0 for LLMs)
+  int vision_tokens_per_tile =
+      0;                   // LLM tokens per 448² image tile / frame pair
+  int64_t params() const;  // backbone parameters incl. embeddings
+  int64_t vision_params() const;  // vision encoder parameters (0 for LLMs)
 };
 
 const std::vector<ModelPreset>& ModelPresets();
@@ -60,6 +63,7 @@ inline constexpr std::string_view kDefaultModel = "qwen3-8b";
 
 // Default coefficients for `model` trained on `cluster` (see presets.cc for the
 // FLOP/byte derivation, recompute policy and sharding assumed).
-CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster);
+CostModel DeriveCostModel(const ModelPreset& model,
+                          const ClusterPreset& cluster);
 
 }  // namespace fcp

@@ -20,9 +20,9 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,17 +38,20 @@ class RingTransport;  // src/profile/cpu_target.h
 }  // namespace profile
 
 struct ProfileOptions {
-  std::string target = "sim:ascend910c-4x16";  // "cpu" or "sim:<cluster preset>"
+  std::string target =
+      "sim:ascend910c-4x16";  // "cpu" or "sim:<cluster preset>"
   // sim: a model preset (qwen3-8b, ...); cpu: "cpu-tiny" (the default there):
   // 1 layer, hidden 256, 4 heads of 64 (GQA 2 kv heads), SwiGLU ffn 768.
-  std::string model;          // "" = qwen3-8b (sim) / cpu-tiny (cpu)
+  std::string model;             // "" = qwen3-8b (sim) / cpu-tiny (cpu)
   std::vector<int64_t> lengths;  // tokens; empty = the target's default grid
   std::vector<int> degrees;      // CP degrees >= 1; empty = default grid
   int repeats = 3;               // measurements per grid point (mean is used)
-  double noise_rel = 0.02;       // sim: sigma of the log-normal noise per measurement
+  double noise_rel =
+      0.02;  // sim: sigma of the log-normal noise per measurement
   double heldout_fraction = 0.25;  // grid points held out of the error fit
-  uint64_t seed = 1;             // noise and held-out split
-  bool packed_groups = true;     // also sample groups of 4 equal sequences (eta 0/1 mix)
+  uint64_t seed = 1;               // noise and held-out split
+  bool packed_groups =
+      true;  // also sample groups of 4 equal sequences (eta 0/1 mix)
   // Skip grid points whose per-rank chunk s/d is below this (tokens): a
   // planner never shards a sequence that thin, and there the fixed per-step
   // costs that Eq. 8-9 do not model dominate. 0 keeps every point.
@@ -68,13 +71,15 @@ struct ProfileReport {
   std::string hardware;   // "simulated: ..." or "measured: <cpu>, ..."
   std::string transport;  // cpu: what measured the ring traffic ("in-process
                           // copy", "mpi, 2 ranks"); "" for sim targets
-  CostModel cost_model;   // fitted on all samples; bandwidths/memory from the preset
-  FitResult fit;          // the fit behind cost_model
+  CostModel
+      cost_model;  // fitted on all samples; bandwidths/memory from the preset
+  FitResult fit;   // the fit behind cost_model
   HeldoutReport heldout;  // fit on the training split, error on held-out points
   std::vector<FitSample> samples;
   std::vector<bool> is_heldout;  // per sample
-  double wall_s = 0;      // profiling wall time
-  std::string residual_note;  // what dominates the residual (largest-error points)
+  double wall_s = 0;             // profiling wall time
+  std::string
+      residual_note;  // what dominates the residual (largest-error points)
 };
 
 // Runs the profile. Throws InputError naming the field: "target", "model",
@@ -85,16 +90,18 @@ ProfileReport RunProfile(const ProfileOptions& options);
 // profile --target torch`), fitted and reported exactly as RunProfile fits
 // its own: a seeded held-out split, the fit on all samples, the residual note.
 struct MeasuredProfile {
-  std::string target;     // e.g. "torch:cuda"
+  std::string target;  // e.g. "torch:cuda"
   std::string model;
   std::string hardware;   // "measured: ..."
   std::string transport;  // what carried the ring traffic
-  std::vector<FitSample> samples;  // ring samples (the fit takes ring samples only)
-  std::vector<std::string> what;   // description per sample, for the residual note
-  CostModel base;         // bandwidths and memory fields of the result
+  std::vector<FitSample>
+      samples;  // ring samples (the fit takes ring samples only)
+  std::vector<std::string>
+      what;        // description per sample, for the residual note
+  CostModel base;  // bandwidths and memory fields of the result
   double heldout_fraction = 0.25;
   uint64_t seed = 1;
-  double wall_s = 0;      // measuring time; the fit's time is added
+  double wall_s = 0;  // measuring time; the fit's time is added
 };
 
 // Throws InputError("samples") for fewer than 4 samples or a `what` of
@@ -112,9 +119,9 @@ std::string ProfileReportToJson(const ProfileReport& report, int indent = 2);
 std::string ProfileReportToTable(const ProfileReport& report);
 
 // ---------------------------------------------------------------------------
-// Robustness of plans to coefficient error (paper Tables 4-5, `fcp eval noise`).
-// For each rank count and noise level p, every coefficient (alpha1, alpha2,
-// beta1, alpha3, beta2) is multiplied by (1 + u), u ~ Uniform[-p, p]
+// Robustness of plans to coefficient error (paper Tables 4-5, `fcp eval
+// noise`). For each rank count and noise level p, every coefficient (alpha1,
+// alpha2, beta1, alpha3, beta2) is multiplied by (1 + u), u ~ Uniform[-p, p]
 // independently (seeded); the same batches are re-planned with MakePlan; a
 // plan "matches" when its multiset of CP degrees (all groups, all
 // micro-batches) equals the plan under the unperturbed coefficients; the step
@@ -126,10 +133,10 @@ inline constexpr const auto& kNoiseCoefficients = kTimingCoefficients;
 struct NoiseEvalOptions {
   std::string cluster = "ascend910c-4x16";
   std::string model = "qwen3-8b";
-  std::string dataset = "github";      // fcp::SampleBatch dataset name
-  int64_t batch_sequences = 512;       // sequences per global batch (paper GBS)
-  int batches = 16;                    // global batches per rank count
-  int trials = 8;                      // perturbation draws per batch and level
+  std::string dataset = "github";  // fcp::SampleBatch dataset name
+  int64_t batch_sequences = 512;   // sequences per global batch (paper GBS)
+  int batches = 16;                // global batches per rank count
+  int trials = 8;                  // perturbation draws per batch and level
   std::vector<int> rank_counts = {32, 64};
   std::vector<double> noise_levels = {0.05, 0.10, 0.20, 0.30, 0.50};
   std::string strategy = "fcp";
@@ -146,9 +153,10 @@ struct NoiseEvalOptions {
   // on sim:<cluster> for the model (the default profile grid).
   std::optional<CostModel> base;
   // The planner plans against mem_capacity·(1 - mem_headroom): its memory
-  // model (docs/design.md §2) and the simulator's differ slightly, and a plan that
-  // fills memory exactly can be an OOM in the simulator. Batches whose base
-  // plan still OOMs are skipped (NoiseEvalRow::batches counts the used ones).
+  // model (docs/design.md §2) and the simulator's differ slightly, and a plan
+  // that fills memory exactly can be an OOM in the simulator. Batches whose
+  // base plan still OOMs are skipped (NoiseEvalRow::batches counts the used
+  // ones).
   double mem_headroom = 0.02;
   // PlanRequest::group_time_sigma of every plan, base and perturbed (fcp
   // ranks by the expected step under it: a hedge that trades unperturbed
@@ -164,14 +172,16 @@ struct NoiseEvalOptions {
 
 struct NoiseEvalRow {
   int ranks = 0;
-  double noise = 0;          // p (fraction)
-  int batches = 0;           // batches whose base plan ran (not OOM, feasible)
-  int plans = 0;             // batches × trials
-  double cp_match = 0;       // fraction of plans with an unchanged degree multiset
-  double time_change_mean = 0;  // mean of (t_perturbed - t_base) / t_base (simulated)
+  double noise = 0;     // p (fraction)
+  int batches = 0;      // batches whose base plan ran (not OOM, feasible)
+  int plans = 0;        // batches × trials
+  double cp_match = 0;  // fraction of plans with an unchanged degree multiset
+  double time_change_mean =
+      0;  // mean of (t_perturbed - t_base) / t_base (simulated)
   double time_change_max = 0;
-  double base_step_s = 0;    // mean simulated step of the unperturbed plans (s)
-  double paper_time_change = -1;  // paper Table 4/5 (fraction), -1 when not reported
+  double base_step_s = 0;  // mean simulated step of the unperturbed plans (s)
+  double paper_time_change =
+      -1;  // paper Table 4/5 (fraction), -1 when not reported
   double paper_cp_match = -1;
 };
 
@@ -193,21 +203,27 @@ struct NoiseEvalReport {
 // InputError("group_times_s") when the count is not the plan's group count,
 // ("group_times_s[i]") for a time that is not NaN and not > 0, and ("plan")
 // when the plan is not a plan of `request` (ValidatePlan). Pure function.
-std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Plan& plan,
-                                            std::span<const double> group_times_s);
+std::vector<FitSample> MeasuredGroupSamples(
+    const PlanRequest& request, const Plan& plan,
+    std::span<const double> group_times_s);
 
 // Learning step after step: keeps every group measured so far and refits the
 // coefficients it started from on all of them (RecalibrateCostModel).
 // options.model is needed for plans with all-to-all groups. Not thread-safe.
 class CoefficientLearner {
  public:
-  explicit CoefficientLearner(CostModel start, RecalibrationOptions options = {})
-      : start_(std::move(start)), options_(std::move(options)), learnt_{start_} {}
+  explicit CoefficientLearner(CostModel start,
+                              RecalibrationOptions options = {})
+      : start_(std::move(start)),
+        options_(std::move(options)),
+        learnt_{start_} {}
   // Adds the groups of `plan` (made for `request`) as MeasuredGroupSamples
   // does, then refits. Returns the coefficients to plan with next.
   const CostModel& Learn(const PlanRequest& request, const Plan& plan,
                          std::span<const double> group_times_s);
-  const CostModel& cost() const { return learnt_.cost_model; }  // the start before any step
+  const CostModel& cost() const {
+    return learnt_.cost_model;
+  }  // the start before any step
   const Recalibration& last() const { return learnt_; }
   const std::vector<FitSample>& measured() const { return measured_; }
 

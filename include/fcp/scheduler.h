@@ -3,12 +3,12 @@
 //   Plan MakePlan(const PlanRequest&, const PlanOptions&)
 //
 // Inputs: a batch of sequences (tokens), a cluster (ranks), cost coefficients
-// (SI units, docs/design.md §2) and a strategy name. Output: a Plan whose times are in
-// milliseconds and memory in bytes, with est_ms (the list-schedule makespan of
-// its micro-batches: ListScheduleMs below), lower_bound_ms and solver_ms
-// filled in and every group's estimate computed from its actual ranks.
-// Errors: invalid input (empty batch, length <= 0, eta outside [0,1], bad
-// coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
+// (SI units, docs/design.md §2) and a strategy name. Output: a Plan whose times
+// are in milliseconds and memory in bytes, with est_ms (the list-schedule
+// makespan of its micro-batches: ListScheduleMs below), lower_bound_ms and
+// solver_ms filled in and every group's estimate computed from its actual
+// ranks. Errors: invalid input (empty batch, length <= 0, eta outside [0,1],
+// bad coefficients, mem_capacity > 2^62 bytes, coefficients so large that times
 // would overflow or positive ones so small (< 1e-280) that they underflow, a
 // bad grad_sync, group_time_sigma or communicators, N < 1, R < 1, unknown
 // strategy or bad option) throws InputError naming the field. A batch in
@@ -41,9 +41,11 @@ namespace fcp {
 // at least one bucket of each is exposed. Without overlap the sync is a
 // constant that no plan changes: leave grad_sync unset.
 struct GradientSync {
-  double collective_s = 0;      // one reduce-scatter (= one all-gather) over all N ranks, s
-  int buckets = 1;              // gradient buckets (>= 1)
-  double forward_share = 0.25;  // forward part of a group's time, [0, 1] (full recompute: 1/4)
+  double collective_s =
+      0;            // one reduce-scatter (= one all-gather) over all N ranks, s
+  int buckets = 1;  // gradient buckets (>= 1)
+  double forward_share =
+      0.25;  // forward part of a group's time, [0, 1] (full recompute: 1/4)
 };
 
 // Communicators a runtime already holds, and what a new one costs. A group of
@@ -52,8 +54,8 @@ struct GradientSync {
 // CPGroupCache, the simulator's cache), so a group on a new rank set starts
 // create_s later, once per rank set. fcp charges it when ranking candidates.
 struct CommunicatorCache {
-  double create_s = 0;                      // creating one communicator, s
-  std::vector<std::vector<int>> existing;   // rank sets (any order within a set)
+  double create_s = 0;                     // creating one communicator, s
+  std::vector<std::vector<int>> existing;  // rank sets (any order within a set)
 };
 
 struct PlanRequest {
@@ -97,8 +99,9 @@ struct PlanOptions {
   int64_t max_seqlen_per_rank = 0;
   // bytescale: fixed per-rank token capacity C (tokens); 0 = tune.
   int64_t capacity_tokens = 0;
-  double time_limit_s = 10.0;    // flexsp: wall-clock limit of the whole planning call
-  uint64_t seed = 0;             // strategies with randomness
+  double time_limit_s =
+      10.0;           // flexsp: wall-clock limit of the whole planning call
+  uint64_t seed = 0;  // strategies with randomness
   Dealing dealing = Dealing::kBalanced;  // megatron/deepspeed: see Dealing
   // When the planning call began (MakePlan sets it when it starts planning,
   // unless the caller did), so that a time-limited strategy's deadline covers
@@ -130,7 +133,8 @@ class Strategy {
   // it over for this batch; `fcp simulate` simulates each on its warm-up
   // batches and fixes the fastest, as a user sets it once.
   virtual Setting setting() const { return Setting::kNone; }
-  virtual std::vector<int64_t> SettingCandidates(const PlanRequest& /*request*/) const {
+  virtual std::vector<int64_t> SettingCandidates(
+      const PlanRequest& /*request*/) const {
     return {};
   }
 };
@@ -160,8 +164,9 @@ Plan MakePlan(const PlanRequest& request, const PlanOptions& options = {});
 // group (e.g. every micro-batch spans all ranks with one group). Reads only
 // the groups' est_ms; ranks must lie in [0, num_ranks). `group_start_ms`,
 // when given, receives each group's start (ms), indexed [micro-batch][group].
-double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
-                      std::vector<std::vector<double>>* group_start_ms = nullptr);
+double ListScheduleMs(
+    int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+    std::vector<std::vector<double>>* group_start_ms = nullptr);
 
 // The step estimate (ms) of micro-batches whose groups' est_ms are filled:
 // the latest rank's list-schedule finish plus the exposed part of the
@@ -181,7 +186,8 @@ double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
 // less noise than either). Not thread-safe (one per planning call).
 class GroupTimeNoise {
  public:
-  // Throws InputError for sigma outside [0, 2] (group_time_sigma) or samples < 1.
+  // Throws InputError for sigma outside [0, 2] (group_time_sigma) or samples
+  // < 1.
   explicit GroupTimeNoise(double sigma, int samples = 128);
   double sigma() const { return sigma_; }
   int samples() const { return samples_; }
@@ -198,27 +204,30 @@ class GroupTimeNoise {
 // null) with every group's est_ms times its factor and, when given, the k-th
 // group (in micro-batch, group order) starting delay_ms[k] after its ranks are
 // free (NewCommunicatorDelaysMs). sigma 0: the exact value.
-double ExpectedStepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+double ExpectedStepMs(int num_ranks,
+                      const std::vector<MicroBatchPlan>& micro_batches,
                       const GradientSync* sync, GroupTimeNoise& noise,
                       std::span<const double> delay_ms = {});
 
 // Per group of `micro_batches` (in micro-batch, group order): cache.create_s
 // (ms) for the first group of d > 1 on a rank set that `cache` does not hold,
 // 0 for every other.
-std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
-                                            const CommunicatorCache& cache);
+std::vector<double> NewCommunicatorDelaysMs(
+    const std::vector<MicroBatchPlan>& micro_batches,
+    const CommunicatorCache& cache);
 // The same with the cache's rank sets sorted once (SortedRankSets), for a
 // caller that scores many plans against one cache.
 std::set<std::vector<int>> SortedRankSets(const CommunicatorCache& cache);
-std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
-                                            const std::set<std::vector<int>>& held,
-                                            double create_s);
+std::vector<double> NewCommunicatorDelaysMs(
+    const std::vector<MicroBatchPlan>& micro_batches,
+    const std::set<std::vector<int>>& held, double create_s);
 
 // Fills est_ms/mem_bytes of every group and est_ms (max over its groups) of
 // every micro-batch from the cost model and actual placement, and returns
 // ListScheduleMs of them: the one plan estimate every strategy, baseline
 // tuning and candidate ranking uses.
-double EstimateMicroBatches(const PlanRequest& request, std::vector<MicroBatchPlan>& micro_batches);
+double EstimateMicroBatches(const PlanRequest& request,
+                            std::vector<MicroBatchPlan>& micro_batches);
 
 // EstimateMicroBatches into plan.est_ms, plus lower_bound_ms. Used by
 // MakePlan; exposed for strategies and tests that build plans by hand.

@@ -1,16 +1,17 @@
-// The hardware simulator (docs/design.md §5): the "cluster" on which plans run when
-// no cluster is at hand. It is deliberately NOT the planner's cost formula: it
-// models per-layer GEMM and attention FLOPs at length-dependent efficiencies,
-// ring attention step by step (compute/transfer overlap per step, per-step
-// latency, intra- vs inter-node links by actual placement), Ulysses all-to-all,
-// zigzag chunking with padding, kernel-launch costs, activation recompute
-// (full, selective or none), memory-bound elementwise traffic, the MLLM vision
-// encoder (frozen/unfrozen), communicator creation, gradient reduction once per
-// global batch (overlapped with the backward as Megatron does, or serial),
-// per-rank memory (a group that does not fit is reported as OOM and never
-// "run") and optional seeded multiplicative noise. Every figure it produces is
-// simulated. Its constants and their sources: docs/simulator.md; its check
-// against published measurements: docs/calibration.md (`fcp eval calibrate`).
+// The hardware simulator (docs/design.md §5): the "cluster" on which plans run
+// when no cluster is at hand. It is deliberately NOT the planner's cost
+// formula: it models per-layer GEMM and attention FLOPs at length-dependent
+// efficiencies, ring attention step by step (compute/transfer overlap per step,
+// per-step latency, intra- vs inter-node links by actual placement), Ulysses
+// all-to-all, zigzag chunking with padding, kernel-launch costs, activation
+// recompute (full, selective or none), memory-bound elementwise traffic, the
+// MLLM vision encoder (frozen/unfrozen), communicator creation, gradient
+// reduction once per global batch (overlapped with the backward as Megatron
+// does, or serial), per-rank memory (a group that does not fit is reported as
+// OOM and never "run") and optional seeded multiplicative noise. Every figure
+// it produces is simulated. Its constants and their sources: docs/simulator.md;
+// its check against published measurements: docs/calibration.md (`fcp eval
+// calibrate`).
 //
 // Units: seconds, bytes, FLOPs, tokens. Thread-safety: all functions are pure
 // functions of their arguments (safe to call concurrently).
@@ -58,10 +59,12 @@ struct HardwareModel {
   double bw_inter_node = 50e9;       // bytes/s per rank across nodes
   double latency_intra_s = 8e-6;     // per P2P message / collective step
   double latency_inter_s = 20e-6;
-  double launch_s = 8e-6;            // per kernel launch (host + device gap)
-  int kernels_per_layer_pass = 14;   // kernels of one transformer layer, one pass
-  double group_create_s = 1e-3;      // new communicator (paper: ≈ 1 ms), cached
-  double framework_reserve_bytes = 1.5e9;  // runtime context, collectives buffers
+  double launch_s = 8e-6;  // per kernel launch (host + device gap)
+  int kernels_per_layer_pass =
+      14;                        // kernels of one transformer layer, one pass
+  double group_create_s = 1e-3;  // new communicator (paper: ≈ 1 ms), cached
+  double framework_reserve_bytes =
+      1.5e9;  // runtime context, collectives buffers
   // --- efficiency curves: eff(n) = max · n / (n + half), capped at 0.95 ---
   // Attention (FlashAttention-3 fits, ClusterPreset): forward and backward
   // each on its own curve, both for an unmasked block of n query tokens; a
@@ -87,8 +90,10 @@ struct HardwareModel {
   ModelShape shape;
   bool multimodal = false;
   int vision_tokens_per_tile = 0;  // LLM tokens per 448² tile / frame
-  int vision_patches_per_token = 4;  // encoder patches per LLM vision token (2×2 merge)
-  int vision_patches_per_tile = 1024;  // full attention inside a tile in the ViT
+  int vision_patches_per_token =
+      4;  // encoder patches per LLM vision token (2×2 merge)
+  int vision_patches_per_tile =
+      1024;                    // full attention inside a tile in the ViT
   bool vision_frozen = false;  // frozen: encoder forward only, no encoder grads
 };
 
@@ -97,12 +102,14 @@ struct HardwareModel {
 // (ranks_per_node becomes min(R, N)). Throws InputError("ranks") when
 // num_ranks < 0.
 HardwareModel MakeHardwareModel(const ModelPreset& model,
-                                const ClusterPreset& cluster, int num_ranks = 0);
+                                const ClusterPreset& cluster,
+                                int num_ranks = 0);
 
 // --- FLOP counts (exposed for tests and docs; forward pass only) ---
 // Backbone parameters of one transformer layer: h·(dq + 2·dkv) + dq·h + 3·h·f.
 double LayerParams(const ModelShape& shape);
-// All trainable backbone parameters: L·LayerParams + 2·h·V (embedding, LM head).
+// All trainable backbone parameters: L·LayerParams + 2·h·V (embedding, LM
+// head).
 double BackboneParams(const ModelShape& shape);
 // Vision encoder parameters: 12·vh²·vl.
 double VisionParams(const ModelShape& shape);
@@ -111,35 +118,39 @@ double LayerGemmFlopsForward(const ModelShape& shape, double tokens);
 // Forward attention FLOPs of ONE layer for a sequence of `len` tokens with mask
 // factor eta: QKᵀ and PV over the visible pairs, 4·dq per pair, visible pairs
 // (1 + eta)·len²/2 (0 = causal, 1 = full).
-double LayerAttentionFlopsForward(const ModelShape& shape, double len, double eta);
+double LayerAttentionFlopsForward(const ModelShape& shape, double len,
+                                  double eta);
 
 // Efficiency (fraction of peak) of attention over a block of `tokens` query
 // tokens with mask factor eta (0 = causal: the unmasked rate / CausalSlowdown;
 // 1 = full: the unmasked rate; in between, linear in eta), forward or
 // backward; and of a GEMM with `rows` rows.
-double AttentionForwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);
-double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens, double eta = 0);
+double AttentionForwardEfficiency(const HardwareModel& hw, double tokens,
+                                  double eta = 0);
+double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens,
+                                   double eta = 0);
 // How much slower a causal block of `tokens` tokens runs than an unmasked one
-// (per FLOP): 1 + attn_causal_gain · (tokens/512)^-attn_causal_exponent, in [1, 2].
+// (per FLOP): 1 + attn_causal_gain · (tokens/512)^-attn_causal_exponent, in [1,
+// 2].
 double CausalSlowdown(const HardwareModel& hw, double tokens);
 double GemmEfficiency(const HardwareModel& hw, double rows);
 
 // One CP group's forward + recompute + backward on its ranks, per rank.
 struct GroupSimResult {
-  double time_s = 0;            // wall time of the group (all ranks symmetric)
-  double forward_s = 0;         // of time_s: the first forward pass
-  double backward_s = 0;        // of time_s: the backward phase (incl. recompute)
-  double gemm_s = 0;            // linear layers incl. LM head
-  double attention_s = 0;       // attention kernels (compute only)
-  double elementwise_s = 0;     // norms, activations, residuals (HBM-bound)
-  double comm_s = 0;            // total transfer time (ring P2P or all-to-all)
-  double exposed_comm_s = 0;    // part of comm_s not hidden behind compute
-  double launch_s = 0;          // kernel launches
-  double vision_s = 0;          // vision encoder (+ projector)
-  double comm_bytes_per_rank = 0;  // bytes sent by one rank
+  double time_s = 0;          // wall time of the group (all ranks symmetric)
+  double forward_s = 0;       // of time_s: the first forward pass
+  double backward_s = 0;      // of time_s: the backward phase (incl. recompute)
+  double gemm_s = 0;          // linear layers incl. LM head
+  double attention_s = 0;     // attention kernels (compute only)
+  double elementwise_s = 0;   // norms, activations, residuals (HBM-bound)
+  double comm_s = 0;          // total transfer time (ring P2P or all-to-all)
+  double exposed_comm_s = 0;  // part of comm_s not hidden behind compute
+  double launch_s = 0;        // kernel launches
+  double vision_s = 0;        // vision encoder (+ projector)
+  double comm_bytes_per_rank = 0;     // bytes sent by one rank
   double padded_tokens_per_rank = 0;  // tokens after zigzag padding
   double mem_bytes_per_rank = 0;
-  bool oom = false;             // mem_bytes_per_rank > mem_capacity_bytes
+  bool oom = false;  // mem_bytes_per_rank > mem_capacity_bytes
 };
 
 // Simulates one group of `sequences` on `ranks` (global rank ids in ring
@@ -197,18 +208,21 @@ struct SimOptions {
 // One global batch (all micro-batches of `plan`) on the simulated cluster.
 struct SimResult {
   bool oom = false;
-  std::string oom_message;   // "micro_batches[i].groups[j]: needs X GB > Y GB"
-  double iter_s = 0;         // wall time of the global batch (0 when oom)
-  double compute_s = 0;      // until the last rank finishes its last group
-  double grad_sync_s = 0;    // exposed gradient reduction + optimizer step
-  double grad_sync_total_s = 0;  // the whole reduction + optimizer, hidden or not
-  double group_create_s = 0; // communicator creation on the critical path (sum)
+  std::string oom_message;  // "micro_batches[i].groups[j]: needs X GB > Y GB"
+  double iter_s = 0;        // wall time of the global batch (0 when oom)
+  double compute_s = 0;     // until the last rank finishes its last group
+  double grad_sync_s = 0;   // exposed gradient reduction + optimizer step
+  double grad_sync_total_s =
+      0;  // the whole reduction + optimizer, hidden or not
+  double group_create_s =
+      0;                     // communicator creation on the critical path (sum)
   int new_groups = 0;        // distinct rank sets created (first use)
   double tokens = 0;         // unpadded tokens of the batch
   double tokens_per_s = 0;   // tokens / iter_s
   double busy_fraction = 0;  // Σ rank busy time / (N · compute_s)
-  double exposed_comm_s = 0; // Σ over groups of exposed communication
-  std::vector<double> micro_batch_end_s;  // when each micro-batch's last group ends
+  double exposed_comm_s = 0;  // Σ over groups of exposed communication
+  std::vector<double>
+      micro_batch_end_s;  // when each micro-batch's last group ends
   // When each group ran (plan order; groups without sequences left out): the
   // timeline that plot::SimulatedTimeline draws. Empty when oom.
   struct GroupSpan {
@@ -237,7 +251,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
 // would report to learn from (fcp::MeasuredGroupSamples). Plan order
 // (micro_batches[0].groups, then [1], ...); NaN for a group that did not run
 // (no sequences) and for every group of an OOM result.
-std::vector<double> MeasuredGroupTimesS(const Plan& plan, const SimResult& result);
+std::vector<double> MeasuredGroupTimesS(const Plan& plan,
+                                        const SimResult& result);
 
 // Asynchronous CPU scheduling (paper §4, "decoupling scheduling and
 // training"): the plan of step i is computed while step i-1 runs. Step 0's
@@ -246,7 +261,9 @@ struct OverlapReport {
   double solver_s = 0;   // Σ solver time
   double hidden_s = 0;   // Σ min(solver_i, iter_{i-1})
   double exposed_s = 0;  // solver_s - hidden_s
-  double hidden_fraction() const { return solver_s > 0 ? hidden_s / solver_s : 1.0; }
+  double hidden_fraction() const {
+    return solver_s > 0 ? hidden_s / solver_s : 1.0;
+  }
 };
 // `solver_s[i]` and `iter_s[i]` per step (same length). Throws InputError on a
 // length mismatch.
@@ -264,7 +281,8 @@ OverlapReport OverlapScheduling(std::span<const double> solver_s,
 // of each collective, and all of the sync beyond the compute it can hide
 // behind (derivation in docs/simulator.md). No plan simulates faster
 // (noise aside). `vision_tokens` as in SimOptions.
-double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> sequences,
+double PhysicalLowerBoundS(const HardwareModel& hw,
+                           std::span<const Sequence> sequences,
                            bool overlap_grad_reduce = true,
                            std::span<const int64_t> vision_tokens = {});
 
@@ -293,21 +311,24 @@ enum class Tuning {
 };
 
 struct ExperimentConfig {
-  std::string dataset = "github";  // a DatasetNames() entry; ignored if lengths set
+  std::string dataset =
+      "github";  // a DatasetNames() entry; ignored if lengths set
   std::vector<int64_t> lengths;    // real lengths to draw from (--lengths FILE)
   std::string model = "qwen3-8b";  // ModelPresets() name
   std::string cluster = "ascend910c-4x16";  // ClusterPresets() name
-  int ranks = 0;                   // 0 = the cluster preset's rank count
-  int64_t global_batch = 512;      // sequences per global batch (>= 1)
-  int steps = 10;                  // measured global batches (>= 1)
-  int warmup = 5;                  // extra batches first, not measured: the
-                                   // warm-up pick of baselines' settings (>= 0)
-  uint64_t seed = 1;               // batch i is drawn with seed + i
-  std::vector<std::string> strategies = {"fcp", "fcp-paper", "megatron", "deepspeed"};
-  bool vision_frozen = false;      // MLLMs: frozen vision encoder
-  double noise_rel = 0;            // simulator noise (SimOptions::noise_rel)
-  double time_limit_s = 10;        // PlanOptions::time_limit_s (flexsp)
-  Dealing dealing = Dealing::kBalanced;  // PlanOptions::dealing (static baselines)
+  int ranks = 0;               // 0 = the cluster preset's rank count
+  int64_t global_batch = 512;  // sequences per global batch (>= 1)
+  int steps = 10;              // measured global batches (>= 1)
+  int warmup = 5;              // extra batches first, not measured: the
+                               // warm-up pick of baselines' settings (>= 0)
+  uint64_t seed = 1;           // batch i is drawn with seed + i
+  std::vector<std::string> strategies = {"fcp", "fcp-paper", "megatron",
+                                         "deepspeed"};
+  bool vision_frozen = false;  // MLLMs: frozen vision encoder
+  double noise_rel = 0;        // simulator noise (SimOptions::noise_rel)
+  double time_limit_s = 10;    // PlanOptions::time_limit_s (flexsp)
+  Dealing dealing =
+      Dealing::kBalanced;  // PlanOptions::dealing (static baselines)
   std::optional<CostModel> cost_model;  // planner coefficients; default derived
   // Static strategies (megatron, deepspeed): 0 = tune the degree (`tune`);
   // > 0 = this degree, forced (must divide the ranks).
@@ -360,24 +381,26 @@ struct ExperimentConfig {
       on_first_measured_step;
   // Called with every measured and warm-up step's request and plan after the
   // tuning (for `fcp simulate --save-plans`); may be empty.
-  std::function<void(const std::string& strategy, const PlanRequest&, const Plan&)> on_plan;
+  std::function<void(const std::string& strategy, const PlanRequest&,
+                     const Plan&)>
+      on_plan;
 };
 
 struct StrategyResult {
   std::string strategy;
-  bool oom = false;         // some step's plan does not fit the simulated memory
+  bool oom = false;  // some step's plan does not fit the simulated memory
   bool infeasible = false;  // the planner found no feasible plan
   std::string message;      // why, when oom or infeasible
   double iter_s = 0;        // mean simulated time per global batch
   double tokens_per_s = 0;  // Σ tokens / Σ iter_s
   double compute_s = 0;     // mean time until the last group ends
   double grad_sync_s = 0;   // mean gradient sync + optimizer
-  double solver_ms = 0;     // mean planner wall time per global batch (measured)
+  double solver_ms = 0;  // mean planner wall time per global batch (measured)
   double solver_max_ms = 0;
-  double schedule_ms = 0;   // solver + simulated communicator creation, mean
-  double micro_batches = 0; // mean micro-batches per global batch
-  double busy_fraction = 0; // mean
-  int cp_degree = 0;        // tuned static degree (megatron/deepspeed), else 0
+  double schedule_ms = 0;    // solver + simulated communicator creation, mean
+  double micro_batches = 0;  // mean micro-batches per global batch
+  double busy_fraction = 0;  // mean
+  int cp_degree = 0;         // tuned static degree (megatron/deepspeed), else 0
   std::string degree_candidates;  // "1:12.3s,2:10.1s,..." tried while tuning
   // The tuned (or forced) main setting of any strategy that has one: its
   // plan-note name (cp_degree, max_seqlen_per_dp_cp_rank, capacity_tokens)
@@ -390,12 +413,13 @@ struct StrategyResult {
   std::string tuning;
   int64_t warmup_setting = 0;
   double warmup_iter_s = 0;
-  std::string first_micro_batch_mix;  // e.g. "<8>x1, <6>x2, <1>x4"
+  std::string first_micro_batch_mix;    // e.g. "<8>x1, <6>x2, <1>x4"
   std::map<int, int> degree_histogram;  // degree -> groups, all measured steps
-  OverlapReport overlap;    // asynchronous scheduling over the measured steps
+  OverlapReport overlap;  // asynchronous scheduling over the measured steps
   std::vector<double> step_iter_s;
-  std::map<std::string, double> speedup_vs;  // other strategy -> its iter / ours
-  double vs_bound = 0;      // iter_s / ExperimentResult::lower_bound_s (>= 1)
+  std::map<std::string, double>
+      speedup_vs;       // other strategy -> its iter / ours
+  double vs_bound = 0;  // iter_s / ExperimentResult::lower_bound_s (>= 1)
 };
 
 struct ExperimentResult {
@@ -409,10 +433,10 @@ struct ExperimentResult {
 // Runs the experiment: for each step, draws the global batch, plans it with
 // every strategy (a baseline's main setting tuned per ExperimentConfig::tune:
 // in hindsight by default, every candidate run and the fastest on the
-// measured batches kept), simulates each plan and aggregates over the measured steps. Throws
-// InputError naming the field for unknown dataset/model/cluster/strategy or
-// bad counts. Not thread-safe only in that `progress` is called from the
-// calling thread.
+// measured batches kept), simulates each plan and aggregates over the measured
+// steps. Throws InputError naming the field for unknown
+// dataset/model/cluster/strategy or bad counts. Not thread-safe only in that
+// `progress` is called from the calling thread.
 ExperimentResult RunExperiment(const ExperimentConfig& config);
 
 // {"simulated": true, "config": {...}, "results": [...]} (README format).
@@ -430,8 +454,9 @@ struct PlannedBatch {
 };
 // Parses a plan file: a JSON array, or JSON lines, of {"batch": <fcp plan
 // input>, "plan": <fcp plan --format json output for it>}. Every pair is
-// validated; errors name the field, e.g. "[3].plan.micro_batches[0].groups[2].ranks".
-// All batches must share one cluster (ranks, ranks_per_node).
+// validated; errors name the field, e.g.
+// "[3].plan.micro_batches[0].groups[2].ranks". All batches must share one
+// cluster (ranks, ranks_per_node).
 std::vector<PlannedBatch> ParsePlannedBatches(std::string_view text);
 // One line of such a file for `request` and its `plan`.
 std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan);
@@ -454,9 +479,11 @@ struct PaperEvalOptions {
   std::string out_dir;  // created if missing; report.md, *.csv, *.png go here
   bool quick = false;   // fewer steps, scaling only to 64 ranks (smoke test)
   uint64_t seed = 1;
-  bool plots = true;    // PNGs via gnuplot (skipped with a note if missing)
-  Dealing dealing = Dealing::kBalanced;  // static baselines' dealing (ExperimentConfig)
-  Tuning tune = Tuning::kHindsight;      // baselines' settings (ExperimentConfig::tune)
+  bool plots = true;  // PNGs via gnuplot (skipped with a note if missing)
+  Dealing dealing =
+      Dealing::kBalanced;  // static baselines' dealing (ExperimentConfig)
+  Tuning tune =
+      Tuning::kHindsight;  // baselines' settings (ExperimentConfig::tune)
   std::function<void(const std::string&)> progress;  // may be empty
 };
 // Runs Figures 3, 4, 5, 6, Tables 1, 2, 6 and the extreme case, writing

@@ -16,11 +16,13 @@
 namespace fcp::sim {
 
 struct StudyOptions {
-  std::string out_dir;            // study.md and study.csv go here (created)
-  bool quick = false;             // a small grid, one measured batch per case
-  uint64_t seed = 1;              // batch i of a case is drawn with seed + i
-  std::vector<int64_t> lengths;   // real lengths (e.g. --lengths FILE); empty = no "real" rows
-  std::string lengths_label = "real";  // how the real lengths are named in the tables
+  std::string out_dir;  // study.md and study.csv go here (created)
+  bool quick = false;   // a small grid, one measured batch per case
+  uint64_t seed = 1;    // batch i of a case is drawn with seed + i
+  std::vector<int64_t>
+      lengths;  // real lengths (e.g. --lengths FILE); empty = no "real" rows
+  std::string lengths_label =
+      "real";  // how the real lengths are named in the tables
   // The grid's axes; empty = the defaults (both cluster presets; each
   // dataset's own model, qwen3-8b for text and qwen3-vl-8b for video; global
   // batches 16..2,048 at 64 ranks; ranks 8..1,024 at gbs 8 x ranks).
@@ -28,12 +30,12 @@ struct StudyOptions {
   std::vector<std::string> models;    // model presets: every case runs on each
   std::vector<int64_t> global_batches;  // the batch-size part's gbs values
   std::vector<int> ranks;               // the scale part's rank counts
-  int warmup = 2;                 // unmeasured batches: the warm-up pick of static degrees
+  int warmup = 2;  // unmeasured batches: the warm-up pick of static degrees
   // Static degrees: tuned in hindsight (every degree run on the measured
   // batches, the fastest kept: the yardstick) or on the warm-up batches; the
   // warm-up pick is reported beside either way (ExperimentConfig::tune).
   bool tune_in_hindsight = true;
-  int steps = 3;                  // measured global batches per case
+  int steps = 3;  // measured global batches per case
   // Planner coefficients of every strategy (fcp's plans, the static
   // baselines' dealing by work): true = fitted by `fcp profile --target
   // sim:CLUSTER --model MODEL` with its defaults (2 % measurement noise, seed
@@ -53,20 +55,23 @@ struct StudyRow {
   std::string model;    // model preset
   int ranks = 0;
   int64_t global_batch = 0;
-  double bound_s = 0;        // physical lower bound per global batch
-  double fcp_s = 0;          // fcp's simulated time per global batch (0: failed)
-  double static_s = 0;       // best balanced static (megatron or deepspeed)
-  std::string static_name;   // "megatron c=8" / "deepspeed c=4"
+  double bound_s = 0;       // physical lower bound per global batch
+  double fcp_s = 0;         // fcp's simulated time per global batch (0: failed)
+  double static_s = 0;      // best balanced static (megatron or deepspeed)
+  std::string static_name;  // "megatron c=8" / "deepspeed c=4"
   // The better static plan with each strategy's degree picked on the warm-up
   // batches, timed on the measured ones (0: none ran).
   double static_warmup_s = 0;
   std::string static_warmup_name;
-  double loader_s = 0;       // best static in data-loader order (0: not run)
-  double fcp_ring_s = 0;     // fcp-ring (ring groups only; 0: failed)
-  double ref_s = 0;          // best reference heuristic (ref-*, each tuned in hindsight)
-  std::string ref_name;      // which one, "ref-share"
-  std::string failure;       // why fcp or every static failed, if one did
-  double speedup() const { return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0; }
+  double loader_s = 0;    // best static in data-loader order (0: not run)
+  double fcp_ring_s = 0;  // fcp-ring (ring groups only; 0: failed)
+  double ref_s =
+      0;  // best reference heuristic (ref-*, each tuned in hindsight)
+  std::string ref_name;  // which one, "ref-share"
+  std::string failure;   // why fcp or every static failed, if one did
+  double speedup() const {
+    return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0;
+  }
   double ring_speedup() const {
     return fcp_ring_s > 0 && static_s > 0 ? static_s / fcp_ring_s : 0;
   }

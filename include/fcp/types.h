@@ -1,5 +1,6 @@
 // Core value types shared by the planner, baselines, simulator and bindings.
-// Plain aggregates; no behaviour beyond trivial accessors. Thread-safety: values.
+// Plain aggregates; no behaviour beyond trivial accessors. Thread-safety:
+// values.
 #pragma once
 
 #include <cstdint>
@@ -13,28 +14,32 @@
 namespace fcp {
 
 // One training sequence. `length_tokens` > 0. `eta` in [0, 1] is the attention
-// mask factor of docs/design.md §2: 0 = causal, 1 = full bidirectional, between = mixed
-// (e.g. vision blocks with full attention inside a causal text sequence).
+// mask factor of docs/design.md §2: 0 = causal, 1 = full bidirectional, between
+// = mixed (e.g. vision blocks with full attention inside a causal text
+// sequence).
 struct Sequence {
   int64_t length_tokens = 0;
   double eta = 0.0;
 };
 
 // The cluster as the planner sees it: `num_ranks` (N) model replicas, of which
-// `ranks_per_node` (R) share a node. Rank r lives on node r / R. R need not divide N.
+// `ranks_per_node` (R) share a node. Rank r lives on node r / R. R need not
+// divide N.
 struct Cluster {
   int num_ranks = 64;
   int ranks_per_node = 16;
 };
 
-// Cost coefficients, SI units, exactly docs/design.md §2. All must be finite and >= 0;
-// bandwidths > 0; mem_capacity > mem_static.
+// Cost coefficients, SI units, exactly docs/design.md §2. All must be finite
+// and >= 0; bandwidths > 0; mem_capacity > mem_static.
 struct CostModel {
-  double alpha1 = 0;         // s/token^2: attention compute (fwd+bwd, all layers), causal
-  double alpha2 = 0;         // s/token: linear compute (projections, MLP, norms, loss)
-  double beta1 = 0;          // s: fixed cost per group per micro-batch
-  double alpha3 = 0;         // bytes/token: ring KV traffic per token of the group per step
-  double beta2 = 0;          // s: fixed communication cost of a group with d > 1
+  double alpha1 =
+      0;  // s/token^2: attention compute (fwd+bwd, all layers), causal
+  double alpha2 = 0;  // s/token: linear compute (projections, MLP, norms, loss)
+  double beta1 = 0;   // s: fixed cost per group per micro-batch
+  double alpha3 =
+      0;  // bytes/token: ring KV traffic per token of the group per step
+  double beta2 = 0;  // s: fixed communication cost of a group with d > 1
   double bw_intra_node = 1;  // bytes/s: P2P bandwidth, group within one node
   double bw_inter_node = 1;  // bytes/s: P2P bandwidth, group spanning nodes
   double mem_per_token = 0;  // bytes/token: activation memory per token
@@ -42,10 +47,12 @@ struct CostModel {
   double mem_capacity = 1;   // bytes: per-rank device memory
   // Cost model v2 (docs/design.md §2); all 0 = the paper's model.
   double attn_overhead_tokens = 0;  // tokens: short-chunk attention overhead h
-  double gamma_intra = 0;           // s: latency of one ring step, group on one node
-  double gamma_inter = 0;           // s: latency of one ring step, group spans nodes
-  double gamma_serial = 0;          // s: per ring step, on the critical path (kernel launches)
-  double ring_tail_steps = 0;       // steps of a ring whose attention hides no transfer, in [0, 1]
+  double gamma_intra = 0;  // s: latency of one ring step, group on one node
+  double gamma_inter = 0;  // s: latency of one ring step, group spans nodes
+  double gamma_serial =
+      0;  // s: per ring step, on the critical path (kernel launches)
+  double ring_tail_steps =
+      0;  // steps of a ring whose attention hides no transfer, in [0, 1]
 };
 
 // `cm` with the v2 terms (fcp/cost_coefficients.h) zeroed: the paper's Eq. 8-9
@@ -78,8 +85,8 @@ struct GroupPlan {
   std::vector<int> ranks;      // global rank ids, distinct, in ring order
   std::vector<int> sequences;  // indices into the request's sequences
   CommKind comm = CommKind::kRing;
-  double est_ms = 0;           // 1000 * T(G, d) for these ranks
-  int64_t mem_bytes = 0;       // per-rank memory, ceil(mem(G, d))
+  double est_ms = 0;      // 1000 * T(G, d) for these ranks
+  int64_t mem_bytes = 0;  // per-rank memory, ceil(mem(G, d))
   int degree() const { return static_cast<int>(ranks.size()); }
 };
 
@@ -97,8 +104,9 @@ struct Plan {
   std::string strategy;
   int num_ranks = 0;
   PlanStatus status = PlanStatus::kOk;
-  std::string message;           // human-readable reason when not kOk
-  int infeasible_sequence = -1;  // the offending sequence index when kInfeasible
+  std::string message;  // human-readable reason when not kOk
+  int infeasible_sequence =
+      -1;  // the offending sequence index when kInfeasible
   std::vector<MicroBatchPlan> micro_batches;
   // Makespan of the micro-batches run in order, each group starting when all
   // its ranks are free (no barrier between micro-batches; between the largest
@@ -106,7 +114,8 @@ struct Plan {
   double est_ms = 0;
   double lower_bound_ms = 0;  // a valid lower bound on est_ms for this input
   double solver_ms = 0;       // planner wall time (parsing/printing excluded)
-  // Strategy-specific facts worth printing (chosen static degree, MILP status...).
+  // Strategy-specific facts worth printing (chosen static degree, MILP
+  // status...).
   std::map<std::string, std::string> notes;
 
   // est_ms / lower_bound_ms - 1 (0 when the bound is 0).
@@ -122,14 +131,15 @@ struct Plan {
 // 4 KiB are cut (" [truncated]"). Defined in src/io/escape.cc.
 std::string EscapeForMessage(std::string_view text);
 
-// Bad input: names the offending field, e.g. "sequences[3]: length must be > 0".
-// Thrown by parsers and by MakePlan's input check; never for infeasibility.
+// Bad input: names the offending field, e.g. "sequences[3]: length must be >
+// 0". Thrown by parsers and by MakePlan's input check; never for infeasibility.
 // Field and message are escaped (EscapeForMessage): input echoed into them can
 // neither break the one-line `error:` format nor reach a terminal raw.
 class InputError : public std::invalid_argument {
  public:
   InputError(const std::string& field, const std::string& what)
-      : std::invalid_argument(EscapeForMessage(field) + ": " + EscapeForMessage(what)),
+      : std::invalid_argument(EscapeForMessage(field) + ": " +
+                              EscapeForMessage(what)),
         field_(EscapeForMessage(field)) {}
   const std::string& field() const { return field_; }
 

@@ -37,6 +37,7 @@ except ImportError as _err:  # the pure-Python parts (fcp.torch) still work
     _IMPORT_ERROR = _err
     try:  # an installed package's metadata; the module carries the same
         from importlib.metadata import version as _dist_version
+
         __version__ = _dist_version("fcp")
     except Exception:  # a source tree without the module
         __version__ = "0+unknown"
@@ -46,16 +47,40 @@ else:
     # (the `fcp --version` of the CLI prints the same string).
     __version__ = _fcp.__version__
     from ._fcp import (  # noqa: F401  (re-exported plain structs)
-        BatchInput, CommKind, CostModel, GroupPlan, MicroBatchPlan, ModelShape,
-        Plan, PlanOptions, PlanRequest, PlanStatus, Sequence)
+        BatchInput,
+        CommKind,
+        CostModel,
+        GroupPlan,
+        MicroBatchPlan,
+        ModelShape,
+        Plan,
+        PlanOptions,
+        PlanRequest,
+        PlanStatus,
+        Sequence,
+    )
 
-__all__ = ["Scheduler", "presets", "strategies", "plan_json", "validate_plan", "Plan", "PlanStatus", "CostModel",
-           "Cluster", "Sequence", "GroupPlan", "MicroBatchPlan", "MAX_SEQUENCES", "__version__"]
+__all__ = [
+    "Scheduler",
+    "presets",
+    "strategies",
+    "plan_json",
+    "validate_plan",
+    "Plan",
+    "PlanStatus",
+    "CostModel",
+    "Cluster",
+    "Sequence",
+    "GroupPlan",
+    "MicroBatchPlan",
+    "MAX_SEQUENCES",
+    "__version__",
+]
 
 # Limits of `fcp plan`'s input, applied to Python input the same way.
 MAX_SEQUENCES = 10_000_000
 _MAX_LENGTH = 1 << 40
-_INT_MAX = 2 ** 31 - 1
+_INT_MAX = 2**31 - 1
 
 # The cost model's fields, from the C++ table (fcp/cost_coefficients.h).
 _COST_FIELDS = tuple(c["name"] for c in _fcp.cost_coefficients) if _fcp is not None else ()
@@ -63,8 +88,10 @@ _COST_FIELDS = tuple(c["name"] for c in _fcp.cost_coefficients) if _fcp is not N
 
 def _core():
     if _fcp is None:
-        raise ImportError("fcp._fcp (the C++ planner) is not built; run `make build` and set "
-                          f"PYTHONPATH=build/python ({_IMPORT_ERROR})")
+        raise ImportError(
+            "fcp._fcp (the C++ planner) is not built; run `make build` and set "
+            f"PYTHONPATH=build/python ({_IMPORT_ERROR})"
+        )
     return _fcp
 
 
@@ -88,13 +115,17 @@ def _plan_to_dict(plan) -> dict:
 
 
 def _plan_repr(plan) -> str:
-    return (f"<fcp.Plan strategy={plan.strategy!r} status={plan.status.name} "
-            f"micro_batches={len(plan.micro_batches)} est_ms={plan.est_ms:.3f} "
-            f"lower_bound_ms={plan.lower_bound_ms:.3f}>")
+    return (
+        f"<fcp.Plan strategy={plan.strategy!r} status={plan.status.name} "
+        f"micro_batches={len(plan.micro_batches)} est_ms={plan.est_ms:.3f} "
+        f"lower_bound_ms={plan.lower_bound_ms:.3f}>"
+    )
 
 
 def _group_repr(g) -> str:
-    return f"<fcp.GroupPlan ranks={list(g.ranks)} sequences={list(g.sequences)} est_ms={g.est_ms:.3f}>"
+    return (
+        f"<fcp.GroupPlan ranks={list(g.ranks)} sequences={list(g.sequences)} est_ms={g.est_ms:.3f}>"
+    )
 
 
 def _field(d, key, where, kinds, default=None, required=True):
@@ -110,10 +141,11 @@ def _field(d, key, where, kinds, default=None, required=True):
 
 def _int_list(v, field):
     if not isinstance(v, (list, tuple)) or any(
-            isinstance(x, bool) or not isinstance(x, _numbers.Integral) for x in v):
+        isinstance(x, bool) or not isinstance(x, _numbers.Integral) for x in v
+    ):
         raise ValueError(f"{field}: must be a list of integers")
     for i, x in enumerate(v):  # the C++ fields are int; ranges are checked there
-        if not -2 ** 31 <= int(x) < 2 ** 31:
+        if not -(2**31) <= int(x) < 2**31:
             raise ValueError(f"{field}[{i}]: out of range, got {int(x)}")
     return [int(x) for x in v]
 
@@ -142,8 +174,11 @@ def _plan_from_dict(d):
     plan.notes = dict(notes)
     plan.message = _field(d, "message", "", (str,), "", required=False)
     plan.infeasible_sequence = _check_int(
-        _field(d, "infeasible_sequence", "", (int,), -1, required=False), "infeasible_sequence",
-        -1, _INT_MAX)
+        _field(d, "infeasible_sequence", "", (int,), -1, required=False),
+        "infeasible_sequence",
+        -1,
+        _INT_MAX,
+    )
     mbs = []
     for i, m in enumerate(_field(d, "micro_batches", "", (list,))):
         where = f"micro_batches[{i}]."
@@ -160,8 +195,9 @@ def _plan_from_dict(d):
             gp.ranks = _int_list(_field(g, "ranks", gw, (list,)), gw + "ranks")
             gp.sequences = _int_list(_field(g, "sequences", gw, (list,)), gw + "sequences")
             gp.est_ms = float(_field(g, "est_ms", gw, num))
-            gp.mem_bytes = _check_int(_field(g, "mem_bytes", gw, (int,)), gw + "mem_bytes",
-                                      0, 2 ** 63 - 1)
+            gp.mem_bytes = _check_int(
+                _field(g, "mem_bytes", gw, (int,)), gw + "mem_bytes", 0, 2**63 - 1
+            )
             comm = _field(g, "comm", gw, (str,), "ring", required=False)
             if comm not in ("ring", "all-to-all"):
                 raise ValueError(f"{gw}comm: must be 'ring' or 'all-to-all', got {comm!r}")
@@ -203,15 +239,20 @@ if _fcp is not None:
     Plan.to_dict.__doc__ = "The plan as a dict, identical to `fcp plan --format json`."
     Plan.from_dict = staticmethod(_plan_from_dict)
     Plan.__reduce__ = lambda self: (_plan_from_dict, (_plan_state(self),))
-    Plan.__eq__ = lambda self, other: isinstance(other, Plan) and _plan_state(self) == _plan_state(other)
+    Plan.__eq__ = lambda self, other: (
+        isinstance(other, Plan) and _plan_state(self) == _plan_state(other)
+    )
     Plan.__repr__ = _plan_repr
     GroupPlan.__repr__ = _group_repr
     CostModel.to_dict = lambda self: {f: getattr(self, f) for f in _COST_FIELDS}
     CostModel.from_dict = staticmethod(_cost_model_from_dict)
     CostModel.__reduce__ = lambda self: (_cost_model_from_dict, (self.to_dict(),))
-    CostModel.__eq__ = lambda self, other: isinstance(other, CostModel) and self.to_dict() == other.to_dict()
-    CostModel.__repr__ = lambda self: "CostModel(" + ", ".join(
-        f"{f}={getattr(self, f)!r}" for f in _COST_FIELDS) + ")"
+    CostModel.__eq__ = lambda self, other: (
+        isinstance(other, CostModel) and self.to_dict() == other.to_dict()
+    )
+    CostModel.__repr__ = lambda self: (
+        "CostModel(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _COST_FIELDS) + ")"
+    )
 
 
 def _check_int(value, field, lo, hi):
@@ -240,10 +281,14 @@ class Cluster:
         ranks_per_node = _check_int(ranks_per_node, "cluster.ranks_per_node", 1, 1 << 20)
         known = [p.name for p in _core().cluster_presets()]
         if hardware is None:
-            raise ValueError("cluster.hardware: required, fcp does not guess the hardware "
-                             f"(one of: {', '.join(known)})")
+            raise ValueError(
+                "cluster.hardware: required, fcp does not guess the hardware "
+                f"(one of: {', '.join(known)})"
+            )
         if hardware not in known:
-            raise ValueError(f"cluster.hardware: unknown preset {hardware!r} (known: {', '.join(known)})")
+            raise ValueError(
+                f"cluster.hardware: unknown preset {hardware!r} (known: {', '.join(known)})"
+            )
         object.__setattr__(self, "num_ranks", num_ranks)
         object.__setattr__(self, "ranks_per_node", ranks_per_node)
         object.__setattr__(self, "hardware", hardware)
@@ -262,8 +307,11 @@ class Cluster:
 
     def to_dict(self) -> dict:
         """The cluster as the input JSON's ``cluster`` object."""
-        return {"ranks": self.num_ranks, "ranks_per_node": self.ranks_per_node,
-                "hardware": self.hardware}
+        return {
+            "ranks": self.num_ranks,
+            "ranks_per_node": self.ranks_per_node,
+            "hardware": self.hardware,
+        }
 
     def __reduce__(self):
         return (Cluster, (self.num_ranks, self.ranks_per_node, self.hardware))
@@ -275,8 +323,10 @@ class Cluster:
         return hash((self.num_ranks, self.ranks_per_node, self.hardware))
 
     def __repr__(self):
-        return (f"fcp.Cluster(num_ranks={self.num_ranks}, ranks_per_node={self.ranks_per_node}, "
-                f"hardware={self.hardware!r})")
+        return (
+            f"fcp.Cluster(num_ranks={self.num_ranks}, ranks_per_node={self.ranks_per_node}, "
+            f"hardware={self.hardware!r})"
+        )
 
 
 def _json_value(value, field):
@@ -285,7 +335,7 @@ def _json_value(value, field):
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, _numbers.Integral):
-        if not -2 ** 63 <= int(value) < 2 ** 64:  # beyond what the JSON parser holds
+        if not -(2**63) <= int(value) < 2**64:  # beyond what the JSON parser holds
             raise ValueError(f"{field}: out of range, got {value}")
         return int(value)
     if isinstance(value, _numbers.Real):
@@ -324,7 +374,7 @@ def _plan_options(strategy, cp_degree, time_limit_s, seed):
     if not 0 < limit <= 86400.0:
         raise ValueError(f"time_limit_s: must be in (0, 86400] s, got {time_limit_s}")
     opts.time_limit_s = limit
-    opts.seed = _check_int(seed, "seed", 0, 2 ** 64 - 1)
+    opts.seed = _check_int(seed, "seed", 0, 2**64 - 1)
     return opts
 
 
@@ -336,9 +386,13 @@ def _cluster_spec(cluster):
     if isinstance(cluster, dict):
         return _json_value(cluster, "cluster")
     if _fcp is not None and isinstance(cluster, _fcp.Cluster):
-        raise ValueError("cluster: an fcp._fcp.Cluster carries no hardware; pass "
-                         "fcp.Cluster(num_ranks, ranks_per_node, hardware=...) or a preset name")
-    raise ValueError(f"cluster: must be a preset name, a dict or an fcp.Cluster, got {type(cluster).__name__}")
+        raise ValueError(
+            "cluster: an fcp._fcp.Cluster carries no hardware; pass "
+            "fcp.Cluster(num_ranks, ranks_per_node, hardware=...) or a preset name"
+        )
+    raise ValueError(
+        f"cluster: must be a preset name, a dict or an fcp.Cluster, got {type(cluster).__name__}"
+    )
 
 
 def _cost_spec(cost_model):
@@ -348,7 +402,9 @@ def _cost_spec(cost_model):
         return _json_value(cost_model, "cost_model")
     if hasattr(cost_model, "alpha1"):
         return _json_value({f: getattr(cost_model, f) for f in _COST_FIELDS}, "cost_model")
-    raise ValueError(f"cost_model: must be a dict or an fcp.CostModel, got {type(cost_model).__name__}")
+    raise ValueError(
+        f"cost_model: must be a dict or an fcp.CostModel, got {type(cost_model).__name__}"
+    )
 
 
 def _lengths_array(lengths, field="sequences"):
@@ -356,8 +412,11 @@ def _lengths_array(lengths, field="sequences"):
     is not an integer or does not fit (values <= 0 and > 2^40 are rejected by
     the planner, by index); at most MAX_SEQUENCES of them, as `fcp plan`."""
     import numpy as np
+
     if isinstance(lengths, (str, bytes)) or isinstance(lengths, _numbers.Number):
-        raise ValueError(f"{field}: must be a sequence of integer lengths, got {type(lengths).__name__}")
+        raise ValueError(
+            f"{field}: must be a sequence of integer lengths, got {type(lengths).__name__}"
+        )
     if hasattr(lengths, "__len__") and len(lengths) > MAX_SEQUENCES:
         raise ValueError(f"{field}: at most {MAX_SEQUENCES} sequences, got {len(lengths)}")
     if isinstance(lengths, (list, tuple)):
@@ -385,7 +444,9 @@ def _lengths_array(lengths, field="sequences"):
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr) | (arr != np.floor(arr))
         if bad.any():
-            raise ValueError(f"{field}[{int(np.argmax(bad))}]: must be an integer, got {arr[bad][0]!r}")
+            raise ValueError(
+                f"{field}[{int(np.argmax(bad))}]: must be an integer, got {arr[bad][0]!r}"
+            )
         big = np.abs(arr) > _MAX_LENGTH
         if big.any():
             i = int(np.argmax(big))
@@ -411,6 +472,7 @@ def _lengths_array(lengths, field="sequences"):
 
 def _eta_array(eta, n):
     import numpy as np
+
     try:
         etas = np.asarray(eta, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as e:
@@ -436,9 +498,8 @@ def _learning_options(learning):
         if key not in out:
             raise ValueError(f"learning.{key}: unknown key (known: {', '.join(out)})")
         if key == "window_groups":
-            _check_int(value, "learning.window_groups", 1, 2 ** 31 - 1)
-        elif (isinstance(value, bool) or not isinstance(value, (int, float))
-              or not 0 < value <= 2):
+            _check_int(value, "learning.window_groups", 1, 2**31 - 1)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2:
             raise ValueError(f"learning.{key}: must be a number in (0, 2], got {value!r}")
         out[key] = value
     return out
@@ -446,8 +507,9 @@ def _learning_options(learning):
 
 def _check_plan_type(plan):
     if not isinstance(plan, Plan):
-        raise ValueError(f"plan: must be an fcp.Plan (Scheduler.plan, Plan.from_dict), "
-                         f"got {type(plan).__name__}")
+        raise ValueError(
+            f"plan: must be an fcp.Plan (Scheduler.plan, Plan.from_dict), got {type(plan).__name__}"
+        )
 
 
 def _flat_group_times(plan, group_times_s):
@@ -458,8 +520,10 @@ def _flat_group_times(plan, group_times_s):
         raise ValueError("group_times_s: must be a list of times (s)") from None
     if items and all(isinstance(x, (list, tuple)) for x in items):
         if [len(x) for x in items] != counts:
-            raise ValueError(f"group_times_s: needs one list per micro-batch with one time "
-                             f"per group ({counts}), got {[len(x) for x in items]}")
+            raise ValueError(
+                f"group_times_s: needs one list per micro-batch with one time "
+                f"per group ({counts}), got {[len(x) for x in items]}"
+            )
         items = [t for mb in items for t in mb]
     try:
         return [float(t) for t in items]
@@ -516,10 +580,20 @@ class Scheduler:
     the same input apart from ``solver_ms``. Raises ValueError naming the field.
     """
 
-    def __init__(self, cluster=None, model=None, cost_model=None, strategy: str = "fcp",
-                 cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0,
-                 grad_sync=None, group_time_sigma: float = 0.0, communicators=None,
-                 learning=None):
+    def __init__(
+        self,
+        cluster=None,
+        model=None,
+        cost_model=None,
+        strategy: str = "fcp",
+        cp_degree: int = 0,
+        time_limit_s: float = 10.0,
+        seed: int = 0,
+        grad_sync=None,
+        group_time_sigma: float = 0.0,
+        communicators=None,
+        learning=None,
+    ):
         core = _core()
         config = {}
         spec = _cluster_spec(cluster)
@@ -539,7 +613,8 @@ class Scheduler:
         if communicators is not None:
             if not isinstance(communicators, dict):
                 raise ValueError(
-                    f"communicators: must be a dict, got {type(communicators).__name__}")
+                    f"communicators: must be a dict, got {type(communicators).__name__}"
+                )
             config["communicators"] = _json_value(communicators, "communicators")
         config["sequences"] = [1]  # placeholder: the config is what is parsed here
         batch = core.parse_batch_json(_json.dumps(config, allow_nan=False))
@@ -551,8 +626,11 @@ class Scheduler:
         self._options = _plan_options(strategy, cp_degree, time_limit_s, seed)
         # Whether plans charge new communicators (plan(existing_communicators=...)).
         self.charges_communicators = communicators is not None
-        self._hardware = (spec.get("hardware", batch.cluster_name) if isinstance(spec, dict)
-                          else batch.cluster_name) or None
+        self._hardware = (
+            spec.get("hardware", batch.cluster_name)
+            if isinstance(spec, dict)
+            else batch.cluster_name
+        ) or None
         self._learning = _learning_options(learning)
         self._prior_cost = _copy.copy(self._request.cost)  # observe() refines from it
         self._observed = []
@@ -596,13 +674,15 @@ class Scheduler:
             try:
                 sets = [[_operator.index(r) for r in s] for s in existing_communicators]
             except (TypeError, ValueError, OverflowError):
-                raise ValueError("existing_communicators: must be a list of lists of ranks") \
-                    from None
-            if any(not -2 ** 31 <= r < 2 ** 31 for s in sets for r in s):
+                raise ValueError(
+                    "existing_communicators: must be a list of lists of ranks"
+                ) from None
+            if any(not -(2**31) <= r < 2**31 for s in sets for r in s):
                 raise ValueError("existing_communicators: ranks out of range")
         return _with_cost_note(
             _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets),
-            self.cost_model_sources)
+            self.cost_model_sources,
+        )
 
     def observe(self, lengths, plan, group_times_s, eta=None) -> dict:
         """Learns from a step that ran: the coefficients are recalibrated from
@@ -625,11 +705,16 @@ class Scheduler:
         times = _flat_group_times(plan, group_times_s)
         arr = _lengths_array(lengths)
         etas = None if eta is None else _eta_array(eta, arr.shape[0])
-        self._observed = (self._observed + _fcp.measured_group_samples(
-            self._request, arr, etas, plan, times))[-self._learning["window_groups"]:]
-        rec = _fcp.recalibrate(self._prior_cost, self._observed,
-                               self._learning["prior_sigma"],
-                               self._learning["measurement_sigma"], self._request.model)
+        self._observed = (
+            self._observed + _fcp.measured_group_samples(self._request, arr, etas, plan, times)
+        )[-self._learning["window_groups"] :]
+        rec = _fcp.recalibrate(
+            self._prior_cost,
+            self._observed,
+            self._learning["prior_sigma"],
+            self._learning["measurement_sigma"],
+            self._request.model,
+        )
         # A new request, not the old one changed: a copy of this Scheduler
         # (copy.copy, e.g. one planning on another thread) keeps what it had.
         request = _copy.copy(self._request)
@@ -686,8 +771,10 @@ class Scheduler:
 
     def __repr__(self) -> str:
         c = self._request.cluster
-        return (f"fcp.Scheduler(cluster={self.cluster_name or c!r}, model={self.model_name!r}, "
-                f"strategy={self.strategy!r}, ranks={c.num_ranks})")
+        return (
+            f"fcp.Scheduler(cluster={self.cluster_name or c!r}, model={self.model_name!r}, "
+            f"strategy={self.strategy!r}, ranks={c.num_ranks})"
+        )
 
 
 def validate_plan(lengths, plan, cluster, eta=None) -> None:
@@ -702,8 +789,9 @@ def validate_plan(lengths, plan, cluster, eta=None) -> None:
     Scheduler(cluster=cluster).validate(lengths, plan, eta)
 
 
-def plan_json(text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s: float = 10.0,
-              seed: int = 0):
+def plan_json(
+    text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0
+):
     """Plans a batch given as `fcp plan`'s input JSON text. Returns an fcp.Plan.
     Raises ValueError naming the field."""
     core = _core()

@@ -23,13 +23,16 @@ def _python_command(argv):
     """The Python entry point for argv, or None for the C++ CLI's commands."""
     if argv[:1] == ["replay"]:
         from fcp import replay
+
         return lambda: replay.main(argv[1:])
     if argv[:1] == ["profile"]:
         rest = argv[1:]
         torch_target = any(a in ("--target=torch", "-t=torch") for a in rest) or any(
-            a in ("--target", "-t") and b == "torch" for a, b in zip(rest, rest[1:]))
+            a in ("--target", "-t") and b == "torch" for a, b in zip(rest, rest[1:])
+        )
         if torch_target:
             from fcp import profile_torch
+
             return lambda: profile_torch.main(rest)
     return None
 
@@ -40,8 +43,10 @@ def main() -> None:
         sys.exit(command())
     path = cli_path()
     if not os.access(path, os.X_OK):
-        sys.stderr.write(f"error: fcp: the C++ CLI is not installed at {path} (reinstall the "
-                         "package with `pip install .` in the fcp source tree, or set FCP_CLI)\n")
+        sys.stderr.write(
+            f"error: fcp: the C++ CLI is not installed at {path} (reinstall the "
+            "package with `pip install .` in the fcp source tree, or set FCP_CLI)\n"
+        )
         sys.exit(1)
     # The CLI's Python-backed paths (`fcp lengths` on Parquet, Arrow or with
     # --tokenizer) run this interpreter, where the package and its optional

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 
@@ -44,6 +44,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 @dataclasses.dataclass
 class LayerShape:
     """The timed layer: ``layers`` scales one layer's time."""
+
     name: str
     layers: int
     hidden: int
@@ -58,10 +59,15 @@ class LayerShape:
     def model_shape(self):
         """The planner's ModelShape (head counts for all-to-all estimates)."""
         from fcp import _core
+
         s = _core().ModelShape()
         s.name, s.layers, s.hidden = self.name, self.layers, self.hidden
-        s.q_heads, s.kv_heads, s.head_dim, s.ffn = (self.q_heads, self.kv_heads,
-                                                    self.head_dim, self.ffn)
+        s.q_heads, s.kv_heads, s.head_dim, s.ffn = (
+            self.q_heads,
+            self.kv_heads,
+            self.head_dim,
+            self.ffn,
+        )
         return s
 
 
@@ -70,6 +76,7 @@ def shape_from_preset(name: str) -> LayerShape:
     if name in BUILTIN_SHAPES:
         return LayerShape(name=name, **BUILTIN_SHAPES[name])
     from fcp import _core
+
     for p in _core().model_presets():
         if p.shape.name == name:
             s = p.shape
@@ -99,12 +106,17 @@ def shape_from_hf_config(path: str) -> LayerShape:
     head_dim = need("head_dim", hidden // heads if hidden % heads == 0 else None)
     kv = need("num_key_value_heads", heads)
     if heads % kv:
-        raise ValueError(f"--hf-config: num_key_value_heads ({kv}) must divide "
-                         f"num_attention_heads ({heads})")
-    name = cfg.get("_name_or_path") or cfg.get("model_type") or os.path.basename(
-        os.path.dirname(os.path.abspath(path)))
-    return LayerShape(str(name), need("num_hidden_layers"), hidden, heads, kv, head_dim,
-                      need("intermediate_size"))
+        raise ValueError(
+            f"--hf-config: num_key_value_heads ({kv}) must divide num_attention_heads ({heads})"
+        )
+    name = (
+        cfg.get("_name_or_path")
+        or cfg.get("model_type")
+        or os.path.basename(os.path.dirname(os.path.abspath(path)))
+    )
+    return LayerShape(
+        str(name), need("num_hidden_layers"), hidden, heads, kv, head_dim, need("intermediate_size")
+    )
 
 
 class Clock:
@@ -121,8 +133,9 @@ class Clock:
     def describe(self) -> str:
         if self.device.type == "cuda":
             return "wall time between CUDA synchronisations"
-        return "thread CPU time (1 intra-op thread)" if self._now is time.thread_time else \
-            "wall time"
+        return (
+            "thread CPU time (1 intra-op thread)" if self._now is time.thread_time else "wall time"
+        )
 
     def measure(self, fn: Callable[[], None], repeats: int) -> float:
         """The minimum over ``repeats`` runs of ``fn`` after one warm-up run."""
@@ -140,8 +153,9 @@ class Clock:
 @dataclasses.dataclass
 class RankTime:
     """One rank's measured work of a group (s, all layers)."""
-    linear_s: float   # GEMMs (and their recompute)
-    attn_s: float     # this rank's attention (forward, recompute, backward)
+
+    linear_s: float  # GEMMs (and their recompute)
+    attn_s: float  # this rank's attention (forward, recompute, backward)
     comm_s: float = 0.0  # ring messages, when measured
 
     @property
@@ -152,8 +166,15 @@ class RankTime:
 class LayerWork:
     """Builds and times one rank's share of a group on ``device``."""
 
-    def __init__(self, shape: LayerShape, device: torch.device, dtype: torch.dtype,
-                 recompute: str = "full", repeats: int = 3, clock: Optional[Clock] = None):
+    def __init__(
+        self,
+        shape: LayerShape,
+        device: torch.device,
+        dtype: torch.dtype,
+        recompute: str = "full",
+        repeats: int = 3,
+        clock: Optional[Clock] = None,
+    ):
         if recompute not in ("full", "selective", "none"):
             raise ValueError(f"--recompute: must be full, selective or none, got {recompute!r}")
         self.shape, self.device, self.dtype = shape, device, dtype
@@ -177,14 +198,15 @@ class LayerWork:
     def _linear_forward(self, x):
         s = self.shape
         qkv = torch.nn.functional.linear(x, self.w_qkv)
-        q = qkv[:, :s.q_heads * s.head_dim]  # stands in for the attention output
+        q = qkv[:, : s.q_heads * s.head_dim]  # stands in for the attention output
         x = x + torch.nn.functional.linear(q.contiguous(), self.w_o)
         gate, up = torch.nn.functional.linear(x, self.w_gate_up).chunk(2, dim=-1)
         return x + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, self.w_down)
 
     def _linear_step(self, tokens: int):
-        x = torch.randn(tokens, self.shape.hidden, device=self.device, dtype=self.dtype,
-                        requires_grad=True)
+        x = torch.randn(
+            tokens, self.shape.hidden, device=self.device, dtype=self.dtype, requires_grad=True
+        )
 
         def run():
             for p in self.params:
@@ -194,6 +216,7 @@ class LayerWork:
                     self._linear_forward(x)
             y = self._linear_forward(x)
             y.backward(torch.ones_like(y))
+
         return run
 
     def linear_s(self, tokens: int) -> float:
@@ -203,18 +226,28 @@ class LayerWork:
         return self.clock.measure(self._linear_step(tokens), self.repeats) * self.shape.layers
 
     # -- attention -----------------------------------------------------------
-    def _attention_step(self, seqs: Sequence[Tuple[int, float]], degree: int, heads: int,
-                        kv_heads: int, blockwise: bool):
+    def _attention_step(
+        self,
+        seqs: Sequence[Tuple[int, float]],
+        degree: int,
+        heads: int,
+        kv_heads: int,
+        blockwise: bool,
+    ):
         from fcp.torch import blockwise_attention
+
         dh = self.shape.head_dim
         tensors = []
         for length, eta in seqs:
-            q = torch.randn(heads, length, dh, device=self.device, dtype=self.dtype,
-                            requires_grad=True)
-            k = torch.randn(kv_heads, length, dh, device=self.device, dtype=self.dtype,
-                            requires_grad=True)
-            v = torch.randn(kv_heads, length, dh, device=self.device, dtype=self.dtype,
-                            requires_grad=True)
+            q = torch.randn(
+                heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
+            )
+            k = torch.randn(
+                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
+            )
+            v = torch.randn(
+                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
+            )
             tensors.append((q, k, v, eta < 0.5))
         d = degree if blockwise else 1
         recompute = self.recompute in ("full", "selective")
@@ -226,6 +259,7 @@ class LayerWork:
                         blockwise_attention(q, k, v, d, causal=causal)
                 out = blockwise_attention(q, k, v, d, causal=causal)
                 out.backward(torch.ones_like(out))
+
         return run
 
     def ring_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
@@ -238,20 +272,24 @@ class LayerWork:
         """One rank's attention in a Ulysses group: whole sequences, heads / d."""
         s = self.shape
         if s.q_heads % degree:
-            raise ValueError(f"degree: an all-to-all group of degree {degree} needs it to divide "
-                             f"the {s.q_heads} query heads")
+            raise ValueError(
+                f"degree: an all-to-all group of degree {degree} needs it to divide "
+                f"the {s.q_heads} query heads"
+            )
         kv = max(1, s.kv_heads // degree)
         heads = s.q_heads // degree
         kv = kv if heads % kv == 0 else 1
         run = self._attention_step(seqs, 1, heads, kv, blockwise=False)
         return self.clock.measure(run, self.repeats) * s.layers
 
-    def rank_time(self, seqs: Sequence[Tuple[int, float]], degree: int,
-                  all_to_all: bool = False) -> RankTime:
+    def rank_time(
+        self, seqs: Sequence[Tuple[int, float]], degree: int, all_to_all: bool = False
+    ) -> RankTime:
         tokens = sum(length for length, _ in seqs)
         local = -(-tokens // degree)
-        attn = self.all_to_all_attn_s(seqs, degree) if all_to_all else \
-            self.ring_attn_s(seqs, degree)
+        attn = (
+            self.all_to_all_attn_s(seqs, degree) if all_to_all else self.ring_attn_s(seqs, degree)
+        )
         return RankTime(linear_s=self.linear_s(local), attn_s=attn)
 
     # -- the ring's messages -------------------------------------------------
@@ -274,14 +312,20 @@ class LayerWork:
             return 0.0
         fwd_b, bwd_b = self.ring_message_bytes(local_tokens)
         fwd_n, bwd_n = self.ring_steps(degree)
-        bufs = [(torch.empty(b, dtype=torch.uint8, device=self.device),
-                 torch.empty(b, dtype=torch.uint8, device=self.device), n)
-                for b, n in ((fwd_b, fwd_n), (bwd_b, bwd_n))]
+        bufs = [
+            (
+                torch.empty(b, dtype=torch.uint8, device=self.device),
+                torch.empty(b, dtype=torch.uint8, device=self.device),
+                n,
+            )
+            for b, n in ((fwd_b, fwd_n), (bwd_b, bwd_n))
+        ]
 
         def run():
             for src, dst, n in bufs:
                 for _ in range(n):
                     dst.copy_(src)
+
         return self.clock.measure(run, self.repeats) * self.shape.layers
 
     def copy_bandwidth(self, nbytes: int = 16 << 20) -> float:

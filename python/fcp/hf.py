@@ -111,29 +111,36 @@ def _unsupported(kwargs, module, dropout) -> Optional[str]:
 def _packed_attention(q, k, v, ctx: PackedContext, scale, causal):
     """(heads, tokens, head_dim) in, same layout out; fcp.torch dispatches on
     the group's comm (ring P2P or Ulysses all-to-all)."""
-    return ft.attention(q, k, v, ctx.group, ctx.comm, causal=causal, softmax_scale=scale,
-                        cu_seqlens=ctx.cu_seqlens)
+    return ft.attention(
+        q, k, v, ctx.group, ctx.comm, causal=causal, softmax_scale=scale, cu_seqlens=ctx.cu_seqlens
+    )
 
 
-def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                      **kwargs):
+def attention_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+):
     """transformers' attention signature: ``query`` ``(1, heads, tokens,
     head_dim)``, ``key``/``value`` ``(1, kv_heads, tokens, head_dim)``;
     returns ``((1, tokens, heads, head_dim), None)``. The tokens are this
     rank's packed zigzag shards; ``kwargs["fcp_context"]`` says how."""
     ctx = kwargs.get(CONTEXT_KWARG)
     if not isinstance(ctx, PackedContext):
-        raise ValueError(f"{CONTEXT_KWARG}: the 'fcp' attention needs model(..., "
-                         f"{CONTEXT_KWARG}=micro_batch.context) (fcp.hf.MicroBatch.model_inputs)")
+        raise ValueError(
+            f"{CONTEXT_KWARG}: the 'fcp' attention needs model(..., "
+            f"{CONTEXT_KWARG}=micro_batch.context) (fcp.hf.MicroBatch.model_inputs)"
+        )
     problem = _unsupported(kwargs, module, dropout)
     if problem:
         raise ValueError(problem)
     if attention_mask is not None:
-        raise ValueError("attention_mask: fcp masks by cu_seqlens (causal per sequence); "
-                         "pass no attention_mask")
+        raise ValueError(
+            "attention_mask: fcp masks by cu_seqlens (causal per sequence); pass no attention_mask"
+        )
     if query.dim() != 4 or query.shape[0] != 1:
-        raise ValueError(f"input_ids: fcp runs a packed micro-batch as batch size 1, got "
-                         f"query shape {tuple(query.shape)}")
+        raise ValueError(
+            f"input_ids: fcp runs a packed micro-batch as batch size 1, got "
+            f"query shape {tuple(query.shape)}"
+        )
     if key.shape[-2] != query.shape[-2]:
         raise ValueError("past_key_values: fcp trains without a key/value cache (use_cache=False)")
     causal = bool(getattr(module, "is_causal", True))
@@ -145,8 +152,10 @@ def _no_mask(attention_mask=None, **_):
     """The mask function of "fcp": the mask is implied by cu_seqlens, so none
     is built (transformers would otherwise materialise a dense one)."""
     if attention_mask is not None and not bool(attention_mask.all()):
-        raise ValueError("attention_mask: padding masks are not supported by fcp "
-                         "(sequences are packed, not padded)")
+        raise ValueError(
+            "attention_mask: padding masks are not supported by fcp "
+            "(sequences are packed, not padded)"
+        )
     return None
 
 
@@ -156,6 +165,7 @@ def register() -> str:
     ``from_config(config, attn_implementation=fcp.hf.register())``."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
+
     AttentionInterface.register(ATTN_IMPLEMENTATION, attention_forward)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _no_mask)
     return ATTN_IMPLEMENTATION
@@ -169,8 +179,9 @@ def register() -> str:
 def _token_list(values, where: str) -> List[int]:
     if isinstance(values, torch.Tensor):
         if values.dim() != 1 or values.dtype.is_floating_point:
-            raise ValueError(f"{where}: must be a 1-D integer tensor, got {tuple(values.shape)} "
-                             f"{values.dtype}")
+            raise ValueError(
+                f"{where}: must be a 1-D integer tensor, got {tuple(values.shape)} {values.dtype}"
+            )
         return [int(x) for x in values.tolist()]
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ValueError(f"{where}: must be a list of token ids, got {type(values).__name__}")
@@ -197,7 +208,7 @@ def shifted_labels(input_ids: Sequence[int], labels: Optional[Sequence[int]] = N
 @dataclass(frozen=True)
 class _Example:
     input_ids: Tuple[int, ...]
-    labels: Tuple[int, ...]      # shifted (shifted_labels)
+    labels: Tuple[int, ...]  # shifted (shifted_labels)
     plan_length: int
 
     @property
@@ -225,8 +236,11 @@ def _example(item, where: str) -> _Example:
         raise ValueError(f"{where}.labels: has {len(labels)} entries, input_ids {len(ids)}")
     if plan_length is None:
         plan_length = len(ids)
-    elif isinstance(plan_length, bool) or not isinstance(plan_length, numbers.Integral) \
-            or plan_length < 1:
+    elif (
+        isinstance(plan_length, bool)
+        or not isinstance(plan_length, numbers.Integral)
+        or plan_length < 1
+    ):
         raise ValueError(f"{where}.plan_length: must be an integer >= 1, got {plan_length!r}")
     return _Example(tuple(ids), tuple(shifted_labels(ids, labels)), int(plan_length))
 
@@ -235,8 +249,9 @@ def _examples(batch) -> List[_Example]:
     try:
         items = list(batch)
     except TypeError:
-        raise ValueError(f"batch: must be a list of sequences, got {type(batch).__name__}") \
-            from None
+        raise ValueError(
+            f"batch: must be a list of sequences, got {type(batch).__name__}"
+        ) from None
     if not items:
         raise ValueError("batch: must not be empty")
     return [_example(x, f"batch[{i}]") for i, x in enumerate(items)]
@@ -264,20 +279,32 @@ class MicroBatch:
 
     def model_inputs(self) -> dict:
         """Keyword arguments for ``model(**mb.model_inputs())``."""
-        return {"input_ids": self.input_ids, "position_ids": self.position_ids,
-                "use_cache": False, CONTEXT_KWARG: self.context}
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "use_cache": False,
+            CONTEXT_KWARG: self.context,
+        }
 
 
-def pack_micro_batch(examples: Sequence, sequences: Sequence[int], ranks: Sequence[int],
-                     rank: int, group=None, comm=None, device=None) -> MicroBatch:
+def pack_micro_batch(
+    examples: Sequence,
+    sequences: Sequence[int],
+    ranks: Sequence[int],
+    rank: int,
+    group=None,
+    comm=None,
+    device=None,
+) -> MicroBatch:
     """Packs this ``rank``'s zigzag shards of ``examples[i]`` for ``i`` in
     ``sequences`` (a plan group's sequences, in that order) on the group of
     ``ranks`` (ring order). ``examples``: a global batch as :class:`PackedLoader`
     takes it. ``group``: the ``fcp.torch.CPGroup`` (default: one without a
     process group, e.g. for tests); ``comm``: the plan group's comm
     (default ring). No communication."""
-    exs = [e if isinstance(e, _Example) else _example(e, f"batch[{i}]")
-           for i, e in enumerate(examples)]
+    exs = [
+        e if isinstance(e, _Example) else _example(e, f"batch[{i}]") for i, e in enumerate(examples)
+    ]
     ranks = tuple(int(r) for r in ranks)
     index = ft.CPGroup(ranks).index(rank)
     ids, pos, labels, cu = [], [], [], [0]
@@ -289,12 +316,19 @@ def pack_micro_batch(examples: Sequence, sequences: Sequence[int], ranks: Sequen
         labels.append(torch.tensor(ex.labels, dtype=torch.long)[p])
         pos.append(p)
         cu.append(cu[-1] + s)
-    ctx = PackedContext(group if group is not None else ft.CPGroup(ranks),
-                        comm if comm is not None else "ring", tuple(cu))
+    ctx = PackedContext(
+        group if group is not None else ft.CPGroup(ranks),
+        comm if comm is not None else "ring",
+        tuple(cu),
+    )
 
     def row(parts):
-        return torch.cat(parts).unsqueeze(0).to(device) if parts else \
-            torch.zeros(1, 0, dtype=torch.long, device=device)
+        return (
+            torch.cat(parts).unsqueeze(0).to(device)
+            if parts
+            else torch.zeros(1, 0, dtype=torch.long, device=device)
+        )
+
     return MicroBatch(row(ids), row(pos), row(labels), ctx, tuple(int(i) for i in sequences))
 
 
@@ -309,8 +343,12 @@ def idle_micro_batch(rank: int, device=None) -> MicroBatch:
 def layout(plan) -> str:
     """The plan's micro-batches as group degrees, ``u`` marking all-to-all
     groups: ``[4] [2,1,1] [4u]``."""
-    return " ".join("[" + ",".join(f"{g.degree}{'u' if _is_all_to_all(g.comm) else ''}"
-                                   for g in mb.groups) + "]" for mb in plan.micro_batches)
+    return " ".join(
+        "["
+        + ",".join(f"{g.degree}{'u' if _is_all_to_all(g.comm) else ''}" for g in mb.groups)
+        + "]"
+        for mb in plan.micro_batches
+    )
 
 
 @dataclass
@@ -381,23 +419,32 @@ class PackedLoader:
     look at another rank's share) pass ``rank`` and a ``cache`` whose
     ``new_group`` makes no process group."""
 
-    def __init__(self, batches: Iterable, scheduler, cache=None, rank: Optional[int] = None,
-                 device=None, background: bool = True, verify: bool = True):
+    def __init__(
+        self,
+        batches: Iterable,
+        scheduler,
+        cache=None,
+        rank: Optional[int] = None,
+        device=None,
+        background: bool = True,
+        verify: bool = True,
+    ):
         self.scheduler = scheduler
         self.cache = cache if cache is not None else ft.GroupCache(max_groups=64)
-        self.rank = int(rank) if rank is not None else (
-            dist.get_rank() if dist.is_initialized() else 0)
+        self.rank = (
+            int(rank) if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
+        )
         n = int(scheduler.cluster.num_ranks)
         if dist.is_initialized() and n != dist.get_world_size():
-            raise ValueError(f"scheduler.cluster: plans {n} ranks, the world has "
-                             f"{dist.get_world_size()}")
+            raise ValueError(
+                f"scheduler.cluster: plans {n} ranks, the world has {dist.get_world_size()}"
+            )
         if not 0 <= self.rank < n:
             raise ValueError(f"rank: {self.rank} is not a rank of the {n}-rank plan")
         self.device = torch.device(device) if device is not None else _default_device()
         self.verify = verify
         self._source = iter(batches)
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-hf-plan") if background \
-            else None
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-hf-plan") if background else None
         self._next = None
 
     def _prepare(self, planner):
@@ -446,11 +493,27 @@ class PackedLoader:
                 mbs.append(idle_micro_batch(self.rank, self.device))
                 continue
             group = self.cache.get(list(mine.ranks), mine.comm)
-            mbs.append(pack_micro_batch(examples, list(mine.sequences), list(mine.ranks),
-                                        self.rank, group, mine.comm, self.device))
+            mbs.append(
+                pack_micro_batch(
+                    examples,
+                    list(mine.sequences),
+                    list(mine.ranks),
+                    self.rank,
+                    group,
+                    mine.comm,
+                    self.device,
+                )
+            )
         total = sum(e.num_targets for e in examples)
-        return GlobalBatch(plan, mbs, total, [len(e.input_ids) for e in examples],
-                           [e.plan_length for e in examples], spent, exposed)
+        return GlobalBatch(
+            plan,
+            mbs,
+            total,
+            [len(e.input_ids) for e in examples],
+            [e.plan_length for e in examples],
+            spent,
+            exposed,
+        )
 
     def observe(self, batch: GlobalBatch) -> dict:
         """The Scheduler learns from a global batch that ran
@@ -461,8 +524,9 @@ class PackedLoader:
         learnt coefficients (the one already planning keeps the old ones).
         Collective; every rank must call it. Returns the calibration."""
         if batch.micro_batch_times_s is None:
-            raise ValueError("batch: has no micro_batch_times_s (run fcp.hf.train_step on it "
-                             "first)")
+            raise ValueError(
+                "batch: has no micro_batch_times_s (run fcp.hf.train_step on it first)"
+            )
         times = ft.group_times(batch.plan, batch.micro_batch_times_s, device=self.device)
         return self.scheduler.observe(batch.plan_lengths, batch.plan, times)
 
@@ -484,8 +548,10 @@ def _check_agreement(plan, device) -> None:
     t = torch.tensor([d, -d], dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if int(t[0]) != d or int(t[1]) != -d:
-        raise RuntimeError("fcp: ranks planned different global batches (pass the same "
-                           "batches and Scheduler settings on every rank)")
+        raise RuntimeError(
+            "fcp: ranks planned different global batches (pass the same "
+            "batches and Scheduler settings on every rank)"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -495,6 +561,7 @@ def _check_agreement(plan, device) -> None:
 
 def _wrapper_kind(model) -> str:
     from torch.nn.parallel import DistributedDataParallel
+
     if isinstance(model, DistributedDataParallel):
         return "ddp"
     try:
@@ -552,8 +619,7 @@ def train_step(model, batch: GlobalBatch) -> float:
         start = _now(device)
         with _sync_context(model, kind, j == last):
             token_loss_sum = micro_batch_loss(model, mb)
-            ft.per_token_loss(token_loss_sum, batch.global_num_tokens, reduction,
-                              world).backward()
+            ft.per_token_loss(token_loss_sum, batch.global_num_tokens, reduction, world).backward()
         local += token_loss_sum.detach().double()
         times.append(float("nan") if mb.idle else _now(device) - start)
     batch.micro_batch_times_s = times
@@ -572,5 +638,4 @@ def _now(device: torch.device) -> float:
 
 
 def _loss_device(batch: GlobalBatch) -> torch.device:
-    return batch.micro_batches[0].input_ids.device if batch.micro_batches else \
-        torch.device("cpu")
+    return batch.micro_batches[0].input_ids.device if batch.micro_batches else torch.device("cpu")

@@ -116,12 +116,15 @@ def _lines(path: str, binary: bool = False):
             line_no += 1
             total += len(line)
             if total > MAX_INPUT_BYTES:
-                raise ValueError(f"{where_file}: larger than {MAX_INPUT_BYTES} bytes "
-                                 "(the input cap)")
+                raise ValueError(
+                    f"{where_file}: larger than {MAX_INPUT_BYTES} bytes (the input cap)"
+                )
             body = line[:-1] if line.endswith(b"\n") else line
             if len(body) > MAX_LINE_BYTES:
-                raise ValueError(f"{where_file} line {line_no}: longer than {MAX_LINE_BYTES} "
-                                 "bytes (the line cap)")
+                raise ValueError(
+                    f"{where_file} line {line_no}: longer than {MAX_LINE_BYTES} "
+                    "bytes (the line cap)"
+                )
             yield line_no, body if binary else body.decode("utf-8", "surrogateescape")
 
 
@@ -133,15 +136,14 @@ def _json_depth(value) -> int:
         children = value
     else:
         return 0
-    return 1 + max((_json_depth(v) for v in children if isinstance(v, (dict, list))),
-                   default=0)
+    return 1 + max((_json_depth(v) for v in children if isinstance(v, (dict, list))), default=0)
 
 
 def _no_duplicate_keys(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"duplicate key \"{_escape(k)}\"")
+            raise ValueError(f'duplicate key "{_escape(k)}"')
         out[k] = v
     return out
 
@@ -155,8 +157,9 @@ def parse_json_record(text: str):
     NaN/Infinity, no duplicate keys), nested at most MAX_JSON_DEPTH deep.
     Raises ValueError saying why."""
     try:
-        record = json.loads(text, object_pairs_hook=_no_duplicate_keys,
-                            parse_constant=_reject_constant)
+        record = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+        )
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     except UnicodeError:
@@ -203,33 +206,41 @@ def read_idx(path: str, documents: bool = True) -> List[int]:
     sequences, docs = struct.unpack_from("<QQ", data, 18)
     body = len(data) - _IDX_HEADER_BYTES
     if sequences > body // 12 or docs > body // 8 or 12 * sequences + 8 * docs > body:
-        raise ValueError(f"{where}: truncated: header announces {sequences} sequences and "
-                         f"{docs} document indices, file has {len(data)} bytes")
+        raise ValueError(
+            f"{where}: truncated: header announces {sequences} sequences and "
+            f"{docs} document indices, file has {len(data)} bytes"
+        )
     expected = 12 * sequences + 8 * docs
     if body not in (expected, expected + sequences):
-        raise ValueError(f"{where}: size {len(data)} bytes does not match the header "
-                         f"({sequences} sequences, {docs} document indices)")
+        raise ValueError(
+            f"{where}: size {len(data)} bytes does not match the header "
+            f"({sequences} sequences, {docs} document indices)"
+        )
     seq_len = np.frombuffer(data, dtype="<i4", count=sequences, offset=_IDX_HEADER_BYTES)
     if sequences and int(seq_len.min()) < 0:
         i = int(np.argmin(seq_len))
         raise ValueError(f"{where}: sequence {i} has length {int(seq_len[i])} < 0")
     if not documents:
         return [int(v) for v in seq_len]
-    doc_idx = np.frombuffer(data, dtype="<i8", count=docs,
-                            offset=_IDX_HEADER_BYTES + 12 * sequences)
+    doc_idx = np.frombuffer(
+        data, dtype="<i8", count=docs, offset=_IDX_HEADER_BYTES + 12 * sequences
+    )
     out: List[int] = []
     prev = 0
     cumsum = np.concatenate([[0], np.cumsum(seq_len, dtype=np.int64)])
     for k, idx in enumerate(int(v) for v in doc_idx):
         if idx > sequences or idx < prev or (k == 0 and idx != 0):
-            raise ValueError(f"{where}: document index {k} = {idx} is not increasing within "
-                             f"[0, {sequences}]")
+            raise ValueError(
+                f"{where}: document index {k} = {idx} is not increasing within [0, {sequences}]"
+            )
         if k > 0:
             out.append(_check(int(cumsum[idx] - cumsum[prev]), f"{where} document {k - 1}"))
         prev = idx
     if prev != sequences:
-        raise ValueError(f"{where}: {sequences - prev} sequences after the last document end "
-                         "(use --idx-unit sequence to read sequences)")
+        raise ValueError(
+            f"{where}: {sequences - prev} sequences after the last document end "
+            "(use --idx-unit sequence to read sequences)"
+        )
     return out
 
 
@@ -242,13 +253,16 @@ class _Counter:
             try:
                 from tokenizers import Tokenizer
             except ImportError:
-                raise ValueError("tokenizer: the `tokenizers` package is not installed "
-                                 "(pip install tokenizers)") from None
+                raise ValueError(
+                    "tokenizer: the `tokenizers` package is not installed (pip install tokenizers)"
+                ) from None
             try:
                 self.tokenizer = Tokenizer.from_file(tokenizer_path)
             except Exception as e:  # tokenizers raises plain Exception
-                raise ValueError(f"tokenizer: cannot load {_escape(tokenizer_path)}: "
-                                 f"{_escape(str(e).splitlines()[0] if str(e) else e)}") from None
+                raise ValueError(
+                    f"tokenizer: cannot load {_escape(tokenizer_path)}: "
+                    f"{_escape(str(e).splitlines()[0] if str(e) else e)}"
+                ) from None
 
     def lengths(self, values: Sequence, where) -> List[int]:
         """`where(i)` names record i for errors."""
@@ -256,23 +270,26 @@ class _Counter:
         texts, text_pos = [], []
         for i, v in enumerate(values):
             if isinstance(v, bool) or v is None:
-                raise ValueError(f"{where(i)}: expected a token count (integer) or token ids "
-                                 "(array)")
+                raise ValueError(
+                    f"{where(i)}: expected a token count (integer) or token ids (array)"
+                )
             if isinstance(v, int):
                 out[i] = _check(v, where(i))
             elif isinstance(v, (list, tuple)) or hasattr(v, "__len__") and not isinstance(v, str):
                 out[i] = _check(len(v), where(i))
             elif isinstance(v, str):
                 if self.tokenizer is None:
-                    raise ValueError(f"{where(i)}: is text: give --tokenizer tokenizer.json to "
-                                     "count its tokens")
+                    raise ValueError(
+                        f"{where(i)}: is text: give --tokenizer tokenizer.json to count its tokens"
+                    )
                 texts.append(v)
                 text_pos.append(i)
             else:
-                raise ValueError(f"{where(i)}: expected a token count (integer) or token ids "
-                                 "(array)")
+                raise ValueError(
+                    f"{where(i)}: expected a token count (integer) or token ids (array)"
+                )
         for start in range(0, len(texts), 1024):
-            batch = self.tokenizer.encode_batch(texts[start:start + 1024])
+            batch = self.tokenizer.encode_batch(texts[start : start + 1024])
             for j, enc in enumerate(batch):
                 i = text_pos[start + j]
                 out[i] = _check(len(enc.ids), where(i))
@@ -292,8 +309,10 @@ def read_jsonl(path: str, field: str, counter: _Counter) -> List[int]:
         if not isinstance(record, dict):
             raise ValueError(f"{where_file} line {line_no}: not a JSON object")
         if field not in record:
-            raise ValueError(f"{where_file} line {line_no}: {_escape(field)}: missing "
-                             "(choose the field with --field)")
+            raise ValueError(
+                f"{where_file} line {line_no}: {_escape(field)}: missing "
+                "(choose the field with --field)"
+            )
         values.append(record[field])
         lines.append(line_no)
     return counter.lengths(values, lambda i: f"{where_file} line {lines[i]}: {_escape(field)}")
@@ -310,19 +329,22 @@ def read_csv(path: str, field: str, counter: _Counter) -> List[int]:
         if column is None:
             names = [c.strip(_CSV_SPACE) for c in row]
             if field not in names:
-                raise ValueError(f"{where_file} line {line_no}: CSV header has no column "
-                                 f"\"{_escape(field)}\" (choose it with --field)")
+                raise ValueError(
+                    f"{where_file} line {line_no}: CSV header has no column "
+                    f'"{_escape(field)}" (choose it with --field)'
+                )
             column = len(names) - 1 - names[::-1].index(field)
             continue
         if len(row) <= column:
-            raise ValueError(f"{where_file} line {line_no}: missing column "
-                             f"\"{_escape(field)}\"")
+            raise ValueError(f'{where_file} line {line_no}: missing column "{_escape(field)}"')
         cell = row[column].strip(_CSV_SPACE)
         if counter.tokenizer is None:
             number = parse_integer(cell)
             if number is None:
-                raise ValueError(f"{where_file} line {line_no}: expected an integer token "
-                                 f"count, got \"{_escape(cell[:40])}\"")
+                raise ValueError(
+                    f"{where_file} line {line_no}: expected an integer token "
+                    f'count, got "{_escape(cell[:40])}"'
+                )
             cell = number
         else:
             cell = row[column]
@@ -338,8 +360,9 @@ def _read_arrow_table(path: str, fmt: str, field: str):
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError(f"{_escape(path)}: reading {fmt} needs pyarrow (pip install pyarrow)") \
-            from None
+        raise ValueError(
+            f"{_escape(path)}: reading {fmt} needs pyarrow (pip install pyarrow)"
+        ) from None
     try:
         if fmt == "parquet":
             schema = pq.read_schema(path)
@@ -356,12 +379,14 @@ def _read_arrow_table(path: str, fmt: str, field: str):
             raise KeyError(field)
         return table.column(field)
     except KeyError:
-        raise ValueError(f"{_escape(path)}: {_escape(field)}: no such column (choose it with "
-                         "--field)") from None
+        raise ValueError(
+            f"{_escape(path)}: {_escape(field)}: no such column (choose it with --field)"
+        ) from None
     except (OSError, pa.ArrowException) as e:
-        raise ValueError(f"{_escape(path)}: cannot read {fmt}: "
-                         f"{_escape(str(e).splitlines()[0] if str(e) else type(e).__name__)}") \
-            from None
+        raise ValueError(
+            f"{_escape(path)}: cannot read {fmt}: "
+            f"{_escape(str(e).splitlines()[0] if str(e) else type(e).__name__)}"
+        ) from None
 
 
 def read_columnar(path: str, fmt: str, field: str, counter: _Counter) -> List[int]:
@@ -377,12 +402,16 @@ def read_columnar(path: str, fmt: str, field: str, counter: _Counter) -> List[in
         values = column.to_pylist()
         return [_check(int(v), where(i)) for i, v in enumerate(values)]
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
-        return [_check(int(v), where(i))
-                for i, v in enumerate(pc.list_value_length(column).fill_null(0).to_pylist())]
+        return [
+            _check(int(v), where(i))
+            for i, v in enumerate(pc.list_value_length(column).fill_null(0).to_pylist())
+        ]
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
         return counter.lengths(column.to_pylist(), where)
-    raise ValueError(f"{_escape(path)}: {_escape(field)}: column type {typ} is neither a token "
-                     "count, token ids nor text")
+    raise ValueError(
+        f"{_escape(path)}: {_escape(field)}: column type {typ} is neither a token "
+        "count, token ids nor text"
+    )
 
 
 def read_text(path: str) -> List[int]:
@@ -395,15 +424,20 @@ def read_text(path: str) -> List[int]:
             continue
         v = parse_integer(s)
         if v is None:
-            raise ValueError(f"{where_file}: line {line_no}: expected a positive integer, "
-                             f"got \"{_escape(s[:40])}\"")
+            raise ValueError(
+                f"{where_file}: line {line_no}: expected a positive integer, "
+                f'got "{_escape(s[:40])}"'
+            )
         out.append(_check(v, f"{where_file}: line {line_no}"))
     return out
 
 
-def read_lengths(paths: Iterable[str], field: Optional[str] = None,
-                 tokenizer: Optional[str] = None,
-                 idx_unit: str = "document") -> Tuple[List[int], int]:
+def read_lengths(
+    paths: Iterable[str],
+    field: Optional[str] = None,
+    tokenizer: Optional[str] = None,
+    idx_unit: str = "document",
+) -> Tuple[List[int], int]:
     """(lengths > 0 in input order, number of empty records skipped)."""
     if idx_unit not in ("document", "sequence"):
         raise ValueError("idx-unit: must be 'document' or 'sequence'")
@@ -414,8 +448,9 @@ def read_lengths(paths: Iterable[str], field: Optional[str] = None,
     empty = 0
     for path in paths:
         if os.path.isdir(path):
-            raise ValueError(f"{_escape(path)}: is a directory (give the files inside, e.g. "
-                             "DIR/*.arrow)")
+            raise ValueError(
+                f"{_escape(path)}: is a directory (give the files inside, e.g. DIR/*.arrow)"
+            )
         fmt = detect_format(path)
         if fmt == "idx":
             part = read_idx(path, documents=idx_unit == "document")
@@ -451,8 +486,10 @@ def length_report(lengths: Sequence[int], empty: int = 0) -> str:
         rank = math.ceil(p / 100.0 * n)
         return s[max(rank, 1) - 1]
 
-    out += (f"min {s[0]}  p50 {pct(50)}  p90 {pct(90)}  p99 {pct(99)}  max {s[-1]}  "
-            f"mean {total / n:.1f} (tokens)\n")
+    out += (
+        f"min {s[0]}  p50 {pct(50)}  p90 {pct(90)}  p99 {pct(99)}  max {s[-1]}  "
+        f"mean {total / n:.1f} (tokens)\n"
+    )
 
     def bucket(v):
         return min(max(v.bit_length() - 1, 0), 62)
@@ -472,8 +509,10 @@ def length_report(lengths: Sequence[int], empty: int = 0) -> str:
 
 
 def length_file_text(lengths: Sequence[int]) -> str:
-    return (f"# {len(lengths)} sequence lengths (tokens), one per line; written by fcp lengths\n"
-            + "".join(f"{int(v)}\n" for v in lengths))
+    return (
+        f"# {len(lengths)} sequence lengths (tokens), one per line; written by fcp lengths\n"
+        + "".join(f"{int(v)}\n" for v in lengths)
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -494,6 +533,7 @@ def write_output_file(path: str, data: bytes, field: str = "out") -> None:
     including a short write under a file-size limit, is
     ``ValueError("<field>: cannot write '<path>': <reason>")`` and leaves no
     temporary file behind."""
+
     def fail(why: str):
         raise ValueError(f"{field}: cannot write '{_escape(path)}': {why}") from None
 
@@ -559,17 +599,26 @@ class _OneLineParser(argparse.ArgumentParser):
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _OneLineParser(
         prog="fcp lengths",
-        description="Sequence lengths from datasets -> length file for `fcp simulate --lengths`.")
+        description="Sequence lengths from datasets -> length file for `fcp simulate --lengths`.",
+    )
     parser.add_argument("inputs", nargs="+", help="dataset files")
     parser.add_argument("-o", "--out", required=True, help="length file to write")
-    parser.add_argument("--field", default=None,
-                        help="JSONL/CSV/Parquet/Arrow field (default: tokens; text with "
-                             "--tokenizer)")
-    parser.add_argument("--tokenizer", default=None,
-                        help="Hugging Face tokenizer.json to count the tokens of a text field")
-    parser.add_argument("--idx-unit", default="document", choices=["document", "sequence"],
-                        help=".idx: one length per document or per sequence (default: "
-                             "%(default)s)")
+    parser.add_argument(
+        "--field",
+        default=None,
+        help="JSONL/CSV/Parquet/Arrow field (default: tokens; text with --tokenizer)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="Hugging Face tokenizer.json to count the tokens of a text field",
+    )
+    parser.add_argument(
+        "--idx-unit",
+        default="document",
+        choices=["document", "sequence"],
+        help=".idx: one length per document or per sequence (default: %(default)s)",
+    )
     try:
         args = parser.parse_args(argv)
     except _UsageError as e:

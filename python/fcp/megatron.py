@@ -70,9 +70,21 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 __all__ = [
-    "SUPPORTED_MEGATRON_CORE", "check_megatron_version", "padded_length", "thd_partition_indices",
-    "RankGrid", "CPGroupCache", "Assignment", "FcpCPScheduler", "MicroBatchPacker", "GlobalBatch",
-    "FcpMegatronLoader", "prepare_model", "hook_rope", "hook_te_attention", "loss_func",
+    "SUPPORTED_MEGATRON_CORE",
+    "check_megatron_version",
+    "padded_length",
+    "thd_partition_indices",
+    "RankGrid",
+    "CPGroupCache",
+    "Assignment",
+    "FcpCPScheduler",
+    "MicroBatchPacker",
+    "GlobalBatch",
+    "FcpMegatronLoader",
+    "prepare_model",
+    "hook_rope",
+    "hook_te_attention",
+    "loss_func",
     "FcpPackingScheduler",
 ]  # FcpPackedSeqParams too, defined on first use (module __getattr__)
 
@@ -85,10 +97,13 @@ def check_megatron_version(strict: bool = False) -> str:
     """The installed megatron-core version; logs a warning (or raises
     RuntimeError when ``strict``) if it is not ``SUPPORTED_MEGATRON_CORE``."""
     from importlib.metadata import version
+
     found = version("megatron-core")
     if found != SUPPORTED_MEGATRON_CORE:
-        msg = (f"megatron-core {found} is installed; fcp.megatron is tested against "
-               f"{SUPPORTED_MEGATRON_CORE}")
+        msg = (
+            f"megatron-core {found} is installed; fcp.megatron is tested against "
+            f"{SUPPORTED_MEGATRON_CORE}"
+        )
         if strict:
             raise RuntimeError(msg)
         log.warning(msg)
@@ -96,6 +111,7 @@ def check_megatron_version(strict: bool = False) -> str:
 
 
 # --------------------------------------------------------------------------- THD layout
+
 
 def padded_length(seq_len: int, degree: int, multiple: int = 1) -> int:
     """Length of a sequence once padded for TE's THD path (tokens): for a
@@ -105,7 +121,9 @@ def padded_length(seq_len: int, degree: int, multiple: int = 1) -> int:
     sequences, which TE's non-CP THD kernels need not handle). ``multiple`` =
     the TP size under sequence parallelism, else 1."""
     if seq_len < 1 or degree < 1 or multiple < 1:
-        raise ValueError(f"seq_len/degree/multiple: must be >= 1, got {seq_len}, {degree}, {multiple}")
+        raise ValueError(
+            f"seq_len/degree/multiple: must be >= 1, got {seq_len}, {degree}, {multiple}"
+        )
     m = multiple if degree == 1 else 2 * degree * multiple
     return -(-seq_len // m) * m
 
@@ -117,6 +135,7 @@ def thd_partition_indices(padded_lengths: Sequence[int], degree: int, cp_rank: i
     (the rule of TE's ``thd_get_partitioned_indices``); degree 1: all
     tokens. int64 tensor."""
     import torch
+
     if not 0 <= cp_rank < degree:
         raise ValueError(f"cp_rank: must be in [0, {degree}), got {cp_rank}")
     if degree == 1:  # no CP: everything, in order
@@ -135,6 +154,7 @@ def thd_partition_indices(padded_lengths: Sequence[int], degree: int, cp_rank: i
 
 
 # --------------------------------------------------------------------------- rank grid
+
 
 class RankGrid:
     """Plan ranks onto Megatron global ranks.
@@ -170,13 +190,16 @@ class RankGrid:
         ``megatron.core.parallel_state`` (must be initialised)."""
         import torch.distributed as dist
         from megatron.core import parallel_state
+
         group = parallel_state.get_data_parallel_group(with_context_parallel=True)
         mine = dist.get_process_group_ranks(group)
         everyone: List[Optional[List[int]]] = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)
         return cls(everyone, dist.get_rank())
 
-    def global_ranks(self, plan_ranks: Sequence[int], coordinate: Optional[int] = None) -> List[int]:
+    def global_ranks(
+        self, plan_ranks: Sequence[int], coordinate: Optional[int] = None
+    ) -> List[int]:
         """Global ranks of ``plan_ranks`` at a coordinate (default: this rank's)."""
         coord = self.dp_cp_ranks if coordinate is None else self.coordinates[coordinate]
         return [coord[p] for p in plan_ranks]
@@ -194,6 +217,7 @@ class CPGroupCache:
 
     def __init__(self, grid: RankGrid, new_group: Optional[Callable] = None):
         import torch.distributed as dist
+
         self.grid = grid
         self._new_group = new_group or (lambda ranks: dist.new_group(ranks))
         self._mine: Dict[Tuple[int, ...], object] = {}
@@ -231,6 +255,7 @@ class CPGroupCache:
 
 # --------------------------------------------------------------------------- scheduler
 
+
 @dataclass
 class Assignment:
     """What one rank does in one micro-batch: ``sequences`` (indices into the
@@ -240,6 +265,7 @@ class Assignment:
     ``cp_group`` (a one-rank group for degree 1), ``cp_comm_type`` (TE's:
     ``"p2p"`` for a ring group, ``"a2a"`` for an all-to-all group). Empty
     ``sequences``: the rank idles (in its one-rank group)."""
+
     sequences: List[int]
     plan_ranks: List[int]
     degree: int
@@ -282,23 +308,32 @@ class FcpCPScheduler:
       :class:`FcpMegatronLoader`, which feeds Megatron's standard schedule.
     """
 
-    def __init__(self, scheduler, grid: Optional[RankGrid] = None, cache: Optional[CPGroupCache] = None,
-                 background: bool = True, verify: bool = True, verify_group=None,
-                 gather_times: Optional[Callable[[List[float]], List[List[float]]]] = None):
+    def __init__(
+        self,
+        scheduler,
+        grid: Optional[RankGrid] = None,
+        cache: Optional[CPGroupCache] = None,
+        background: bool = True,
+        verify: bool = True,
+        verify_group=None,
+        gather_times: Optional[Callable[[List[float]], List[List[float]]]] = None,
+    ):
         self.scheduler = scheduler
         self._gather_times = gather_times or _all_gather_times
         self.grid = grid if grid is not None else RankGrid.from_parallel_state()
         n = int(scheduler.cluster.num_ranks)
         if n != self.grid.size:
-            raise ValueError(f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
-                             f"group has {self.grid.size}")
+            raise ValueError(
+                f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
+                f"group has {self.grid.size}"
+            )
         self.cache = cache if cache is not None else CPGroupCache(self.grid)
         self.verify = verify
         self._verify_group = verify_group
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-plan") if background else None
         self._pending: List[Tuple[Tuple[int, ...], object]] = []
-        self.exposed_planning_s: List[float] = []   # per global batch: time the training waited
-        self.planning_s: List[float] = []           # per global batch: planner wall time
+        self.exposed_planning_s: List[float] = []  # per global batch: time the training waited
+        self.planning_s: List[float] = []  # per global batch: planner wall time
 
     # -- Megatron's BalancedCPScheduler interface ------------------------------
     def get_groups_and_subsamples(self, sample_id_seqlens, config=None):
@@ -342,8 +377,11 @@ class FcpCPScheduler:
     def _plan_timed(self, lengths, held=None, planner=None):
         planner = planner or self.scheduler
         t0 = time.perf_counter()
-        plan = (planner.plan(list(lengths)) if held is None
-                else planner.plan(list(lengths), existing_communicators=held))
+        plan = (
+            planner.plan(list(lengths))
+            if held is None
+            else planner.plan(list(lengths), existing_communicators=held)
+        )
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
         for mb in plan.micro_batches:
@@ -356,8 +394,14 @@ class FcpCPScheduler:
         ``background``). Batches are taken back in submission order."""
         key = tuple(int(x) for x in lengths)
         if self._pool is not None:
-            self._pending.append((key, self._pool.submit(self._plan_timed, key,
-                                                         self._held_sets(), self._planner_now())))
+            self._pending.append(
+                (
+                    key,
+                    self._pool.submit(
+                        self._plan_timed, key, self._held_sets(), self._planner_now()
+                    ),
+                )
+            )
         else:
             self._pending.append((key, None))
 
@@ -375,8 +419,13 @@ class FcpCPScheduler:
         exposed = time.perf_counter() - t0
         self.exposed_planning_s.append(exposed)
         self.planning_s.append(spent)
-        log.info("fcp plan: %d micro-batches, est %.3f ms, planning %.3f ms, exposed %.3f ms",
-                 len(plan.micro_batches), plan.est_ms, spent * 1e3, exposed * 1e3)
+        log.info(
+            "fcp plan: %d micro-batches, est %.3f ms, planning %.3f ms, exposed %.3f ms",
+            len(plan.micro_batches),
+            plan.est_ms,
+            spent * 1e3,
+            exposed * 1e3,
+        )
         if self.verify:
             self._check_agreement(plan)
         return plan
@@ -394,15 +443,21 @@ class FcpCPScheduler:
         at the same point on every rank. Returns the Scheduler's calibration."""
         mine = [float(t) for t in my_times_s]
         if len(mine) != len(plan.micro_batches):
-            raise ValueError(f"my_times_s: needs one time per micro-batch "
-                             f"({len(plan.micro_batches)}), got {len(mine)}")
+            raise ValueError(
+                f"my_times_s: needs one time per micro-batch "
+                f"({len(plan.micro_batches)}), got {len(mine)}"
+            )
         by_rank = self._gather_times(mine)
         times = []
         for j, mb in enumerate(plan.micro_batches):
             row = []
             for g in mb.groups:
-                seen = [by_rank[coord[p]][j] for coord in self.grid.coordinates
-                        for p in g.ranks if not math.isnan(by_rank[coord[p]][j])]
+                seen = [
+                    by_rank[coord[p]][j]
+                    for coord in self.grid.coordinates
+                    for p in g.ranks
+                    if not math.isnan(by_rank[coord[p]][j])
+                ]
                 row.append(max(seen) if seen else float("nan"))
             times.append(row)
         return self.scheduler.observe(list(lengths), plan, times)
@@ -410,14 +465,17 @@ class FcpCPScheduler:
     def _check_agreement(self, plan) -> None:
         import torch
         import torch.distributed as dist
+
         if not dist.is_initialized():
             return
         d = _plan_digest(plan)
         t = torch.tensor([d, -d], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._verify_group)
         if int(t[0]) != d or int(t[1]) != -d:
-            raise RuntimeError("fcp: ranks planned different global batches (planning is not "
-                               "deterministic here: pass the same lengths and seed everywhere)")
+            raise RuntimeError(
+                "fcp: ranks planned different global batches (planning is not "
+                "deterministic here: pass the same lengths and seed everywhere)"
+            )
 
     def assignments(self, plan) -> List[Assignment]:
         """This rank's :class:`Assignment` in every micro-batch of ``plan``.
@@ -431,8 +489,14 @@ class FcpCPScheduler:
                 ranks = sorted(int(p) for p in g.ranks)
                 pg = self.cache.get(ranks)  # every rank creates every group, same order
                 if me in ranks:
-                    mine = Assignment([int(s) for s in g.sequences], ranks, len(ranks),
-                                      ranks.index(me), pg, _te_comm_type(g))
+                    mine = Assignment(
+                        [int(s) for s in g.sequences],
+                        ranks,
+                        len(ranks),
+                        ranks.index(me),
+                        pg,
+                        _te_comm_type(g),
+                    )
             out.append(mine)
         return out
 
@@ -449,8 +513,10 @@ def _te_comm_type(group) -> str:
     around the ring), all-to-all -> "a2a" (Ulysses: heads scattered)."""
     name = getattr(getattr(group, "comm", None), "name", "RING")
     if name not in _TE_COMM_TYPES:
-        raise ValueError(f"plan: group communication {name} has no TransformerEngine "
-                         f"cp_comm_type (known: {sorted(_TE_COMM_TYPES)})")
+        raise ValueError(
+            f"plan: group communication {name} has no TransformerEngine "
+            f"cp_comm_type (known: {sorted(_TE_COMM_TYPES)})"
+        )
     return _TE_COMM_TYPES[name]
 
 
@@ -458,6 +524,7 @@ def _all_gather_times(mine: List[float]) -> List[List[float]]:
     """Every global rank's list (all the same length), by global rank."""
     import torch
     import torch.distributed as dist
+
     if not dist.is_initialized():
         return [mine]
     device = torch.device("cpu")
@@ -470,6 +537,7 @@ def _all_gather_times(mine: List[float]) -> List[List[float]]:
 
 
 # --------------------------------------------------------------------------- dev's door
+
 
 class FcpPackingScheduler:
     """fcp behind Megatron-LM dev's sequence-packing door.
@@ -501,9 +569,16 @@ class FcpPackingScheduler:
 
     planner = None  # set by bind()
 
-    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int] = None,
-                 max_num_seqs: Optional[int] = None, min_cp_size: int = 1, planner=None):
+    def __init__(
+        self,
+        max_seqlen_per_dp_cp_rank: int,
+        cp_size: int,
+        dp_size: int,
+        microbatch_group_size_per_vp_stage: Optional[int] = None,
+        max_num_seqs: Optional[int] = None,
+        min_cp_size: int = 1,
+        planner=None,
+    ):
         self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
         self.cp_size, self.dp_size = int(cp_size), int(dp_size)
         self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
@@ -511,15 +586,20 @@ class FcpPackingScheduler:
         self.min_cp_size = int(min_cp_size)
         self.fcp_planner = planner if planner is not None else type(self).planner
         if self.fcp_planner is None:
-            raise ValueError("planner: FcpPackingScheduler needs an fcp.Scheduler "
-                             "(planner= or bind())")
+            raise ValueError(
+                "planner: FcpPackingScheduler needs an fcp.Scheduler (planner= or bind())"
+            )
         n = int(self.fcp_planner.cluster.num_ranks)
         if n != self.cp_size * self.dp_size:
-            raise ValueError(f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
-                             f"group has {self.cp_size * self.dp_size}")
+            raise ValueError(
+                f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
+                f"group has {self.cp_size * self.dp_size}"
+            )
         if microbatch_group_size_per_vp_stage not in (None, 1):
-            raise ValueError("microbatch_group_size_per_vp_stage: virtual pipeline stages are not "
-                             "supported by FcpPackingScheduler")
+            raise ValueError(
+                "microbatch_group_size_per_vp_stage: virtual pipeline stages are not "
+                "supported by FcpPackingScheduler"
+            )
 
     @classmethod
     def bind(cls, planner) -> type:
@@ -537,8 +617,12 @@ class FcpPackingScheduler:
         def __init__(self, *args, **kwargs):
             DefaultDynamicCPScheduler.__init__(self, *args, **kwargs)
             cls.__init__(self, *args, **kwargs)
-        return type(cls.__name__, (cls, DefaultDynamicCPScheduler),
-                    {"planner": planner, "__init__": __init__})
+
+        return type(
+            cls.__name__,
+            (cls, DefaultDynamicCPScheduler),
+            {"planner": planner, "__init__": __init__},
+        )
 
     def get_groups_and_subsamples(self, sample_id_seqlens):
         """``sample_id_seqlens``: ``[(sample_id, seq_len)]``. Returns
@@ -557,17 +641,23 @@ class FcpPackingScheduler:
                 ranks = sorted(int(p) for p in g.ranks)
                 _check_dev_group(ranks, n, j)
                 if len(ranks) < self.min_cp_size:
-                    raise ValueError(f"min_cp_size: micro-batch {j} has a group of degree "
-                                     f"{len(ranks)} < {self.min_cp_size} on ranks {ranks}")
+                    raise ValueError(
+                        f"min_cp_size: micro-batch {j} has a group of degree "
+                        f"{len(ranks)} < {self.min_cp_size} on ranks {ranks}"
+                    )
                 if self.max_num_seqs is not None and len(g.sequences) > self.max_num_seqs:
-                    raise ValueError(f"max_num_seqs: micro-batch {j} puts {len(g.sequences)} "
-                                     f"sequences on ranks {ranks}, more than {self.max_num_seqs}")
+                    raise ValueError(
+                        f"max_num_seqs: micro-batch {j} puts {len(g.sequences)} "
+                        f"sequences on ranks {ranks}, more than {self.max_num_seqs}"
+                    )
                 for p in ranks:
                     per_rank[p] = [ids[s] for s in g.sequences]
             idle = [p for p, r in enumerate(per_rank) if not r]
             if idle:
-                raise ValueError(f"plan: micro-batch {j} leaves ranks {idle} idle; Megatron dev's "
-                                 f"packing path needs a sample on every DP x CP rank")
+                raise ValueError(
+                    f"plan: micro-batch {j} leaves ranks {idle} idle; Megatron dev's "
+                    f"packing path needs a sample on every DP x CP rank"
+                )
             out.append(per_rank)
         return out
 
@@ -578,9 +668,11 @@ def _check_dev_group(ranks: List[int], n: int, micro_batch: int) -> None:
     d = len(ranks)
     block = d == n or (d & (d - 1) == 0 and ranks[0] % d == 0)
     if not block or ranks != list(range(ranks[0], ranks[0] + d)):
-        raise ValueError(f"plan: micro-batch {micro_batch} has a group of degree {d} on ranks "
-                         f"{ranks}; Megatron dev looks groups up by size (aligned power-of-two "
-                         f"blocks), so it would run them elsewhere: use FcpMegatronLoader")
+        raise ValueError(
+            f"plan: micro-batch {micro_batch} has a group of degree {d} on ranks "
+            f"{ranks}; Megatron dev looks groups up by size (aligned power-of-two "
+            f"blocks), so it would run them elsewhere: use FcpMegatronLoader"
+        )
 
 
 # --------------------------------------------------------------------------- data path
@@ -602,6 +694,7 @@ def _packed_seq_params_class():
             """Megatron's ``PackedSeqParams`` plus the micro-batch's TE
             ``cp_comm_type`` ("p2p" or "a2a"), read by :func:`prepare_model`'s
             core-attention hook. Megatron reads only its own fields."""
+
             cp_comm_type: str = "p2p"
 
         FcpPackedSeqParams.__module__ = __name__
@@ -633,8 +726,14 @@ class MicroBatchPacker:
         self.pad_token = pad_token
         self.device = device
 
-    def pack(self, samples: Sequence[Dict[str, object]], degree: int = 1, cp_rank: int = 0,
-             cp_group=None, cp_comm_type: str = "p2p"):
+    def pack(
+        self,
+        samples: Sequence[Dict[str, object]],
+        degree: int = 1,
+        cp_rank: int = 0,
+        cp_group=None,
+        cp_comm_type: str = "p2p",
+    ):
         """Returns ``(batch, packed_seq_params)``: ``batch`` holds ``tokens``,
         ``labels``, ``loss_mask``, ``position_ids`` (positions inside each
         sequence, running on through its padding) and any other per-token key,
@@ -645,9 +744,12 @@ class MicroBatchPacker:
         (padding is masked by ``loss_mask``; causal attention keeps it out of
         the real tokens, which come first)."""
         import torch
+
         if cp_comm_type not in _TE_COMM_TYPES.values():
-            raise ValueError(f"cp_comm_type: must be one of {sorted(_TE_COMM_TYPES.values())}, "
-                             f"got {cp_comm_type!r}")
+            raise ValueError(
+                f"cp_comm_type: must be one of {sorted(_TE_COMM_TYPES.values())}, "
+                f"got {cp_comm_type!r}"
+            )
         if not samples:
             raise ValueError("samples: need at least one sequence")
         lengths = [int(s["tokens"].numel()) for s in samples]
@@ -675,10 +777,17 @@ class MicroBatchPacker:
             cu_padded = cu_padded.to(self.device)
         max_len = max(padded)
         params = _packed_seq_params_class()(
-            qkv_format="thd", cu_seqlens_q=cu_padded, cu_seqlens_kv=cu_padded,
-            cu_seqlens_q_padded=cu_padded, cu_seqlens_kv_padded=cu_padded, max_seqlen_q=max_len,
-            max_seqlen_kv=max_len, local_cp_size=degree, cp_group=cp_group,
-            cp_comm_type=cp_comm_type)
+            qkv_format="thd",
+            cu_seqlens_q=cu_padded,
+            cu_seqlens_kv=cu_padded,
+            cu_seqlens_q_padded=cu_padded,
+            cu_seqlens_kv_padded=cu_padded,
+            max_seqlen_q=max_len,
+            max_seqlen_kv=max_len,
+            local_cp_size=degree,
+            cp_group=cp_group,
+            cp_comm_type=cp_comm_type,
+        )
         return batch, params
 
     def idle(self, like: Dict[str, object], cp_group=None):
@@ -686,8 +795,10 @@ class MicroBatchPacker:
         tokens on degree 1 in ``cp_group`` (the rank's one-rank group),
         loss_mask 0 (zero loss, zero gradient)."""
         n = 2 * self.multiple
-        sample = {k: v.reshape(-1)[:1].new_full((n,), 0 if k == "loss_mask" else self.pad_token)
-                  for k, v in like.items()}
+        sample = {
+            k: v.reshape(-1)[:1].new_full((n,), 0 if k == "loss_mask" else self.pad_token)
+            for k, v in like.items()
+        }
         return self.pack([sample], 1, 0, cp_group)
 
 
@@ -696,6 +807,7 @@ class GlobalBatch:
     """One global batch: ``lengths`` (tokens per sequence, the same list on
     every rank) and ``get_sample(i)`` returning sequence i as a dict of 1-D
     tensors (called only for the sequences this rank runs)."""
+
     lengths: List[int]
     get_sample: Callable[[int], Dict[str, object]]
 
@@ -716,7 +828,9 @@ class FcpMegatronLoader:
     and its plan starts on the worker thread, so planning overlaps training.
     """
 
-    def __init__(self, scheduler: FcpCPScheduler, batches, packer: Optional[MicroBatchPacker] = None):
+    def __init__(
+        self, scheduler: FcpCPScheduler, batches, packer: Optional[MicroBatchPacker] = None
+    ):
         self.scheduler = scheduler
         self.packer = packer or MicroBatchPacker()
         self._batches = iter(batches)
@@ -740,7 +854,7 @@ class FcpMegatronLoader:
         if batch is None:
             raise StopIteration
         plan = self.scheduler.take(batch.lengths)
-        self._next = self._read_ahead()   # plan i+1 while i trains
+        self._next = self._read_ahead()  # plan i+1 while i trains
         steps = self.scheduler.assignments(plan)
         self._current, self._stamps, self._end = (batch, plan, steps), [], None
         return self._micro_batches(batch, steps), len(steps)
@@ -749,6 +863,7 @@ class FcpMegatronLoader:
     def _stamp(self):
         """Now, on the device's stream (a CUDA event) or the host clock."""
         import torch
+
         if torch.cuda.is_available() and torch.device(self.packer.device or "cpu").type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -766,9 +881,11 @@ class FcpMegatronLoader:
         """Wraps Megatron's ``finalize_model_grads`` (set the result as
         ``config.finalize_model_grads_func``) so that the last micro-batch
         ends before the gradient reduction, not after it."""
+
         def wrapped(*args, **kwargs):
             self.mark_end()
             return finalize(*args, **kwargs)
+
         return wrapped
 
     def micro_batch_times(self) -> List[float]:
@@ -782,8 +899,10 @@ class FcpMegatronLoader:
             raise RuntimeError("micro_batch_times: no batch has been handed out")
         steps = self._current[2]
         if len(self._stamps) != len(steps) or self._end is None:
-            raise RuntimeError("micro_batch_times: the batch has not finished (every micro-batch "
-                               "taken and mark_end() called)")
+            raise RuntimeError(
+                "micro_batch_times: the batch has not finished (every micro-batch "
+                "taken and mark_end() called)"
+            )
         marks = self._stamps + [self._end]
         if not isinstance(self._end, float):
             self._end.synchronize()
@@ -810,8 +929,9 @@ class FcpMegatronLoader:
             if a.sequences:
                 samples = [batch.get_sample(i) for i in a.sequences]
                 like = samples[0]
-                data, params = self.packer.pack(samples, a.degree, a.cp_rank, a.cp_group,
-                                                a.cp_comm_type)
+                data, params = self.packer.pack(
+                    samples, a.degree, a.cp_rank, a.cp_group, a.cp_comm_type
+                )
             else:
                 if like is None:
                     like = batch.get_sample(0)
@@ -822,8 +942,10 @@ class FcpMegatronLoader:
 
 # --------------------------------------------------------------------------- model side
 
+
 def _attention_layers(model):
     from megatron.core.transformer.attention import Attention
+
     return [m for m in _modules(model) if isinstance(m, Attention)]
 
 
@@ -832,19 +954,25 @@ def _transformer_engine_attention():
     TransformerEngine is missing: megatron-core then defines the class on a
     ``MagicMock`` (``extensions/transformer_engine.py``, ``HAVE_TE = False``)."""
     from unittest import mock
+
     try:
         from megatron.core.extensions import transformer_engine as mte
     except ImportError as err:
-        raise RuntimeError(f"prepare_model: fcp.megatron needs TransformerEngine (THD context "
-                           f"parallelism); importing Megatron's TE extension failed: "
-                           f"{err}") from err
+        raise RuntimeError(
+            f"prepare_model: fcp.megatron needs TransformerEngine (THD context "
+            f"parallelism); importing Megatron's TE extension failed: "
+            f"{err}"
+        ) from err
     cls = getattr(mte, "TEDotProductAttention", None)
-    mocked = (not isinstance(cls, type) or issubclass(cls, mock.Mock)
-              or isinstance(mte.te, mock.Mock))
+    mocked = (
+        not isinstance(cls, type) or issubclass(cls, mock.Mock) or isinstance(mte.te, mock.Mock)
+    )
     if not getattr(mte, "HAVE_TE", False) or mocked:
-        raise RuntimeError("prepare_model: fcp.megatron needs TransformerEngine >= 2.16 (THD "
-                           "context parallelism, 'a2a' with THD); megatron-core found none and "
-                           "runs on a MagicMock stand-in (install transformer-engine[pytorch])")
+        raise RuntimeError(
+            "prepare_model: fcp.megatron needs TransformerEngine >= 2.16 (THD "
+            "context parallelism, 'a2a' with THD); megatron-core found none and "
+            "runs on a MagicMock stand-in (install transformer-engine[pytorch])"
+        )
     return cls
 
 
@@ -860,8 +988,10 @@ def prepare_model(model) -> int:
     layers = hook_rope(model)
     cores = hook_te_attention(model, te_attention)
     if not cores:
-        raise RuntimeError("prepare_model: the model has no TEDotProductAttention: build it with "
-                           "get_gpt_layer_with_transformer_engine_spec()")
+        raise RuntimeError(
+            "prepare_model: the model has no TEDotProductAttention: build it with "
+            "get_gpt_layer_with_transformer_engine_spec()"
+        )
     return len(layers)
 
 
@@ -894,6 +1024,7 @@ def hook_te_attention(model, te_attention, stream=None) -> list:
     cores = [m for m in _modules(model) if isinstance(m, te_attention)]
     if cores and stream is None:
         import torch
+
         stream = torch.cuda.Stream()
     for core in cores:
         core.register_forward_pre_hook(_te_cp_hook(stream), with_kwargs=True)
@@ -922,6 +1053,7 @@ def _te_cp_hook(stream):
         out = dict(kwargs)
         out["packed_seq_params"] = dataclasses.replace(params, cp_group=None, local_cp_size=None)
         return args, out
+
     return hook
 
 
@@ -935,8 +1067,10 @@ def _check_heads_divisible(module, degree: int) -> None:
     kv = getattr(module, "num_gqa_groups_per_partition", None)
     for name, n in (("query heads per TP rank", heads), ("key/value heads per TP rank", kv)):
         if n is not None and int(n) % degree:
-            raise ValueError(f"packed_seq_params.cp_comm_type: 'a2a' over {degree} ranks needs "
-                             f"{name} divisible by {degree}; this layer has {n}")
+            raise ValueError(
+                f"packed_seq_params.cp_comm_type: 'a2a' over {degree} ranks needs "
+                f"{name} divisible by {degree}; this layer has {n}"
+            )
 
 
 def _use_packed_cp_group(module, args, kwargs):
@@ -965,6 +1099,7 @@ def loss_func(loss_mask, output_tensor):
     adds the token counts of all micro-batches and ranks and divides the
     gradients once per global batch (``finalize_model_grads``)."""
     import torch
+
     # fp32 at least (Megatron's own loss functions do the same); fp64 stays.
     losses = output_tensor.reshape(-1)
     if losses.dtype != torch.float64:

@@ -54,33 +54,60 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m fcp profile --target torch",
         description="Measure one CP rank's step time of a transformer layer on PyTorch kernels "
-                    "(ring attention through fcp.torch, packed sequences) over lengths x "
-                    "degrees on the launched processes, fit every cost-model coefficient with "
-                    "fcp's fit, print the held-out error table and write the cost_model JSON "
-                    "that fcp plan/simulate --cost-model and fcp.Scheduler(cost_model=...) read. "
-                    "Run under torchrun --nproc-per-node P to measure degrees up to P on real "
-                    "process groups.")
+        "(ring attention through fcp.torch, packed sequences) over lengths x "
+        "degrees on the launched processes, fit every cost-model coefficient with "
+        "fcp's fit, print the held-out error table and write the cost_model JSON "
+        "that fcp plan/simulate --cost-model and fcp.Scheduler(cost_model=...) read. "
+        "Run under torchrun --nproc-per-node P to measure degrees up to P on real "
+        "process groups.",
+    )
     p.add_argument("--target", required=True, choices=["torch"])
-    p.add_argument("-m", "--model", default=None,
-                   help="model preset or cpu-tiny (default: cpu-tiny on cpu, qwen3-8b on cuda)")
-    p.add_argument("--hf-config", default=None,
-                   help="a Hugging Face config.json whose shape replaces --model's")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when available")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None,
-                   help="default: fp32 on cpu, bf16 on cuda")
+    p.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="model preset or cpu-tiny (default: cpu-tiny on cpu, qwen3-8b on cuda)",
+    )
+    p.add_argument(
+        "--hf-config",
+        default=None,
+        help="a Hugging Face config.json whose shape replaces --model's",
+    )
+    p.add_argument(
+        "--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "fp16"],
+        default=None,
+        help="default: fp32 on cpu, bf16 on cuda",
+    )
     p.add_argument("--recompute", choices=["full", "selective", "none"], default="full")
     p.add_argument("--lengths", default=None, help="comma list of sequence lengths (tokens)")
-    p.add_argument("--degrees", default=None,
-                   help="comma list of CP degrees (default 1..P; 1,2,3,4 with --in-process)")
-    p.add_argument("--in-process", action="store_true",
-                   help="time degrees above the process count in this process (ring ranks' "
-                        "shares one at a time, messages as device copies)")
-    p.add_argument("--layers", type=int, default=None,
-                   help="time scale: the model's layers (default: the model's)")
+    p.add_argument(
+        "--degrees",
+        default=None,
+        help="comma list of CP degrees (default 1..P; 1,2,3,4 with --in-process)",
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="time degrees above the process count in this process (ring ranks' "
+        "shares one at a time, messages as device copies)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="time scale: the model's layers (default: the model's)",
+    )
     p.add_argument("-r", "--repeats", type=int, default=3, help="measurements per point (min)")
-    p.add_argument("--min-chunk", type=int, default=128,
-                   help="skip points with fewer than this many tokens per rank")
+    p.add_argument(
+        "--min-chunk",
+        type=int,
+        default=128,
+        help="skip points with fewer than this many tokens per rank",
+    )
     p.add_argument("--no-packed", action="store_true", help="no packed groups")
     p.add_argument("--heldout", type=float, default=0.25, help="fraction of samples held out")
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out split")
@@ -95,6 +122,7 @@ class _World:
 
     def __init__(self, device):
         import torch.distributed as dist
+
         self.dist = dist
         self.size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
@@ -105,9 +133,11 @@ class _World:
                 dist.init_process_group(backend)
             except Exception as e:  # noqa: BLE001 - any failure is the environment's
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise RuntimeError(f"no process group: torch.distributed.init_process_group"
-                                   f"({backend!r}) failed under WORLD_SIZE={self.size} (launch "
-                                   f"with torchrun): {first}") from None
+                raise RuntimeError(
+                    f"no process group: torch.distributed.init_process_group"
+                    f"({backend!r}) failed under WORLD_SIZE={self.size} (launch "
+                    f"with torchrun): {first}"
+                ) from None
         if self.size > 1:
             self.size, self.rank = dist.get_world_size(), dist.get_rank()
 
@@ -140,6 +170,7 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
     and the ring's messages point to point; wall time, every layer."""
     import torch
     from fcp.torch import CPGroup, attention, local_cu_seqlens
+
     dist = world.dist
     pg = world.group(degree)
     if world.rank >= degree:
@@ -157,8 +188,14 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
         for n in lengths:
             cu.append(cu[-1] + n)
         local_n = local_cu_seqlens(cu, degree, idx)[-1]
-        mk = lambda h: torch.randn(h, local_n, s.head_dim, device=dev, dtype=dt,  # noqa: E731
-                                   requires_grad=True)
+        mk = lambda h: torch.randn(
+            h,
+            local_n,
+            s.head_dim,
+            device=dev,
+            dtype=dt,  # noqa: E731
+            requires_grad=True,
+        )
         packs.append((mk(s.q_heads), mk(s.kv_heads), mk(s.kv_heads), cu, causal))
     local = sum(p[0].shape[1] for p in packs)
     linear = work._linear_step(local)
@@ -176,9 +213,14 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
     fwd_b, bwd_b = work.ring_message_bytes(local)
     fwd_n, bwd_n = work.ring_steps(degree)
     nxt, prv = (idx + 1) % degree, (idx - 1) % degree
-    bufs = [(torch.empty(b, dtype=torch.uint8, device=dev),
-             torch.empty(b, dtype=torch.uint8, device=dev), k) for b, k in
-            ((fwd_b, fwd_n), (bwd_b, bwd_n))]
+    bufs = [
+        (
+            torch.empty(b, dtype=torch.uint8, device=dev),
+            torch.empty(b, dtype=torch.uint8, device=dev),
+            k,
+        )
+        for b, k in ((fwd_b, fwd_n), (bwd_b, bwd_n))
+    ]
 
     def messages():
         for send, recv, k in bufs:
@@ -206,18 +248,24 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
 def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
     """Measures the grid; returns (FitSamples, descriptions, bandwidth)."""
     from fcp import _core
+
     core = _core()
-    lengths = _parse_ints(args.lengths, "--lengths", 8, 1 << 22) if args.lengths else \
-        list(DEFAULT_LENGTHS)
+    lengths = (
+        _parse_ints(args.lengths, "--lengths", 8, 1 << 22)
+        if args.lengths
+        else list(DEFAULT_LENGTHS)
+    )
     if args.degrees:
         degrees = _parse_ints(args.degrees, "--degrees", 1, 4096)
     else:
         degrees = list(range(1, max(world.size, 4 if args.in_process else 1) + 1))
     for d in degrees:
         if d > world.size and not args.in_process:
-            raise ValueError(f"--degrees: degree {d} needs {d} processes, {world.size} launched "
-                             f"(run under torchrun --nproc-per-node {d}, or pass --in-process to "
-                             "time the ring's ranks one at a time in this process)")
+            raise ValueError(
+                f"--degrees: degree {d} needs {d} processes, {world.size} launched "
+                f"(run under torchrun --nproc-per-node {d}, or pass --in-process to "
+                "time the ring's ranks one at a time in this process)"
+            )
     bw = work.copy_bandwidth()
     samples, what = [], []
     for i, length in enumerate(lengths):
@@ -241,9 +289,18 @@ def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
                     total = rank.compute_s + comm - min(hideable, comm)
                 if world.rank != 0:
                     continue
-                samples.append(core.make_fit_sample(
-                    load, d, bw, False, compute_s=rank.compute_s, comm_s=comm, total_s=total,
-                    label=work.shape.name))
+                samples.append(
+                    core.make_fit_sample(
+                        load,
+                        d,
+                        bw,
+                        False,
+                        compute_s=rank.compute_s,
+                        comm_s=comm,
+                        total_s=total,
+                        label=work.shape.name,
+                    )
+                )
                 what.append(_describe(seqs, d))
     world.barrier()
     return samples, what, bw
@@ -254,6 +311,7 @@ def run(argv: Sequence[str]) -> int:
     import torch
     from fcp import _core
     from fcp import _torch_work as tw
+
     device = tw.resolve_device(args.device)
     dtype = tw.DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     if device.type == "cpu":
@@ -265,8 +323,9 @@ def run(argv: Sequence[str]) -> int:
     if args.hf_config:
         shape = tw.shape_from_hf_config(args.hf_config)
     else:
-        shape = tw.shape_from_preset(args.model or ("qwen3-8b" if device.type == "cuda"
-                                                    else "cpu-tiny"))
+        shape = tw.shape_from_preset(
+            args.model or ("qwen3-8b" if device.type == "cuda" else "cpu-tiny")
+        )
     if args.layers is not None:
         if args.layers < 1:
             raise ValueError("--layers: must be >= 1")
@@ -284,18 +343,36 @@ def run(argv: Sequence[str]) -> int:
     base.mem_per_token, base.mem_static = tw.mem_estimates(shape, dtype)
     base.mem_capacity = max(2 * base.mem_static, tw.device_memory_bytes(device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    transport = (f"torch.distributed {world.dist.get_backend()}, {world.size} processes"
-                 if world.size > 1 else "device copies in this process")
-    hardware = (f"measured: {name}, {args.dtype or ('bf16' if device.type == 'cuda' else 'fp32')} "
-                f"PyTorch {torch.__version__} kernels ({work.clock.describe()}), "
-                f"{world.size} process(es), copies {bw / 1e9:.2f} GB/s")
+    transport = (
+        f"torch.distributed {world.dist.get_backend()}, {world.size} processes"
+        if world.size > 1
+        else "device copies in this process"
+    )
+    hardware = (
+        f"measured: {name}, {args.dtype or ('bf16' if device.type == 'cuda' else 'fp32')} "
+        f"PyTorch {torch.__version__} kernels ({work.clock.describe()}), "
+        f"{world.size} process(es), copies {bw / 1e9:.2f} GB/s"
+    )
     table, report, _ = _core().fit_measured_profile(
-        f"torch:{device.type}", shape.name, hardware, transport, samples, what, base,
-        args.heldout, args.seed, time.perf_counter() - t0)
+        f"torch:{device.type}",
+        shape.name,
+        hardware,
+        transport,
+        samples,
+        what,
+        base,
+        args.heldout,
+        args.seed,
+        time.perf_counter() - t0,
+    )
     out = json.loads(report)
-    out["torch"] = {"shape": shape.to_dict(), "device": device.type,
-                    "dtype": args.dtype or ("bf16" if device.type == "cuda" else "fp32"),
-                    "recompute": args.recompute, "processes": world.size}
+    out["torch"] = {
+        "shape": shape.to_dict(),
+        "device": device.type,
+        "dtype": args.dtype or ("bf16" if device.type == "cuda" else "fp32"),
+        "recompute": args.recompute,
+        "processes": world.size,
+    }
     text = json.dumps(out, indent=2)
     print(text if args.format == "json" else table, end="" if args.format == "table" else "\n")
     if args.out:

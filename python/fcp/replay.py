@@ -35,18 +35,19 @@ GroupTimer = Callable[[Sequence[Tuple[int, float]], Sequence[int], bool], float]
 @dataclasses.dataclass
 class ReplayedPlan:
     """One plan replayed: times in milliseconds."""
+
     strategy: str
-    measured_ms: float          # list schedule of the measured group times
-    model_ms: float             # the profiled cost model's estimate (EvaluatePlan)
-    planned_ms: float           # the plan file's est_ms (the planner's cost model)
-    sim_ms: float = math.nan    # the simulator's makespan (compute_s), when asked
+    measured_ms: float  # list schedule of the measured group times
+    model_ms: float  # the profiled cost model's estimate (EvaluatePlan)
+    planned_ms: float  # the plan file's est_ms (the planner's cost model)
+    sim_ms: float = math.nan  # the simulator's makespan (compute_s), when asked
     groups: List[dict] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class PlannedBatch:
-    request: object   # fcp._fcp.PlanRequest (sequences, cluster, cost, model)
-    plan: object      # fcp.Plan
+    request: object  # fcp._fcp.PlanRequest (sequences, cluster, cost, model)
+    plan: object  # fcp.Plan
     lengths: List[int]
     etas: List[float]
 
@@ -54,6 +55,7 @@ class PlannedBatch:
 def read_plans(path: str, limit: Optional[int] = None) -> List[PlannedBatch]:
     """{batch, plan} JSON lines (or a JSON array); ValueError naming the line."""
     import fcp
+
     core = fcp._core()
     try:
         with open(path, encoding="utf-8") as f:
@@ -62,8 +64,11 @@ def read_plans(path: str, limit: Optional[int] = None) -> List[PlannedBatch]:
         raise ValueError(f"plans: cannot read '{path}': {e.strerror}") from None
     stripped = text.lstrip()
     try:
-        items = json.loads(text) if stripped.startswith("[") else [
-            json.loads(line) for line in text.splitlines() if line.strip()]
+        items = (
+            json.loads(text)
+            if stripped.startswith("[")
+            else [json.loads(line) for line in text.splitlines() if line.strip()]
+        )
     except ValueError as e:
         raise ValueError(f"plans: {path}: invalid JSON: {e}") from None
     if not items:
@@ -72,7 +77,7 @@ def read_plans(path: str, limit: Optional[int] = None) -> List[PlannedBatch]:
     for i, item in enumerate(items[:limit] if limit else items):
         where = f"{path}[{i}]"
         if not isinstance(item, dict) or "batch" not in item or "plan" not in item:
-            raise ValueError(f"{where}: must be an object {{\"batch\", \"plan\"}}")
+            raise ValueError(f'{where}: must be an object {{"batch", "plan"}}')
         try:
             request = core.parse_batch_json(json.dumps(item["batch"])).request
             plan = fcp.Plan.from_dict(item["plan"])
@@ -91,6 +96,7 @@ def replay_plan(batch: PlannedBatch, time_group: GroupTimer) -> Tuple[float, Lis
     """(makespan ms, group times s in plan order) of ``batch.plan`` with every
     group timed by ``time_group``; the makespan is fcp's ListScheduleMs."""
     import fcp
+
     core = fcp._core()
     micro_batches = batch.plan.micro_batches
     times = []
@@ -123,6 +129,7 @@ class MeasuredGroups:
 
     def load(self, seqs):
         import fcp
+
         core = fcp._core()
         load = core.GroupLoad()
         for n, eta in seqs:
@@ -138,6 +145,7 @@ class MeasuredGroups:
 
     def charged_comm_s(self, seqs, ranks: Sequence[int], all_to_all: bool) -> float:
         import fcp
+
         core = fcp._core()
         d = len(ranks)
         if d < 2:
@@ -149,14 +157,16 @@ class MeasuredGroups:
         shape = self.shape.model_shape()
         quiet = core.CostModel.from_dict(self.cm.to_dict())
         quiet.alpha3 = quiet.beta2 = 0.0
-        return (core.all_to_all_group_time_s(self.cm, shape, load, d, bw)
-                - core.all_to_all_group_time_s(quiet, shape, load, d, bw))
+        return core.all_to_all_group_time_s(
+            self.cm, shape, load, d, bw
+        ) - core.all_to_all_group_time_s(quiet, shape, load, d, bw)
 
     def on_group(self, seqs, degree: int) -> float:
         """A ring group whose ranks are real processes (0..d-1): its total
         (compute and communication as they overlap), measured. Every process
         takes part in the same order; the others get NaN."""
         from fcp.profile_torch import _ring_on_group
+
         key = (tuple(sorted(seqs)), degree, "processes")
         if key not in self._cache:
             self._cache[key] = _ring_on_group(self.work, self.world, seqs, degree)[0]
@@ -175,9 +185,15 @@ class MeasuredGroups:
         return rank.compute_s + comm - min(hideable, comm)
 
 
-def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, sim=None,
-                progress=lambda m: None) -> List[ReplayedPlan]:
+def replay_file(
+    batches: List[PlannedBatch],
+    timer: MeasuredGroups,
+    cost_model,
+    sim=None,
+    progress=lambda m: None,
+) -> List[ReplayedPlan]:
     import fcp
+
     core = fcp._core()
     out = []
     for i, b in enumerate(batches):
@@ -190,8 +206,9 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
         model_groups = [g.est_ms for mb in estimated.micro_batches for g in mb.groups]
         sim_ms, sim_groups = math.nan, None
         if sim:
-            _, compute_s, sim_groups = core.simulate_plan(sim[0], sim[1], b.plan.num_ranks,
-                                                          sim[2], b.plan, b.lengths, b.etas)
+            _, compute_s, sim_groups = core.simulate_plan(
+                sim[0], sim[1], b.plan.num_ranks, sim[2], b.plan, b.lengths, b.etas
+            )
             sim_ms = 1000.0 * compute_s
         measured_ms, times = replay_plan(b, timer)
         groups = []
@@ -199,13 +216,17 @@ def replay_file(batches: List[PlannedBatch], timer: MeasuredGroups, cost_model, 
         for mb in b.plan.micro_batches:
             for g in mb.groups:
                 seqs = [b.lengths[j] for j in g.sequences]
-                groups.append({"degree": len(g.ranks), "tokens": sum(seqs),
-                               "sequences": len(seqs),
-                               "comm": ("all-to-all" if g.comm == core.CommKind.ALL_TO_ALL
-                                        else "ring"),
-                               "measured_ms": 1000.0 * times[k],
-                               "model_ms": model_groups[k],
-                               "sim_ms": 1000.0 * sim_groups[k] if sim_groups else None})
+                groups.append(
+                    {
+                        "degree": len(g.ranks),
+                        "tokens": sum(seqs),
+                        "sequences": len(seqs),
+                        "comm": ("all-to-all" if g.comm == core.CommKind.ALL_TO_ALL else "ring"),
+                        "measured_ms": 1000.0 * times[k],
+                        "model_ms": model_groups[k],
+                        "sim_ms": 1000.0 * sim_groups[k] if sim_groups else None,
+                    }
+                )
                 k += 1
         out.append(ReplayedPlan(b.plan.strategy, measured_ms, model_ms, planned, sim_ms, groups))
     return out
@@ -223,25 +244,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m fcp replay",
         description="Replay plans ({batch, plan} JSON lines from fcp simulate --save-plans) on "
-                    "this device's kernels: every group's real forward + backward, ranks one at "
-                    "a time, communication charged from the profiled cost model. Prints per "
-                    "plan the measured step (list schedule of the measured group times), the "
-                    "profiled cost model's estimate, the simulator's prediction and the "
-                    "planner's; with two files (two strategies, same batches) the ratios.")
+        "this device's kernels: every group's real forward + backward, ranks one at "
+        "a time, communication charged from the profiled cost model. Prints per "
+        "plan the measured step (list schedule of the measured group times), the "
+        "profiled cost model's estimate, the simulator's prediction and the "
+        "planner's; with two files (two strategies, same batches) the ratios.",
+    )
     p.add_argument("plans", nargs="+", help="JSON lines files (one strategy each)")
-    p.add_argument("--cost-model", required=True,
-                   help="the JSON of python -m fcp profile --target torch (its shape, dtype and "
-                        "recompute are replayed unless given here)")
+    p.add_argument(
+        "--cost-model",
+        required=True,
+        help="the JSON of python -m fcp profile --target torch (its shape, dtype and "
+        "recompute are replayed unless given here)",
+    )
     p.add_argument("-m", "--model", default=None, help="model preset or cpu-tiny to run")
     p.add_argument("--hf-config", default=None, help="a Hugging Face config.json to run")
     p.add_argument("--layers", type=int, default=None, help="time scale (the model's layers)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None)
     p.add_argument("--recompute", choices=["full", "selective", "none"], default=None)
-    p.add_argument("--links", choices=["profiled", "plan"], default="profiled",
-                   help="link model that charges communication: the profile's, or the plan's "
-                        "cluster's (bandwidths, alpha3, beta2, gamma_intra/inter of its batch "
-                        "cost_model)")
+    p.add_argument(
+        "--links",
+        choices=["profiled", "plan"],
+        default="profiled",
+        help="link model that charges communication: the profile's, or the plan's "
+        "cluster's (bandwidths, alpha3, beta2, gamma_intra/inter of its batch "
+        "cost_model)",
+    )
     p.add_argument("--sim-model", default=None, help="simulator: model preset")
     p.add_argument("--sim-cluster", default=None, help="simulator: cluster preset")
     p.add_argument("--batches", type=int, default=None, help="replay only the first N batches")
@@ -253,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_profile(path: str):
     import fcp
+
     core = fcp._core()
     try:
         with open(path, encoding="utf-8") as f:
@@ -266,6 +296,7 @@ def _load_profile(path: str):
 
 def _shape(args, meta):
     from fcp import _torch_work as tw
+
     if args.hf_config:
         shape = tw.shape_from_hf_config(args.hf_config)
     elif args.model:
@@ -273,8 +304,9 @@ def _shape(args, meta):
     elif "shape" in meta:
         shape = tw.LayerShape(**meta["shape"])
     else:
-        raise ValueError("--model: the cost model has no \"torch\" shape; give --model or "
-                         "--hf-config")
+        raise ValueError(
+            '--model: the cost model has no "torch" shape; give --model or --hf-config'
+        )
     if args.layers is not None:
         if args.layers < 1:
             raise ValueError("--layers: must be >= 1")
@@ -294,24 +326,37 @@ def format_table(files, results, header) -> str:
     lines = [header]
     for path, rows in zip(files, results):
         lines.append(f"\n{path}: strategy {rows[0].strategy if rows else '?'}, {len(rows)} plans")
-        lines.append(f"{'batch':>5} {'groups':>6} {'measured_ms':>11} {'model_ms':>10} "
-                     f"{'sim_ms':>10} {'planned_ms':>10}  measured/model")
+        lines.append(
+            f"{'batch':>5} {'groups':>6} {'measured_ms':>11} {'model_ms':>10} "
+            f"{'sim_ms':>10} {'planned_ms':>10}  measured/model"
+        )
         for i, r in enumerate(rows):
-            lines.append(f"{i:>5} {len(r.groups):>6} {r.measured_ms:11.1f} {_ms(r.model_ms)} "
-                         f"{_ms(r.sim_ms)} {_ms(r.planned_ms)}  "
-                         f"{_ratio(r.measured_ms, r.model_ms)}")
-        tot = {k: sum(getattr(r, k) for r in rows) for k in
-               ("measured_ms", "model_ms", "sim_ms", "planned_ms")}
-        lines.append(f"{'sum':>5} {sum(len(r.groups) for r in rows):>6} {tot['measured_ms']:11.1f} "
-                     f"{_ms(tot['model_ms'])} {_ms(tot['sim_ms'])} {_ms(tot['planned_ms'])}  "
-                     f"{_ratio(tot['measured_ms'], tot['model_ms'])}")
+            lines.append(
+                f"{i:>5} {len(r.groups):>6} {r.measured_ms:11.1f} {_ms(r.model_ms)} "
+                f"{_ms(r.sim_ms)} {_ms(r.planned_ms)}  "
+                f"{_ratio(r.measured_ms, r.model_ms)}"
+            )
+        tot = {
+            k: sum(getattr(r, k) for r in rows)
+            for k in ("measured_ms", "model_ms", "sim_ms", "planned_ms")
+        }
+        lines.append(
+            f"{'sum':>5} {sum(len(r.groups) for r in rows):>6} {tot['measured_ms']:11.1f} "
+            f"{_ms(tot['model_ms'])} {_ms(tot['sim_ms'])} {_ms(tot['planned_ms'])}  "
+            f"{_ratio(tot['measured_ms'], tot['model_ms'])}"
+        )
     if len(results) >= 2:
         a, b = results[0], results[1]
         n = min(len(a), len(b))
-        lines.append(f"\nstep ratio {a[0].strategy} / {b[0].strategy} over {n} batches "
-                     "(sums of step times)")
-        for label, key in (("measured", "measured_ms"), ("profiled cost model", "model_ms"),
-                           ("simulator", "sim_ms"), ("planner", "planned_ms")):
+        lines.append(
+            f"\nstep ratio {a[0].strategy} / {b[0].strategy} over {n} batches (sums of step times)"
+        )
+        for label, key in (
+            ("measured", "measured_ms"),
+            ("profiled cost model", "model_ms"),
+            ("simulator", "sim_ms"),
+            ("planner", "planned_ms"),
+        ):
             sa = sum(getattr(r, key) for r in a[:n])
             sb = sum(getattr(r, key) for r in b[:n])
             lines.append(f"  {label:<22} {_ratio(sa, sb)}")
@@ -323,6 +368,7 @@ def run(argv: Sequence[str]) -> int:
     import torch
     import fcp
     from fcp import _torch_work as tw
+
     cm, meta = _load_profile(args.cost_model)
     shape = _shape(args, meta)
     device = tw.resolve_device(args.device or meta.get("device"))
@@ -347,11 +393,18 @@ def run(argv: Sequence[str]) -> int:
         # The plan's cluster is not this machine: its link model (bandwidths,
         # bytes per token, latencies) charges the transfers.
         plan_cost = files[0][0].request.cost
-        for f in ("bw_intra_node", "bw_inter_node", "alpha3", "beta2", "gamma_intra",
-                  "gamma_inter"):
+        for f in (
+            "bw_intra_node",
+            "bw_inter_node",
+            "alpha3",
+            "beta2",
+            "gamma_intra",
+            "gamma_inter",
+        ):
             setattr(charge, f, getattr(plan_cost, f))
     work = tw.LayerWork(shape, device, tw.DTYPES[dtype_name], recompute, args.repeats)
     from fcp.profile_torch import _World
+
     world = _World(device)  # under torchrun: ring groups of degree <= P run on processes
     timer = MeasuredGroups(work, charge, cluster, shape, world if world.size > 1 else None)
     sim = (args.sim_model, args.sim_cluster, recompute) if args.sim_model else None
@@ -362,19 +415,33 @@ def run(argv: Sequence[str]) -> int:
     if world.rank != 0:
         return 0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    header = (f"fcp replay: {shape.name} layer (hidden {shape.hidden}, {shape.q_heads}/"
-              f"{shape.kv_heads} heads x {shape.head_dim}, ffn {shape.ffn}) x {shape.layers} "
-              f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
-              f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
-              f"the {args.links} link model; {timer.measured} distinct "
-              "groups measured")
+    header = (
+        f"fcp replay: {shape.name} layer (hidden {shape.hidden}, {shape.q_heads}/"
+        f"{shape.kv_heads} heads x {shape.head_dim}, ffn {shape.ffn}) x {shape.layers} "
+        f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
+        f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
+        f"the {args.links} link model; {timer.measured} distinct "
+        "groups measured"
+    )
     if world.size > 1:
-        header += (f", {timer.on_processes} ring groups on {world.size} processes "
-                   "(communication measured)")
+        header += (
+            f", {timer.on_processes} ring groups on {world.size} processes (communication measured)"
+        )
     if args.format == "json":
-        print(json.dumps(_finite({"header": header, "files": [
-            {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}
-            for p, rows in zip(args.plans, results)]}), indent=2))
+        print(
+            json.dumps(
+                _finite(
+                    {
+                        "header": header,
+                        "files": [
+                            {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}
+                            for p, rows in zip(args.plans, results)
+                        ],
+                    }
+                ),
+                indent=2,
+            )
+        )
     else:
         print(format_table(args.plans, results, header), end="")
     return 0

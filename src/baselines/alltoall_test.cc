@@ -44,9 +44,9 @@ TEST(AllToAll, MatchesDerivedFormula) {
   const double d = 4, s = 40000;
   const double attn = cm.alpha1 * (30000.0 * 30000 + 2 * 10000.0 * 10000) / d;
   const double rho = 0.75 * (24.0 + 8) / 8;
-  const double expect = attn + cm.alpha2 * s / d + cm.beta1 +
-                        rho * cm.alpha3 * (s / d) * (d - 1) / d / cm.bw_inter_node +
-                        cm.beta2;
+  const double expect =
+      attn + cm.alpha2 * s / d + cm.beta1 +
+      rho * cm.alpha3 * (s / d) * (d - 1) / d / cm.bw_inter_node + cm.beta2;
   EXPECT_NEAR(AllToAllGroupTimeS(cm, shape, load, 4, cm.bw_inter_node), expect,
               1e-12 * expect);
 }
@@ -85,27 +85,31 @@ TEST(AllToAll, BandwidthMatchesSlowestRankOverAllPlacements) {
       double t_in = 0, t_out = 0;
       for (int peer : ranks) {
         if (peer == me) continue;
-        (peer / 4 == me / 4 ? t_in : t_out) += bytes / (d - 1) /
+        (peer / 4 == me / 4 ? t_in : t_out) +=
+            bytes / (d - 1) /
             (peer / 4 == me / 4 ? cm.bw_intra_node : cm.bw_inter_node);
       }
       slowest = std::max(slowest, std::max(t_in, t_out));
     }
     EXPECT_NEAR(AllToAllBandwidthOnRanks(cm, cluster, ranks), bytes / slowest,
-                1e-9 * bytes / slowest) << "mask " << mask;
+                1e-9 * bytes / slowest)
+        << "mask " << mask;
     EXPECT_LE(AllToAllBandwidthOnRanks(cm, cluster, ranks),
-              AllToAllBandwidthBound(cm, cluster, d) * (1 + 1e-12)) << "mask " << mask;
+              AllToAllBandwidthBound(cm, cluster, d) * (1 + 1e-12))
+        << "mask " << mask;
     const bool contiguous = ranks.back() - ranks.front() + 1 == d;
     if (contiguous) {
       EXPECT_DOUBLE_EQ(AllToAllBandwidthOnRange(cm, cluster, ranks.front(), d),
-                       AllToAllBandwidthOnRanks(cm, cluster, ranks)) << "mask " << mask;
+                       AllToAllBandwidthOnRanks(cm, cluster, ranks))
+          << "mask " << mask;
     }
   }
   // Two full nodes: 7 of 15 peers on-node, 8 off-node: 15/8 of the inter link.
   Cluster h100;
   h100.num_ranks = 16;
   h100.ranks_per_node = 8;
-  EXPECT_NEAR(AllToAllBandwidthOnRange(cm, h100, 0, 16), cm.bw_inter_node * 15 / 8,
-              1e-6 * cm.bw_inter_node);
+  EXPECT_NEAR(AllToAllBandwidthOnRange(cm, h100, 0, 16),
+              cm.bw_inter_node * 15 / 8, 1e-6 * cm.bw_inter_node);
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 #include "baselines/megatron_dcp.h"
 #include "baselines/optimal.h"
 #include "baselines/static_cp.h"
+#include "fcp/cost_model.h"
 #include "fcp/datasets.h"
 #include "fcp/presets.h"
-#include "fcp/cost_model.h"
 #include "fcp/scheduler.h"
 #include "testing/brute_force.h"
 #include "testing/random_batch.h"
@@ -83,7 +83,8 @@ TEST(AllBaselines, PlansValidateOnRandomBatches) {
     for (const char* name : kBaselines) {
       const std::string s = name;
       if (s == "flexsp" && i % 10 != 0) continue;  // CBC: fewer, short solves
-      if (s == "optimal" && (req.sequences.size() > 8 || req.cluster.num_ranks > 16))
+      if (s == "optimal" &&
+          (req.sequences.size() > 8 || req.cluster.num_ranks > 16))
         continue;
       PlanOptions po;
       po.strategy = s;
@@ -104,12 +105,14 @@ TEST(AllBaselines, PlansValidateOnRandomBatches) {
         ASSERT_GE(plan.infeasible_sequence, 0) << s;
         const int k = plan.infeasible_sequence;
         if (s == "megatron" || s == "bytescale" || s == "optimal") {
-          EXPECT_GT(DMin(req, k), req.cluster.num_ranks) << s << " instance " << i;
+          EXPECT_GT(DMin(req, k), req.cluster.num_ranks)
+              << s << " instance " << i;
         } else if (s == "deepspeed") {
           // No divisor of N and q_heads holds it.
           bool fits_some = false;
-          for (int c : baselines::UlyssesDegrees(req.cluster.num_ranks,
-                                                  baselines::ShapeOrDefault(req, nullptr).q_heads))
+          for (int c : baselines::UlyssesDegrees(
+                   req.cluster.num_ranks,
+                   baselines::ShapeOrDefault(req, nullptr).q_heads))
             fits_some |= DMin(req, k) <= c;
           EXPECT_FALSE(fits_some) << s << " instance " << i;
         } else {
@@ -117,8 +120,9 @@ TEST(AllBaselines, PlansValidateOnRandomBatches) {
           // the largest allowed one.
           int max_pow2 = 1;
           while (max_pow2 * 2 <= req.cluster.num_ranks) max_pow2 *= 2;
-          EXPECT_GT(baselines::DcpDegree(req.cost, req.sequences[k].length_tokens),
-                    s == "megatron-dcp" ? max_pow2 : 0)
+          EXPECT_GT(
+              baselines::DcpDegree(req.cost, req.sequences[k].length_tokens),
+              s == "megatron-dcp" ? max_pow2 : 0)
               << s << " instance " << i;
         }
         continue;
@@ -143,7 +147,8 @@ TEST(Optimal, DeterministicNotesWithoutWallClock) {
     const Plan a = RunStrategy(req, {.strategy = "optimal"});
     const Plan b = RunStrategy(req, {.strategy = "optimal"});
     EXPECT_EQ(a.notes, b.notes);
-    for (const auto& [key, value] : a.notes) EXPECT_EQ(key.find("time"), std::string::npos) << key;
+    for (const auto& [key, value] : a.notes)
+      EXPECT_EQ(key.find("time"), std::string::npos) << key;
     ASSERT_EQ(a.micro_batches.size(), b.micro_batches.size());
     EXPECT_EQ(a.est_ms, b.est_ms);
   }
@@ -163,7 +168,8 @@ TEST(Optimal, EqualsBruteForceOnTinyInstances) {
     const Plan plan = RunStrategy(req, po);
     ASSERT_EQ(plan.status, PlanStatus::kOk);
     ASSERT_EQ(plan.micro_batches.size(), 1u);
-    EXPECT_NEAR(plan.est_ms, 1000.0 * brute_s, 1e-9 * 1000.0 * brute_s) << "instance " << i;
+    EXPECT_NEAR(plan.est_ms, 1000.0 * brute_s, 1e-9 * 1000.0 * brute_s)
+        << "instance " << i;
   }
 }
 
@@ -240,8 +246,11 @@ std::vector<PlanRequest> RuleInstances(uint64_t seed, int count) {
 TEST(Megatron, SingleDegreeAndDataLoaderOrder) {
   int ok = 0;
   for (const PlanRequest& req : RuleInstances(1, 400)) {
-    const Plan p = RunStrategy(req, {.strategy = "megatron", .dealing = Dealing::kLoader});
-    EXPECT_EQ(p.status != PlanStatus::kOk || p.notes.at("dealing") == "data-loader order", true);
+    const Plan p =
+        RunStrategy(req, {.strategy = "megatron", .dealing = Dealing::kLoader});
+    EXPECT_EQ(p.status != PlanStatus::kOk ||
+                  p.notes.at("dealing") == "data-loader order",
+              true);
     if (p.status != PlanStatus::kOk) continue;
     ++ok;
     const int c = std::stoi(p.notes.at("cp_degree"));
@@ -269,7 +278,8 @@ TEST(Megatron, TunedDegreeIsBestOfFixedOnes) {
     const Plan tuned = RunStrategy(req, {.strategy = "megatron"});
     if (tuned.status != PlanStatus::kOk) continue;
     for (int c : baselines::MegatronDegrees(req.cluster.num_ranks)) {
-      const Plan fixed = RunStrategy(req, {.strategy = "megatron", .cp_degree = c});
+      const Plan fixed =
+          RunStrategy(req, {.strategy = "megatron", .cp_degree = c});
       if (fixed.status != PlanStatus::kOk) continue;
       EXPECT_EQ(fixed.notes.at("cp_degree"), std::to_string(c));
       EXPECT_GE(fixed.est_ms, tuned.est_ms * (1 - 1e-12));
@@ -277,7 +287,8 @@ TEST(Megatron, TunedDegreeIsBestOfFixedOnes) {
   }
   PlanRequest req = RuleInstances(3, 1)[0];
   req.cluster.num_ranks = 12;
-  EXPECT_THROW(RunStrategy(req, {.strategy = "megatron", .cp_degree = 5}), InputError);
+  EXPECT_THROW(RunStrategy(req, {.strategy = "megatron", .cp_degree = 5}),
+               InputError);
 }
 
 // deepspeed: one degree dividing q_heads and N (DeepSpeed-Ulysses has no
@@ -306,11 +317,15 @@ TEST(DeepSpeed, DegreeDividesHeadCountAndN) {
   req.model->kv_heads = 8;
   req.sequences = {{1000, 0.0}};
   EXPECT_EQ(baselines::UlyssesDegrees(16, 24), (std::vector<int>{1, 2, 4, 8}));
-  EXPECT_EQ(baselines::UlyssesDegrees(12, 24), (std::vector<int>{1, 2, 3, 4, 6, 12}));
+  EXPECT_EQ(baselines::UlyssesDegrees(12, 24),
+            (std::vector<int>{1, 2, 3, 4, 6, 12}));
   EXPECT_EQ(baselines::UlyssesDegrees(64, 28), (std::vector<int>{1, 2, 4}));
-  EXPECT_THROW(RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 16}), InputError);
-  EXPECT_THROW(RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 3}), InputError);
-  const Plan fixed8 = RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 8});
+  EXPECT_THROW(RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 16}),
+               InputError);
+  EXPECT_THROW(RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 3}),
+               InputError);
+  const Plan fixed8 =
+      RunStrategy(req, {.strategy = "deepspeed", .cp_degree = 8});
   EXPECT_EQ(fixed8.status, PlanStatus::kOk);
   // Model absent: the default preset's head count applies (documented).
   req.model.reset();
@@ -322,10 +337,10 @@ TEST(DeepSpeed, DegreeDividesHeadCountAndN) {
 // sub-samples one after another, memory not summed) on at least the CP size
 // its tuned max_seqlen_per_dp_cp_rank gives; the plan estimate (the list
 // schedule, no barriers) is never above the schedule's own estimate, which
-// puts Megatron's barrier after each hdp group. The exact rules are checked against
-// megatron-core itself in tests/cli/megatron_dcp_oracle.py.
-// Megatron's gpus_needed restated: the power of two of s / t, doubled until
-// the sequence fits memory.
+// puts Megatron's barrier after each hdp group. The exact rules are checked
+// against megatron-core itself in tests/cli/megatron_dcp_oracle.py. Megatron's
+// gpus_needed restated: the power of two of s / t, doubled until the sequence
+// fits memory.
 int64_t DcpCpSize(const PlanRequest& req, int k, int64_t t) {
   int64_t cp = 1;
   while (cp * t < req.sequences[k].length_tokens) cp *= 2;
@@ -362,9 +377,11 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
   int dcp = 0, bytescale = 0;
   for (const PlanRequest& req : RuleInstances(22, 200)) {
     int64_t longest = 1;
-    for (const Sequence& s : req.sequences) longest = std::max(longest, s.length_tokens);
+    for (const Sequence& s : req.sequences)
+      longest = std::max(longest, s.length_tokens);
     const int64_t t = std::max<int64_t>(1, longest / 3);
-    const Plan p = RunStrategy(req, {.strategy = "megatron-dcp", .max_seqlen_per_rank = t});
+    const Plan p = RunStrategy(
+        req, {.strategy = "megatron-dcp", .max_seqlen_per_rank = t});
     if (p.status == PlanStatus::kOk) {
       ++dcp;
       EXPECT_EQ(p.notes.at("max_seqlen_per_dp_cp_rank"), std::to_string(t));
@@ -383,7 +400,8 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
       }
     }
     const int64_t c = std::max<int64_t>(1, longest / 4);
-    const Plan b = RunStrategy(req, {.strategy = "bytescale", .capacity_tokens = c});
+    const Plan b =
+        RunStrategy(req, {.strategy = "bytescale", .capacity_tokens = c});
     if (b.status == PlanStatus::kOk) {
       ++bytescale;
       // The one-rank chunks are ByteScale's best-fit packing (Alg. 1 line 8),
@@ -393,8 +411,8 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
       std::vector<int> shorts;
       for (int k = 0; k < static_cast<int>(req.sequences.size()); ++k) {
         const int64_t len = req.sequences[k].length_tokens;
-        const int64_t d = std::min<int64_t>(req.cluster.num_ranks,
-                                            std::max(DMin(req, k), (len + c - 1) / c));
+        const int64_t d = std::min<int64_t>(
+            req.cluster.num_ranks, std::max(DMin(req, k), (len + c - 1) / c));
         if (d == 1) shorts.push_back(k);
       }
       std::stable_sort(shorts.begin(), shorts.end(), [&](int x, int y) {
@@ -406,9 +424,12 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
         const int64_t len = req.sequences[k].length_tokens;
         int best = -1;
         for (int j = 0; j < static_cast<int>(want.size()); ++j) {
-          if (tokens[j] + len <= c && (best < 0 || tokens[j] > tokens[best])) best = j;
+          if (tokens[j] + len <= c && (best < 0 || tokens[j] > tokens[best]))
+            best = j;
         }
-        if (best >= 0 && !baselines::FitsOnLoad(req.cost, static_cast<double>(tokens[best] + len), 1))
+        if (best >= 0 &&
+            !baselines::FitsOnLoad(req.cost,
+                                   static_cast<double>(tokens[best] + len), 1))
           best = -1;
         if (best < 0) {
           best = static_cast<int>(want.size());
@@ -434,8 +455,10 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
           if (g.degree() > 1) {
             const int k = g.sequences[0];
             const int64_t len = req.sequences[k].length_tokens;
-            EXPECT_EQ(g.degree(), std::min<int64_t>(req.cluster.num_ranks,
-                                                    std::max(DMin(req, k), (len + c - 1) / c)));
+            EXPECT_EQ(
+                g.degree(),
+                std::min<int64_t>(req.cluster.num_ranks,
+                                  std::max(DMin(req, k), (len + c - 1) / c)));
           } else if (g.sequences.size() > 1) {
             EXPECT_LE(load.sum_tokens, static_cast<double>(c));
           }
@@ -447,9 +470,11 @@ TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
   EXPECT_GT(bytescale, 50);
   const PlanRequest req = RuleInstances(22, 1).front();
   for (const auto& [options, field] :
-       {std::pair<PlanOptions, std::string>{{.strategy = "megatron-dcp", .max_seqlen_per_rank = -1},
-                                            "max_seqlen_per_dp_cp_rank"},
-        {{.strategy = "bytescale", .capacity_tokens = -5}, "capacity_tokens"}}) {
+       {std::pair<PlanOptions, std::string>{
+            {.strategy = "megatron-dcp", .max_seqlen_per_rank = -1},
+            "max_seqlen_per_dp_cp_rank"},
+        {{.strategy = "bytescale", .capacity_tokens = -5},
+         "capacity_tokens"}}) {
     try {
       MakePlan(req, options);
       ADD_FAILURE() << "no error for " << field;
@@ -482,7 +507,8 @@ TEST(MegatronDcp, IterationCountsAreBounded) {
       EXPECT_LE(s.trims, kk + 64);
       EXPECT_EQ(s.placements, kk + s.trims);
       EXPECT_LE(static_cast<int64_t>(s.steps.size()), s.placements);
-      EXPECT_LE(s.expansions, static_cast<int64_t>(s.steps.size()) * req.cluster.num_ranks);
+      EXPECT_LE(s.expansions,
+                static_cast<int64_t>(s.steps.size()) * req.cluster.num_ranks);
     }
   }
 }
@@ -492,7 +518,8 @@ TEST(FlexSp, PowerOfTwoUlyssesGroupsAndSolverNotes) {
   auto instances = RuleInstances(7, 60);
   int ok = 0;
   for (const PlanRequest& req : instances) {
-    const Plan p = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.1});
+    const Plan p =
+        RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.1});
     if (p.status != PlanStatus::kOk) continue;
     ++ok;
     EXPECT_TRUE(p.notes.count("milp_status"));
@@ -518,8 +545,8 @@ TEST(FlexSp, PowerOfTwoUlyssesGroupsAndSolverNotes) {
 // and its MILP was solved to optimality (no bucket padding: at most 16
 // lengths), its estimate is no worse than the best of them, nor than
 // deepspeed's own one-micro-batch plan at a power-of-two degree (one of them).
-void EnumeratePartitions(int k, int blocks, std::vector<int>& block_of, int used,
-                         const std::function<void(int)>& visit) {
+void EnumeratePartitions(int k, int blocks, std::vector<int>& block_of,
+                         int used, const std::function<void(int)>& visit) {
   if (static_cast<int>(block_of.size()) == k) {
     visit(used);
     return;
@@ -569,8 +596,10 @@ TEST(FlexSp, NoWorseThanAnyUniformPackingBruteForce) {
     // The MILP's slot bandwidth is that of an aligned block, as placed, when
     // R is a power of two.
     if (!IsPow2(req.cluster.ranks_per_node)) continue;
-    const Plan f = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.5});
-    if (f.status != PlanStatus::kOk || f.notes.at("milp_status") != "optimal") continue;
+    const Plan f =
+        RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.5});
+    if (f.status != PlanStatus::kOk || f.notes.at("milp_status") != "optimal")
+      continue;
     if (f.notes.at("micro_batch_counts_tried").rfind("1:", 0) != 0) continue;
     const double uniform_ms = BestUniformPackingMs(req);
     if (!std::isfinite(uniform_ms)) continue;
@@ -605,12 +634,16 @@ TEST(FlexSp, NoWorseThanStaticUlyssesOnGithubBatches) {
     req.cost = DeriveCostModel(*model, *cluster);
     req.model = model->shape;
     req.sequences = SampleBatch("github", 512, seed);
-    const Plan f = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.3});
+    const Plan f =
+        RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 0.3});
     ASSERT_EQ(f.status, PlanStatus::kOk);
-    for (int c = 1; c <= req.cluster.num_ranks && req.model->q_heads % c == 0; c *= 2) {
-      const Plan d = RunStrategy(req, {.strategy = "deepspeed", .cp_degree = c});
+    for (int c = 1; c <= req.cluster.num_ranks && req.model->q_heads % c == 0;
+         c *= 2) {
+      const Plan d =
+          RunStrategy(req, {.strategy = "deepspeed", .cp_degree = c});
       if (d.status != PlanStatus::kOk) continue;
-      EXPECT_LE(f.est_ms, d.est_ms * (1 + 1e-9)) << "seed " << seed << ", degree " << c;
+      EXPECT_LE(f.est_ms, d.est_ms * (1 + 1e-9))
+          << "seed " << seed << ", degree " << c;
     }
   }
 }
@@ -620,16 +653,21 @@ TEST(FlexSp, NoWorseThanStaticUlyssesOnGithubBatches) {
 // the sort/chunk/bucket work is bounded without the solver (issue 18).
 TEST(FlexSp, DeadlineSkipsMilpsAndIsDeterministic) {
   for (const PlanRequest& req : RuleInstances(11, 40)) {
-    const Plan a = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9});
+    const Plan a =
+        RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9});
     if (a.status != PlanStatus::kOk) continue;
     EXPECT_EQ(a.notes.at("milp_status"), "greedy(no time left)");
-    const Plan b = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9});
+    const Plan b =
+        RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9});
     ASSERT_EQ(a.micro_batches.size(), b.micro_batches.size());
     for (size_t m = 0; m < a.micro_batches.size(); ++m) {
-      ASSERT_EQ(a.micro_batches[m].groups.size(), b.micro_batches[m].groups.size());
+      ASSERT_EQ(a.micro_batches[m].groups.size(),
+                b.micro_batches[m].groups.size());
       for (size_t g = 0; g < a.micro_batches[m].groups.size(); ++g) {
-        EXPECT_EQ(a.micro_batches[m].groups[g].ranks, b.micro_batches[m].groups[g].ranks);
-        EXPECT_EQ(a.micro_batches[m].groups[g].sequences, b.micro_batches[m].groups[g].sequences);
+        EXPECT_EQ(a.micro_batches[m].groups[g].ranks,
+                  b.micro_batches[m].groups[g].ranks);
+        EXPECT_EQ(a.micro_batches[m].groups[g].sequences,
+                  b.micro_batches[m].groups[g].sequences);
       }
     }
     EXPECT_EQ(a.notes, b.notes);
@@ -652,12 +690,13 @@ TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
   for (int i = 0; i < 40; ++i) {
     PlanRequest req = instances[i];
     const CostModel& cm = req.cost;
-    const double headroom = (cm.mem_capacity - cm.mem_static) / cm.mem_per_token;
+    const double headroom =
+        (cm.mem_capacity - cm.mem_static) / cm.mem_per_token;
     const double shares[] = {1.5, 1.5, 0.7, 0.3};
     req.sequences.resize(20 + rng() % 21);
     for (Sequence& s : req.sequences) {
-      s.length_tokens = std::max<int64_t>(1, static_cast<int64_t>(shares[rng() % (i % 2 ? 4 : 1)] *
-                                                                   headroom));
+      s.length_tokens = std::max<int64_t>(
+          1, static_cast<int64_t>(shares[rng() % (i % 2 ? 4 : 1)] * headroom));
       s.eta = 0;
     }
     instances.push_back(req);
@@ -665,7 +704,8 @@ TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
   int checked = 0, many_chunks = 0;
   for (const PlanRequest& req : instances) {
     std::string violation;
-    const Plan p = RunStrategy(req, {.strategy = "flexsp", .time_limit_s = 1e-9}, &violation);
+    const Plan p = RunStrategy(
+        req, {.strategy = "flexsp", .time_limit_s = 1e-9}, &violation);
     if (p.status != PlanStatus::kOk) continue;
     ++checked;
     EXPECT_EQ(violation, "");
@@ -673,7 +713,8 @@ TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
     if (p.notes.at("deadline").rfind("reached while searching", 0) != 0) {
       // Nothing to search: the token bound already forces one sequence per
       // micro-batch.
-      EXPECT_EQ(p.micro_batches.size(), static_cast<size_t>(k)) << p.notes.at("deadline");
+      EXPECT_EQ(p.micro_batches.size(), static_cast<size_t>(k))
+          << p.notes.at("deadline");
       continue;
     }
     std::vector<int> order(k);
@@ -683,17 +724,22 @@ TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
     });
     // Next-fit chunks of `order`, restated.
     const CostModel& cm = req.cost;
-    const double headroom = (cm.mem_capacity - cm.mem_static) / cm.mem_per_token * (1 - 1e-9);
+    const double headroom =
+        (cm.mem_capacity - cm.mem_static) / cm.mem_per_token * (1 - 1e-9);
     std::vector<std::vector<int>> chunks(1);
     int64_t used = 0;
     double open = -1;
     for (int seq : order) {
-      const int64_t cp = baselines::DcpDegree(cm, req.sequences[seq].length_tokens);
+      const int64_t cp =
+          baselines::DcpDegree(cm, req.sequences[seq].length_tokens);
       const double len = static_cast<double>(req.sequences[seq].length_tokens);
       auto add = [&] {
-        if (cp > 1) used += cp;
-        else if (open >= 0 && open + len <= headroom) open += len;
-        else ++used, open = len;
+        if (cp > 1)
+          used += cp;
+        else if (open >= 0 && open + len <= headroom)
+          open += len;
+        else
+          ++used, open = len;
         return used <= req.cluster.num_ranks;
       };
       if (!add()) {
@@ -734,9 +780,11 @@ TEST(FlexSp, DeadlineCountsFromTheStartOfTheCall) {
     EXPECT_EQ(a.notes.at("milp_status"), "greedy(no time left)");
     ASSERT_EQ(a.micro_batches.size(), b.micro_batches.size());
     for (size_t m = 0; m < a.micro_batches.size(); ++m) {
-      ASSERT_EQ(a.micro_batches[m].groups.size(), b.micro_batches[m].groups.size());
+      ASSERT_EQ(a.micro_batches[m].groups.size(),
+                b.micro_batches[m].groups.size());
       for (size_t g = 0; g < a.micro_batches[m].groups.size(); ++g) {
-        EXPECT_EQ(a.micro_batches[m].groups[g].sequences, b.micro_batches[m].groups[g].sequences);
+        EXPECT_EQ(a.micro_batches[m].groups[g].sequences,
+                  b.micro_batches[m].groups[g].sequences);
       }
     }
   }
@@ -762,11 +810,13 @@ TEST(ByteScale, DataAwareShardingAndListSchedule) {
         if (g.degree() > 1) {
           ASSERT_EQ(g.sequences.size(), 1u);
           ++longs;
-          const double len = static_cast<double>(req.sequences[g.sequences[0]].length_tokens);
+          const double len =
+              static_cast<double>(req.sequences[g.sequences[0]].length_tokens);
           const int64_t want = std::min<int64_t>(
               req.cluster.num_ranks,
-              std::max<int64_t>(DMin(req, g.sequences[0]),
-                                static_cast<int64_t>(std::ceil(len / std::floor(c)) - 1e-9)));
+              std::max<int64_t>(
+                  DMin(req, g.sequences[0]),
+                  static_cast<int64_t>(std::ceil(len / std::floor(c)) - 1e-9)));
           EXPECT_GE(g.degree(), want - 1);  // C is printed floored
           EXPECT_LE(g.degree(), want + 1);
           EXPECT_EQ(g.ranks[0] % g.degree(), 0);  // aligned block
@@ -775,7 +825,8 @@ TEST(ByteScale, DataAwareShardingAndListSchedule) {
         }
         double start = 0;
         for (int r : g.ranks) start = std::max(start, free_at[r]);
-        const double end = start + GroupTimeOnRanksS(req.cost, req.cluster, load, g.ranks);
+        const double end =
+            start + GroupTimeOnRanksS(req.cost, req.cluster, load, g.ranks);
         for (int r : g.ranks) free_at[r] = end;
         makespan = std::max(makespan, end);
       }
@@ -805,7 +856,8 @@ TEST(MegatronDcpDev, HandWorkedSchedule) {
   PlanRequest req = RuleInstances(6, 1).front();
   req.cluster = {4, 4};
   req.sequences.clear();
-  for (int64_t len : {300, 100, 60, 50, 10}) req.sequences.push_back({len, 0.0});
+  for (int64_t len : {300, 100, 60, 50, 10})
+    req.sequences.push_back({len, 0.0});
   int bad = -2;
   const auto steps = baselines::ScheduleDynamicCpDev(req, 100, &bad);
   EXPECT_EQ(bad, -1);
@@ -835,7 +887,8 @@ TEST(MegatronDcpDev, GroupsTileTheRanksAndPackWithinTheSetting) {
   int ok = 0;
   for (const PlanRequest& req : RuleInstances(31, 300)) {
     std::string violation;
-    const Plan p = RunStrategy(req, {.strategy = "megatron-dcp-dev"}, &violation);
+    const Plan p =
+        RunStrategy(req, {.strategy = "megatron-dcp-dev"}, &violation);
     if (p.status != PlanStatus::kOk) continue;
     ++ok;
     EXPECT_EQ(violation, "");

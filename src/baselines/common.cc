@@ -22,9 +22,11 @@ bool FitsOnLoad(const CostModel& cm, double sum_tokens, int degree) {
   return GroupMemBytes(cm, load, degree) <= cm.mem_capacity;
 }
 
-bool FitsOn(const PlanRequest& request, const std::vector<int>& members, int degree) {
+bool FitsOn(const PlanRequest& request, const std::vector<int>& members,
+            int degree) {
   double sum = 0;
-  for (int k : members) sum += static_cast<double>(request.sequences[k].length_tokens);
+  for (int k : members)
+    sum += static_cast<double>(request.sequences[k].length_tokens);
   return FitsOnLoad(request.cost, sum, degree);
 }
 
@@ -57,7 +59,8 @@ int64_t NextPowerOfTwo(int64_t x) {
 bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 ModelShape ShapeOrDefault(const PlanRequest& request, bool* fallback) {
-  if (request.model && request.model->q_heads > 0 && request.model->kv_heads > 0) {
+  if (request.model && request.model->q_heads > 0 &&
+      request.model->kv_heads > 0) {
     if (fallback) *fallback = false;
     return *request.model;
   }
@@ -88,7 +91,8 @@ Plan StaticDataParallelPlan(const PlanRequest& request, int cp, CommKind comm) {
     std::vector<std::vector<int>>& mbs = per_replica[j];
     double tokens = 0;
     for (int i = 0; i < share; ++i, ++next) {
-      const double len = static_cast<double>(request.sequences[next].length_tokens);
+      const double len =
+          static_cast<double>(request.sequences[next].length_tokens);
       if (mbs.empty() || !FitsOnLoad(request.cost, tokens + len, cp)) {
         mbs.emplace_back();
         tokens = 0;

@@ -15,7 +15,8 @@ namespace fcp::baselines {
 std::vector<int> RankRange(int first, int degree);
 
 // True if the sequences of `members` fit in memory on `degree` ranks.
-bool FitsOn(const PlanRequest& request, const std::vector<int>& members, int degree);
+bool FitsOn(const PlanRequest& request, const std::vector<int>& members,
+            int degree);
 bool FitsOnLoad(const CostModel& cm, double sum_tokens, int degree);
 
 // Index of the first sequence whose d_min exceeds `degree`, or -1.

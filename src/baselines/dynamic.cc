@@ -78,7 +78,8 @@ class MaxTree {
 // (§6.1: ranks run different numbers of micro-batches; §6.3 Alg. 2's DP
 // balance as longest-first list scheduling; docs/baselines.md states the
 // differences). Sets *makespan_s.
-Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, double* makespan_out) {
+Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens,
+                       double* makespan_out) {
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
   struct Item {
@@ -91,13 +92,17 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
   for (int k = 0; k < k_total; ++k) {
     const double len = static_cast<double>(request.sequences[k].length_tokens);
     const int64_t d = std::min<int64_t>(
-        n, std::max<int64_t>(MinDegree(request.cost, GroupLoad::Of(request.sequences[k])),
-                             static_cast<int64_t>(std::ceil(len / capacity_tokens))));
-    if (d > 1) items.push_back({static_cast<int>(d), {k}, 0});
-    else shorts.push_back(k);
+        n, std::max<int64_t>(
+               MinDegree(request.cost, GroupLoad::Of(request.sequences[k])),
+               static_cast<int64_t>(std::ceil(len / capacity_tokens))));
+    if (d > 1)
+      items.push_back({static_cast<int>(d), {k}, 0});
+    else
+      shorts.push_back(k);
   }
   std::stable_sort(shorts.begin(), shorts.end(), [&](int a, int b) {
-    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+    return request.sequences[a].length_tokens >
+           request.sequences[b].length_tokens;
   });
   // ByteScale Alg. 1 line 8: the short sequences are packed "by best-fit
   // strategy to fill capacity C": longest first, each into the open one-rank
@@ -109,7 +114,8 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
   for (int k : shorts) {
     const double len = static_cast<double>(request.sequences[k].length_tokens);
     auto it = room.lower_bound({len, 0});
-    if (it != room.end() && !FitsOnLoad(request.cost, chunk_tokens[it->second] + len, 1)) {
+    if (it != room.end() &&
+        !FitsOnLoad(request.cost, chunk_tokens[it->second] + len, 1)) {
       it = room.end();  // the best fit by tokens overflows memory: a new chunk
     }
     size_t chunk;
@@ -129,8 +135,9 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
     for (int k : it.members) load.Add(request.sequences[k]);
     it.time_s = GroupTimeBestS(request.cost, request.cluster, load, it.degree);
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.time_s > b.time_s; });
+  std::stable_sort(
+      items.begin(), items.end(),
+      [](const Item& a, const Item& b) { return a.time_s > b.time_s; });
 
   MaxTree finish(n);
   std::vector<double> finish_of(n, 0.0);
@@ -138,7 +145,9 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
   // Per degree, aligned blocks [j*d, (j+1)*d) keyed by when they are all free;
   // keys are lower bounds refreshed lazily (finish times only grow).
   using Entry = std::pair<double, int>;  // (free at, block)
-  std::map<int, std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>> blocks;
+  std::map<int,
+           std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>>
+      blocks;
   Plan plan;
   plan.num_ranks = n;
   double makespan_s = 0;
@@ -147,7 +156,8 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
     auto [pos, fresh] = blocks.try_emplace(d);
     auto& heap = pos->second;
     if (fresh) {
-      for (int j = 0; (j + 1) * d <= n; ++j) heap.push({finish.Max(j * d, (j + 1) * d), j});
+      for (int j = 0; (j + 1) * d <= n; ++j)
+        heap.push({finish.Max(j * d, (j + 1) * d), j});
     }
     int block = -1;
     double free_at = 0;
@@ -166,7 +176,8 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
     const std::vector<int> ranks = RankRange(block * d, d);
     GroupLoad load;
     for (int k : it.members) load.Add(request.sequences[k]);
-    const double end = free_at + GroupTimeOnRanksS(request.cost, request.cluster, load, ranks);
+    const double end =
+        free_at + GroupTimeOnRanksS(request.cost, request.cluster, load, ranks);
     int mb = 0;
     for (int r : ranks) mb = std::max(mb, last_mb[r] + 1);
     for (int r : ranks) {
@@ -175,7 +186,8 @@ Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens, doubl
     }
     heap.push({end, block});
     makespan_s = std::max(makespan_s, end);
-    if (static_cast<int>(plan.micro_batches.size()) <= mb) plan.micro_batches.resize(mb + 1);
+    if (static_cast<int>(plan.micro_batches.size()) <= mb)
+      plan.micro_batches.resize(mb + 1);
     plan.micro_batches[mb].groups.push_back(
         {ranks, std::move(it.members), CommKind::kRing, 0, 0});
   }
@@ -197,11 +209,13 @@ std::vector<int64_t> ByteScaleCapacityCandidates(const PlanRequest& request) {
     longest = std::max(longest, s.length_tokens);
   }
   const CostModel& cm = request.cost;
-  double t_mem = cm.mem_per_token > 0 ? (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
-                                      : static_cast<double>(longest);
+  double t_mem = cm.mem_per_token > 0
+                     ? (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
+                     : static_cast<double>(longest);
   t_mem = std::max(1.0, std::min(t_mem, static_cast<double>(longest)));
   std::vector<int64_t> out;
-  for (int64_t p = 1; p <= 2 * static_cast<int64_t>(request.cluster.num_ranks); p *= 2) {
+  for (int64_t p = 1; p <= 2 * static_cast<int64_t>(request.cluster.num_ranks);
+       p *= 2) {
     const double c = std::floor(t_mem / static_cast<double>(p));
     if (p > 1 && (c < static_cast<double>(shortest) || c < 1)) break;
     out.push_back(static_cast<int64_t>(std::max(1.0, c)));
@@ -213,19 +227,22 @@ std::vector<int64_t> ByteScaleCapacityCandidates(const PlanRequest& request) {
 // warm-up batches by simulated time, as a user sets it once); 0 tunes it per
 // batch like the static degrees: the candidates largest first, stopping after
 // two successive worse makespans; the smallest list-schedule makespan is kept.
-Plan ByteScaleStrategy::Solve(const PlanRequest& request, const PlanOptions& options) const {
+Plan ByteScaleStrategy::Solve(const PlanRequest& request,
+                              const PlanOptions& options) const {
   const int n = request.cluster.num_ranks;
   for (size_t k = 0; k < request.sequences.size(); ++k) {
-    const int64_t d = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
+    const int64_t d =
+        MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
     if (d > n) {
       return InfeasiblePlan(name(), request, static_cast<int>(k),
-                            "sequences[" + std::to_string(k) + "] needs " + std::to_string(d) +
-                                " ranks > N");
+                            "sequences[" + std::to_string(k) + "] needs " +
+                                std::to_string(d) + " ranks > N");
     }
   }
   const bool fixed = options.capacity_tokens > 0;
-  const std::vector<int64_t> candidates = fixed ? std::vector<int64_t>{options.capacity_tokens}
-                                                : ByteScaleCapacityCandidates(request);
+  const std::vector<int64_t> candidates =
+      fixed ? std::vector<int64_t>{options.capacity_tokens}
+            : ByteScaleCapacityCandidates(request);
   Plan best;
   double best_s = std::numeric_limits<double>::infinity();
   int64_t best_c = 0;
@@ -237,7 +254,8 @@ Plan ByteScaleStrategy::Solve(const PlanRequest& request, const PlanOptions& opt
     Plan plan = ScheduleByteScale(request, static_cast<double>(c), &makespan_s);
     tried += (tried.empty() ? "" : ",") + std::to_string(c) + ":" +
              FormatDouble(1000.0 * makespan_s, 5) + "ms";
-    if (makespan_s < best_s) best_s = makespan_s, best = std::move(plan), best_c = c;
+    if (makespan_s < best_s)
+      best_s = makespan_s, best = std::move(plan), best_c = c;
     worse = makespan_s > prev_s ? worse + 1 : 0;
     prev_s = makespan_s;
     if (worse >= 2) break;

@@ -21,15 +21,18 @@ class ByteScaleStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "bytescale"; }
   Setting setting() const override { return Setting::kCapacityTokens; }
-  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+  std::vector<int64_t> SettingCandidates(
+      const PlanRequest& request) const override {
     return ByteScaleCapacityCandidates(request);
   }
   std::string_view description() const override {
-    return "ByteScale: data-aware sharding (each sequence on the fewest ranks that "
+    return "ByteScale: data-aware sharding (each sequence on the fewest ranks "
+           "that "
            "hold it, short ones packed per rank) + balance scheduler (list "
            "scheduling, ranks run different numbers of micro-batches)";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

@@ -13,6 +13,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <coin/CbcEventHandler.hpp>
+#include <coin/CbcModel.hpp>
+#include <coin/ClpEventHandler.hpp>
+#include <coin/CoinPackedMatrix.hpp>
+#include <coin/OsiClpSolverInterface.hpp>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -21,12 +26,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <coin/CbcEventHandler.hpp>
-#include <coin/CbcModel.hpp>
-#include <coin/ClpEventHandler.hpp>
-#include <coin/CoinPackedMatrix.hpp>
-#include <coin/OsiClpSolverInterface.hpp>
 
 #include "baselines/common.h"
 #include "baselines/dynamic.h"
@@ -67,9 +66,11 @@ struct Context {
   ModelShape shape;
   std::vector<Sequence> seq;  // the sequences, longest first
   std::vector<int64_t> cp;    // power-of-two Ulysses size each one needs
-  int64_t max_size = 1;     // largest allowed Ulysses size (power of two | q_heads, <= N)
-  double headroom_tokens;   // tokens one rank holds
-  std::vector<double> bw_of_size;  // [c]: BwFor, filled for powers of two <= max_size
+  int64_t max_size =
+      1;  // largest allowed Ulysses size (power of two | q_heads, <= N)
+  double headroom_tokens;  // tokens one rank holds
+  std::vector<double>
+      bw_of_size;  // [c]: BwFor, filled for powers of two <= max_size
 };
 
 // The all-to-all bandwidth of a group of `c` ranks (a power of two <=
@@ -91,14 +92,16 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                      const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int n = ctx.req.cluster.num_ranks;
   auto len_of = [&](int k) {
-    return static_cast<double>(padded ? padded->at(k) : ctx.seq[k].length_tokens);
+    return static_cast<double>(padded ? padded->at(k)
+                                      : ctx.seq[k].length_tokens);
   };
   // Next-fit decides feasibility. Only the long sequences' groups are built
   // here; the single ranks are recorded by where each opens (`opens`) and
   // built only if the dealing below fails (allocation dominated at 10^6).
   Groups longs;
   std::vector<int> shorts;
-  std::vector<size_t> opens;  // positions in `shorts` where a new single rank opens
+  std::vector<size_t>
+      opens;  // positions in `shorts` where a new single rank opens
   int used = 0;
   double open_tokens = 0;
   bool open = false;
@@ -146,9 +149,10 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
         break;
       }
       dealt[r].push_back(k);
-      heap.push({load + AllToAllGroupTimeS(ctx.req.cost, ctx.shape, GroupLoad::Of(s), 1,
-                                           ctx.req.cost.bw_intra_node),
-                 r});
+      heap.push(
+          {load + AllToAllGroupTimeS(ctx.req.cost, ctx.shape, GroupLoad::Of(s),
+                                     1, ctx.req.cost.bw_intra_node),
+           r});
     }
   }
   if (dealt_ok) {
@@ -158,17 +162,20 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
   } else {
     for (size_t i = 0; i < opens.size(); ++i) {
       const size_t end = i + 1 < opens.size() ? opens[i + 1] : shorts.size();
-      balanced.push_back({1, std::vector<int>(shorts.begin() + opens[i], shorts.begin() + end)});
+      balanced.push_back({1, std::vector<int>(shorts.begin() + opens[i],
+                                              shorts.begin() + end)});
     }
   }
   // Ranks still idle go to the slowest groups: the slowest group doubles its
-  // (power-of-two) size while enough ranks are free, as the MILP would. O(N log N).
+  // (power-of-two) size while enough ranks are free, as the MILP would. O(N log
+  // N).
   int idle = n;
   for (const auto& g : balanced) idle -= g.first;
   auto time_of = [&](const std::pair<int, std::vector<int>>& g) {
     GroupLoad load;
     for (int k : g.second) load.Add(ctx.seq[k]);
-    return AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, g.first, BwFor(ctx, g.first));
+    return AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, g.first,
+                              BwFor(ctx, g.first));
   };
   std::priority_queue<std::pair<double, int>> slowest;
   for (size_t i = 0; idle > 0 && i < balanced.size(); ++i) {
@@ -178,7 +185,8 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
     const int i = slowest.top().second;
     slowest.pop();
     auto& g = balanced[i];
-    if (2 * g.first > ctx.max_size || g.first > idle) continue;  // cannot grow: next one
+    if (2 * g.first > ctx.max_size || g.first > idle)
+      continue;  // cannot grow: next one
     const double before = time_of(g);
     g.first *= 2;
     const double after = time_of(g);
@@ -199,11 +207,13 @@ Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
 // the solver's incumbent starts no worse than the best of them. Empty when
 // a sequence needs more than c ranks or fits no group. O(m log(N/c)), plus
 // a scan of the groups for a sequence that the least loaded one cannot hold.
-Groups UniformPacking(const Context& ctx, const std::vector<int>& seqs, int c,
-                      const std::unordered_map<int, int64_t>* padded = nullptr) {
+Groups UniformPacking(
+    const Context& ctx, const std::vector<int>& seqs, int c,
+    const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int count = ctx.req.cluster.num_ranks / c;
   if (count < 1 || seqs.empty()) return {};
-  const int slots = std::min(count, static_cast<int>(seqs.size()));  // the rest stay empty
+  const int slots =
+      std::min(count, static_cast<int>(seqs.size()));  // the rest stay empty
   const double bw = BwFor(ctx, c);
   std::vector<GroupLoad> load(slots);
   std::vector<double> tokens(slots, 0);
@@ -218,7 +228,8 @@ Groups UniformPacking(const Context& ctx, const std::vector<int>& seqs, int c,
     if (padded) s.length_tokens = padded->at(k);
     const double len = static_cast<double>(s.length_tokens);
     skipped.clear();
-    while (!heap.empty() && tokens[heap.top().second] + len > c * ctx.headroom_tokens) {
+    while (!heap.empty() &&
+           tokens[heap.top().second] + len > c * ctx.headroom_tokens) {
       skipped.push_back(heap.top());
       heap.pop();
     }
@@ -237,7 +248,8 @@ Groups UniformPacking(const Context& ctx, const std::vector<int>& seqs, int c,
 // The group sizes a micro-batch may use uniformly: powers of two from the
 // largest one its sequences need (the first: sorted longest first) up to the
 // largest allowed size.
-std::vector<int> UniformSizes(const Context& ctx, const std::vector<int>& seqs) {
+std::vector<int> UniformSizes(const Context& ctx,
+                              const std::vector<int>& seqs) {
   std::vector<int> sizes;
   if (seqs.empty()) return sizes;
   for (int64_t c = ctx.cp[seqs.front()]; c <= ctx.max_size; c *= 2) {
@@ -249,17 +261,19 @@ std::vector<int> UniformSizes(const Context& ctx, const std::vector<int>& seqs) 
 // A micro-batch's estimate (s) as EvaluatePlan computes it for these groups
 // placed largest first from rank 0: the slowest group's all-to-all time.
 double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
-  std::stable_sort(groups.begin(), groups.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(
+      groups.begin(), groups.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first; });
   double worst = 0;
   int first = 0;
   for (const auto& [size, members] : groups) {
     GroupLoad load;
     for (int k : members) load.Add(ctx.seq[k]);
-    worst = std::max(worst, AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, size,
-                                               AllToAllBandwidthOnRange(ctx.req.cost,
-                                                                        ctx.req.cluster, first,
-                                                                        size)));
+    worst = std::max(
+        worst,
+        AllToAllGroupTimeS(ctx.req.cost, ctx.shape, load, size,
+                           AllToAllBandwidthOnRange(
+                               ctx.req.cost, ctx.req.cluster, first, size)));
     first += size;
   }
   return worst;
@@ -269,27 +283,34 @@ double MicroBatchEstimateS(const Context& ctx, Groups& groups) {
 // padding Σ (boundary - s), boundary = the bucket's longest. Exact DP over the
 // distinct lengths, or over kBoundaryCandidates quantiles when there are more.
 // Returns, per bucket, its members (sorted longest first).
-std::vector<std::vector<int>> Bucketize(const Context& ctx, std::vector<int> seqs) {
+std::vector<std::vector<int>> Bucketize(const Context& ctx,
+                                        std::vector<int> seqs) {
   auto len = [&](int k) { return ctx.seq[k].length_tokens; };
-  std::sort(seqs.begin(), seqs.end(), [&](int a, int b) { return len(a) < len(b); });
+  std::sort(seqs.begin(), seqs.end(),
+            [&](int a, int b) { return len(a) < len(b); });
   // Candidate cut points: indices i where a bucket may end (after seqs[i-1]).
   std::vector<int> cuts;
   for (size_t i = 1; i <= seqs.size(); ++i) {
-    if (i == seqs.size() || len(seqs[i]) != len(seqs[i - 1])) cuts.push_back(static_cast<int>(i));
+    if (i == seqs.size() || len(seqs[i]) != len(seqs[i - 1]))
+      cuts.push_back(static_cast<int>(i));
   }
   if (static_cast<int>(cuts.size()) > kBoundaryCandidates) {
     std::vector<int> thin;
     for (int q = 1; q <= kBoundaryCandidates; ++q) {
-      thin.push_back(cuts[(static_cast<size_t>(q) * cuts.size()) / kBoundaryCandidates - 1]);
+      thin.push_back(
+          cuts[(static_cast<size_t>(q) * cuts.size()) / kBoundaryCandidates -
+               1]);
     }
     thin.erase(std::unique(thin.begin(), thin.end()), thin.end());
     cuts = thin;
   }
   const int c = static_cast<int>(cuts.size());
   std::vector<double> prefix(seqs.size() + 1, 0);
-  for (size_t i = 0; i < seqs.size(); ++i) prefix[i + 1] = prefix[i] + static_cast<double>(len(seqs[i]));
+  for (size_t i = 0; i < seqs.size(); ++i)
+    prefix[i + 1] = prefix[i] + static_cast<double>(len(seqs[i]));
   auto pad = [&](int from, int to) {  // positions [from, to)
-    return static_cast<double>(len(seqs[to - 1])) * (to - from) - (prefix[to] - prefix[from]);
+    return static_cast<double>(len(seqs[to - 1])) * (to - from) -
+           (prefix[to] - prefix[from]);
   };
   const int b_max = std::min(kBuckets, c);
   const double inf = std::numeric_limits<double>::infinity();
@@ -340,11 +361,14 @@ class DeadlineHandler final : public CbcEventHandler {
 // node LPs have no CBC event): a non-negative return stops the LP.
 class LpDeadlineHandler final : public ClpEventHandler {
  public:
-  explicit LpDeadlineHandler(Clock::time_point deadline) : deadline_(deadline) {}
+  explicit LpDeadlineHandler(Clock::time_point deadline)
+      : deadline_(deadline) {}
   int event(Event which) override {
     return which == endOfIteration && Clock::now() > deadline_ ? 5 : -1;
   }
-  ClpEventHandler* clone() const override { return new LpDeadlineHandler(*this); }
+  ClpEventHandler* clone() const override {
+    return new LpDeadlineHandler(*this);
+  }
 
  private:
   Clock::time_point deadline_;
@@ -384,7 +408,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   std::vector<int> slot_size;
   for (int c = 1; c <= n && ctx.shape.q_heads % c == 0; c *= 2) {
     int fit = 0;
-    for (int b = 0; b < nb; ++b) fit += need[b] <= c ? static_cast<int>(buckets[b].size()) : 0;
+    for (int b = 0; b < nb; ++b)
+      fit += need[b] <= c ? static_cast<int>(buckets[b].size()) : 0;
     const int count = std::min(fit, n / c);
     for (int i = 0; i < count; ++i) slot_size.push_back(c);
   }
@@ -406,8 +431,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   std::vector<int> nz_row, nz_col;
   std::vector<double> nz_val;
   std::vector<double> row_lb, row_ub;
-  auto add_row = [&](const std::vector<int>& idx, const std::vector<double>& val, double lb,
-                     double ub) {
+  auto add_row = [&](const std::vector<int>& idx,
+                     const std::vector<double>& val, double lb, double ub) {
     for (size_t i = 0; i < idx.size(); ++i) {
       nz_row.push_back(static_cast<int>(row_lb.size()));
       nz_col.push_back(idx[i]);
@@ -427,36 +452,43 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     std::vector<int> idx;
     for (int g = 0; g < ns; ++g)
       if (col[b][g] >= 0) idx.push_back(col[b][g]);
-    add_row(idx, std::vector<double>(idx.size(), 1.0), static_cast<double>(buckets[b].size()),
+    add_row(idx, std::vector<double>(idx.size(), 1.0),
+            static_cast<double>(buckets[b].size()),
             static_cast<double>(buckets[b].size()));
   }
   for (int g = 0; g < ns; ++g) {
     const int c = slot_size[g];
     const double bw = BwFor(ctx, c);
-    const double fixed = AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad{}, c, bw);
+    const double fixed =
+        AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad{}, c, bw);
     std::vector<int> t_idx, m_idx;
     std::vector<double> t_val, m_val;
     for (int b = 0; b < nb; ++b) {
       if (col[b][g] < 0) continue;
       const Sequence s{boundary[b], eta[b]};
       t_idx.push_back(col[b][g]);
-      t_val.push_back(AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad::Of(s), c, bw) - fixed);
+      t_val.push_back(
+          AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad::Of(s), c, bw) -
+          fixed);
       m_idx.push_back(col[b][g]);
       m_val.push_back(static_cast<double>(boundary[b]));
       // n_bg <= |bucket| u_g
-      add_row({col[b][g], g}, {1.0, -static_cast<double>(buckets[b].size())}, -inf, 0.0);
+      add_row({col[b][g], g}, {1.0, -static_cast<double>(buckets[b].size())},
+              -inf, 0.0);
     }
     m_idx.push_back(g), m_val.push_back(-c * ctx.headroom_tokens);
     add_row(m_idx, m_val, -inf, 0.0);  // memory
     t_idx.push_back(g), t_val.push_back(fixed);
     t_idx.push_back(z_col), t_val.push_back(-1.0);
     add_row(t_idx, t_val, -inf, 0.0);  // makespan
-    if (g + 1 < ns && slot_size[g + 1] == c) add_row({g, g + 1}, {1.0, -1.0}, 0.0, inf);
+    if (g + 1 < ns && slot_size[g + 1] == c)
+      add_row({g, g + 1}, {1.0, -1.0}, 0.0, inf);
   }
   std::vector<double> col_lb(ncols, 0.0), col_ub(ncols, 1.0), obj(ncols, 0.0);
   for (int b = 0; b < nb; ++b)
     for (int g = 0; g < ns; ++g)
-      if (col[b][g] >= 0) col_ub[col[b][g]] = static_cast<double>(buckets[b].size());
+      if (col[b][g] >= 0)
+        col_ub[col[b][g]] = static_cast<double>(buckets[b].size());
   col_ub[z_col] = inf;
   obj[z_col] = 1.0;
   CoinPackedMatrix matrix(false, nz_row.data(), nz_col.data(), nz_val.data(),
@@ -475,7 +507,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     for (int k : buckets[b]) bucket_of[k] = b, padded[k] = boundary[b];
   // Maps a packing onto slots; false when it does not fit them or the
   // bucketed memory rows.
-  auto as_counts = [&](const Groups& packing, std::vector<double>* sol, double* z) {
+  auto as_counts = [&](const Groups& packing, std::vector<double>* sol,
+                       double* z) {
     sol->assign(ncols, 0.0);
     *z = 0;
     std::vector<int> next_of_size(n + 1, 0);
@@ -502,7 +535,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
         load.Add({boundary[b], eta[b]});
       }
       if (tokens > size * ctx.headroom_tokens) return false;
-      *z = std::max(*z, AllToAllGroupTimeS(req.cost, ctx.shape, load, size, BwFor(ctx, size)));
+      *z = std::max(*z, AllToAllGroupTimeS(req.cost, ctx.shape, load, size,
+                                           BwFor(ctx, size)));
     }
     (*sol)[z_col] = *z;
     return true;
@@ -511,7 +545,8 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   double warm_z = std::numeric_limits<double>::infinity(), candidate_z = 0;
   bool warm_ok = false;
   auto consider = [&](const Groups& packing) {
-    if (as_counts(packing, &candidate_sol, &candidate_z) && candidate_z < warm_z) {
+    if (as_counts(packing, &candidate_sol, &candidate_z) &&
+        candidate_z < warm_z) {
       warm_ok = true;
       warm_z = candidate_z;
       warm_sol.swap(candidate_sol);
@@ -526,17 +561,19 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
 
   OsiClpSolverInterface solver;
   solver.messageHandler()->setLogLevel(0);
-  solver.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(), row_lb.data(),
-                     row_ub.data());
+  solver.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(),
+                     row_lb.data(), row_ub.data());
   for (int c = 0; c < z_col; ++c) solver.setInteger(c);
   CbcModel model(solver);
   model.setLogLevel(0);
   model.messageHandler()->setLogLevel(0);
   model.setUseElapsedTime(true);  // wall-clock, not CPU time
   // Model building counts against the slot too.
-  model.setMaximumSeconds(std::max(kMinMilpSeconds, seconds - SecondsSince(start)));
+  model.setMaximumSeconds(
+      std::max(kMinMilpSeconds, seconds - SecondsSince(start)));
   const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(seconds));
   DeadlineHandler handler(deadline);
   model.passInEventHandler(&handler);
   LpDeadlineHandler lp_handler(deadline);
@@ -553,7 +590,7 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     result.status = "greedy(no MILP solution)";
     return result;
   }
-  result.status = model.isProvenOptimal()        ? "optimal"
+  result.status = model.isProvenOptimal()         ? "optimal"
                   : model.isSecondsLimitReached() ? "time_limit"
                                                   : "stopped";
   // Bucket counts back to sequences: each bucket's members, longest first,
@@ -589,12 +626,16 @@ int FurthestEnd(const std::vector<double>& prefix, int at, double cap) {
   const double target = prefix[at] + cap;
   int step = 1;
   while (at + step <= k && prefix[at + step] <= target) step *= 2;
-  // prefix[at + step / 2] <= target (or step == 1); the end lies below at + step.
-  int lo = at + step / 2, hi = std::min(at + step, k + 1);  // lo fits, hi does not (or k + 1)
+  // prefix[at + step / 2] <= target (or step == 1); the end lies below at +
+  // step.
+  int lo = at + step / 2,
+      hi = std::min(at + step, k + 1);  // lo fits, hi does not (or k + 1)
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
-    if (prefix[mid] <= target) lo = mid;
-    else hi = mid;
+    if (prefix[mid] <= target)
+      lo = mid;
+    else
+      hi = mid;
   }
   return std::max(at + 1, lo);
 }
@@ -626,8 +667,10 @@ std::vector<int> ChunkEnds(const std::vector<double>& prefix, int m) {
   for (int i = 0; i < k; ++i) lo = std::max(lo, prefix[i + 1] - prefix[i]);
   while (lo < hi) {  // integer token bounds
     const double mid = std::floor((lo + hi) / 2);
-    if (cut(mid)) hi = mid;
-    else lo = mid + 1;
+    if (cut(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   FCP_CHECK(cut(hi));
   return ends;
@@ -694,18 +737,22 @@ std::vector<int> SortedLongestFirst(const PlanRequest& request) {
   constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
   bool packable = k <= kIndexMask;
   for (const Sequence& s : request.sequences) {
-    packable = packable && s.length_tokens >= 1 && s.length_tokens <= (int64_t{1} << 40);
+    packable = packable && s.length_tokens >= 1 &&
+               s.length_tokens <= (int64_t{1} << 40);
   }
   if (!packable) {
     std::iota(sorted.begin(), sorted.end(), 0);
     std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) {
-      return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+      return request.sequences[a].length_tokens >
+             request.sequences[b].length_tokens;
     });
     return sorted;
   }
   std::vector<uint64_t> keys(k), buffer(k);
   for (size_t i = 0; i < k; ++i) {
-    keys[i] = (static_cast<uint64_t>(request.sequences[i].length_tokens - 1) << kIndexBits) | i;
+    keys[i] = (static_cast<uint64_t>(request.sequences[i].length_tokens - 1)
+               << kIndexBits) |
+              i;
   }
   // LSD radix sort on the length bytes only, descending; it is stable, so
   // equal lengths keep index order. Bytes equal in every key are skipped.
@@ -716,10 +763,12 @@ std::vector<int> SortedLongestFirst(const PlanRequest& request) {
     size_t start[257] = {};
     for (uint64_t key : keys) ++start[256 - ((key >> shift) & 0xFF)];
     for (int b = 1; b <= 256; ++b) start[b] += start[b - 1];
-    for (uint64_t key : keys) buffer[start[255 - ((key >> shift) & 0xFF)]++] = key;
+    for (uint64_t key : keys)
+      buffer[start[255 - ((key >> shift) & 0xFF)]++] = key;
     keys.swap(buffer);
   }
-  for (size_t i = 0; i < k; ++i) sorted[i] = static_cast<int>(keys[i] & kIndexMask);
+  for (size_t i = 0; i < k; ++i)
+    sorted[i] = static_cast<int>(keys[i] & kIndexMask);
   return sorted;
 }
 
@@ -729,9 +778,12 @@ class Deadline {
   // Limits beyond 10^9 s (any finite value is valid input) are capped there,
   // so that the time point cannot overflow.
   Deadline(Clock::time_point start, double limit_s)
-      : end_(start + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(std::min(limit_s, 1e9)))) {}
-  double LeftS() const { return std::chrono::duration<double>(end_ - Clock::now()).count(); }
+      : end_(start +
+             std::chrono::duration_cast<Clock::duration>(
+                 std::chrono::duration<double>(std::min(limit_s, 1e9)))) {}
+  double LeftS() const {
+    return std::chrono::duration<double>(end_ - Clock::now()).count();
+  }
 
  private:
   Clock::time_point end_;
@@ -751,23 +803,28 @@ constexpr double kMinFinishSeconds = 0.005;
 
 }  // namespace
 
-Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& options) const {
-  const Deadline deadline(options.started.value_or(Clock::now()), options.time_limit_s);
+Plan FlexSpStrategy::Solve(const PlanRequest& request,
+                           const PlanOptions& options) const {
+  const Deadline deadline(options.started.value_or(Clock::now()),
+                          options.time_limit_s);
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
   bool fallback = false;
   Context ctx{request, ShapeOrDefault(request, &fallback), {}, {}, 0, 0, {}};
-  ctx.headroom_tokens = request.cost.mem_per_token > 0
-                            ? (request.cost.mem_capacity - request.cost.mem_static) /
-                                  request.cost.mem_per_token * (1 - 1e-9)
-                            : 1e300;
+  ctx.headroom_tokens =
+      request.cost.mem_per_token > 0
+          ? (request.cost.mem_capacity - request.cost.mem_static) /
+                request.cost.mem_per_token * (1 - 1e-9)
+          : 1e300;
   // Ulysses rule: a group size is a power of two dividing q_heads (and <= N).
   int64_t max_pow2 = 1;
-  while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0) max_pow2 *= 2;
+  while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0)
+    max_pow2 *= 2;
   ctx.max_size = max_pow2;
   ctx.bw_of_size.assign(max_pow2 + 1, 0.0);
   for (int64_t c = 1; c <= max_pow2; c *= 2) {
-    ctx.bw_of_size[c] = AllToAllBandwidthOnRange(request.cost, request.cluster, 0, static_cast<int>(c));
+    ctx.bw_of_size[c] = AllToAllBandwidthOnRange(request.cost, request.cluster,
+                                                 0, static_cast<int>(c));
   }
   // Phase 1 (always runs, O(K) passes and a radix sort): group sizes, the
   // sorted batch, prefix sums.
@@ -776,13 +833,14 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   for (int k = 0; k < k_total; ++k) {
     cp_of[k] = DcpDegree(request.cost, request.sequences[k].length_tokens);
     if (cp_of[k] > max_pow2) {
-      return InfeasiblePlan(name(), request, k,
-                            "sequences[" + std::to_string(k) + "] needs a Ulysses group of " +
-                                std::to_string(cp_of[k]) +
-                                " ranks but the largest allowed size (power of two <= N "
-                                "dividing q_heads = " +
-                                std::to_string(ctx.shape.q_heads) + ") is " +
-                                std::to_string(max_pow2));
+      return InfeasiblePlan(
+          name(), request, k,
+          "sequences[" + std::to_string(k) + "] needs a Ulysses group of " +
+              std::to_string(cp_of[k]) +
+              " ranks but the largest allowed size (power of two <= N "
+              "dividing q_heads = " +
+              std::to_string(ctx.shape.q_heads) + ") is " +
+              std::to_string(max_pow2));
     }
   }
   const std::vector<int> sorted = SortedLongestFirst(request);
@@ -797,8 +855,10 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   cp_of = {};
   const double tokens = prefix[k_total];
   const double sort_s = SecondsSince(sort_start);
-  const double finish_s = std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
-  double pack_s = kPackPerSortTime * sort_s;  // replaced by the measured time once one is packed
+  const double finish_s =
+      std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
+  double pack_s = kPackPerSortTime *
+                  sort_s;  // replaced by the measured time once one is packed
   // What the notes say about the deadline (no wall-clock figure: the same
   // events give the same words).
   std::string deadline_note = "not reached";
@@ -817,8 +877,9 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     }
     return true;
   };
-  int lo = static_cast<int>(
-      std::clamp(std::ceil(tokens / (n * ctx.headroom_tokens)), 1.0, static_cast<double>(k_total)));
+  int lo =
+      static_cast<int>(std::clamp(std::ceil(tokens / (n * ctx.headroom_tokens)),
+                                  1.0, static_cast<double>(k_total)));
   int hi = k_total;
   double probe_s = 0;
   bool searched = true;
@@ -832,7 +893,8 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       break;
     }
     const Clock::time_point probe_start = Clock::now();
-    const int mid = bracketed ? lo + (hi - lo) / 2 : std::min(hi - 1, lo + step - 1);
+    const int mid =
+        bracketed ? lo + (hi - lo) / 2 : std::min(hi - 1, lo + step - 1);
     if (valid(mid)) {
       hi = mid;
       bracketed = true;
@@ -882,17 +944,21 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     const std::vector<int> ends = NextFitChunkEnds(ctx);
     const int m_fit = static_cast<int>(ends.size());
     // The bisection's `hi` is valid too; the fewer micro-batches wins.
-    opts.push_back(hi < m_fit ? pack(hi, ChunkEnds(prefix, hi)) : pack(m_fit, ends));
-    deadline_note = std::string("reached while searching the fewest valid micro-batch count: ") +
-                    (hi < m_fit ? "the best valid count found so far"
-                                : "next-fit consecutive chunks of the sorted batch") +
-                    ", one count packed greedily";
+    opts.push_back(hi < m_fit ? pack(hi, ChunkEnds(prefix, hi))
+                              : pack(m_fit, ends));
+    deadline_note =
+        std::string(
+            "reached while searching the fewest valid micro-batch count: ") +
+        (hi < m_fit ? "the best valid count found so far"
+                    : "next-fit consecutive chunks of the sorted batch") +
+        ", one count packed greedily";
   } else {
     const int m_min = lo;
     for (int i = 0; i < kMicroBatchOptions && m_min + i <= k_total; ++i) {
       if (i > 0 && deadline.LeftS() < finish_s + pack_s) {
-        deadline_note = "reached while packing micro-batch counts: " + std::to_string(i) +
-                        " of " + std::to_string(kMicroBatchOptions) + " counts packed";
+        deadline_note =
+            "reached while packing micro-batch counts: " + std::to_string(i) +
+            " of " + std::to_string(kMicroBatchOptions) + " counts packed";
         break;
       }
       const Clock::time_point pack_start = Clock::now();
@@ -901,7 +967,8 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       if (o.ok) opts.push_back(std::move(o));
     }
   }
-  FCP_CHECK(!opts.empty() && opts.front().ok);  // m_min and the fallback pack by construction
+  FCP_CHECK(!opts.empty() &&
+            opts.front().ok);  // m_min and the fallback pack by construction
 
   // Phase 3b: the uniform packings of every allowed group size (each lies in
   // FlexSP's search space; static Ulysses is one of them) replace a
@@ -910,13 +977,16 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
   // rarely improves on its warm start within the limit). Count by count while
   // the deadline leaves room for one more count's packings and for finishing;
   // O(m log N) per size.
-  double uniform_s = pack_s * static_cast<double>(std::max<size_t>(1, UniformSizes(ctx, opts.front().chunks.front()).size()));
+  double uniform_s =
+      pack_s * static_cast<double>(std::max<size_t>(
+                   1, UniformSizes(ctx, opts.front().chunks.front()).size()));
   for (size_t i = 0; i < opts.size(); ++i) {
     Option& o = opts[i];
     if (deadline.LeftS() < finish_s + uniform_s) {
       if (deadline_note == "not reached") {
-        deadline_note = "reached while trying uniform packings: " + std::to_string(i) + " of " +
-                        std::to_string(opts.size()) + " counts tried";
+        deadline_note =
+            "reached while trying uniform packings: " + std::to_string(i) +
+            " of " + std::to_string(opts.size()) + " counts tried";
       }
       break;
     }
@@ -954,7 +1024,8 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       // CBC stops a little after its limit (between its checks): the largest
       // overrun seen so far is kept free too.
       const double left = deadline.LeftS() - finish_s - milp_overrun_s;
-      const double share = std::max(0.9 * left / milps_left, kMilpShareFloorSeconds);
+      const double share =
+          std::max(0.9 * left / milps_left, kMilpShareFloorSeconds);
       if (left < share) {  // no time: this micro-batch keeps its greedy packing
         milps_cut = true;
         add_status("greedy(no time left)");
@@ -962,7 +1033,8 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
       }
       const Clock::time_point milp_start = Clock::now();
       MbSolve r = SolveMicroBatch(ctx, o.chunks[c], o.groups[c], share);
-      milp_overrun_s = std::max(milp_overrun_s, SecondsSince(milp_start) - share);
+      milp_overrun_s =
+          std::max(milp_overrun_s, SecondsSince(milp_start) - share);
       add_status(r.status);
       const double est = MicroBatchEstimateS(ctx, r.groups);
       if (est < o.est_s[c]) {
@@ -992,19 +1064,23 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request, const PlanOptions& option
     int first = 0;  // largest first (MicroBatchEstimateS sorted them): aligned
     for (auto& [size, members] : groups) {
       for (int& k : members) k = sorted[k];  // position -> sequence index
-      mb.groups.push_back({RankRange(first, size), std::move(members), CommKind::kAllToAll, 0, 0});
+      mb.groups.push_back({RankRange(first, size), std::move(members),
+                           CommKind::kAllToAll, 0, 0});
       first += size;
     }
     FCP_CHECK(first <= n);
     plan.micro_batches.push_back(std::move(mb));
   }
-  plan.notes["milp_status"] = optimal_count == milp_count ? "optimal" : statuses;
+  plan.notes["milp_status"] =
+      optimal_count == milp_count ? "optimal" : statuses;
   plan.notes["milp_time_limit_s"] = FormatDouble(options.time_limit_s, 4);
   plan.notes["deadline"] = deadline_note;
   plan.notes["micro_batches"] = std::to_string(best->m);
   plan.notes["micro_batch_counts_tried"] = tried;
-  plan.notes["q_heads"] = std::to_string(ctx.shape.q_heads) +
-                          (fallback ? " (model absent: default preset " + ctx.shape.name + ")" : "");
+  plan.notes["q_heads"] =
+      std::to_string(ctx.shape.q_heads) +
+      (fallback ? " (model absent: default preset " + ctx.shape.name + ")"
+                : "");
   return plan;
 }
 

@@ -20,7 +20,8 @@ class FlexSpStrategy final : public Strategy {
     return "FlexSP: power-of-two Ulysses groups, sequence-to-group MILP (CBC, "
            "--time-limit)";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

@@ -1,13 +1,13 @@
 #include "baselines/gap_eval.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <random>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "baselines/optimal.h"
 #include "baselines/random_instances.h"
@@ -34,7 +34,8 @@ Timed RunOne(const Strategy& s, const PlanRequest& req, const PlanOptions& po) {
   t.plan.strategy = std::string(s.name());
   t.plan.num_ranks = req.cluster.num_ranks;
   if (t.plan.status == PlanStatus::kOk) EvaluatePlan(req, t.plan);
-  t.ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  t.ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (t.plan.status == PlanStatus::kOk) t.violation = ValidatePlan(req, t.plan);
   return t;
 }
@@ -52,12 +53,15 @@ GapReport EvaluateGap(const GapOptions& options) {
   if (options.instances < 1 || options.instances > 1000000)
     throw InputError("instances", "must be in [1, 1000000]");
   if (options.max_sequences < 1 || options.max_sequences > kOptimalMaxSequences)
-    throw InputError("max_sequences", fmt::format("must be in [1, {}] (optimal's limit)",
-                                                  kOptimalMaxSequences));
+    throw InputError("max_sequences",
+                     fmt::format("must be in [1, {}] (optimal's limit)",
+                                 kOptimalMaxSequences));
   if (options.max_ranks < 1 || options.max_ranks > kOptimalMaxRanks)
-    throw InputError("max_ranks",
-                     fmt::format("must be in [1, {}] (optimal's limit)", kOptimalMaxRanks));
-  if (!(options.time_limit_s > 0)) throw InputError("time_limit", "must be > 0");
+    throw InputError(
+        "max_ranks",
+        fmt::format("must be in [1, {}] (optimal's limit)", kOptimalMaxRanks));
+  if (!(options.time_limit_s > 0))
+    throw InputError("time_limit", "must be > 0");
   GapReport report;
   report.options = options;
   std::vector<std::string> names = options.strategies;
@@ -74,7 +78,8 @@ GapReport EvaluateGap(const GapOptions& options) {
     report.strategies.back().strategy = n;
   }
   const Strategy* optimal = FindStrategy("optimal");
-  if (optimal == nullptr) throw InputError("strategies", "optimal is not registered");
+  if (optimal == nullptr)
+    throw InputError("strategies", "optimal is not registered");
   std::mt19937_64 rng(options.seed);
   RandomInstanceOptions inst;
   inst.max_sequences = options.max_sequences;
@@ -89,8 +94,8 @@ GapReport EvaluateGap(const GapOptions& options) {
     po.strategy = "optimal";
     const Timed best = RunOne(*optimal, req, po);
     if (best.plan.status != PlanStatus::kOk || !best.violation.empty()) {
-      throw std::logic_error("optimal failed on instance " + std::to_string(i) + ": " +
-                             best.plan.message + best.violation);
+      throw std::logic_error("optimal failed on instance " + std::to_string(i) +
+                             ": " + best.plan.message + best.violation);
     }
     opt_ms.push_back(best.ms);
     if (options.progress) {
@@ -114,7 +119,8 @@ GapReport EvaluateGap(const GapOptions& options) {
         // the plan itself is still valid and comparable.)
         ++sg.invalid;
         if (sg.invalid_reasons.size() < 3)
-          sg.invalid_reasons.push_back(fmt::format("instance {}: {}", i, t.violation));
+          sg.invalid_reasons.push_back(
+              fmt::format("instance {}: {}", i, t.violation));
       } else {
         ++sg.planned;
         sg.multi_micro_batch += t.plan.micro_batches.size() > 1 ? 1 : 0;
@@ -151,7 +157,8 @@ GapReport EvaluateGap(const GapOptions& options) {
   double sum = 0;
   for (double m : opt_ms) sum += m;
   report.optimal_mean_solver_ms = sum / opt_ms.size();
-  report.optimal_max_solver_ms = *std::max_element(opt_ms.begin(), opt_ms.end());
+  report.optimal_max_solver_ms =
+      *std::max_element(opt_ms.begin(), opt_ms.end());
   std::stable_sort(report.strategies.begin(), report.strategies.end(),
                    [](const StrategyGap& a, const StrategyGap& b) {
                      return a.mean_gap < b.mean_gap;
@@ -161,7 +168,8 @@ GapReport EvaluateGap(const GapOptions& options) {
 
 std::string GapReportToJson(const GapReport& report, int indent) {
   nlohmann::json j;
-  j["kind"] = "estimated by the planner's cost model (not measured, not simulated)";
+  j["kind"] =
+      "estimated by the planner's cost model (not measured, not simulated)";
   j["seed"] = report.options.seed;
   j["instances"] = report.instances;
   j["max_sequences"] = report.options.max_sequences;
@@ -192,27 +200,37 @@ std::string GapReportToJson(const GapReport& report, int indent) {
 
 std::string GapReportToTable(const GapReport& report) {
   std::string out = fmt::format(
-      "Optimality gap vs `optimal` (planner cost-model estimates), {} random instances, "
+      "Optimality gap vs `optimal` (planner cost-model estimates), {} random "
+      "instances, "
       "seed {}, K <= {}, N <= {}\n",
       report.instances, report.options.seed, report.options.max_sequences,
       report.options.max_ranks);
-  out += fmt::format("{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10} {:>10}\n",
-                     "strategy", "mean", "p95", "max", "min", "closest", "planned",
-                     "infeas", "multi", "mean_ms", "max_ms");
+  out += fmt::format(
+      "{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10} {:>10}\n",
+      "strategy", "mean", "p95", "max", "min", "closest", "planned", "infeas",
+      "multi", "mean_ms", "max_ms");
   auto pct = [](double g) { return fmt::format("{:.2f}%", 100.0 * g); };
   for (const StrategyGap& sg : report.strategies) {
-    out += fmt::format("{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10.3f} {:>10.3f}\n",
-                       sg.strategy, pct(sg.mean_gap), pct(sg.p95_gap), pct(sg.max_gap),
-                       pct(sg.min_gap), sg.closest, sg.planned, sg.infeasible,
-                       sg.multi_micro_batch, sg.mean_solver_ms, sg.max_solver_ms);
-    for (const std::string& r : sg.invalid_reasons) out += "  INVALID " + r + "\n";
+    out += fmt::format(
+        "{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10.3f} "
+        "{:>10.3f}\n",
+        sg.strategy, pct(sg.mean_gap), pct(sg.p95_gap), pct(sg.max_gap),
+        pct(sg.min_gap), sg.closest, sg.planned, sg.infeasible,
+        sg.multi_micro_batch, sg.mean_solver_ms, sg.max_solver_ms);
+    for (const std::string& r : sg.invalid_reasons)
+      out += "  INVALID " + r + "\n";
   }
-  out += fmt::format("{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10.3f} {:>10.3f}\n",
-                     "optimal", "0.00%", "0.00%", "0.00%", "0.00%", "-", report.instances,
-                     0, 0, report.optimal_mean_solver_ms, report.optimal_max_solver_ms);
-  out += "gap = est_ms / optimal_est_ms - 1; closest = instances with the smallest gap "
-         "(ties count); multi = plans using > 1 micro-batch; solver times are wall-clock "
-         "on this machine.\n";
+  out += fmt::format(
+      "{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>10.3f} "
+      "{:>10.3f}\n",
+      "optimal", "0.00%", "0.00%", "0.00%", "0.00%", "-", report.instances, 0,
+      0, report.optimal_mean_solver_ms, report.optimal_max_solver_ms);
+  out +=
+      "gap = est_ms / optimal_est_ms - 1; closest = instances with the "
+      "smallest gap "
+      "(ties count); multi = plans using > 1 micro-batch; solver times are "
+      "wall-clock "
+      "on this machine.\n";
   return out;
 }
 

@@ -31,7 +31,8 @@ using Lanes = std::vector<Lane>;
 // ---- shared lane machinery ----
 
 bool AllToAllAllowed(const PlanRequest& r, int d) {
-  return d > 1 && r.model && r.model->kv_heads > 0 && AllToAllDegreeRuns(*r.model, d);
+  return d > 1 && r.model && r.model->kv_heads > 0 &&
+         AllToAllDegreeRuns(*r.model, d);
 }
 
 // Best-case time of a lane holding `load` (s): ring or, where allowed,

@@ -34,7 +34,8 @@ class Fenwick {
   explicit Fenwick(int size) : work_(size + 1, 0.0), count_(size + 1, 0) {}
   int size() const { return static_cast<int>(count_.size()) - 1; }
   void Add(int pos, double work, int count) {
-    for (int i = pos + 1; i <= size(); i += i & -i) work_[i] += work, count_[i] += count;
+    for (int i = pos + 1; i <= size(); i += i & -i)
+      work_[i] += work, count_[i] += count;
   }
   double WorkBefore(int pos) const {  // Σ work of positions < pos
     double s = 0;
@@ -90,10 +91,12 @@ int Log2(int64_t power_of_two) {
 // max_seqlen_per_dp_cp_rank).
 int64_t MemoryTokensPerRank(const PlanRequest& request) {
   int64_t longest = 1;
-  for (const Sequence& s : request.sequences) longest = std::max(longest, s.length_tokens);
+  for (const Sequence& s : request.sequences)
+    longest = std::max(longest, s.length_tokens);
   const CostModel& cm = request.cost;
   if (cm.mem_per_token <= 0) return longest;
-  const double t = std::floor((cm.mem_capacity - cm.mem_static) / cm.mem_per_token);
+  const double t =
+      std::floor((cm.mem_capacity - cm.mem_static) / cm.mem_per_token);
   return static_cast<int64_t>(std::clamp(t, 1.0, static_cast<double>(longest)));
 }
 
@@ -102,7 +105,8 @@ int64_t MemoryTokensPerRank(const PlanRequest& request) {
 std::vector<int64_t> DcpMaxSeqlenCandidates(const PlanRequest& request) {
   const int64_t t_mem = MemoryTokensPerRank(request);
   int64_t longest = 1;
-  for (const Sequence& s : request.sequences) longest = std::max(longest, s.length_tokens);
+  for (const Sequence& s : request.sequences)
+    longest = std::max(longest, s.length_tokens);
   std::vector<int64_t> out = {t_mem};
   for (int64_t p = 1; p <= request.cluster.num_ranks; p *= 2) {
     out.push_back(std::clamp<int64_t>((longest + p - 1) / p, 1, t_mem));
@@ -117,12 +121,14 @@ std::vector<int> LongestFirst(const PlanRequest& request) {
   std::vector<int> order(request.sequences.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return request.sequences[a].length_tokens > request.sequences[b].length_tokens;
+    return request.sequences[a].length_tokens >
+           request.sequences[b].length_tokens;
   });
   return order;
 }
 
-DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank,
+DcpSchedule ScheduleHybridCp(const PlanRequest& request,
+                             int64_t max_seqlen_per_rank,
                              const std::vector<int>* longest_first) {
   FCP_CHECK(max_seqlen_per_rank >= 1);
   const int n = request.cluster.num_ranks;
@@ -135,8 +141,10 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
   std::vector<double> work(k_total);
   for (int k = 0; k < k_total; ++k) {
     const int64_t len = request.sequences[k].length_tokens;
-    int64_t cp = NextPowerOfTwo((len + max_seqlen_per_rank - 1) / max_seqlen_per_rank);
-    const int64_t d_min = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
+    int64_t cp =
+        NextPowerOfTwo((len + max_seqlen_per_rank - 1) / max_seqlen_per_rank);
+    const int64_t d_min =
+        MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
     while (cp < d_min && cp < (int64_t{1} << 62)) cp *= 2;
     if (cp > n) {
       out.infeasible_sequence = k;
@@ -144,10 +152,12 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
     }
     needed[k] = cp;
     // get_total_workload: s^2 / cp_size, the scheduler's workload estimate.
-    work[k] = static_cast<double>(len) * static_cast<double>(len) / static_cast<double>(cp);
+    work[k] = static_cast<double>(len) * static_cast<double>(len) /
+              static_cast<double>(cp);
   }
   // get_groups_and_subsamples: sort by length, descending (stable).
-  const std::vector<int> order = longest_first ? *longest_first : LongestFirst(request);
+  const std::vector<int> order =
+      longest_first ? *longest_first : LongestFirst(request);
   const int64_t trim_cap = static_cast<int64_t>(k_total) + 64;
   Fenwick fw(static_cast<int>(k_total + trim_cap));
   std::vector<int> item_at(fw.size(), -1);
@@ -178,12 +188,15 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
       int a = 0;  // ordinal of the bucket's first item
       while (a < remaining) {
         const int start = fw.PositionOfOrdinal(a);
-        const int over = fw.FirstPrefixAbove(fw.WorkBefore(start) + target * kBucketOvershoot);
-        int close = over >= fw.size() ? remaining : std::max(a + 1, fw.CountBefore(over));
+        const int over = fw.FirstPrefixAbove(fw.WorkBefore(start) +
+                                             target * kBucketOvershoot);
+        int close = over >= fw.size() ? remaining
+                                      : std::max(a + 1, fw.CountBefore(over));
         const int reserve = remaining_k - static_cast<int>(buckets.size());
         close = std::min(close, std::max(a + 1, remaining - reserve));
         close = std::min(close, remaining);
-        const int end = close >= remaining ? fw.size() : fw.PositionOfOrdinal(close);
+        const int end =
+            close >= remaining ? fw.size() : fw.PositionOfOrdinal(close);
         buckets.push_back({start, end});
         if (close < remaining) --remaining_k;
         a = close;
@@ -198,8 +211,9 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
       std::vector<int> members;
     };
     std::vector<Group> groups;
-    std::vector<std::set<std::pair<double, int>>> by_size(num_sizes + 1);  // (load, gid)
-    std::set<std::pair<double, int>> all_loads;                              // (load, gid)
+    std::vector<std::set<std::pair<double, int>>> by_size(num_sizes +
+                                                          1);  // (load, gid)
+    std::set<std::pair<double, int>> all_loads;                // (load, gid)
     int free_ranks = n;
     int64_t prev_needed = 0;
     bool check_balance = false;
@@ -215,10 +229,12 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
     auto bucket_empty = [&](const Bucket& b) { return b.head >= b.end; };
     while (first_bucket < buckets.size()) {
       int pick_bucket = -1;
-      for (size_t b = first_bucket; b < buckets.size() && pick_bucket < 0; ++b) {
+      for (size_t b = first_bucket; b < buckets.size() && pick_bucket < 0;
+           ++b) {
         if (bucket_empty(buckets[b])) continue;
         const int64_t need = needed[item_at[buckets[b].head]];
-        if (!by_size[Log2(need)].empty() || free_ranks >= need) pick_bucket = static_cast<int>(b);
+        if (!by_size[Log2(need)].empty() || free_ranks >= need)
+          pick_bucket = static_cast<int>(b);
       }
       if (pick_bucket < 0) break;  // no remaining head fits: close this step
       Bucket& bucket = buckets[pick_bucket];
@@ -246,8 +262,12 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
       --remaining;
       --remaining_of_size[Log2(need)];
       const int rank_of_next = fw.CountBefore(bucket.head);
-      bucket.head = rank_of_next < remaining ? fw.PositionOfOrdinal(rank_of_next) : fw.size();
-      while (first_bucket < buckets.size() && bucket_empty(buckets[first_bucket])) ++first_bucket;
+      bucket.head = rank_of_next < remaining
+                        ? fw.PositionOfOrdinal(rank_of_next)
+                        : fw.size();
+      while (first_bucket < buckets.size() &&
+             bucket_empty(buckets[first_bucket]))
+        ++first_bucket;
       if (need < prev_needed) check_balance = true;
       if (check_balance && first_bucket < buckets.size()) {
         const double max_load = all_loads.rbegin()->first;
@@ -310,7 +330,8 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
       std::set<int>& smallest = gids_of_size[min_size];
       const int gid = *smallest.begin();
       smallest.erase(smallest.begin());
-      if (smallest.empty()) sizes_present.erase(min_size), gids_of_size.erase(min_size);
+      if (smallest.empty())
+        sizes_present.erase(min_size), gids_of_size.erase(min_size);
       groups[gid].size = grown;
       gids_of_size[grown].insert(gid);
       sizes_present.insert(grown);
@@ -328,7 +349,8 @@ DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_
         const Link link = intra ? Link::kIntraNode : Link::kInterNode;
         double t = 0;
         for (int k : g.members) {
-          t += GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]), g.size, link);
+          t += GroupTimeS(request.cost, GroupLoad::Of(request.sequences[k]),
+                          g.size, link);
         }
         step_s = std::max(step_s, t);
         step.push_back({first, g.size, std::move(g.members)});
@@ -359,7 +381,8 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
                                 const PlanOptions& options) const {
   const bool fixed = options.max_seqlen_per_rank > 0;
   const std::vector<int64_t> candidates =
-      fixed ? std::vector<int64_t>{options.max_seqlen_per_rank} : DcpMaxSeqlenCandidates(request);
+      fixed ? std::vector<int64_t>{options.max_seqlen_per_rank}
+            : DcpMaxSeqlenCandidates(request);
   DcpSchedule best;
   int64_t best_t = 0;
   std::string tried;
@@ -371,7 +394,8 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
   for (int64_t t : candidates) {
     uint64_t hash = 1469598103934665603ULL;
     for (const Sequence& seq : request.sequences) {
-      hash = (hash ^ static_cast<uint64_t>(NextPowerOfTwo((seq.length_tokens + t - 1) / t))) *
+      hash = (hash ^ static_cast<uint64_t>(
+                         NextPowerOfTwo((seq.length_tokens + t - 1) / t))) *
              1099511628211ULL;
     }
     if (!seen.insert(hash).second) continue;
@@ -388,25 +412,30 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
     }
   }
   if (best_t == 0) {
-    return InfeasiblePlan(name(), request, std::max(0, last_bad),
-                          "sequences[" + std::to_string(std::max(0, last_bad)) +
-                              "] needs a power-of-two CP group larger than N = " +
-                              std::to_string(request.cluster.num_ranks) +
-                              (fixed ? " at max_seqlen_per_dp_cp_rank " +
-                                           std::to_string(options.max_seqlen_per_rank)
-                                     : std::string()));
+    return InfeasiblePlan(
+        name(), request, std::max(0, last_bad),
+        "sequences[" + std::to_string(std::max(0, last_bad)) +
+            "] needs a power-of-two CP group larger than N = " +
+            std::to_string(request.cluster.num_ranks) +
+            (fixed ? " at max_seqlen_per_dp_cp_rank " +
+                         std::to_string(options.max_seqlen_per_rank)
+                   : std::string()));
   }
   Plan plan;
   plan.num_ranks = request.cluster.num_ranks;
   for (const auto& step : best.steps) {
     size_t depth = 0;
-    for (const DcpCpGroup& g : step) depth = std::max(depth, g.sequences.size());
+    for (const DcpCpGroup& g : step)
+      depth = std::max(depth, g.sequences.size());
     for (size_t i = 0; i < depth; ++i) {
       MicroBatchPlan mb;
       for (const DcpCpGroup& g : step) {
         if (i < g.sequences.size()) {
-          mb.groups.push_back(
-              {RankRange(g.first_rank, g.size), {g.sequences[i]}, CommKind::kRing, 0, 0});
+          mb.groups.push_back({RankRange(g.first_rank, g.size),
+                               {g.sequences[i]},
+                               CommKind::kRing,
+                               0,
+                               0});
         }
       }
       plan.micro_batches.push_back(std::move(mb));
@@ -415,8 +444,8 @@ Plan MegatronDcpStrategy::Solve(const PlanRequest& request,
   plan.notes["max_seqlen_per_dp_cp_rank"] = std::to_string(best_t);
   plan.notes["max_seqlen_source"] =
       fixed ? std::string("fixed (--max-seqlen)")
-            : "tuned (smallest hdp_est_ms among " + std::to_string(candidates.size()) +
-                  " candidates)";
+            : "tuned (smallest hdp_est_ms among " +
+                  std::to_string(candidates.size()) + " candidates)";
   plan.notes["max_seqlen_candidates"] = tried;
   plan.notes["hdp_groups"] = std::to_string(best.steps.size());
   plan.notes["hdp_est_ms"] = FormatDouble(1000.0 * best.est_s, 9);

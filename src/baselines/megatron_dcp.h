@@ -24,12 +24,14 @@ struct DcpCpGroup {
   std::vector<int> sequences;  // in execution order
 };
 struct DcpSchedule {
-  int infeasible_sequence = -1;  // >= 0: needs more than N ranks at this setting
+  int infeasible_sequence =
+      -1;  // >= 0: needs more than N ranks at this setting
   std::vector<std::vector<DcpCpGroup>> steps;
-  double est_s = 0;          // Σ_steps max_groups Σ_sequences T({s}, size) (cost model)
-  int64_t placements = 0;    // sequence placements including re-placements after trims
-  int64_t trims = 0;         // sequences trimmed back to the leftovers
-  int64_t expansions = 0;    // group doublings that filled idle ranks
+  double est_s = 0;  // Σ_steps max_groups Σ_sequences T({s}, size) (cost model)
+  int64_t placements =
+      0;              // sequence placements including re-placements after trims
+  int64_t trims = 0;  // sequences trimmed back to the leftovers
+  int64_t expansions = 0;  // group doublings that filled idle ranks
 };
 
 // The schedule Megatron-Core builds for `request` with
@@ -39,7 +41,8 @@ struct DcpSchedule {
 // per step.
 // `longest_first` (optional) is the batch's indices sorted by length,
 // descending, stable (LongestFirst), to share the sort across settings.
-DcpSchedule ScheduleHybridCp(const PlanRequest& request, int64_t max_seqlen_per_rank,
+DcpSchedule ScheduleHybridCp(const PlanRequest& request,
+                             int64_t max_seqlen_per_rank,
                              const std::vector<int>* longest_first = nullptr);
 std::vector<int> LongestFirst(const PlanRequest& request);
 
@@ -53,7 +56,8 @@ class MegatronDcpStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "megatron-dcp"; }
   Setting setting() const override { return Setting::kMaxSeqlenPerRank; }
-  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+  std::vector<int64_t> SettingCandidates(
+      const PlanRequest& request) const override {
     return DcpMaxSeqlenCandidates(request);
   }
   std::string_view description() const override {
@@ -61,7 +65,8 @@ class MegatronDcpStrategy final : public Strategy {
            "sequence from max_seqlen_per_dp_cp_rank (tuned), 5% balance, idle "
            "ranks filled; a group's sequences run one after another";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 // `megatron-dcp-dev`: Megatron-LM dev's packing-aware Dynamic-CP scheduler
@@ -72,23 +77,27 @@ class MegatronDcpStrategy final : public Strategy {
 // this setting or does not fit alone on N ranks. O(M · K · G · log N) for M
 // micro-batches, K sequences and G <= N groups per micro-batch (every
 // micro-batch revisits the sequences left over, as Megatron does).
-std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(const PlanRequest& request,
-                                                          int64_t max_seqlen_per_rank,
-                                                          int* infeasible_sequence);
+std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(
+    const PlanRequest& request, int64_t max_seqlen_per_rank,
+    int* infeasible_sequence);
 
 class MegatronDcpDevStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "megatron-dcp-dev"; }
   Setting setting() const override { return Setting::kMaxSeqlenPerRank; }
-  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override {
+  std::vector<int64_t> SettingCandidates(
+      const PlanRequest& request) const override {
     return DcpMaxSeqlenCandidates(request);
   }
   std::string_view description() const override {
-    return "Megatron-LM dev's packing-aware Dynamic-CP (DefaultDynamicCPScheduler): "
-           "power-of-two CP groups packing sequences up to max_seqlen_per_dp_cp_rank "
+    return "Megatron-LM dev's packing-aware Dynamic-CP "
+           "(DefaultDynamicCPScheduler): "
+           "power-of-two CP groups packing sequences up to "
+           "max_seqlen_per_dp_cp_rank "
            "(tuned) per rank, 5% workload cap, idle ranks filled";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

@@ -22,7 +22,8 @@ namespace {
 constexpr double kWorkloadCapDelta = 0.05;
 
 struct DevGroup {
-  int first = 0;  // ranks [first, first + size): groups tile [0, used) in creation order
+  int first = 0;  // ranks [first, first + size): groups tile [0, used) in
+                  // creation order
   int size = 0;
   double packed_per_rank = 0;  // Σ s / size (packing_sequence_len)
   double load = 0;             // Σ s² / size: every member rank's exec_times
@@ -35,17 +36,20 @@ double Workload(int64_t len, int cp) {
 
 // dcp_gpus_needed: max(min_cp, 2^ceil(log2(s / T))), at least 1.
 int64_t GpusNeeded(int64_t len, int64_t max_seqlen) {
-  return NextPowerOfTwo((len - 1) / max_seqlen + 1);  // ceil, no overflow for any T >= 1
+  return NextPowerOfTwo((len - 1) / max_seqlen +
+                        1);  // ceil, no overflow for any T >= 1
 }
 
 // One micro-batch (next_hdp_group_packing_aware). `pending`: sequence indices
 // longest first. Returns the groups (tiling all N ranks) and leaves the
 // sequences it did not place in `pending`, in order.
-std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seqlen,
+std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
+                                     int64_t max_seqlen,
                                      std::vector<int>& pending) {
   const int n = request.cluster.num_ranks;
   const auto len = [&](int k) { return request.sequences[k].length_tokens; };
-  const double cap = static_cast<double>(len(pending.front())) * static_cast<double>(max_seqlen) *
+  const double cap = static_cast<double>(len(pending.front())) *
+                     static_cast<double>(max_seqlen) *
                      (1.0 + kWorkloadCapDelta);
   std::vector<DevGroup> groups;
   // A rank's workload (exec_times) is its group's load; free ranks have 0.
@@ -75,13 +79,17 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seq
     int best_group = -1, best_new_size = 0;
     for (int64_t cp = GpusNeeded(len(k), max_seqlen); cp <= n; cp *= 2) {
       const double cost = Workload(len(k), static_cast<int>(cp));
-      const double per_rank = static_cast<double>(len(k)) / static_cast<double>(cp);
+      const double per_rank =
+          static_cast<double>(len(k)) / static_cast<double>(cp);
       for (size_t gi = 0; gi < groups.size(); ++gi) {
         const DevGroup& g = groups[gi];
-        if (g.size != cp || g.packed_per_rank + per_rank > static_cast<double>(max_seqlen)) continue;
+        if (g.size != cp ||
+            g.packed_per_rank + per_rank > static_cast<double>(max_seqlen))
+          continue;
         const double projected = std::max(busiest, g.load + cost);
         if (projected <= cap && projected < best) {
-          best = projected, best_group = static_cast<int>(gi), best_new_size = 0;
+          best = projected, best_group = static_cast<int>(gi),
+          best_new_size = 0;
         }
       }
       // A new group on the lowest free ranks (all free ranks have workload 0,
@@ -89,7 +97,8 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seq
       if (n - used >= cp) {
         const double projected = std::max(busiest, cost);
         if (projected <= cap && projected < best) {
-          best = projected, best_group = -1, best_new_size = static_cast<int>(cp);
+          best = projected, best_group = -1,
+          best_new_size = static_cast<int>(cp);
         }
       }
     }
@@ -115,7 +124,9 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seq
       const DevGroup& g = groups[gi];
       // Megatron skips a group whose end + grow reaches N; a shift past N
       // (possible only when N is not a power of two) would fail there: skip it.
-      if (g.size != smallest || g.first + g.size - 1 + grow >= n || used + grow > n) continue;
+      if (g.size != smallest || g.first + g.size - 1 + grow >= n ||
+          used + grow > n)
+        continue;
       expanded = static_cast<int>(gi);
       break;
     }
@@ -124,20 +135,23 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seq
       leftovers.clear();
       for (int k : pending) {
         const double per_rank = static_cast<double>(len(k)) / n;
-        if (full.packed_per_rank + per_rank <= static_cast<double>(max_seqlen)) {
+        if (full.packed_per_rank + per_rank <=
+            static_cast<double>(max_seqlen)) {
           full.members.push_back(k);
           full.packed_per_rank += per_rank;
         } else {
           leftovers.push_back(k);
         }
       }
-      FCP_CHECK(!full.members.empty());  // the longest fits on N ranks (checked)
+      FCP_CHECK(
+          !full.members.empty());  // the longest fits on N ranks (checked)
       groups.assign(1, std::move(full));
       used = n;
       break;
     }
     groups[expanded].size += grow;
-    for (size_t gi = expanded + 1; gi < groups.size(); ++gi) groups[gi].first += grow;
+    for (size_t gi = expanded + 1; gi < groups.size(); ++gi)
+      groups[gi].first += grow;
     used += grow;
   }
   pending = std::move(leftovers);
@@ -146,9 +160,9 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request, int64_t max_seq
 
 }  // namespace
 
-std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(const PlanRequest& request,
-                                                          int64_t max_seqlen_per_rank,
-                                                          int* infeasible_sequence) {
+std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(
+    const PlanRequest& request, int64_t max_seqlen_per_rank,
+    int* infeasible_sequence) {
   FCP_CHECK(max_seqlen_per_rank >= 1);
   *infeasible_sequence = -1;
   const int n = request.cluster.num_ranks;
@@ -158,7 +172,8 @@ std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(const PlanRequest& req
     // dcp_gpus_needed must fit in N, and fill_with_full_dpxcp_group must be
     // able to hold the longest sequence alone (s / N <= T).
     if (GpusNeeded(len, max_seqlen_per_rank) > n ||
-        static_cast<double>(len) / n > static_cast<double>(max_seqlen_per_rank)) {
+        static_cast<double>(len) / n >
+            static_cast<double>(max_seqlen_per_rank)) {
       *infeasible_sequence = k;
       return {};
     }
@@ -183,7 +198,8 @@ Plan MegatronDcpDevStrategy::Solve(const PlanRequest& request,
                                    const PlanOptions& options) const {
   const bool fixed = options.max_seqlen_per_rank > 0;
   const std::vector<int64_t> candidates =
-      fixed ? std::vector<int64_t>{options.max_seqlen_per_rank} : DcpMaxSeqlenCandidates(request);
+      fixed ? std::vector<int64_t>{options.max_seqlen_per_rank}
+            : DcpMaxSeqlenCandidates(request);
   Plan best;
   double best_ms = 0;
   int64_t best_t = 0;
@@ -203,7 +219,8 @@ Plan MegatronDcpDevStrategy::Solve(const PlanRequest& request,
       MicroBatchPlan mb;
       for (const DcpCpGroup& g : step) {
         fits = fits && FitsOn(request, g.sequences, g.size);
-        mb.groups.push_back({RankRange(g.first_rank, g.size), g.sequences, CommKind::kRing, 0, 0});
+        mb.groups.push_back({RankRange(g.first_rank, g.size), g.sequences,
+                             CommKind::kRing, 0, 0});
       }
       plan.micro_batches.push_back(std::move(mb));
     }
@@ -222,18 +239,19 @@ Plan MegatronDcpDevStrategy::Solve(const PlanRequest& request,
   }
   if (best_t == 0) {
     const int k = std::max(0, last_bad);
-    return InfeasiblePlan(name(), request, k,
-                          "sequences[" + std::to_string(k) +
-                              "] cannot be placed by the packing-aware Dynamic-CP scheduler "
-                              "within memory (needs a power-of-two CP group larger than N = " +
-                              std::to_string(request.cluster.num_ranks) + " or a larger " +
-                              "max_seqlen_per_dp_cp_rank)");
+    return InfeasiblePlan(
+        name(), request, k,
+        "sequences[" + std::to_string(k) +
+            "] cannot be placed by the packing-aware Dynamic-CP scheduler "
+            "within memory (needs a power-of-two CP group larger than N = " +
+            std::to_string(request.cluster.num_ranks) + " or a larger " +
+            "max_seqlen_per_dp_cp_rank)");
   }
   best.notes["max_seqlen_per_dp_cp_rank"] = std::to_string(best_t);
   best.notes["max_seqlen_source"] =
       fixed ? std::string("fixed (--max-seqlen)")
-            : "tuned (smallest est_ms among " + std::to_string(candidates.size()) +
-                  " candidates)";
+            : "tuned (smallest est_ms among " +
+                  std::to_string(candidates.size()) + " candidates)";
   best.notes["max_seqlen_candidates"] = tried;
   best.notes["micro_batches"] = std::to_string(best.micro_batches.size());
   return best;

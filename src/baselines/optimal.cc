@@ -19,13 +19,15 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
   if (k_total > kOptimalMaxSequences) {
     throw InputError("sequences", "optimal supports at most " +
                                       std::to_string(kOptimalMaxSequences) +
-                                      " sequences (got " + std::to_string(k_total) +
+                                      " sequences (got " +
+                                      std::to_string(k_total) +
                                       "); its exhaustive search is O(3^K N^2)");
   }
   if (n > kOptimalMaxRanks) {
-    throw InputError("cluster.num_ranks",
-                     "optimal supports at most " + std::to_string(kOptimalMaxRanks) +
-                         " ranks (got " + std::to_string(n) + ")");
+    throw InputError("cluster.num_ranks", "optimal supports at most " +
+                                              std::to_string(kOptimalMaxRanks) +
+                                              " ranks (got " +
+                                              std::to_string(n) + ")");
   }
   const int bad = FirstNotFitting(request, n);
   if (bad >= 0) {
@@ -49,8 +51,10 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
   std::vector<double> time(num_sets * stride, 0);
   for (uint32_t s = 1; s <= full; ++s) {
     for (int d = dmin[s]; d <= n; ++d) {
-      time[s * stride + d * 2 + 0] = GroupTimeS(request.cost, load[s], d, Link::kInterNode);
-      time[s * stride + d * 2 + 1] = GroupTimeS(request.cost, load[s], d, Link::kIntraNode);
+      time[s * stride + d * 2 + 0] =
+          GroupTimeS(request.cost, load[s], d, Link::kInterNode);
+      time[s * stride + d * 2 + 1] =
+          GroupTimeS(request.cost, load[s], d, Link::kIntraNode);
     }
   }
   const double inf = std::numeric_limits<double>::infinity();
@@ -58,7 +62,9 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
   std::vector<double> f(static_cast<size_t>(n + 1) * num_sets, inf);
   std::vector<uint32_t> choice_set(f.size(), 0);
   std::vector<uint8_t> choice_d(f.size(), 0);
-  auto at = [&](int p, uint32_t s) { return static_cast<size_t>(p) * num_sets + s; };
+  auto at = [&](int p, uint32_t s) {
+    return static_cast<size_t>(p) * num_sets + s;
+  };
   f[at(n, 0)] = 0;
   for (int p = n - 1; p >= 0; --p) {
     f[at(p, 0)] = 0;
@@ -84,9 +90,10 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
     }
   }
   if (!(f[at(0, full)] < inf)) {
-    throw InputError("sequences",
-                     "optimal plans a single micro-batch and no single micro-batch "
-                     "of N ranks holds all sequences in memory");
+    throw InputError(
+        "sequences",
+        "optimal plans a single micro-batch and no single micro-batch "
+        "of N ranks holds all sequences in memory");
   }
   Plan plan;
   plan.num_ranks = n;
@@ -111,7 +118,8 @@ Plan OptimalStrategy::Solve(const PlanRequest& request,
     p += d;
   }
   plan.micro_batches.push_back(std::move(mb));
-  plan.notes["search"] = "exhaustive DP over (rank, unplaced set): proven optimal";
+  plan.notes["search"] =
+      "exhaustive DP over (rank, unplaced set): proven optimal";
   plan.notes["optimal_makespan_ms"] = FormatDouble(1000.0 * f[at(0, full)], 12);
   return plan;
 }

@@ -23,10 +23,12 @@ class OptimalStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "optimal"; }
   std::string_view description() const override {
-    return "exact optimum of one micro-batch by exhaustive DP (<= 12 sequences, "
+    return "exact optimum of one micro-batch by exhaustive DP (<= 12 "
+           "sequences, "
            "<= 32 ranks): the yardstick";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

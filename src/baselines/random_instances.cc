@@ -18,7 +18,8 @@ double LogUniform(std::mt19937_64& rng, double lo, double hi) {
 
 CostModel RandomCostModel(std::mt19937_64& rng) {
   CostModel cm;
-  // Base magnitudes: qwen3-8b on a 376 TFLOPS rank (see src/presets/presets.cc).
+  // Base magnitudes: qwen3-8b on a 376 TFLOPS rank (see
+  // src/presets/presets.cc).
   cm.alpha1 = 5.5e-9 * LogUniform(rng, 0.2, 5.0);
   cm.alpha2 = 2.6e-4 * LogUniform(rng, 0.2, 5.0);
   cm.beta1 = LogUniform(rng, 1e-5, 2e-2);
@@ -36,7 +37,8 @@ CostModel RandomCostModel(std::mt19937_64& rng) {
 PlanRequest RandomRequest(std::mt19937_64& rng,
                           const RandomInstanceOptions& options) {
   PlanRequest req;
-  std::uniform_int_distribution<int> n_dist(options.min_ranks, options.max_ranks);
+  std::uniform_int_distribution<int> n_dist(options.min_ranks,
+                                            options.max_ranks);
   req.cluster.num_ranks = n_dist(rng);
   const int per_node_choices[] = {1, 2, 3, 4, 4, 6, 8, 8, 16};
   std::uniform_int_distribution<int> r_pick(0, 8);
@@ -63,15 +65,18 @@ PlanRequest RandomRequest(std::mt19937_64& rng,
   for (int attempt = 0;; ++attempt) {
     req.sequences.clear();
     // Shrink the length range on repeated failures so the loop terminates.
-    const double max_len = std::max<double>(
-        static_cast<double>(options.min_length_tokens),
-        static_cast<double>(options.max_length_tokens) / std::pow(1.5, attempt / 4));
+    const double max_len =
+        std::max<double>(static_cast<double>(options.min_length_tokens),
+                         static_cast<double>(options.max_length_tokens) /
+                             std::pow(1.5, attempt / 4));
     for (int k = 0; k < num_sequences; ++k) {
       Sequence s;
       s.length_tokens = std::max<int64_t>(
-          1, std::llround(LogUniform(
-                 rng, static_cast<double>(options.min_length_tokens),
-                 std::max(max_len, static_cast<double>(options.min_length_tokens) + 1))));
+          1,
+          std::llround(LogUniform(
+              rng, static_cast<double>(options.min_length_tokens),
+              std::max(max_len,
+                       static_cast<double>(options.min_length_tokens) + 1))));
       if (u01(rng) < options.mixed_mask_probability) s.eta = u01(rng);
       req.sequences.push_back(s);
     }
@@ -79,7 +84,8 @@ PlanRequest RandomRequest(std::mt19937_64& rng,
     if (attempt > 200) {
       // Give up on the length mix: make the whole batch fit on one rank.
       double total = 0;
-      for (const Sequence& s : req.sequences) total += static_cast<double>(s.length_tokens);
+      for (const Sequence& s : req.sequences)
+        total += static_cast<double>(s.length_tokens);
       req.cost.mem_per_token = headroom / (total + 1.0);
     }
     // Sufficient condition for one feasible micro-batch: every sequence that

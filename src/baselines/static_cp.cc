@@ -14,10 +14,13 @@ namespace fcp::baselines {
 namespace {
 
 // The static plan on degree c with the requested dealing.
-Plan StaticPlan(const PlanRequest& request, int c, CommKind comm, Dealing dealing) {
-  if (dealing == Dealing::kLoader) return StaticDataParallelPlan(request, c, comm);
+Plan StaticPlan(const PlanRequest& request, int c, CommKind comm,
+                Dealing dealing) {
+  if (dealing == Dealing::kLoader)
+    return StaticDataParallelPlan(request, c, comm);
   auto mbs = planner::BalancedStaticMicroBatches(request, c, comm);
-  FCP_CHECK(mbs.has_value());  // callers checked c | N and that every sequence fits
+  FCP_CHECK(
+      mbs.has_value());  // callers checked c | N and that every sequence fits
   Plan plan;
   plan.num_ranks = request.cluster.num_ranks;
   plan.micro_batches = std::move(*mbs);
@@ -37,8 +40,8 @@ Plan SolveStatic(std::string_view name, const PlanRequest& request,
     bool ok = false;
     for (int a : allowed) ok |= a == c;
     if (!ok) {
-      throw InputError("cp_degree", std::string(name) + " needs " + rule + " (got " +
-                                        std::to_string(c) + ")");
+      throw InputError("cp_degree", std::string(name) + " needs " + rule +
+                                        " (got " + std::to_string(c) + ")");
     }
     const int bad = FirstNotFitting(request, c);
     if (bad >= 0) {
@@ -76,18 +79,21 @@ Plan SolveStatic(std::string_view name, const PlanRequest& request,
     int worst = 0;
     int64_t worst_d = 0;
     for (size_t k = 0; k < request.sequences.size(); ++k) {
-      const int64_t d = MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
+      const int64_t d =
+          MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
       if (d > worst_d) worst_d = d, worst = static_cast<int>(k);
     }
     return InfeasiblePlan(name, request, worst,
                           "sequences[" + std::to_string(worst) + "] needs " +
                               std::to_string(worst_d) +
-                              " ranks; no allowed degree (" + rule + ") holds it");
+                              " ranks; no allowed degree (" + rule +
+                              ") holds it");
   }
   best.notes["dealing"] = DealingName(options.dealing);
   best.notes["cp_degree"] = std::to_string(best_c);
   best.notes["dp_degree"] = std::to_string(n / best_c);
-  best.notes["cp_degree_source"] = "tuned (best estimated makespan among " + rule + ")";
+  best.notes["cp_degree_source"] =
+      "tuned (best estimated makespan among " + rule + ")";
   best.notes["cp_degree_candidates"] = tried;
   return best;
 }
@@ -112,22 +118,25 @@ std::vector<int> UlyssesDegrees(int num_ranks, int q_heads) {
   return out;
 }
 
-std::vector<int64_t> MegatronStrategy::SettingCandidates(const PlanRequest& request) const {
+std::vector<int64_t> MegatronStrategy::SettingCandidates(
+    const PlanRequest& request) const {
   const std::vector<int> degrees = MegatronDegrees(request.cluster.num_ranks);
   return {degrees.begin(), degrees.end()};
 }
 
-std::vector<int64_t> DeepSpeedStrategy::SettingCandidates(const PlanRequest& request) const {
-  const std::vector<int> degrees =
-      UlyssesDegrees(request.cluster.num_ranks, ShapeOrDefault(request, nullptr).q_heads);
+std::vector<int64_t> DeepSpeedStrategy::SettingCandidates(
+    const PlanRequest& request) const {
+  const std::vector<int> degrees = UlyssesDegrees(
+      request.cluster.num_ranks, ShapeOrDefault(request, nullptr).q_heads);
   return {degrees.begin(), degrees.end()};
 }
 
 Plan MegatronStrategy::Solve(const PlanRequest& request,
                              const PlanOptions& options) const {
-  return SolveStatic(name(), request, options,
-                     MegatronDegrees(request.cluster.num_ranks), CommKind::kRing,
-                     "a divisor of N = " + std::to_string(request.cluster.num_ranks));
+  return SolveStatic(
+      name(), request, options, MegatronDegrees(request.cluster.num_ranks),
+      CommKind::kRing,
+      "a divisor of N = " + std::to_string(request.cluster.num_ranks));
 }
 
 Plan DeepSpeedStrategy::Solve(const PlanRequest& request,
@@ -136,13 +145,14 @@ Plan DeepSpeedStrategy::Solve(const PlanRequest& request,
   const ModelShape shape = ShapeOrDefault(request, &fallback);
   Plan plan = SolveStatic(
       name(), request, options,
-      UlyssesDegrees(request.cluster.num_ranks, shape.q_heads), CommKind::kAllToAll,
+      UlyssesDegrees(request.cluster.num_ranks, shape.q_heads),
+      CommKind::kAllToAll,
       "a divisor of N = " + std::to_string(request.cluster.num_ranks) +
           " and q_heads = " + std::to_string(shape.q_heads));
-  plan.notes["q_heads"] = std::to_string(shape.q_heads) +
-                          (fallback ? " (model absent: default model preset " +
-                                          shape.name + ")"
-                                    : "");
+  plan.notes["q_heads"] =
+      std::to_string(shape.q_heads) +
+      (fallback ? " (model absent: default model preset " + shape.name + ")"
+                : "");
   return plan;
 }
 

@@ -26,24 +26,30 @@ class MegatronStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "megatron"; }
   Setting setting() const override { return Setting::kCpDegree; }
-  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override;
+  std::vector<int64_t> SettingCandidates(
+      const PlanRequest& request) const override;
   std::string_view description() const override {
-    return "Megatron-LM static ring CP: one degree (divisor of N), DP replicas, "
+    return "Megatron-LM static ring CP: one degree (divisor of N), DP "
+           "replicas, "
            "sequences dealt by work (--dealing loader: data-loader order)";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 class DeepSpeedStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "deepspeed"; }
   Setting setting() const override { return Setting::kCpDegree; }
-  std::vector<int64_t> SettingCandidates(const PlanRequest& request) const override;
+  std::vector<int64_t> SettingCandidates(
+      const PlanRequest& request) const override;
   std::string_view description() const override {
     return "DeepSpeed-Ulysses static SP: one degree dividing N and the head "
-           "count, all-to-all, sequences dealt by work (--dealing loader: data-loader order)";
+           "count, all-to-all, sequences dealt by work (--dealing loader: "
+           "data-loader order)";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override;
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override;
 };
 
 }  // namespace fcp::baselines

@@ -11,10 +11,11 @@
 // forward, and backward (dO in, dQ/dK/dV out: again 2*(dq + dkv) values).
 // In bf16 that is 3 * L * 2*(dq + dkv) * 2 bytes per token.
 //
-// The ring coefficient alpha3 (docs/design.md §2, presets.cc) is 4 passes of K/V:
-// alpha3 = 4 * L * 2*dkv * 2 bytes per token. Hence the all-to-all volume per
-// token is rho * alpha3 with
-//     rho = 12 L (dq + dkv) / (16 L dkv) = 0.75 * (q_heads + kv_heads) / kv_heads,
+// The ring coefficient alpha3 (docs/design.md §2, presets.cc) is 4 passes of
+// K/V: alpha3 = 4 * L * 2*dkv * 2 bytes per token. Hence the all-to-all volume
+// per token is rho * alpha3 with
+//     rho = 12 L (dq + dkv) / (16 L dkv) = 0.75 * (q_heads + kv_heads) /
+//     kv_heads,
 // which keeps the formula in terms of the same fitted/derived coefficient.
 //
 // In an all-to-all every rank keeps 1/d of its local data and sends the other
@@ -61,8 +62,8 @@ namespace {
 // `degree` ranks (itself included) share its node: both links at once.
 double PerPeerByteS(const CostModel& cm, int degree, int64_t on_node) {
   const double same = static_cast<double>(on_node - 1);
-  return std::max(same / cm.bw_intra_node, (degree - static_cast<double>(on_node)) /
-                                               cm.bw_inter_node);
+  return std::max(same / cm.bw_intra_node,
+                  (degree - static_cast<double>(on_node)) / cm.bw_inter_node);
 }
 
 }  // namespace
@@ -79,25 +80,29 @@ double AllToAllBandwidthOnRanks(const CostModel& cm, const Cluster& cluster,
   for (size_t i = 0; i < nodes.size();) {
     size_t j = i;
     while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
-    slowest = std::max(slowest, PerPeerByteS(cm, d, static_cast<int64_t>(j - i)));
+    slowest =
+        std::max(slowest, PerPeerByteS(cm, d, static_cast<int64_t>(j - i)));
     i = j;
   }
   return (d - 1) / slowest;
 }
 
-double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster, int first,
-                                int degree) {
+double AllToAllBandwidthOnRange(const CostModel& cm, const Cluster& cluster,
+                                int first, int degree) {
   if (degree <= 1) return cm.bw_intra_node;
   const int64_t r = cluster.ranks_per_node;
   const int64_t last = static_cast<int64_t>(first) + degree - 1;
-  if (first / r == last / r) return (degree - 1) / PerPeerByteS(cm, degree, degree);
+  if (first / r == last / r)
+    return (degree - 1) / PerPeerByteS(cm, degree, degree);
   double slowest = std::max(PerPeerByteS(cm, degree, r - first % r),
                             PerPeerByteS(cm, degree, last % r + 1));
-  if (last / r - first / r >= 2) slowest = std::max(slowest, PerPeerByteS(cm, degree, r));
+  if (last / r - first / r >= 2)
+    slowest = std::max(slowest, PerPeerByteS(cm, degree, r));
   return (degree - 1) / slowest;
 }
 
-double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int degree) {
+double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster,
+                              int degree) {
   if (degree <= 1) return cm.bw_intra_node;
   // Every placement has a rank with some count c <= min(d, R) on its node,
   // and the slowest rank is no faster than it.
@@ -105,15 +110,19 @@ double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster, int d
   // over c in [1, most] its minimum is at an end or next to where the parts
   // cross: O(1) per degree (a scan over c made LowerBoundMs O(N·R), issue 30).
   const int64_t most = std::min<int64_t>(degree, cluster.ranks_per_node);
-  double fastest = std::min(PerPeerByteS(cm, degree, 1), PerPeerByteS(cm, degree, most));
+  double fastest =
+      std::min(PerPeerByteS(cm, degree, 1), PerPeerByteS(cm, degree, most));
   const double cross = (degree / cm.bw_inter_node + 1 / cm.bw_intra_node) /
                        (1 / cm.bw_intra_node + 1 / cm.bw_inter_node);
   if (std::isfinite(cross)) {
-    const auto at = static_cast<int64_t>(std::floor(std::clamp(cross, 1.0, double(most))));
-    for (int64_t c = std::max<int64_t>(1, at - 1); c <= std::min(most, at + 2); ++c)
+    const auto at =
+        static_cast<int64_t>(std::floor(std::clamp(cross, 1.0, double(most))));
+    for (int64_t c = std::max<int64_t>(1, at - 1); c <= std::min(most, at + 2);
+         ++c)
       fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
   } else {  // degenerate bandwidths: the plain scan
-    for (int64_t c = 2; c < most; ++c) fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
+    for (int64_t c = 2; c < most; ++c)
+      fastest = std::min(fastest, PerPeerByteS(cm, degree, c));
   }
   return (degree - 1) / fastest;
 }
@@ -132,8 +141,9 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
   }
   // Ulysses runs attention on whole sequences (1/d of the heads each), so the
   // v2 short-chunk overhead h applies to full lengths and shrinks with d.
-  const double attn = pad * cm.alpha1 *
-                      (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) / d;
+  const double attn =
+      pad * cm.alpha1 *
+      (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) / d;
   const double lin = cm.alpha2 * load.sum_tokens / d;
   const double t_cp = attn + lin + cm.beta1;
   if (degree <= 1) return t_cp;
@@ -146,7 +156,8 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
     const double kv_held = std::max(1.0, std::ceil(kv / d)) * d;
     rho = 0.75 * (pad * shape.q_heads + kv_held) / kv;
   }
-  const double bytes_per_rank = rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
+  const double bytes_per_rank =
+      rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
   return t_cp + bytes_per_rank / bw_bytes_per_s + cm.beta2;
 }
 

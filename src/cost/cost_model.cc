@@ -27,17 +27,20 @@ std::optional<std::string> ValidateCostModel(const CostModel& cm) {
   for (const CostCoefficient& c : kCostCoefficients) {
     const double value = cm.*(c.member);
     if (!FiniteNonNegative(value) || (c.positive && value <= 0)) {
-      return "cost_model." + std::string(c.name) + ": must be a finite number " +
-             (c.positive ? "> 0" : ">= 0");
+      return "cost_model." + std::string(c.name) +
+             ": must be a finite number " + (c.positive ? "> 0" : ">= 0");
     }
   }
   if (cm.ring_tail_steps > 1) {
-    return std::string("cost_model.ring_tail_steps: must be in [0, 1] (a ring of d steps has d - 1 "
-                       "transfers to hide)");
+    return std::string(
+        "cost_model.ring_tail_steps: must be in [0, 1] (a ring of d steps has "
+        "d - 1 "
+        "transfers to hide)");
   }
   if (cm.mem_capacity <= cm.mem_static) {
     return std::string(
-        "cost_model.mem_capacity: must exceed cost_model.mem_static (no room for "
+        "cost_model.mem_capacity: must exceed cost_model.mem_static (no room "
+        "for "
         "activations)");
   }
   return std::nullopt;
@@ -63,8 +66,9 @@ bool OnOneNode(const Cluster& cluster, std::span<const int> ranks) {
 
 double GroupTimeOnRanksS(const CostModel& cm, const Cluster& cluster,
                          const GroupLoad& load, std::span<const int> ranks) {
-  return GroupTimeS(cm, load, static_cast<int>(ranks.size()),
-                    OnOneNode(cluster, ranks) ? Link::kIntraNode : Link::kInterNode);
+  return GroupTimeS(
+      cm, load, static_cast<int>(ranks.size()),
+      OnOneNode(cluster, ranks) ? Link::kIntraNode : Link::kInterNode);
 }
 
 double GroupMemBytes(const CostModel& cm, const GroupLoad& load, int degree) {
@@ -82,10 +86,12 @@ int64_t MinDegree(const CostModel& cm, const GroupLoad& load) {
   // one-degree-at-a-time correction then took hours). `fits` is monotone in d,
   // so gallop from the closed form and bisect: O(log d) evaluations.
   auto fits = [&](int64_t d) {
-    return cm.mem_static + cm.mem_per_token * load.sum_tokens / static_cast<double>(d) <=
+    return cm.mem_static +
+               cm.mem_per_token * load.sum_tokens / static_cast<double>(d) <=
            cm.mem_capacity;
   };
-  const int64_t guess = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
+  const int64_t guess =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(need)));
   int64_t lo, hi;  // invariant: !fits(lo) (or lo == 0), fits(hi)
   if (fits(guess)) {
     hi = guess;

@@ -1,12 +1,12 @@
 // Cost model vs hand computation of the docs/design.md §2 formulas.
 #include "fcp/cost_model.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-
-#include <gtest/gtest.h>
 
 #include "fcp/presets.h"
 
@@ -29,7 +29,8 @@ CostModel HandModel() {
 }
 
 void ExpectRel(double got, double want) {
-  EXPECT_NEAR(got, want, 1e-9 * std::abs(want)) << "got " << got << " want " << want;
+  EXPECT_NEAR(got, want, 1e-9 * std::abs(want))
+      << "got " << got << " want " << want;
 }
 
 TEST(CostModelTest, SingleRankHasNoCommunication) {
@@ -72,19 +73,24 @@ TEST(CostModelTest, BandwidthFollowsActualRanks) {
   const GroupLoad g = GroupLoad::Of({2000, 0.0});
   const std::vector<int> intra = {0, 1};
   const std::vector<int> inter = {3, 4};
-  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, intra), GroupTimeS(cm, g, 2, Link::kIntraNode));
-  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, inter), GroupTimeS(cm, g, 2, Link::kInterNode));
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, intra),
+            GroupTimeS(cm, g, 2, Link::kIntraNode));
+  ExpectRel(GroupTimeOnRanksS(cm, cluster, g, inter),
+            GroupTimeS(cm, g, 2, Link::kInterNode));
   EXPECT_TRUE(RangeOnOneNode(cluster, 4, 4));
   EXPECT_FALSE(RangeOnOneNode(cluster, 3, 2));
   // Best case: intra only when the degree fits in a node.
-  ExpectRel(GroupTimeBestS(cm, cluster, g, 4), GroupTimeS(cm, g, 4, Link::kIntraNode));
-  ExpectRel(GroupTimeBestS(cm, cluster, g, 5), GroupTimeS(cm, g, 5, Link::kInterNode));
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 4),
+            GroupTimeS(cm, g, 4, Link::kIntraNode));
+  ExpectRel(GroupTimeBestS(cm, cluster, g, 5),
+            GroupTimeS(cm, g, 5, Link::kInterNode));
 }
 
 TEST(CostModelTest, MemoryAndMinDegree) {
   const CostModel cm = HandModel();
   const GroupLoad g = GroupLoad::Of({1'000'000, 0.0});
-  // 1e5 * 1e6 = 1e11 bytes of activations over 40e9 headroom: d_min = ceil(2.5) = 3.
+  // 1e5 * 1e6 = 1e11 bytes of activations over 40e9 headroom: d_min = ceil(2.5)
+  // = 3.
   EXPECT_EQ(MinDegree(cm, g), 3);
   ExpectRel(GroupMemBytes(cm, g, 3), 20e9 + 1e11 / 3);
   EXPECT_LE(GroupMemBytes(cm, g, 3), cm.mem_capacity);
@@ -105,17 +111,20 @@ TEST(CostModelTest, V2TermsMatchHandComputation) {
   GroupLoad g;
   g.Add({2000, 0.0});
   g.Add({1000, 1.0});
-  // A = 2e-9 * ((4e6 + 2e6) / 4 + 500 * (2000 + 2 * 1000)) = 2e-9 * 3.5e6 = 0.007.
-  // Lin = 3e-6 * 3000 / 4 = 0.00225; Tcp = 0.007 + 0.00225 + 0.01 + 3 * 2e-4 = 0.01985.
-  // Tcm intra = 1e6 * 3000 * 3/4 / 100e9 + 0.002 + 3 * 1e-4 = 0.0225 + 0.0023 = 0.0248.
-  // Hideable attention: A * (4 - 1) / 4 = 0.00525 < Tcm.
-  // T = Tcp + Tcm - min(0.00525, Tcm) = 0.01985 + 0.0248 - 0.00525 = 0.0394.
+  // A = 2e-9 * ((4e6 + 2e6) / 4 + 500 * (2000 + 2 * 1000)) = 2e-9 * 3.5e6 =
+  // 0.007. Lin = 3e-6 * 3000 / 4 = 0.00225; Tcp = 0.007 + 0.00225 + 0.01 + 3 *
+  // 2e-4 = 0.01985. Tcm intra = 1e6 * 3000 * 3/4 / 100e9 + 0.002 + 3 * 1e-4 =
+  // 0.0225 + 0.0023 = 0.0248. Hideable attention: A * (4 - 1) / 4 = 0.00525 <
+  // Tcm. T = Tcp + Tcm - min(0.00525, Tcm) = 0.01985 + 0.0248 - 0.00525 =
+  // 0.0394.
   ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.0394);
-  // Inter: Tcm = 1e6 * 3000 * 3/4 / 10e9 + 0.002 + 3 * 3e-4 = 0.225 + 0.0029 = 0.2279.
+  // Inter: Tcm = 1e6 * 3000 * 3/4 / 10e9 + 0.002 + 3 * 3e-4 = 0.225 + 0.0029 =
+  // 0.2279.
   ExpectRel(GroupTimeS(cm, g, 4, Link::kInterNode), 0.01985 + 0.2279 - 0.00525);
   // Half a tail step: A * 3.5 / 4 = 0.006125 hides.
   cm.ring_tail_steps = 0.5;
-  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode), 0.01985 + 0.0248 - 0.006125);
+  ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode),
+            0.01985 + 0.0248 - 0.006125);
   cm.ring_tail_steps = 1;
   // d = 1: no communication, and the overhead does not shrink.
   ExpectRel(GroupTimeS(cm, g, 1, Link::kInterNode),
@@ -124,7 +133,8 @@ TEST(CostModelTest, V2TermsMatchHandComputation) {
   const CostModel paper = PaperTerms(cm);
   CostModel plain = HandModel();
   plain.alpha3 = 1e6;
-  ExpectRel(GroupTimeS(paper, g, 4, Link::kInterNode), GroupTimeS(plain, g, 4, Link::kInterNode));
+  ExpectRel(GroupTimeS(paper, g, 4, Link::kInterNode),
+            GroupTimeS(plain, g, 4, Link::kInterNode));
 }
 
 TEST(CostModelTest, MinDegreeIsBoundedWhenHeadroomIsAFewUlps) {
@@ -138,11 +148,13 @@ TEST(CostModelTest, MinDegreeIsBoundedWhenHeadroomIsAFewUlps) {
     const int64_t d = MinDegree(cm, g);
     // The definition, checked independently: d fits, d - 1 does not.
     const double tokens = static_cast<double>(len);
-    EXPECT_LE(cm.mem_static + cm.mem_per_token * tokens / static_cast<double>(d),
-              cm.mem_capacity)
+    EXPECT_LE(
+        cm.mem_static + cm.mem_per_token * tokens / static_cast<double>(d),
+        cm.mem_capacity)
         << len;
     if (d > 1) {
-      EXPECT_GT(cm.mem_static + cm.mem_per_token * tokens / static_cast<double>(d - 1),
+      EXPECT_GT(cm.mem_static +
+                    cm.mem_per_token * tokens / static_cast<double>(d - 1),
                 cm.mem_capacity)
           << len;
     }
@@ -151,9 +163,11 @@ TEST(CostModelTest, MinDegreeIsBoundedWhenHeadroomIsAFewUlps) {
   const CostModel hand = HandModel();
   for (int64_t len = 1; len < 2'000'000; len = len * 3 + 7) {
     const int64_t want = std::max<int64_t>(
-        1, static_cast<int64_t>(std::ceil(1e5 * static_cast<double>(len) / 40e9)));
+        1,
+        static_cast<int64_t>(std::ceil(1e5 * static_cast<double>(len) / 40e9)));
     const int64_t got = MinDegree(hand, GroupLoad::Of({len, 0.0}));
-    EXPECT_LE(std::llabs(got - want), 1) << len;  // rounding of the division only
+    EXPECT_LE(std::llabs(got - want), 1)
+        << len;  // rounding of the division only
   }
 }
 
@@ -171,9 +185,10 @@ TEST(CostModelTest, ValidationNamesTheField) {
   cm = HandModel();
   cm.beta1 = std::nan("");
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.beta1:", 0), 0u);
-  for (double CostModel::*field : {&CostModel::attn_overhead_tokens, &CostModel::gamma_intra,
-                                   &CostModel::gamma_inter, &CostModel::gamma_serial,
-                                   &CostModel::ring_tail_steps}) {
+  for (double CostModel::*field :
+       {&CostModel::attn_overhead_tokens, &CostModel::gamma_intra,
+        &CostModel::gamma_inter, &CostModel::gamma_serial,
+        &CostModel::ring_tail_steps}) {
     cm = HandModel();
     cm.*field = -1;
     ASSERT_TRUE(ValidateCostModel(cm).has_value());
@@ -182,7 +197,8 @@ TEST(CostModelTest, ValidationNamesTheField) {
   cm.gamma_inter = -1;
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.gamma_inter:", 0), 0u);
   cm = HandModel();
-  cm.ring_tail_steps = 1.01;  // a ring has one transfer fewer than steps, not two
+  cm.ring_tail_steps =
+      1.01;  // a ring has one transfer fewer than steps, not two
   EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.ring_tail_steps:", 0), 0u);
   cm.ring_tail_steps = 1;
   EXPECT_FALSE(ValidateCostModel(cm).has_value());
@@ -198,12 +214,15 @@ TEST(PresetsTest, EveryPresetDerivesAValidModel) {
       // scope) they are rejected, naming the memory field.
       if (4.0 * static_cast<double>(model.params()) > cluster.mem_bytes) {
         ASSERT_TRUE(ValidateCostModel(cm).has_value()) << model.shape.name;
-        EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.mem_capacity:", 0), 0u);
+        EXPECT_EQ(ValidateCostModel(cm)->rfind("cost_model.mem_capacity:", 0),
+                  0u);
         continue;
       }
-      EXPECT_FALSE(ValidateCostModel(cm).has_value()) << model.shape.name << " on " << cluster.name;
+      EXPECT_FALSE(ValidateCostModel(cm).has_value())
+          << model.shape.name << " on " << cluster.name;
       // A 32k sequence must fit on at most a handful of ranks for every preset.
-      EXPECT_LE(MinDegree(cm, GroupLoad::Of({32768, 0.0})), 4) << model.shape.name;
+      EXPECT_LE(MinDegree(cm, GroupLoad::Of({32768, 0.0})), 4)
+          << model.shape.name;
     }
   }
 }
@@ -237,14 +256,17 @@ TEST(PresetsTest, DerivationMatchesHandComputationForQwen3_8b) {
   EXPECT_EQ(cm.bw_intra_node, 196e9);
   EXPECT_EQ(cm.bw_inter_node, 50e9);
   EXPECT_EQ(cm.mem_capacity, 64e9);
-  EXPECT_NEAR(static_cast<double>(m->params()), 8.2e9, 0.3e9);  // Qwen3-8B: 8.2B
+  EXPECT_NEAR(static_cast<double>(m->params()), 8.2e9,
+              0.3e9);  // Qwen3-8B: 8.2B
 }
 
 // Issue 30: the O(1) bound equals the scan over every on-node count it
 // replaced (the slowest-rank bound of docs/design.md §2), on random clusters.
 TEST(CostModelTest, AllToAllBandwidthBoundMatchesTheScan) {
   std::srand(30);
-  auto uniform = [](double lo, double hi) { return lo + (hi - lo) * std::rand() / RAND_MAX; };
+  auto uniform = [](double lo, double hi) {
+    return lo + (hi - lo) * std::rand() / RAND_MAX;
+  };
   for (int trial = 0; trial < 2000; ++trial) {
     CostModel cm = HandModel();
     cm.bw_intra_node = std::pow(10.0, uniform(8, 12));
@@ -255,9 +277,11 @@ TEST(CostModelTest, AllToAllBandwidthBoundMatchesTheScan) {
     const int64_t most = std::min<int64_t>(degree, cluster.ranks_per_node);
     for (int64_t c = 1; c <= most; ++c) {
       fastest = std::min(fastest, std::max((c - 1.0) / cm.bw_intra_node,
-                                           (degree - static_cast<double>(c)) / cm.bw_inter_node));
+                                           (degree - static_cast<double>(c)) /
+                                               cm.bw_inter_node));
     }
-    EXPECT_DOUBLE_EQ(AllToAllBandwidthBound(cm, cluster, degree), (degree - 1) / fastest)
+    EXPECT_DOUBLE_EQ(AllToAllBandwidthBound(cm, cluster, degree),
+                     (degree - 1) / fastest)
         << "degree " << degree << " R " << cluster.ranks_per_node;
   }
 }

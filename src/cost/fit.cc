@@ -1,7 +1,6 @@
 #include "cost/fit.h"
 
 #include <Eigen/Dense>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -17,14 +16,25 @@ bool Has(double x) { return std::isfinite(x); }
 // alpha1, alpha1·h, alpha2, beta1, gamma_serial (compute) and alpha3, beta2,
 // gamma_intra, gamma_inter (communication).
 enum Col {
-  kAttn, kOverhead, kLin, kBeta1, kGammaSerial, kComm, kBeta2, kGammaIntra, kGammaInter, kNumCols
+  kAttn,
+  kOverhead,
+  kLin,
+  kBeta1,
+  kGammaSerial,
+  kComm,
+  kBeta2,
+  kGammaIntra,
+  kGammaInter,
+  kNumCols
 };
 
 double XAttn(const FitSample& s) { return s.load.sum_attn / s.degree; }
 double XOverhead(const FitSample& s) { return s.load.sum_attn_tokens; }
 double XLin(const FitSample& s) { return s.load.sum_tokens / s.degree; }
 double XComm(const FitSample& s) {
-  return s.degree > 1 ? s.load.sum_tokens * (s.degree - 1) / s.degree / s.bw_bytes_per_s : 0.0;
+  return s.degree > 1
+             ? s.load.sum_tokens * (s.degree - 1) / s.degree / s.bw_bytes_per_s
+             : 0.0;
 }
 double XGamma(const FitSample& s, Link link) {
   return s.degree > 1 && s.link == link ? s.degree - 1.0 : 0.0;
@@ -35,7 +45,8 @@ double XRingSteps(const FitSample& s) { return s.degree - 1.0; }
 // formula (GroupTimePartsS) predicts it.
 GroupTimeParts PredictParts(const CostModel& cm, const FitSample& s) {
   CostModel at = cm;
-  (s.link == Link::kIntraNode ? at.bw_intra_node : at.bw_inter_node) = s.bw_bytes_per_s;
+  (s.link == Link::kIntraNode ? at.bw_intra_node : at.bw_inter_node) =
+      s.bw_bytes_per_s;
   return GroupTimePartsS(at, s.load, s.degree, s.link);
 }
 
@@ -112,7 +123,8 @@ LsqResult RelativeNnls(const Eigen::MatrixXd& x, const Eigen::VectorXd& y) {
 // time against Tcp. NaN when the sample has neither.
 double RelativeError(const CostModel& cm, const FitSample& s) {
   if (Has(s.total_s)) return (PredictTotalS(cm, s) - s.total_s) / s.total_s;
-  if (Has(s.compute_s)) return (PredictComputeS(cm, s) - s.compute_s) / s.compute_s;
+  if (Has(s.compute_s))
+    return (PredictComputeS(cm, s) - s.compute_s) / s.compute_s;
   return std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -161,11 +173,13 @@ namespace {
 
 // Sets the coefficients of `out` from a solution over the columns `cols` of
 // the linear parametrisation (other coefficients keep their values).
-void StoreColumns(const LsqResult& r, const std::vector<int>& cols, FitResult& out) {
+void StoreColumns(const LsqResult& r, const std::vector<int>& cols,
+                  FitResult& out) {
   double values[kNumCols], errors[kNumCols];
-  FittedCoefficient* fields[kNumCols] = {&out.alpha1,       nullptr,          &out.alpha2,
-                                         &out.beta1,        &out.gamma_serial, &out.alpha3,
-                                         &out.beta2,        &out.gamma_intra,  &out.gamma_inter};
+  FittedCoefficient* fields[kNumCols] = {
+      &out.alpha1, nullptr,           &out.alpha2,
+      &out.beta1,  &out.gamma_serial, &out.alpha3,
+      &out.beta2,  &out.gamma_intra,  &out.gamma_inter};
   bool has_overhead = false;
   for (size_t j = 0; j < cols.size(); ++j) {
     values[cols[j]] = r.coef(j);
@@ -176,16 +190,18 @@ void StoreColumns(const LsqResult& r, const std::vector<int>& cols, FitResult& o
   if (has_overhead) {
     // The fit is linear in alpha1·h; h itself is that over alpha1.
     const double a1 = out.alpha1.value;
-    out.attn_overhead_tokens = a1 > 0 ? FittedCoefficient{values[kOverhead] / a1,
-                                                          errors[kOverhead] / a1}
-                                      : FittedCoefficient{};
+    out.attn_overhead_tokens =
+        a1 > 0
+            ? FittedCoefficient{values[kOverhead] / a1, errors[kOverhead] / a1}
+            : FittedCoefficient{};
   }
 }
 
 // Solves the relative NNLS on rows built by `row` over the columns `cols`.
 template <typename RowFn>
-LsqResult SolveColumns(const std::vector<const FitSample*>& rows, const std::vector<int>& cols,
-                       RowFn row, std::vector<double>* y_out = nullptr) {
+LsqResult SolveColumns(const std::vector<const FitSample*>& rows,
+                       const std::vector<int>& cols, RowFn row,
+                       std::vector<double>* y_out = nullptr) {
   Eigen::MatrixXd x(rows.size(), cols.size());
   Eigen::VectorXd y(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -206,7 +222,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     const std::string field = CheckedSampleField(s, i);
     for (double t : {s.compute_s, s.comm_s, s.total_s})
       if (Has(t) && !(t > 0)) throw InputError(field, "times must be > 0");
-    if (s.comm != CommKind::kRing) throw InputError(field, "the fit takes ring samples only");
+    if (s.comm != CommKind::kRing)
+      throw InputError(field, "the fit takes ring samples only");
   }
   if (!(options.ring_tail_steps >= 0 && options.ring_tail_steps <= 1))
     throw InputError("ring_tail_steps", "must be in [0, 1]");
@@ -214,16 +231,22 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   const bool v2 = !options.paper_terms_only;
   out.ring_tail_steps = v2 ? options.ring_tail_steps : 0.0;
   // Of a ring group's attention, the share that can hide its transfers.
-  auto hideable = [&](const FitSample& s) { return (s.degree - out.ring_tail_steps) / s.degree; };
-  // --- Eq. 8 (+ h) on compute samples (or totals of d = 1 groups, where T = Tcp) ---
+  auto hideable = [&](const FitSample& s) {
+    return (s.degree - out.ring_tail_steps) / s.degree;
+  };
+  // --- Eq. 8 (+ h) on compute samples (or totals of d = 1 groups, where T =
+  // Tcp) ---
   std::vector<const FitSample*> comp, comm, total;
   for (const auto& s : samples) {
-    if (Has(s.compute_s) || (s.degree == 1 && Has(s.total_s))) comp.push_back(&s);
+    if (Has(s.compute_s) || (s.degree == 1 && Has(s.total_s)))
+      comp.push_back(&s);
     if (s.degree > 1 && Has(s.comm_s)) comm.push_back(&s);
     if (Has(s.total_s)) total.push_back(&s);
   }
   if (comp.size() < 3)
-    throw InputError("samples", "need at least 3 samples with a compute time (or d = 1 total)");
+    throw InputError(
+        "samples",
+        "need at least 3 samples with a compute time (or d = 1 total)");
   std::vector<int> compute_cols = {kAttn, kLin, kBeta1};
   if (v2) compute_cols.insert(compute_cols.end(), {kOverhead, kGammaSerial});
   std::vector<int> comm_cols = {kComm, kBeta2};
@@ -258,7 +281,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   }
   // No split communication times: derive them from totals of d > 1 groups
   // that are clearly communication-bound under the compute fit, where
-  // T = Tcp - H + Tcm with H the hideable attention, i.e. Tcm = T - Tcp + H > H.
+  // T = Tcp - H + Tcm with H the hideable attention, i.e. Tcm = T - Tcp + H >
+  // H.
   if (comm.size() < 2) {
     const CostModel cfit = out.Apply(CostModel{});
     std::vector<FitSample> derived;
@@ -289,7 +313,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   CostModel cm = out.Apply(CostModel{});
   double best_rms = RmsRelative(cm, samples);
 
-  // --- Refinement on totals: alternate (branch of the min per sample, NNLS) ---
+  // --- Refinement on totals: alternate (branch of the min per sample, NNLS)
+  // ---
   if (options.refine_on_total && total.size() >= 5) {
     CostModel cur = cm;
     std::vector<int> prev_branch;
@@ -297,7 +322,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
       std::vector<int> branch(total.size());
       for (size_t i = 0; i < total.size(); ++i) {
         const GroupTimeParts p = PredictParts(cur, *total[i]);
-        branch[i] = total[i]->degree > 1 && p.attn_s * hideable(*total[i]) <= p.comm_s;
+        branch[i] =
+            total[i]->degree > 1 && p.attn_s * hideable(*total[i]) <= p.comm_s;
       }
       if (branch == prev_branch) break;
       prev_branch = branch;
@@ -308,7 +334,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
         double* x = rows[i].data();
         std::fill(x, x + kNumCols, 0.0);
         compute_row(*total[i], x);
-        if (branch[i]) {  // communication-bound: the hideable attention hides behind Tcm
+        if (branch[i]) {  // communication-bound: the hideable attention hides
+                          // behind Tcm
           const double exposed = 1.0 - hideable(*total[i]);
           x[kAttn] *= exposed;
           x[kOverhead] *= exposed;
@@ -324,11 +351,12 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
         if (any) cols.push_back(c);
       }
       size_t next = 0;
-      const LsqResult r = SolveColumns(total, cols, [&](const FitSample& s, double* x) {
-        std::copy(rows[next].begin(), rows[next].end(), x);
-        ++next;
-        return s.total_s;
-      });
+      const LsqResult r =
+          SolveColumns(total, cols, [&](const FitSample& s, double* x) {
+            std::copy(rows[next].begin(), rows[next].end(), x);
+            ++next;
+            return s.total_s;
+          });
       FitResult cand = out;
       StoreColumns(r, cols, cand);
       const CostModel cand_cm = cand.Apply(CostModel{});
@@ -347,7 +375,8 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
 
 std::array<double*, 9> TimingCoefficientFields(CostModel& cm) {
   std::array<double*, 9> fields{};
-  for (size_t i = 0; i < fields.size(); ++i) fields[i] = &(cm.*(FittedCoefficients()[i]->member));
+  for (size_t i = 0; i < fields.size(); ++i)
+    fields[i] = &(cm.*(FittedCoefficients()[i]->member));
   return fields;
 }
 
@@ -356,7 +385,8 @@ namespace {
 double PredictAnyTotalS(const CostModel& cm, const FitSample& s,
                         const std::optional<ModelShape>& model) {
   return s.comm == CommKind::kAllToAll
-             ? AllToAllGroupTimeS(cm, *model, s.load, s.degree, s.bw_bytes_per_s)
+             ? AllToAllGroupTimeS(cm, *model, s.load, s.degree,
+                                  s.bw_bytes_per_s)
              : PredictTotalS(cm, s);
 }
 
@@ -376,7 +406,8 @@ double RmsLogError(const CostModel& cm, std::span<const FitSample> samples,
   double sum = 0;
   for (const FitSample& s : samples)
     sum += std::pow(std::log(PredictAnyTotalS(cm, s, model) / s.total_s), 2);
-  return samples.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(samples.size()));
+  return samples.empty() ? 0.0
+                         : std::sqrt(sum / static_cast<double>(samples.size()));
 }
 
 Recalibration RecalibrateCostModel(const CostModel& prior,
@@ -384,32 +415,38 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
                                    const RecalibrationOptions& options) {
   if (!(options.prior_sigma > 0 && std::isfinite(options.prior_sigma)))
     throw InputError("prior_sigma", "must be > 0");
-  if (!(options.measurement_sigma > 0 && std::isfinite(options.measurement_sigma)))
+  if (!(options.measurement_sigma > 0 &&
+        std::isfinite(options.measurement_sigma)))
     throw InputError("measurement_sigma", "must be > 0");
   for (size_t i = 0; i < measured.size(); ++i) {
     const FitSample& s = measured[i];
     const std::string field = CheckedSampleField(s, i);
-    if (!(Has(s.total_s) && s.total_s > 0)) throw InputError(field, "total_s must be > 0");
+    if (!(Has(s.total_s) && s.total_s > 0))
+      throw InputError(field, "total_s must be > 0");
   }
   CheckAllToAllHasModel(measured, options.model);
   constexpr int kParams = 9;
   const int n = static_cast<int>(measured.size());
   CostModel prior_copy = prior;
-  const std::array<double*, kParams> prior_fields = TimingCoefficientFields(prior_copy);
+  const std::array<double*, kParams> prior_fields =
+      TimingCoefficientFields(prior_copy);
   std::array<double, kParams> prior_values;
   for (int k = 0; k < kParams; ++k) prior_values[k] = *prior_fields[k];
   auto model_at = [&](const Eigen::VectorXd& theta) {
     CostModel cm = prior;
     const std::array<double*, kParams> fields = TimingCoefficientFields(cm);
-    for (int k = 0; k < kParams; ++k) *fields[k] = prior_values[k] * std::exp(theta(k));
+    for (int k = 0; k < kParams; ++k)
+      *fields[k] = prior_values[k] * std::exp(theta(k));
     return cm;
   };
-  // Stacked, whitened residuals: measurements, then the prior's pseudo-observations.
+  // Stacked, whitened residuals: measurements, then the prior's
+  // pseudo-observations.
   auto residuals = [&](const Eigen::VectorXd& theta) {
     const CostModel cm = model_at(theta);
     Eigen::VectorXd r(n + kParams);
     for (int i = 0; i < n; ++i)
-      r(i) = std::log(PredictAnyTotalS(cm, measured[i], options.model) / measured[i].total_s) /
+      r(i) = std::log(PredictAnyTotalS(cm, measured[i], options.model) /
+                      measured[i].total_s) /
              options.measurement_sigma;
     for (int k = 0; k < kParams; ++k) r(n + k) = theta(k) / options.prior_sigma;
     return r;

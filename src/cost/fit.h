@@ -2,13 +2,16 @@
 // paper Eq. 8-9) from measured or simulated samples, with standard errors and
 // held-out error. Thread-safety: pure functions.
 //
-// Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin + beta1
+// Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin +
+// beta1
 //                           + gamma_serial·(d-1),
-//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h, gamma_serial)
+//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h,
+//   gamma_serial)
 // Communication samples (d > 1) fit
 //   Tcm = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge,
 //   x_comm = Σs·(d-1)/d / v, x_gi = d-1 on one node (else 0),
-//   x_ge = d-1 across nodes (else 0)                             (Eq. 9 + v2 gamma)
+//   x_ge = d-1 across nodes (else 0)                             (Eq. 9 + v2
+//   gamma)
 // Both by weighted least squares minimising RELATIVE residuals (weights 1/y),
 // with coefficients constrained >= 0 (exact active-set search over the few
 // unknowns). A sample may carry only a total time T (no split); such samples
@@ -35,18 +38,20 @@
 namespace fcp {
 
 struct FitSample {
-  GroupLoad load;        // Σ s and Σ (1+eta) s² of the group
-  int degree = 1;        // d >= 1
+  GroupLoad load;             // Σ s and Σ (1+eta) s² of the group
+  int degree = 1;             // d >= 1
   double bw_bytes_per_s = 1;  // v used for this group's placement
-  Link link = Link::kIntraNode;  // which step latency (gamma) the placement pays
+  Link link =
+      Link::kIntraNode;  // which step latency (gamma) the placement pays
   // Ring samples follow T(G, d); an all-to-all (Ulysses) sample follows
   // AllToAllGroupTimeS with bw_bytes_per_s its per-rank all-to-all bandwidth.
   // FitCostCoefficients takes ring samples only.
   CommKind comm = CommKind::kRing;
   double compute_s = std::numeric_limits<double>::quiet_NaN();  // measured Tcp
-  double comm_s = std::numeric_limits<double>::quiet_NaN();     // measured Tcm (d > 1)
-  double total_s = std::numeric_limits<double>::quiet_NaN();    // measured T
-  std::string label;     // grouping key for held-out reports (model, size...)
+  double comm_s =
+      std::numeric_limits<double>::quiet_NaN();  // measured Tcm (d > 1)
+  double total_s = std::numeric_limits<double>::quiet_NaN();  // measured T
+  std::string label;  // grouping key for held-out reports (model, size...)
 };
 
 struct FitOptions {
@@ -63,18 +68,22 @@ struct FitOptions {
 
 struct FittedCoefficient {
   double value = 0;
-  double std_error = 0;  // from the residual variance and (XᵀWX)⁻¹; 0 if unidentified
+  double std_error =
+      0;  // from the residual variance and (XᵀWX)⁻¹; 0 if unidentified
 };
 
 struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
   // Cost model v2 (docs/design.md §2); 0 with paper_terms_only.
-  FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter, gamma_serial;
-  double ring_tail_steps = 0;  // FitOptions::ring_tail_steps the fit assumed (0 for paper terms)
+  FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter,
+      gamma_serial;
+  double ring_tail_steps =
+      0;  // FitOptions::ring_tail_steps the fit assumed (0 for paper terms)
   int compute_samples = 0;
   int comm_samples = 0;
   int total_samples = 0;
-  double rms_rel_residual = 0;  // over total_s (else compute_s vs Tcp) of the fit samples
+  double rms_rel_residual =
+      0;  // over total_s (else compute_s vs Tcp) of the fit samples
   bool refined = false;
   // Copies the nine fitted values and ring_tail_steps into `base` (bandwidths
   // and memory fields kept).
@@ -92,7 +101,8 @@ double PredictCommS(const CostModel& cm, const FitSample& s);
 double PredictTotalS(const CostModel& cm, const FitSample& s);
 
 // Relative error |pred - measured| / measured of total_s (or of compute_s
-// against Tcp when a sample has no total) over `samples`, overall and per label.
+// against Tcp when a sample has no total) over `samples`, overall and per
+// label.
 struct ErrorStats {
   double mean = 0;
   double max = 0;
@@ -111,7 +121,8 @@ HeldoutReport EvaluateRelativeError(const CostModel& cm,
 static_assert(kNumFittedCoefficients == 9);
 inline constexpr std::array<const char*, 9> kTimingCoefficients = [] {
   std::array<const char*, 9> names{};
-  for (size_t i = 0; i < names.size(); ++i) names[i] = FittedCoefficients()[i]->name.data();
+  for (size_t i = 0; i < names.size(); ++i)
+    names[i] = FittedCoefficients()[i]->name.data();
   return names;
 }();
 // Pointers to those fields of `cm`, in kTimingCoefficients' order.
@@ -130,19 +141,20 @@ std::array<double*, 9> TimingCoefficientFields(CostModel& cm);
 // value, so a few steps suffice where a fresh fit (FitCostCoefficients) would
 // be unidentified.
 struct RecalibrationOptions {
-  double prior_sigma = 0.2;         // > 0: how far off the start coefficients may be
-  double measurement_sigma = 0.03;  // > 0: relative error of one measured group time
+  double prior_sigma = 0.2;  // > 0: how far off the start coefficients may be
+  double measurement_sigma =
+      0.03;  // > 0: relative error of one measured group time
   int max_iterations = 50;
   // The model's head counts, needed to predict all-to-all samples.
   std::optional<ModelShape> model;
 };
 
 struct Recalibration {
-  CostModel cost_model;            // `prior` with the nine timing coefficients rescaled
-  std::array<double, 9> scale{};   // c_k / prior c_k, kTimingCoefficients' order
-  int samples = 0;                 // measured groups used
-  double rms_rel_before = 0;       // RMS of ln(T̂/T) under the prior
-  double rms_rel_after = 0;        // ... under cost_model
+  CostModel cost_model;  // `prior` with the nine timing coefficients rescaled
+  std::array<double, 9> scale{};  // c_k / prior c_k, kTimingCoefficients' order
+  int samples = 0;                // measured groups used
+  double rms_rel_before = 0;      // RMS of ln(T̂/T) under the prior
+  double rms_rel_after = 0;       // ... under cost_model
 };
 
 // RMS over `samples` of ln(predicted / measured total_s) under `cm` (0 for no

@@ -21,7 +21,8 @@ namespace {
 struct Error {
   double mean = 0;  // of |estimate / simulated - 1|
   double max = 0;
-  double signed_mean = 0;  // of estimate / simulated - 1: > 0 when the estimate is high
+  double signed_mean =
+      0;  // of estimate / simulated - 1: > 0 when the estimate is high
 };
 
 // Relative error of T(G, d) on contiguous ranks [0, d) over single causal
@@ -58,8 +59,9 @@ TEST(PresetFidelityTest, DerivedModelTracksTheSimulatorForEveryPreset) {
     for (const ModelPreset& model : ModelPresets()) {
       const Error e = PresetError(model, cluster);
       // The table docs/planner.md quotes (planner estimate vs simulated).
-      std::printf("# %-15s %-16s mean %.2f %% max %.2f %%\n", model.shape.name.c_str(),
-                  cluster.name.c_str(), 100 * e.mean, 100 * e.max);
+      std::printf("# %-15s %-16s mean %.2f %% max %.2f %%\n",
+                  model.shape.name.c_str(), cluster.name.c_str(), 100 * e.mean,
+                  100 * e.max);
       SCOPED_TRACE(model.shape.name + " on " + cluster.name);
       // Measured: mean 0.8-1.6 %, max 2.8-7.6 %. With each ring step's launches
       // hidden behind attention and all of attention hiding the transfers (the
@@ -93,8 +95,10 @@ Error AllToAllError(const ModelPreset& model, const ClusterPreset& cluster) {
           std::vector<int> ranks(d);
           for (int i = 0; i < d; ++i) ranks[i] = first + i;
           const double est = AllToAllGroupTimeS(
-              cm, model.shape, load, d, AllToAllBandwidthOnRanks(cm, planner_cluster, ranks));
-          const double real = sim::SimulateGroupTimeS(hw, seqs, ranks, CommKind::kAllToAll);
+              cm, model.shape, load, d,
+              AllToAllBandwidthOnRanks(cm, planner_cluster, ranks));
+          const double real =
+              sim::SimulateGroupTimeS(hw, seqs, ranks, CommKind::kAllToAll);
           const double err = std::abs(est / real - 1);
           sum += err;
           signed_sum += est / real - 1;
@@ -110,11 +114,14 @@ Error AllToAllError(const ModelPreset& model, const ClusterPreset& cluster) {
 TEST(PresetFidelityTest, AllToAllEstimateTracksTheSimulator) {
   for (const ClusterPreset& cluster : ClusterPresets()) {
     for (const ModelPreset& model : ModelPresets()) {
-      if (model.shape.name == "llama3-70b" || model.shape.name == "qwen3-32b") continue;
+      if (model.shape.name == "llama3-70b" || model.shape.name == "qwen3-32b")
+        continue;
       const Error e = AllToAllError(model, cluster);
-      std::printf("# all-to-all %-15s %-16s mean %.2f %% max %.2f %% signed mean %+.2f %%\n",
-                  model.shape.name.c_str(), cluster.name.c_str(), 100 * e.mean, 100 * e.max,
-                  100 * e.signed_mean);
+      std::printf(
+          "# all-to-all %-15s %-16s mean %.2f %% max %.2f %% signed mean %+.2f "
+          "%%\n",
+          model.shape.name.c_str(), cluster.name.c_str(), 100 * e.mean,
+          100 * e.max, 100 * e.signed_mean);
       SCOPED_TRACE(model.shape.name + " on " + cluster.name);
       // Measured: mean 0.8-4.2 %, max 6.4-19.9 % (the largest: 1-3B models'
       // short per-rank chunks across nodes, where per-layer all-to-all
@@ -127,38 +134,46 @@ TEST(PresetFidelityTest, AllToAllEstimateTracksTheSimulator) {
   }
 }
 
-// The go-src case of docs/planner.md: one 103,004-token sequence (the longest of
-// that batch) alone, qwen3-8b on h100-8x8, on contiguous ranks from rank 0 at the
-// degrees the planners choose for it. Beyond one node a ring moves every K/V
-// block d - 1 hops, so each rank sends the whole sequence's K/V whatever d is
-// and the ring is bandwidth-bound; a Ulysses all-to-all sends 1/d of it. The
+// The go-src case of docs/planner.md: one 103,004-token sequence (the longest
+// of that batch) alone, qwen3-8b on h100-8x8, on contiguous ranks from rank 0
+// at the degrees the planners choose for it. Beyond one node a ring moves every
+// K/V block d - 1 hops, so each rank sends the whole sequence's K/V whatever d
+// is and the ring is bandwidth-bound; a Ulysses all-to-all sends 1/d of it. The
 // planner must see both: its ring estimate tracks the simulated ring (within
 // 4 %: +1.4 % at d = 16, +2.8 % at 32, +3.4 % at 56, where the transfer-bound
-// ring's A/d and launches add to a slightly high alpha3), and the all-to-all is the faster simulated kind once the ring's
-// transfer no longer hides behind attention.
+// ring's A/d and launches add to a slightly high alpha3), and the all-to-all is
+// the faster simulated kind once the ring's transfer no longer hides behind
+// attention.
 TEST(PresetFidelityTest, LongSequenceAcrossNodesRingAgainstAllToAll) {
   const ModelPreset* model = FindModelPreset("qwen3-8b");
   const ClusterPreset* cluster = FindClusterPreset("h100-8x8");
   ASSERT_NE(model, nullptr);
   ASSERT_NE(cluster, nullptr);
   const CostModel cm = DeriveCostModel(*model, *cluster);
-  const sim::HardwareModel hw = sim::MakeHardwareModel(*model, *cluster, cluster->num_ranks);
+  const sim::HardwareModel hw =
+      sim::MakeHardwareModel(*model, *cluster, cluster->num_ranks);
   const Cluster planner_cluster{cluster->num_ranks, cluster->ranks_per_node};
   const std::vector<Sequence> seqs{Sequence{103004, 0.0}};
   GroupLoad load;
   load.Add(seqs[0]);
-  std::printf("# degree  ring estimate  ring simulated (transfer / exposed)  "
-              "all-to-all estimate  all-to-all simulated\n");
+  std::printf(
+      "# degree  ring estimate  ring simulated (transfer / exposed)  "
+      "all-to-all estimate  all-to-all simulated\n");
   for (int d : {8, 16, 32, 56}) {
     std::vector<int> ranks(d);
     for (int i = 0; i < d; ++i) ranks[i] = i;
     const double ring_est = GroupTimeOnRanksS(cm, planner_cluster, load, ranks);
-    const sim::GroupSimResult ring = sim::SimulateGroup(hw, seqs, ranks, CommKind::kRing);
+    const sim::GroupSimResult ring =
+        sim::SimulateGroup(hw, seqs, ranks, CommKind::kRing);
     const double a2a_est = AllToAllGroupTimeS(
-        cm, model->shape, load, d, AllToAllBandwidthOnRanks(cm, planner_cluster, ranks));
-    const sim::GroupSimResult a2a = sim::SimulateGroup(hw, seqs, ranks, CommKind::kAllToAll);
-    std::printf("# %6d  %11.3f s  %10.3f s (%.2f / %.2f s)  %17.3f s  %18.3f s\n", d, ring_est,
-                ring.time_s, ring.comm_s, ring.exposed_comm_s, a2a_est, a2a.time_s);
+        cm, model->shape, load, d,
+        AllToAllBandwidthOnRanks(cm, planner_cluster, ranks));
+    const sim::GroupSimResult a2a =
+        sim::SimulateGroup(hw, seqs, ranks, CommKind::kAllToAll);
+    std::printf(
+        "# %6d  %11.3f s  %10.3f s (%.2f / %.2f s)  %17.3f s  %18.3f s\n", d,
+        ring_est, ring.time_s, ring.comm_s, ring.exposed_comm_s, a2a_est,
+        a2a.time_s);
     SCOPED_TRACE("d = " + std::to_string(d));
     EXPECT_FALSE(ring.oom);
     EXPECT_NEAR(ring_est / ring.time_s, 1.0, 0.04);

@@ -44,8 +44,8 @@ Communicator* CommCache::Acquire(const std::vector<std::vector<int>>& groups) {
   for (size_t g = 0; g < groups.size(); ++g) {
     if (known_.count(groups[g])) continue;
     if (static_cast<int>(g) == my_group) {
-      FCP_CHECK(created && created->size() ==
-                               static_cast<int>(groups[g].size()));
+      FCP_CHECK(created &&
+                created->size() == static_cast<int>(groups[g].size()));
       known_[groups[g]] = std::move(created);
     } else {
       known_[groups[g]] = nullptr;

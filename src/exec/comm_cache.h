@@ -13,11 +13,11 @@
 namespace fcp::exec {
 
 struct CommCacheStats {
-  int64_t hits = 0;         // group lookups served from the cache (this rank)
-  int64_t misses = 0;       // groups created by Split (this rank's group)
-  int64_t splits = 0;       // collective Split calls made
-  double create_s = 0;      // total wall time in Split calls (s)
-  double hit_s = 0;         // total wall time of cache hits (s)
+  int64_t hits = 0;     // group lookups served from the cache (this rank)
+  int64_t misses = 0;   // groups created by Split (this rank's group)
+  int64_t splits = 0;   // collective Split calls made
+  double create_s = 0;  // total wall time in Split calls (s)
+  double hit_s = 0;     // total wall time of cache hits (s)
 };
 
 class CommCache {

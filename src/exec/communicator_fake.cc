@@ -108,10 +108,10 @@ class FakeCommunicator : public Communicator {
     for (size_t i = 0; i < members.size(); ++i)
       if (members[i].second == rank_) new_rank = static_cast<int>(i);
     FCP_CHECK(new_rank >= 0);
-    std::string id = id_ + "/" + std::to_string(split_index) + ":" +
-                     std::to_string(color);
-    return std::make_unique<FakeCommunicator>(
-        box_, std::move(id), new_rank, static_cast<int>(members.size()));
+    std::string id =
+        id_ + "/" + std::to_string(split_index) + ":" + std::to_string(color);
+    return std::make_unique<FakeCommunicator>(box_, std::move(id), new_rank,
+                                              static_cast<int>(members.size()));
   }
 
  private:
@@ -149,7 +149,8 @@ class FakeCommunicator : public Communicator {
       PendingRecv& recv = recvs_.at(order.front());
       std::vector<char>& msg = queue.front();
       if (msg.size() != recv.num_bytes) {
-        std::fprintf(stderr, "fake comm %s: message of %zu bytes, expected %zu\n",
+        std::fprintf(stderr,
+                     "fake comm %s: message of %zu bytes, expected %zu\n",
                      id_.c_str(), msg.size(), recv.num_bytes);
         FCP_CHECK(msg.size() == recv.num_bytes);
       }

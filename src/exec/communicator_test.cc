@@ -1,10 +1,11 @@
+#include "exec/communicator.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 
 #include "exec/comm_cache.h"
-#include "exec/communicator.h"
 #include "exec/dispatch.h"
 
 namespace fcp::exec {

@@ -25,11 +25,11 @@ namespace fcp::exec {
 
 // One sequence's piece on one rank.
 struct SeqShard {
-  int seq = -1;                // index into the global batch
-  int64_t seq_len = 0;         // full length of the sequence (tokens)
-  int64_t prefix_len = 0;      // bidirectional prefix (0 causal, seq_len full)
-  int64_t offset = 0;          // first row of this piece in the rank's shard
-  std::vector<int64_t> pos;    // global positions, ascending
+  int seq = -1;              // index into the global batch
+  int64_t seq_len = 0;       // full length of the sequence (tokens)
+  int64_t prefix_len = 0;    // bidirectional prefix (0 causal, seq_len full)
+  int64_t offset = 0;        // first row of this piece in the rank's shard
+  std::vector<int64_t> pos;  // global positions, ascending
   // Positions the causal mask compares for this piece's queries:
   // max(pos, prefix_len - 1), ascending (the attention kernels' q_pos).
   std::vector<int64_t> mask_pos;

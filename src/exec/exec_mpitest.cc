@@ -83,11 +83,12 @@ int Dump(const std::string& csv, const std::string& text_path,
     tok.write(reinterpret_cast<const char*>(batch.sequences[i].data()),
               batch.sequences[i].size());
   }
-  std::printf("dumped %zu sequences (%lld tokens, longest %lld) to %s\n",
-              batch.sequences.size(),
-              static_cast<long long>(batch.num_targets() + batch.sequences.size()),
-              static_cast<long long>(*std::max_element(picked.begin(), picked.end())),
-              dir.c_str());
+  std::printf(
+      "dumped %zu sequences (%lld tokens, longest %lld) to %s\n",
+      batch.sequences.size(),
+      static_cast<long long>(batch.num_targets() + batch.sequences.size()),
+      static_cast<long long>(*std::max_element(picked.begin(), picked.end())),
+      dir.c_str());
   return 0;
 }
 
@@ -151,7 +152,8 @@ int Gradients(Communicator& world, const std::string& dir) {
   std::ifstream(dir + "/loss_ref.txt") >> want_loss;
   if (ref_f.size() != layout.total || num_seqs == 0) {
     if (world.rank() == 0)
-      std::printf("FAIL: oracle files in %s missing or wrong size\n", dir.c_str());
+      std::printf("FAIL: oracle files in %s missing or wrong size\n",
+                  dir.c_str());
     return 1;
   }
   CommCache cache(world);
@@ -170,8 +172,8 @@ int Gradients(Communicator& world, const std::string& dir) {
   req.cost.mem_per_token = 1000;
   req.cost.mem_capacity = 800'000;  // sequences > 800 tokens need d >= 2
   for (int i = 0; i < num_seqs; ++i)
-    req.sequences.push_back({static_cast<int64_t>(batch.sequences[i].size()),
-                             batch.eta[i]});
+    req.sequences.push_back(
+        {static_cast<int64_t>(batch.sequences[i].size()), batch.eta[i]});
   for (const char* strategy : {"fcp", "megatron", "deepspeed"}) {
     PlanOptions opt;
     opt.strategy = strategy;
@@ -188,16 +190,19 @@ int Gradients(Communicator& world, const std::string& dir) {
   for (const auto& [name, plan] : plans) {
     const std::string bad = CheckExecutablePlan(plan, world.size(), num_seqs);
     if (!bad.empty()) {
-      if (world.rank() == 0) std::printf("FAIL %s: invalid plan: %s\n", name.c_str(), bad.c_str());
+      if (world.rank() == 0)
+        std::printf("FAIL %s: invalid plan: %s\n", name.c_str(), bad.c_str());
       ++failures;
       continue;
     }
     for (const auto& mb : plan.micro_batches)
       for (const auto& g : mb.groups)
-        if (g.degree() > 1) ++(g.comm == CommKind::kAllToAll ? a2a_multi : ring_multi);
+        if (g.degree() > 1)
+          ++(g.comm == CommKind::kAllToAll ? a2a_multi : ring_multi);
     std::vector<float> got;
-    const double loss = GlobalGradients(world, cache, cfg, layout, params.data(),
-                                        batch, plan, AttentionKernels::kFast, got);
+    const double loss =
+        GlobalGradients(world, cache, cfg, layout, params.data(), batch, plan,
+                        AttentionKernels::kFast, got);
     double num = 0, den = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       num = std::max(num, std::fabs(static_cast<double>(got[i]) - ref_f[i]));
@@ -208,14 +213,18 @@ int Gradients(Communicator& world, const std::string& dir) {
     worst = std::max(worst, err);
     const bool ok = err < kGradTol && loss_err < 5e-7;  // measured 5.7e-8
     if (world.rank() == 0)
-      std::printf("%s %-13s groups=%-22s loss=%.7f ref=%.7f (rel %.1e) grad rel err=%.2e (tol %.0e)\n",
-                  ok ? "ok  " : "FAIL", name.c_str(), Degrees(plan).c_str(), loss,
-                  want_loss, loss_err, err, kGradTol);
+      std::printf(
+          "%s %-13s groups=%-22s loss=%.7f ref=%.7f (rel %.1e) grad rel "
+          "err=%.2e (tol %.0e)\n",
+          ok ? "ok  " : "FAIL", name.c_str(), Degrees(plan).c_str(), loss,
+          want_loss, loss_err, err, kGradTol);
     failures += !ok;
   }
   if (world.rank() == 0)
-    std::printf("worst grad rel err %.2e over %zu plans (%d ring, %d all-to-all "
-                "groups of degree > 1)\n", worst, plans.size(), ring_multi, a2a_multi);
+    std::printf(
+        "worst grad rel err %.2e over %zu plans (%d ring, %d all-to-all "
+        "groups of degree > 1)\n",
+        worst, plans.size(), ring_multi, a2a_multi);
   if (a2a_multi == 0 || ring_multi == 0) ++failures;  // both kinds must run
   return failures;
 }
@@ -256,8 +265,8 @@ int Comm(Communicator& world) {
         "%lld misses, %lld hits (mean %.4f ms)\n",
         world.size(), static_cast<long long>(st.splits),
         st.splits ? 1e3 * st.create_s / st.splits : 0.0,
-        static_cast<long long>(st.misses),
-        static_cast<long long>(st.hits), st.hits ? 1e3 * st.hit_s / st.hits : 0.0);
+        static_cast<long long>(st.misses), static_cast<long long>(st.hits),
+        st.hits ? 1e3 * st.hit_s / st.hits : 0.0);
   return failures;
 }
 
@@ -344,8 +353,9 @@ int Overlap(Communicator& world) {
         ok ? "ok  " : "FAIL", MpiProgressMode().c_str(), kv_bytes / 1048576.0,
         kReps, 1e3 * m[0], 1e3 * m[2], 1e3 * m[1], 100 * ratio);
   if (!compute_longer && world.rank() == 0)
-    std::printf("FAIL: compute not longer than the transfer; the set-up does "
-                "not test overlap\n");
+    std::printf(
+        "FAIL: compute not longer than the transfer; the set-up does "
+        "not test overlap\n");
   return ok ? 0 : 1;
 }
 
@@ -357,7 +367,8 @@ int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   int failures = 0;
   if (what == "dump" && argc == 5) {
-    failures = world->rank() == 0 ? fcp::exec::Dump(argv[2], argv[3], argv[4]) : 0;
+    failures =
+        world->rank() == 0 ? fcp::exec::Dump(argv[2], argv[3], argv[4]) : 0;
   } else if (what == "gradients" && argc == 3) {
     failures = fcp::exec::Gradients(*world, argv[2]);
   } else if (what == "comm") {
@@ -369,7 +380,8 @@ int main(int argc, char** argv) {
   }
   double f = failures;
   world->AllReduceSum(&f, 1);
-  if (world->rank() == 0) std::printf("%s: %s\n", what.c_str(), f == 0 ? "PASS" : "FAIL");
+  if (world->rank() == 0)
+    std::printf("%s: %s\n", what.c_str(), f == 0 ? "PASS" : "FAIL");
   world.reset();
   fcp::exec::MpiFinalize();
   return f == 0 ? 0 : 1;

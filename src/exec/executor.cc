@@ -95,9 +95,8 @@ Plan RandomValidPlan(int num_sequences, int num_ranks, uint64_t seed,
       groups.emplace_back(ranks.begin() + i, ranks.begin() + i + d);
       i += d;
     }
-    const int num_groups =
-        std::min(static_cast<int>(groups.size()),
-                 static_cast<int>(mb_seqs[m].size()));
+    const int num_groups = std::min(static_cast<int>(groups.size()),
+                                    static_cast<int>(mb_seqs[m].size()));
     groups.resize(num_groups);
     MicroBatchPlan mbp;
     for (auto& g : groups) {
@@ -164,7 +163,8 @@ Plan DecodePlan(const std::vector<int64_t>& code) {
       GroupPlan gp;
       gp.comm = next() == 0 ? CommKind::kRing : CommKind::kAllToAll;
       const int64_t nr = next();
-      for (int64_t k = 0; k < nr; ++k) gp.ranks.push_back(static_cast<int>(next()));
+      for (int64_t k = 0; k < nr; ++k)
+        gp.ranks.push_back(static_cast<int>(next()));
       const int64_t ns = next();
       for (int64_t k = 0; k < ns; ++k)
         gp.sequences.push_back(static_cast<int>(next()));
@@ -201,15 +201,15 @@ ExecStats AccumulateGradients(Communicator& world, CommCache& cache,
     FCP_CHECK(mine != nullptr);
     const std::vector<ShardLayout> layouts =
         ZigzagLayouts(lengths, batch.eta, mine->sequences, mine->degree());
-    const ShardBatch shard = MakeShardBatch(layouts[group->rank()],
-                                            batch.sequences);
+    const ShardBatch shard =
+        MakeShardBatch(layouts[group->rank()], batch.sequences);
     RingAttentionArgs attn;
     attn.comm = group->size() > 1 ? group : nullptr;
     attn.layouts = &layouts;
     attn.kernels = kernels;
     attn.comm_kind = mine->comm;
-    stats.loss_sum += ForwardBackward(cfg, layout, params, shard, attn,
-                                      loss_scale, grads);
+    stats.loss_sum +=
+        ForwardBackward(cfg, layout, params, shard, attn, loss_scale, grads);
     stats.num_tokens += static_cast<int64_t>(shard.tokens.size());
     stats.micro_batch_s.back() = NowS() - t1;
     stats.compute_s += stats.micro_batch_s.back();

@@ -52,10 +52,10 @@ std::vector<int64_t> EncodePlan(const Plan& plan);
 Plan DecodePlan(const std::vector<int64_t>& code);
 
 struct ExecStats {
-  double loss_sum = 0;          // Σ CE over this rank's targets (nats)
-  int64_t num_tokens = 0;       // tokens this rank processed
-  double compute_s = 0;         // wall time in forward/backward
-  double group_setup_s = 0;     // wall time in CommCache::Acquire
+  double loss_sum = 0;       // Σ CE over this rank's targets (nats)
+  int64_t num_tokens = 0;    // tokens this rank processed
+  double compute_s = 0;      // wall time in forward/backward
+  double group_setup_s = 0;  // wall time in CommCache::Acquire
   // This rank's forward/backward wall time in each micro-batch of the plan
   // (s; 0 where it was idle): what learning from measured steps takes.
   std::vector<double> micro_batch_s;

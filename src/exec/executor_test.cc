@@ -1,4 +1,3 @@
-#include "exec/exec_testing.h"
 #include "exec/executor.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "exec/exec_testing.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
@@ -14,7 +14,9 @@ namespace {
 using testing::RelErr;
 
 GlobalBatch RandomBatch(uint64_t seed, int num, int max_len) {
-  return testing::RandomByteBatch(seed, num, max_len, [](int i) { return i % 4 == 3 ? 1.0 : i % 4 == 2 ? 0.4 : 0.0; });
+  return testing::RandomByteBatch(seed, num, max_len, [](int i) {
+    return i % 4 == 3 ? 1.0 : i % 4 == 2 ? 0.4 : 0.0;
+  });
 }
 
 ModelConfig TinyModel() {
@@ -39,12 +41,14 @@ void ExpectSameGradients(const GlobalBatch& batch, const Plan& plan, int N) {
     for (auto& g : mb.groups) g.comm = CommKind::kAllToAll;
   ExpectSameGradientsOnce(batch, a2a, N);
 }
-void ExpectSameGradientsOnce(const GlobalBatch& batch, const Plan& plan, int N) {
+void ExpectSameGradientsOnce(const GlobalBatch& batch, const Plan& plan,
+                             int N) {
   const ModelConfig cfg = TinyModel();
   const ParamLayout layout = MakeParamLayout(cfg);
   const std::vector<float> w = InitParams(cfg, 7);
   std::vector<float> want;
-  const double want_loss = ReferenceGradients(cfg, layout, w.data(), batch, want);
+  const double want_loss =
+      ReferenceGradients(cfg, layout, w.data(), batch, want);
   ASSERT_EQ(CheckExecutablePlan(plan, N, batch.sequences.size()), "");
   std::vector<std::vector<float>> got(N);
   std::vector<double> loss(N);
@@ -91,8 +95,8 @@ PlanRequest RequestFor(const GlobalBatch& batch, int N) {
   req.cost.mem_per_token = 1000;
   req.cost.mem_capacity = 60'000;  // forces some groups of degree > 1
   for (size_t i = 0; i < batch.sequences.size(); ++i)
-    req.sequences.push_back({static_cast<int64_t>(batch.sequences[i].size()),
-                             batch.eta[i]});
+    req.sequences.push_back(
+        {static_cast<int64_t>(batch.sequences[i].size()), batch.eta[i]});
   return req;
 }
 
@@ -126,9 +130,11 @@ TEST(Executor, PlanEncodingRoundTrips) {
     const Plan q = DecodePlan(EncodePlan(p));
     ASSERT_EQ(p.micro_batches.size(), q.micro_batches.size());
     for (size_t m = 0; m < p.micro_batches.size(); ++m) {
-      ASSERT_EQ(p.micro_batches[m].groups.size(), q.micro_batches[m].groups.size());
+      ASSERT_EQ(p.micro_batches[m].groups.size(),
+                q.micro_batches[m].groups.size());
       for (size_t g = 0; g < p.micro_batches[m].groups.size(); ++g) {
-        EXPECT_EQ(p.micro_batches[m].groups[g].ranks, q.micro_batches[m].groups[g].ranks);
+        EXPECT_EQ(p.micro_batches[m].groups[g].ranks,
+                  q.micro_batches[m].groups[g].ranks);
         EXPECT_EQ(p.micro_batches[m].groups[g].sequences,
                   q.micro_batches[m].groups[g].sequences);
       }
@@ -142,15 +148,19 @@ TEST(Executor, CheckExecutablePlanRejectsBadPlans) {
   Plan dup = p;
   dup.micro_batches[0].groups[0].sequences.push_back(
       dup.micro_batches[0].groups[0].sequences[0]);
-  EXPECT_NE(CheckExecutablePlan(dup, 4, 5).find("scheduled 2 times"), std::string::npos);
+  EXPECT_NE(CheckExecutablePlan(dup, 4, 5).find("scheduled 2 times"),
+            std::string::npos);
   Plan out = p;
   out.micro_batches[0].groups[0].ranks.push_back(9);
-  EXPECT_NE(CheckExecutablePlan(out, 4, 5).find("out of range"), std::string::npos);
+  EXPECT_NE(CheckExecutablePlan(out, 4, 5).find("out of range"),
+            std::string::npos);
   // An all-to-all group of 3 ranks runs for 6 query heads, not for 4.
   Plan a2a;
-  a2a.micro_batches.push_back({{GroupPlan{{0, 1, 2}, {0, 1, 2, 3, 4}, CommKind::kAllToAll}}, 0});
+  a2a.micro_batches.push_back(
+      {{GroupPlan{{0, 1, 2}, {0, 1, 2, 3, 4}, CommKind::kAllToAll}}, 0});
   EXPECT_EQ(CheckExecutablePlan(a2a, 4, 5, 6), "");
-  EXPECT_NE(CheckExecutablePlan(a2a, 4, 5, 4).find(".comm: an all-to-all group of degree 3"),
+  EXPECT_NE(CheckExecutablePlan(a2a, 4, 5, 4)
+                .find(".comm: an all-to-all group of degree 3"),
             std::string::npos);
 }
 

@@ -96,13 +96,15 @@ void ToHeads(const float* x, int T, int H, int dh, float* y) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h)
       std::memcpy(y + (static_cast<size_t>(h) * T + t) * dh,
-                  x + (static_cast<size_t>(t) * H + h) * dh, dh * sizeof(float));
+                  x + (static_cast<size_t>(t) * H + h) * dh,
+                  dh * sizeof(float));
 }
 void FromHeads(const float* y, int T, int H, int dh, float* x) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < H; ++h)
       std::memcpy(x + (static_cast<size_t>(t) * H + h) * dh,
-                  y + (static_cast<size_t>(h) * T + t) * dh, dh * sizeof(float));
+                  y + (static_cast<size_t>(h) * T + t) * dh,
+                  dh * sizeof(float));
 }
 
 float Sigmoid(float u) { return 1.0f / (1.0f + std::exp(-u)); }
@@ -175,7 +177,8 @@ std::vector<float> InitParams(const ModelConfig& cfg, uint64_t seed) {
     for (size_t i = 0; i < D * D; ++i) w[lp.wo + i] *= resid;
     for (size_t i = 0; i < F * D; ++i) w[lp.w2 + i] *= resid;
   }
-  for (size_t g : p.norm_gains) std::fill(w.begin() + g, w.begin() + g + D, 1.0f);
+  for (size_t g : p.norm_gains)
+    std::fill(w.begin() + g, w.begin() + g + D, 1.0f);
   return w;
 }
 
@@ -269,7 +272,8 @@ double ForwardBackward(const ModelConfig& cfg, const ParamLayout& lay,
     }
     const float mx = *std::max_element(row, row + V);
     double sum = 0;
-    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(row[i] - mx));
+    for (int i = 0; i < V; ++i)
+      sum += std::exp(static_cast<double>(row[i] - mx));
     const double lse = mx + std::log(sum);
     loss += lse - row[target];
     for (int i = 0; i < V; ++i)
@@ -287,8 +291,8 @@ double ForwardBackward(const ModelConfig& cfg, const ParamLayout& lay,
   MatMulBt(dlogits.data(), w + lay.wout, T, V, D, dhf.data(), false);
   AccumWeightGrad(hf.data(), dlogits.data(), T, V, D, grads + lay.wout);
   Vec dx(TD, 0.0f);
-  RmsNormBackward(x.data(), w + lay.gf, rf.data(), dhf.data(), T, D,
-                  dx.data(), grads + lay.gf);
+  RmsNormBackward(x.data(), w + lay.gf, rf.data(), dhf.data(), T, D, dx.data(),
+                  grads + lay.gf);
   Vec dz(static_cast<size_t>(T) * F), dnorm(TD), dqh(TD), dkh(TD), dvh(TD),
       doh(TD), dtmp(TD);
   for (int l = cfg.layers - 1; l >= 0; --l) {

@@ -21,11 +21,11 @@
 namespace fcp::exec {
 
 struct ModelConfig {
-  int vocab = 256;   // byte-level
-  int dim = 64;      // D; divisible by heads, head_dim = D / heads even
+  int vocab = 256;  // byte-level
+  int dim = 64;     // D; divisible by heads, head_dim = D / heads even
   int heads = 4;
   int layers = 2;
-  int ffn = 128;     // F
+  int ffn = 128;  // F
   float rope_base = 10000.0f;
   float norm_eps = 1e-5f;
 };
@@ -41,9 +41,9 @@ struct LayerParams {
 struct ParamLayout {
   size_t embed = 0;  // [V, D]
   std::vector<LayerParams> layers;
-  size_t gf = 0;     // [D]
-  size_t wout = 0;   // [D, V]
-  size_t total = 0;  // number of floats
+  size_t gf = 0;                   // [D]
+  size_t wout = 0;                 // [D, V]
+  size_t total = 0;                // number of floats
   std::vector<size_t> norm_gains;  // offsets of RMSNorm gains (no weight decay)
 };
 ParamLayout MakeParamLayout(const ModelConfig& cfg);

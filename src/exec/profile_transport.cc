@@ -1,8 +1,8 @@
 #include "exec/profile_transport.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
+
+#include <chrono>
 
 #include "fcp/check.h"
 
@@ -17,7 +17,8 @@ double Since(Clock::time_point t0) {
 
 }  // namespace
 
-CommRingTransport::CommRingTransport(Communicator& comm, int tag) : comm_(comm), tag_(tag) {
+CommRingTransport::CommRingTransport(Communicator& comm, int tag)
+    : comm_(comm), tag_(tag) {
   FCP_CHECK(tag >= 0);
 }
 
@@ -47,7 +48,8 @@ void CommRingTransport::Wait() {
 void CommRingTransport::Sync() { comm_.Barrier(); }
 
 std::string CommRingTransport::Describe() const {
-  return fmt::format("{}, {} rank{}", comm_.kind(), comm_.size(), comm_.size() == 1 ? "" : "s");
+  return fmt::format("{}, {} rank{}", comm_.kind(), comm_.size(),
+                     comm_.size() == 1 ? "" : "s");
 }
 
 ProfileReport RunProfileOnRing(ProfileOptions options, Communicator& comm) {

@@ -15,7 +15,8 @@ namespace {
 // Byte pattern of `rank`'s message at ring step `step`.
 std::vector<char> Pattern(int rank, int step, size_t bytes) {
   std::vector<char> v(bytes);
-  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<char>(rank * 31 + step * 7 + i % 13);
+  for (size_t i = 0; i < bytes; ++i)
+    v[i] = static_cast<char>(rank * 31 + step * 7 + i % 13);
   return v;
 }
 
@@ -31,7 +32,8 @@ void ExpectRingMovesNeighbourBytes(int num_ranks) {
       std::vector<char> recv(bytes, 0);
       t.Start(send.data(), recv.data(), bytes);
       t.Wait();
-      EXPECT_EQ(recv, Pattern(prev, step, bytes)) << "rank " << c.rank() << " step " << step;
+      EXPECT_EQ(recv, Pattern(prev, step, bytes))
+          << "rank " << c.rank() << " step " << step;
     }
     t.Wait();  // no pending step: no-op
     t.Sync();
@@ -41,7 +43,9 @@ void ExpectRingMovesNeighbourBytes(int num_ranks) {
 }
 
 TEST(CommRingTransport, TwoRanksExchange) { ExpectRingMovesNeighbourBytes(2); }
-TEST(CommRingTransport, ThreeRanksReceiveFromPrevious) { ExpectRingMovesNeighbourBytes(3); }
+TEST(CommRingTransport, ThreeRanksReceiveFromPrevious) {
+  ExpectRingMovesNeighbourBytes(3);
+}
 
 // A single-process transport that records the bytes of every step.
 class CountingTransport : public profile::RingTransport {
@@ -66,16 +70,20 @@ class CountingTransport : public profile::RingTransport {
   bool pending_ = false;
 };
 
-TEST(ProfileRingTransport, MeasureCpuRankSendsItsStatedTrafficThroughTheTransport) {
+TEST(ProfileRingTransport,
+     MeasureCpuRankSendsItsStatedTrafficThroughTheTransport) {
   const profile::CpuLayerShape shape;
   const std::vector<Sequence> seqs = {{200, 0.0}, {120, 1.0}};
   const int degree = 3, repeats = 1;
   CountingTransport t;
-  const profile::CpuRankTiming r = profile::MeasureCpuRank(shape, seqs, degree, repeats, &t);
+  const profile::CpuRankTiming r =
+      profile::MeasureCpuRank(shape, seqs, degree, repeats, &t);
   // Per round (warm-up + repeats): one traffic-only pass and one overlapped
-  // pass, each with (d-1) forward + (d-1) backward + 1 dKV-home steps per sequence.
+  // pass, each with (d-1) forward + (d-1) backward + 1 dKV-home steps per
+  // sequence.
   const int rounds = repeats + 1;
-  EXPECT_EQ(t.steps, rounds * 2 * static_cast<int>(seqs.size()) * (2 * (degree - 1) + 1));
+  EXPECT_EQ(t.steps, rounds * 2 * static_cast<int>(seqs.size()) *
+                         (2 * (degree - 1) + 1));
   EXPECT_DOUBLE_EQ(t.total_bytes, rounds * 2 * r.comm_bytes);
   EXPECT_EQ(t.syncs, rounds * 2);
   // d = 1: no traffic at all.
@@ -101,7 +109,8 @@ TEST(ProfileRingTransport, LockstepProfileOverTwoFakeRanks) {
   });
   for (const ProfileReport& rep : reports) {
     EXPECT_EQ(rep.transport, "fake, 2 ranks");
-    EXPECT_NE(rep.hardware.find("fake, 2 ranks"), std::string::npos) << rep.hardware;
+    EXPECT_NE(rep.hardware.find("fake, 2 ranks"), std::string::npos)
+        << rep.hardware;
     ASSERT_EQ(rep.samples.size(), reports[0].samples.size());
     EXPECT_GT(rep.samples.size(), 4u);
   }

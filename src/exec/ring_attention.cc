@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "fcp/check.h"
 #include "exec/ulysses_attention.h"
+#include "fcp/check.h"
 #include "kernels/attention.h"
 
 namespace fcp::exec {
@@ -69,8 +69,8 @@ void TimedWait(const RingAttentionArgs& a, RequestId send, RequestId recv) {
 }
 
 void PackKv(const Ring& ring, const float* k, const float* v, float* buf) {
-  const size_t n = static_cast<size_t>(ring.heads) * ring.tokens(ring.me) *
-                   ring.dh;
+  const size_t n =
+      static_cast<size_t>(ring.heads) * ring.tokens(ring.me) * ring.dh;
   if (n == 0) return;
   std::memcpy(buf, k, n * sizeof(float));
   std::memcpy(buf + n, v, n * sizeof(float));
@@ -181,8 +181,8 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
     const int incoming = (owner - 1 + d) % d;
     RequestId kv_send = -1, kv_recv = -1, dkv_recv = -1;
     if (t < d - 1) {
-      kv_recv = args.comm->Irecv(nxt.data(), ring.kv_floats(incoming) * 4,
-                                 prev, kTagBwdKv);
+      kv_recv = args.comm->Irecv(nxt.data(), ring.kv_floats(incoming) * 4, prev,
+                                 kTagBwdKv);
       kv_send = args.comm->Isend(cur.data(), ring.kv_floats(owner) * 4, next,
                                  kTagBwdKv);
     }
@@ -218,9 +218,9 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
           const int rows = std::min(kProgressRows, nq - r0);
           const size_t row = static_cast<size_t>(h) * T + qs.offset + r0;
           const size_t qo = row * dh;
-          fn(q + qo, kb + ko, vb + ko, out + qo, dout + qo, lse + row, rows,
-             nk, dh, qs.mask_pos.data() + r0, ks.pos.data(), qs.causal(),
-             scale, dq + qo, acc.data() + ko, acc.data() + half + ko);
+          fn(q + qo, kb + ko, vb + ko, out + qo, dout + qo, lse + row, rows, nk,
+             dh, qs.mask_pos.data() + r0, ks.pos.data(), qs.causal(), scale,
+             dq + qo, acc.data() + ko, acc.data() + half + ko);
           Poll(args);
         }
       }
@@ -234,8 +234,8 @@ void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
       for (size_t j = 0; j < n; ++j) acc[j] += incoming_dkv[j];
     }
     if (d > 1) {
-      contrib_send[t % 2] =
-          args.comm->Isend(acc.data(), ring.kv_floats(owner) * 4, next, kTagDkv);
+      contrib_send[t % 2] = args.comm->Isend(
+          acc.data(), ring.kv_floats(owner) * 4, next, kTagDkv);
     } else {
       // Degree 1: the block is our own and complete.
       std::memcpy(dk, acc.data(), half * sizeof(float));

@@ -30,7 +30,7 @@ namespace fcp::exec {
 enum class AttentionKernels { kFast, kReference };
 
 struct RingAttentionArgs {
-  Communicator* comm = nullptr;                  // group communicator
+  Communicator* comm = nullptr;                       // group communicator
   const std::vector<ShardLayout>* layouts = nullptr;  // every rank's shard
   int heads = 1;
   int head_dim = 1;

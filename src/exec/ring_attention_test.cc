@@ -36,23 +36,29 @@ Naive NaiveAttention(const float* q, const float* k, const float* v,
   for (int i = 0; i < n; ++i) {
     double mx = -1e300;
     for (int j = 0; j < n; ++j) {
-      if (!(j <= i || j < prefix)) { p[j] = -1e300; continue; }
+      if (!(j <= i || j < prefix)) {
+        p[j] = -1e300;
+        continue;
+      }
       double sdot = 0;
-      for (int c = 0; c < dh; ++c) sdot += double(q[i * dh + c]) * k[j * dh + c];
+      for (int c = 0; c < dh; ++c)
+        sdot += double(q[i * dh + c]) * k[j * dh + c];
       p[j] = sdot * scale;
       mx = std::max(mx, p[j]);
     }
     double sum = 0;
     for (int j = 0; j < n; ++j) sum += p[j] > -1e299 ? std::exp(p[j] - mx) : 0;
     r.lse[i] = mx + std::log(sum);
-    for (int j = 0; j < n; ++j) p[j] = p[j] > -1e299 ? std::exp(p[j] - r.lse[i]) : 0;
+    for (int j = 0; j < n; ++j)
+      p[j] = p[j] > -1e299 ? std::exp(p[j] - r.lse[i]) : 0;
     for (int j = 0; j < n; ++j)
       for (int c = 0; c < dh; ++c) r.out[i * dh + c] += p[j] * v[j * dh + c];
     // dP = dO·Vᵀ; dS = P ⊙ (dP − Σ_j P dP); dQ = scale·dS·K; dK += scale·dSᵀQ.
     double row = 0;
     for (int j = 0; j < n; ++j) {
       dp[j] = 0;
-      for (int c = 0; c < dh; ++c) dp[j] += double(dout[i * dh + c]) * v[j * dh + c];
+      for (int c = 0; c < dh; ++c)
+        dp[j] += double(dout[i * dh + c]) * v[j * dh + c];
       row += p[j] * dp[j];
     }
     for (int j = 0; j < n; ++j) {
@@ -92,8 +98,8 @@ double GroupAttentionError(const std::vector<int64_t>& lengths,
     for (int h = 0; h < H; ++h) {
       const size_t o = static_cast<size_t>(h) * len * dh;
       want[s].push_back(NaiveAttention(&full[s].q[o], &full[s].k[o],
-                                       &full[s].v[o], &full[s].dout[o], len,
-                                       dh, prefix));
+                                       &full[s].v[o], &full[s].dout[o], len, dh,
+                                       prefix));
     }
   }
   std::vector<int> ids(lengths.size());
@@ -190,9 +196,9 @@ TEST(UlyssesAttention, MatchesFloat64OracleAnyDegree) {
   double worst = 0;
   for (int d = 1; d <= 5; ++d) {
     SCOPED_TRACE(d);
-    worst = std::max(worst, GroupAttentionError(lengths, eta, d,
-                                                AttentionKernels::kFast,
-                                                CommKind::kAllToAll, 50 + d));
+    worst = std::max(
+        worst, GroupAttentionError(lengths, eta, d, AttentionKernels::kFast,
+                                   CommKind::kAllToAll, 50 + d));
   }
   std::printf("ulysses: worst abs error %.2e\n", worst);
   EXPECT_LT(worst, kAttentionTol);

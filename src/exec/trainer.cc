@@ -79,7 +79,8 @@ TextCorpus LengthsCorpus(const std::vector<int64_t>& lengths,
 std::vector<int> BatchFiles(const TextCorpus& corpus, int step, int gbs,
                             uint64_t seed) {
   const int n = static_cast<int>(corpus.paths.size());
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step));
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull +
+                      static_cast<uint64_t>(step));
   std::vector<int> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   const int take = std::min(gbs, n);
@@ -136,8 +137,7 @@ CostModel CpuCostModel(const ModelConfig& cfg, double mem_capacity_bytes,
   cm.bw_intra_node = p2p_bytes_per_s;
   cm.bw_inter_node = p2p_bytes_per_s;
   cm.mem_per_token = 4.0 * (L * (9 * D + 2 * F + 2 * H) + V + 2 * D);
-  cm.mem_static =
-      4.0 * 4.0 * static_cast<double>(MakeParamLayout(cfg).total);
+  cm.mem_static = 4.0 * 4.0 * static_cast<double>(MakeParamLayout(cfg).total);
   cm.mem_capacity = mem_capacity_bytes;
   return cm;
 }
@@ -151,7 +151,8 @@ CostModel CalibrateCpuCostModel(const ModelConfig& cfg,
   auto time_len = [&](int64_t len) {
     GlobalBatch b;
     b.sequences.push_back(std::vector<uint8_t>(len));
-    for (int64_t i = 0; i < len; ++i) b.sequences[0][i] = static_cast<uint8_t>(i * 31);
+    for (int64_t i = 0; i < len; ++i)
+      b.sequences[0][i] = static_cast<uint8_t>(i * 31);
     b.eta.push_back(0.0);
     const auto layouts = ZigzagLayouts(b.lengths(), b.eta, {0}, 1);
     const ShardBatch shard = MakeShardBatch(layouts[0], b.sequences);
@@ -186,7 +187,8 @@ std::optional<std::string> ValidateTrainOptions(const TrainOptions& o) {
   if (o.max_len < 2) return "max_len: must be >= 2";
   if (o.gbs < 1) return "gbs: must be >= 1";
   if (o.steps < 1) return "steps: must be >= 1";
-  if (!(o.adam.lr > 0) || !std::isfinite(o.adam.lr)) return "lr: must be a finite number > 0";
+  if (!(o.adam.lr > 0) || !std::isfinite(o.adam.lr))
+    return "lr: must be a finite number > 0";
   if (!(o.mem_capacity_bytes > 0)) return "mem_capacity: must be > 0";
   if (o.cost) {
     if (auto e = ValidateCostModel(*o.cost)) return e;
@@ -234,8 +236,10 @@ std::optional<std::string> PreflightCheck(const TrainOptions& o,
   try {
     const Plan plan = MakePlan(req, po);
     if (plan.status != PlanStatus::kOk)
-      return "strategy: " + o.strategy + " finds no feasible plan for global "
-             "batch 0" + (plan.message.empty() ? "" : ": " + plan.message);
+      return "strategy: " + o.strategy +
+             " finds no feasible plan for global "
+             "batch 0" +
+             (plan.message.empty() ? "" : ": " + plan.message);
   } catch (const InputError& e) {
     // Planner fields are named as the plan request sees them; say which
     // flag sets them where it is not obvious.
@@ -302,8 +306,10 @@ Trainer::Planned Trainer::PlanFor(int step, const CostModel& cost) const {
   return out;
 }
 
-void Trainer::LearnFrom(int step, const Plan& plan, const CostModel& planned_with,
-                        const std::vector<double>& micro_batch_s, StepReport& rep) {
+void Trainer::LearnFrom(int step, const Plan& plan,
+                        const CostModel& planned_with,
+                        const std::vector<double>& micro_batch_s,
+                        StepReport& rep) {
   // Every rank's row of micro-batch times (0 where idle), summed into all.
   const size_t num_mb = plan.micro_batches.size();
   std::vector<double> all(static_cast<size_t>(world_.size()) * num_mb, 0.0);
@@ -325,7 +331,8 @@ void Trainer::LearnFrom(int step, const Plan& plan, const CostModel& planned_wit
       }
     }
     const size_t before = learner_->measured().size();
-    CostModel learnt = learner_->Learn(RequestFor(step, planned_with), plan, group_s);
+    CostModel learnt =
+        learner_->Learn(RequestFor(step, planned_with), plan, group_s);
     // The step's estimates against its measurements, before learning from them.
     const std::span<const FitSample> step_groups =
         std::span(learner_->measured()).subspan(before);
@@ -349,7 +356,8 @@ StepReport Trainer::Step(int step) {
   if (opt_.on_progress) opt_.on_progress(step);
   std::vector<int64_t> code;
   std::string failure;  // rank 0: the planner's reason when not ok
-  CostModel planned_with = cost_;  // rank 0: the coefficients of this step's plan
+  CostModel planned_with =
+      cost_;  // rank 0: the coefficients of this step's plan
   if (world_.rank() == 0) {
     Planned planned;
     try {
@@ -359,7 +367,8 @@ StepReport Trainer::Step(int step) {
         rep.plan_visible_s = NowS() - w0;
       } else {
         if (pending_.valid()) pending_.wait();
-        planned = PlanFor(step, cost_);  // nothing ahead (first step or sync mode)
+        planned =
+            PlanFor(step, cost_);  // nothing ahead (first step or sync mode)
         rep.plan_visible_s = planned.plan_s;
       }
     } catch (const std::exception& e) {
@@ -376,8 +385,9 @@ StepReport Trainer::Step(int step) {
     rep.est_ms = planned.plan.est_ms;
     if (opt_.async_planning && step + 1 < opt_.steps) {
       pending_step_ = step + 1;
-      pending_ = std::async(std::launch::async,
-                            [this, s = step + 1, cost = cost_] { return PlanFor(s, cost); });
+      pending_ = std::async(
+          std::launch::async,
+          [this, s = step + 1, cost = cost_] { return PlanFor(s, cost); });
     }
     code = EncodePlan(planned.plan);
     failure = planned.plan.message;
@@ -407,30 +417,28 @@ StepReport Trainer::Step(int step) {
 
   const std::vector<int> files = BatchFiles(corpus_, step, opt_.gbs, opt_.seed);
   const GlobalBatch batch = LoadBatch(corpus_, files, opt_.max_len);
-  const std::string bad =
-      CheckExecutablePlan(plan, world_.size(), static_cast<int>(files.size()),
-                          opt_.model.heads);
+  const std::string bad = CheckExecutablePlan(
+      plan, world_.size(), static_cast<int>(files.size()), opt_.model.heads);
   if (!bad.empty())
     throw CollectiveError("step " + std::to_string(step) +
                           ": plan not executable: " + bad);
   for (const auto& mb : plan.micro_batches) {
     rep.layout += rep.layout.empty() ? "[" : " [";
-    for (size_t g = 0; g < mb.groups.size(); ++g)
-      {
-        if (g) rep.layout += ',';
-        rep.layout += std::to_string(mb.groups[g].degree());
-        // Ulysses (all-to-all) groups are marked: "[2u,2u]".
-        if (mb.groups[g].comm == CommKind::kAllToAll) rep.layout += 'u';
-      }
+    for (size_t g = 0; g < mb.groups.size(); ++g) {
+      if (g) rep.layout += ',';
+      rep.layout += std::to_string(mb.groups[g].degree());
+      // Ulysses (all-to-all) groups are marked: "[2u,2u]".
+      if (mb.groups[g].comm == CommKind::kAllToAll) rep.layout += 'u';
+    }
     rep.layout += "]";
   }
   if (opt_.on_step_start) opt_.on_step_start(world_.rank(), step);
 
   // ---- compute, one all-reduce, optimizer ----
   ExecStats stats;
-  rep.loss = GlobalGradients(world_, cache_, opt_.model, layout_,
-                             params_.data(), batch, plan, opt_.kernels, grads_,
-                             &stats);
+  rep.loss =
+      GlobalGradients(world_, cache_, opt_.model, layout_, params_.data(),
+                      batch, plan, opt_.kernels, grads_, &stats);
   if (opt_.on_progress) opt_.on_progress(step);
   if (opt_.learn) LearnFrom(step, plan, planned_with, stats.micro_batch_s, rep);
   adam_.Step(params_.data(), grads_.data());

@@ -74,17 +74,17 @@ CostModel CalibrateCpuCostModel(const ModelConfig& cfg,
 struct TrainOptions {
   ModelConfig model;
   AdamWOptions adam;
-  std::string strategy = "fcp";      // any registered strategy
-  int cp_degree = 0;                 // megatron/deepspeed fixed degree (0 = tune)
-  std::optional<CostModel> cost;     // default: see `calibrate`
-  bool calibrate = false;            // no `cost`: fit on rank 0 (true) or
-                                     // derive from FLOPs (false)
+  std::string strategy = "fcp";   // any registered strategy
+  int cp_degree = 0;              // megatron/deepspeed fixed degree (0 = tune)
+  std::optional<CostModel> cost;  // default: see `calibrate`
+  bool calibrate = false;         // no `cost`: fit on rank 0 (true) or
+                                  // derive from FLOPs (false)
   double mem_capacity_bytes = 256.0 * (1 << 20);
-  int64_t max_len = 512;             // tokens (bytes) per sequence, cap
-  int gbs = 16;                      // sequences per global batch
+  int64_t max_len = 512;  // tokens (bytes) per sequence, cap
+  int gbs = 16;           // sequences per global batch
   int steps = 10;
   uint64_t seed = 1;
-  bool async_planning = true;        // plan step k+1 while step k runs
+  bool async_planning = true;  // plan step k+1 while step k runs
   // Learn from measured steps (RecalibrateCostModel): after each step every
   // group's measured time (its slowest rank's forward/backward) refines the
   // planner's timing coefficients; with async planning a step's times reach
@@ -121,21 +121,21 @@ class CollectiveError : public std::runtime_error {
 
 struct StepReport {
   int step = 0;
-  double loss = 0;             // mean per-token CE of the global batch (nats)
-  double wall_s = 0;           // whole step on this rank, incl. planning wait
-  double plan_s = 0;           // planner wall time for this step's plan
-  double plan_visible_s = 0;   // time rank 0 waited for the plan
-  double plan_hidden_s = 0;    // plan_s - plan_visible_s (overlapped)
-  double est_ms = 0;           // planner's estimate for the step
-  double group_setup_s = 0;    // CommCache::Acquire time this step
+  double loss = 0;            // mean per-token CE of the global batch (nats)
+  double wall_s = 0;          // whole step on this rank, incl. planning wait
+  double plan_s = 0;          // planner wall time for this step's plan
+  double plan_visible_s = 0;  // time rank 0 waited for the plan
+  double plan_hidden_s = 0;   // plan_s - plan_visible_s (overlapped)
+  double est_ms = 0;          // planner's estimate for the step
+  double group_setup_s = 0;   // CommCache::Acquire time this step
   int64_t global_tokens = 0;
-  std::string layout;          // "[3,1] [2u,2u]": degrees per micro-batch
-                               // (u: all-to-all group)
+  std::string layout;  // "[3,1] [2u,2u]": degrees per micro-batch
+                       // (u: all-to-all group)
   // RMS of ln(estimate / measured) over this step's groups, the estimates
   // under the coefficients the step was planned with (learn only; else -1).
   double group_error_rms = -1;
-  int learnt_groups = 0;       // learn: measured groups learnt from so far
-  CommCacheStats cache;        // cumulative, this rank
+  int learnt_groups = 0;  // learn: measured groups learnt from so far
+  CommCacheStats cache;   // cumulative, this rank
 };
 
 class Trainer {

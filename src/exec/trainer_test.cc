@@ -1,12 +1,11 @@
 #include "exec/trainer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
-
-#include <unistd.h>
 
 namespace fcp::exec {
 namespace {
@@ -26,7 +25,8 @@ std::string MakeCorpusDir() {
     std::ofstream out(dir / name);
     const int lines = 1 + static_cast<int>(rng() % 8);
     for (int i = 0; i < lines; ++i)
-      out << "int f" << (i % 3) << "(int x) { return x + " << (i % 2) << "; }\n";
+      out << "int f" << (i % 3) << "(int x) { return x + " << (i % 2)
+          << "; }\n";
   }
   return dir.string();
 }
@@ -118,7 +118,8 @@ TEST(Trainer, LearningSharesTheCoefficientsAndKeepsTheNumbers) {
     mine.learn = true;
     Trainer trainer(world, mine, corpus);
     start[world.rank()] = trainer.cost();
-    for (int s = 0; s < mine.steps; ++s) reports[world.rank()].push_back(trainer.Step(s));
+    for (int s = 0; s < mine.steps; ++s)
+      reports[world.rank()].push_back(trainer.Step(s));
     learnt[world.rank()] = trainer.cost();
   });
   std::filesystem::remove_all(dir);

@@ -13,8 +13,17 @@ namespace {
 
 // Tags of the exchanged tensors (distinct from the ring's 100..102).
 enum Tag : int {
-  kTagQ = 200, kTagK, kTagV, kTagOut, kTagDout, kTagLse,  // to head shards
-  kTagBackOut = 210, kTagBackLse, kTagDq, kTagDk, kTagDv   // back to tokens
+  kTagQ = 200,
+  kTagK,
+  kTagV,
+  kTagOut,
+  kTagDout,
+  kTagLse,  // to head shards
+  kTagBackOut = 210,
+  kTagBackLse,
+  kTagDq,
+  kTagDk,
+  kTagDv  // back to tokens
 };
 
 struct Group {
@@ -58,7 +67,8 @@ HeadShards ToHeadShards(const Group& g, const float* src, int width, int tag) {
     }
     if (!dst[r].empty())
       reqs.push_back(g.comm->Irecv(dst[r].data(), dst[r].size() * 4, r, tag));
-    if (send_floats) reqs.push_back(g.comm->Isend(mine, send_floats * 4, r, tag));
+    if (send_floats)
+      reqs.push_back(g.comm->Isend(mine, send_floats * 4, r, tag));
   }
   g.comm->WaitAll(reqs);
   return dst;
@@ -176,8 +186,8 @@ void UlyssesAttentionForward(const RingAttentionArgs& args, const float* q,
     Gather(g, s, in.q, h, dh, Q.data());
     Gather(g, s, in.k, h, dh, K.data());
     Gather(g, s, in.v, h, dh, V.data());
-    fn(Q.data(), K.data(), V.data(), n, n, dh, s.mask_pos.data(),
-       s.pos.data(), s.causal, scale, O.data(), L.data());
+    fn(Q.data(), K.data(), V.data(), n, n, dh, s.mask_pos.data(), s.pos.data(),
+       s.causal, scale, O.data(), L.data());
     Scatter(g, s, O.data(), h, dh, os);
     Scatter(g, s, L.data(), h, 1, ls);
   });

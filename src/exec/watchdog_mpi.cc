@@ -140,7 +140,7 @@ class MpiWatchdog : public Watchdog {
   int rank_ = 0, size_ = 1;
   std::atomic<int> step_{0};
   std::atomic<double> last_mark_s_{0};
-  double last_loop_s_ = 0;  // watchdog thread only
+  double last_loop_s_ = 0;      // watchdog thread only
   std::vector<int64_t> beats_;  // per-peer send buffers (stable in flight)
   std::vector<double> heard_s_;
   std::vector<int64_t> heard_step_;

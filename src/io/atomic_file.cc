@@ -1,12 +1,13 @@
-// AtomicFile: outputs that appear complete or not at all (see include/fcp/io.h).
+// AtomicFile: outputs that appear complete or not at all (see
+// include/fcp/io.h).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "fcp/io.h"
 #include "io/write_all.h"
@@ -26,12 +27,14 @@ std::string DirectoryOf(const std::string& path) {
 AtomicFile::AtomicFile(const std::string& path, const std::string& field)
     : path_(path), field_(field) {
   auto fail = [&](const std::string& why) {
-    throw InputError(field_, "cannot write '" + EscapeForMessage(path_) + "': " + why);
+    throw InputError(field_,
+                     "cannot write '" + EscapeForMessage(path_) + "': " + why);
   };
   if (path.empty()) fail("empty path");
   if (path.back() == '/') fail("is a directory");
   struct stat st;
-  if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("is a directory");
+  if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    fail("is a directory");
   // An existing device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is
   // written in place: renaming over it would replace the device node.
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
@@ -62,14 +65,17 @@ void AtomicFile::Write(std::string_view data) {
 
 void AtomicFile::Commit() {
   auto fail = [&](const std::string& why) {
-    throw InputError(field_, "cannot write '" + EscapeForMessage(path_) + "': " + why);
+    throw InputError(field_,
+                     "cannot write '" + EscapeForMessage(path_) + "': " + why);
   };
-  if (!temp_path_.empty() && ::fsync(fd_) != 0 && errno != EINVAL) fail(std::strerror(errno));
+  if (!temp_path_.empty() && ::fsync(fd_) != 0 && errno != EINVAL)
+    fail(std::strerror(errno));
   const int rc = ::close(fd_);
   fd_ = -1;
   if (rc != 0) fail(std::strerror(errno));
   if (temp_path_.empty()) return;  // written in place
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail(std::strerror(errno));
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    fail(std::strerror(errno));
   temp_path_.clear();
 }
 

@@ -4,11 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "fcp/cost_coefficients.h"
 #include "fcp/cost_model.h"
@@ -66,16 +65,21 @@ class StrictDomSax {
   bool boolean(bool v) { return Value(v); }
   bool number_integer(json::number_integer_t v) { return Value(v); }
   bool number_unsigned(json::number_unsigned_t v) { return Value(v); }
-  bool number_float(json::number_float_t v, const std::string&) { return Value(v); }
+  bool number_float(json::number_float_t v, const std::string&) {
+    return Value(v);
+  }
   bool string(std::string& v) { return Value(std::move(v)); }
-  bool binary(json::binary_t&) { throw InputError(what_, "invalid JSON: binary value"); }
+  bool binary(json::binary_t&) {
+    throw InputError(what_, "invalid JSON: binary value");
+  }
   bool start_object(std::size_t) { return Open(json::object()); }
   bool start_array(std::size_t) { return Open(json::array()); }
   bool end_object() { return Close(); }
   bool end_array() { return Close(); }
   bool key(std::string& key) {
     json& object = *stack_.back();
-    if (object.contains(key)) throw InputError(what_, "duplicate key \"" + key + "\"");
+    if (object.contains(key))
+      throw InputError(what_, "duplicate key \"" + key + "\"");
     if (stack_.size() == 1) {
       if (on_top_level_key_) on_top_level_key_(key);
       top_level_key_ = key;
@@ -83,7 +87,8 @@ class StrictDomSax {
     object_element_ = &object[key];
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& e) {
     throw InputError(what_, "invalid JSON: " + JsonErrorText(e.what()));
   }
 
@@ -92,7 +97,8 @@ class StrictDomSax {
  private:
   json* Place(json&& value) {
     if (++values_ > max_values_) {
-      const std::string limit = "more than " + std::to_string(max_values_) + " JSON values";
+      const std::string limit =
+          "more than " + std::to_string(max_values_) + " JSON values";
       if (stack_.size() >= 2 && stack_[1] == sequences_) {
         throw InputError("sequences[" + std::to_string(sequence_index_) + "]",
                          limit + " in one sequence");
@@ -122,10 +128,12 @@ class StrictDomSax {
   bool Open(json&& container) {
     // Containers may nest kMaxDepth deep; a value inside the deepest is fine.
     if (stack_.size() >= static_cast<size_t>(kMaxDepth)) {
-      throw InputError(what_, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
+      throw InputError(
+          what_, "nested deeper than " + std::to_string(kMaxDepth) + " levels");
     }
-    const bool is_sequences = on_sequence_ && container.is_array() && stack_.size() == 1 &&
-                              stack_[0]->is_object() && top_level_key_ == "sequences";
+    const bool is_sequences = on_sequence_ && container.is_array() &&
+                              stack_.size() == 1 && stack_[0]->is_object() &&
+                              top_level_key_ == "sequences";
     json* node = Place(std::move(container));
     stack_.push_back(node);
     if (is_sequences) {
@@ -164,7 +172,8 @@ class StrictDomSax {
 };
 
 // Runs `sax` over the bytes of `source` (strict: nothing may follow the value).
-void SaxParse(io::ByteSource& source, StrictDomSax& sax, const std::string& what) {
+void SaxParse(io::ByteSource& source, StrictDomSax& sax,
+              const std::string& what) {
   try {
     json::sax_parse(source.begin(), source.end(), &sax);
   } catch (const json::exception& e) {
@@ -181,7 +190,8 @@ json ParseStrict(io::ByteSource& source, const std::string& what) {
 
 }  // namespace
 
-json ParseJsonStrict(std::string_view text, const std::string& what, size_t max_values) {
+json ParseJsonStrict(std::string_view text, const std::string& what,
+                     size_t max_values) {
   io::ByteSource source(text, what, /*reject_nul=*/true);
   StrictDomSax sax(what, nullptr, nullptr, max_values);
   SaxParse(source, sax, what);
@@ -193,7 +203,8 @@ namespace {
 std::string TypeName(const json& j) { return j.type_name(); }
 
 // A JSON integer in [lo, hi]; floats with an integral value are accepted.
-int64_t GetInt(const json& j, const std::string& field, int64_t lo, int64_t hi) {
+int64_t GetInt(const json& j, const std::string& field, int64_t lo,
+               int64_t hi) {
   int64_t v = 0;
   if (j.is_number_integer()) {
     if (j.is_number_unsigned()) {
@@ -210,8 +221,10 @@ int64_t GetInt(const json& j, const std::string& field, int64_t lo, int64_t hi) 
     if (!std::isfinite(d) || d != std::floor(d)) {
       throw InputError(field, "must be an integer");
     }
-    if (d > static_cast<double>(hi)) throw InputError(field, "must be <= " + std::to_string(hi));
-    if (d < static_cast<double>(lo)) throw InputError(field, "must be >= " + std::to_string(lo));
+    if (d > static_cast<double>(hi))
+      throw InputError(field, "must be <= " + std::to_string(hi));
+    if (d < static_cast<double>(lo))
+      throw InputError(field, "must be >= " + std::to_string(lo));
     v = static_cast<int64_t>(d);
   } else {
     throw InputError(field, "must be an integer, got " + TypeName(j));
@@ -222,7 +235,8 @@ int64_t GetInt(const json& j, const std::string& field, int64_t lo, int64_t hi) 
 }
 
 double GetNumber(const json& j, const std::string& field) {
-  if (!j.is_number()) throw InputError(field, "must be a number, got " + TypeName(j));
+  if (!j.is_number())
+    throw InputError(field, "must be a number, got " + TypeName(j));
   const double v = j.get<double>();
   if (!std::isfinite(v)) throw InputError(field, "must be finite");
   return v;
@@ -235,7 +249,8 @@ double GetNumber(const json& j, const std::string& field) {
 // set at 0 (docs/design.md §2: 0 unless set).
 int ApplyCostModel(const json& obj, CostModel& cm, CoefficientSource given_as,
                    CostSources* sources) {
-  if (!obj.is_object()) throw InputError("cost_model", "must be an object, got " + TypeName(obj));
+  if (!obj.is_object())
+    throw InputError("cost_model", "must be an object, got " + TypeName(obj));
   bool given[kNumCostCoefficients] = {};
   int count = 0;
   bool sets_timing = false;
@@ -267,11 +282,13 @@ Sequence ParseSequence(const json& j, size_t index) {
         s.length_tokens = GetInt(it.value(), field + ".length", 1, kMaxLength);
       } else if (key == "eta") {
         s.eta = GetNumber(it.value(), field + ".eta");
-        if (s.eta < 0 || s.eta > 1) throw InputError(field + ".eta", "must be in [0, 1]");
+        if (s.eta < 0 || s.eta > 1)
+          throw InputError(field + ".eta", "must be in [0, 1]");
         has_eta = true;
       } else if (key == "attention") {
         if (!it.value().is_string()) {
-          throw InputError(field + ".attention", "must be \"causal\" or \"full\"");
+          throw InputError(field + ".attention",
+                           "must be \"causal\" or \"full\"");
         }
         const std::string mask = it.value().get<std::string>();
         if (mask == "causal") {
@@ -279,11 +296,13 @@ Sequence ParseSequence(const json& j, size_t index) {
         } else if (mask == "full") {
           s.eta = 1;
         } else {
-          throw InputError(field + ".attention", "must be \"causal\" or \"full\"");
+          throw InputError(field + ".attention",
+                           "must be \"causal\" or \"full\"");
         }
         has_attention = true;
       } else {
-        throw InputError(field + "." + key, "unknown key (expected length, attention, eta)");
+        throw InputError(field + "." + key,
+                         "unknown key (expected length, attention, eta)");
       }
     }
     if (!j.contains("length")) throw InputError(field + ".length", "missing");
@@ -306,7 +325,8 @@ BatchInput ParseBatch(io::ByteSource& source) {
   size_t sequence_count = 0;
   auto on_sequence = [&](const json& element, size_t index) {
     if (++sequence_count > kMaxSequences) {
-      throw InputError("sequences", "at most " + std::to_string(kMaxSequences) + " sequences");
+      throw InputError("sequences", "at most " + std::to_string(kMaxSequences) +
+                                        " sequences");
     }
     if (sequence_error) return;
     try {
@@ -316,20 +336,24 @@ BatchInput ParseBatch(io::ByteSource& source) {
     }
   };
   auto on_top_level_key = [](const std::string& k) {
-    if (k != "cluster" && k != "model" && k != "cost_model" && k != "grad_sync" &&
-        k != "group_time_sigma" && k != "communicators" && k != "sequences") {
-      throw InputError(k,
-                       "unknown key (expected cluster, model, cost_model, grad_sync, "
-                       "group_time_sigma, communicators, sequences)");
+    if (k != "cluster" && k != "model" && k != "cost_model" &&
+        k != "grad_sync" && k != "group_time_sigma" && k != "communicators" &&
+        k != "sequences") {
+      throw InputError(
+          k,
+          "unknown key (expected cluster, model, cost_model, grad_sync, "
+          "group_time_sigma, communicators, sequences)");
     }
   };
   StrictDomSax sax("input", on_sequence, on_top_level_key);
   SaxParse(source, sax, "input");
   const json root = sax.TakeRoot();
-  if (!root.is_object()) throw InputError("input", "must be a JSON object, got " + TypeName(root));
+  if (!root.is_object())
+    throw InputError("input", "must be a JSON object, got " + TypeName(root));
 
   BatchInput in;
-  // Cluster: a preset name or {"ranks": N, "ranks_per_node": R[, "hardware": preset]}.
+  // Cluster: a preset name or {"ranks": N, "ranks_per_node": R[, "hardware":
+  // preset]}.
   const ClusterPreset* hardware = FindClusterPreset(kDefaultCluster);
   in.cluster_name = std::string(kDefaultCluster);
   if (root.contains("cluster")) {
@@ -338,7 +362,8 @@ BatchInput ParseBatch(io::ByteSource& source) {
       hardware = FindClusterPreset(c.get<std::string>());
       if (!hardware) {
         std::string names;
-        for (const auto& p : ClusterPresets()) names += (names.empty() ? "" : ", ") + p.name;
+        for (const auto& p : ClusterPresets())
+          names += (names.empty() ? "" : ", ") + p.name;
         throw InputError("cluster", "unknown preset \"" + c.get<std::string>() +
                                         "\" (known: " + names + ")");
       }
@@ -347,9 +372,11 @@ BatchInput ParseBatch(io::ByteSource& source) {
     } else if (c.is_object()) {
       in.cluster_name.clear();
       for (auto it = c.begin(); it != c.end(); ++it) {
-        if (it.key() != "ranks" && it.key() != "ranks_per_node" && it.key() != "hardware") {
-          throw InputError("cluster." + it.key(),
-                           "unknown key (expected ranks, ranks_per_node, hardware)");
+        if (it.key() != "ranks" && it.key() != "ranks_per_node" &&
+            it.key() != "hardware") {
+          throw InputError(
+              "cluster." + it.key(),
+              "unknown key (expected ranks, ranks_per_node, hardware)");
         }
       }
       if (!c.contains("ranks")) throw InputError("cluster.ranks", "missing");
@@ -357,19 +384,23 @@ BatchInput ParseBatch(io::ByteSource& source) {
           static_cast<int>(GetInt(c["ranks"], "cluster.ranks", 1, kMaxRanks));
       in.request.cluster.ranks_per_node =
           c.contains("ranks_per_node")
-              ? static_cast<int>(GetInt(c["ranks_per_node"], "cluster.ranks_per_node", 1, kMaxRanks))
+              ? static_cast<int>(GetInt(c["ranks_per_node"],
+                                        "cluster.ranks_per_node", 1, kMaxRanks))
               : in.request.cluster.num_ranks;
       if (c.contains("hardware")) {
         const json& h = c["hardware"];
-        hardware = h.is_string() ? FindClusterPreset(h.get<std::string>()) : nullptr;
+        hardware =
+            h.is_string() ? FindClusterPreset(h.get<std::string>()) : nullptr;
         if (!hardware) {
-          throw InputError("cluster.hardware",
-                           h.is_string() ? UnknownClusterPresetMessage(h.get<std::string>())
-                                         : "must name a cluster preset, got " + TypeName(h));
+          throw InputError(
+              "cluster.hardware",
+              h.is_string() ? UnknownClusterPresetMessage(h.get<std::string>())
+                            : "must name a cluster preset, got " + TypeName(h));
         }
       }
     } else {
-      throw InputError("cluster", "must be a preset name or an object, got " + TypeName(c));
+      throw InputError(
+          "cluster", "must be a preset name or an object, got " + TypeName(c));
     }
   } else {
     in.request.cluster = {hardware->num_ranks, hardware->ranks_per_node};
@@ -379,29 +410,33 @@ BatchInput ParseBatch(io::ByteSource& source) {
   const ModelPreset* model = nullptr;
   if (root.contains("model")) {
     const json& m = root["model"];
-    if (!m.is_string()) throw InputError("model", "must be a preset name, got " + TypeName(m));
+    if (!m.is_string())
+      throw InputError("model", "must be a preset name, got " + TypeName(m));
     model = FindModelPreset(m.get<std::string>());
     if (!model) {
       std::string names;
-      for (const auto& p : ModelPresets()) names += (names.empty() ? "" : ", ") + p.shape.name;
-      throw InputError("model", "unknown preset \"" + m.get<std::string>() + "\" (known: " +
-                                    names + ")");
+      for (const auto& p : ModelPresets())
+        names += (names.empty() ? "" : ", ") + p.shape.name;
+      throw InputError("model", "unknown preset \"" + m.get<std::string>() +
+                                    "\" (known: " + names + ")");
     }
     in.model_name = model->shape.name;
   }
-  const ModelPreset* base_model = model ? model : FindModelPreset(kDefaultModel);
+  const ModelPreset* base_model =
+      model ? model : FindModelPreset(kDefaultModel);
   ClusterPreset sized = *hardware;
   sized.num_ranks = in.request.cluster.num_ranks;
   in.request.cost = DeriveCostModel(*base_model, sized);
-  const bool memory_given = root.contains("cost_model") && root["cost_model"].is_object() &&
+  const bool memory_given = root.contains("cost_model") &&
+                            root["cost_model"].is_object() &&
                             (root["cost_model"].contains("mem_static") ||
                              root["cost_model"].contains("mem_capacity"));
   if (!memory_given) CheckModelFitsOneRank(in.request.cost, *base_model, sized);
   int given = 0;
   in.cost_sources.assign(kNumCostCoefficients, CoefficientSource::kPreset);
   if (root.contains("cost_model")) {
-    given = ApplyCostModel(root["cost_model"], in.request.cost, CoefficientSource::kInput,
-                           &in.cost_sources);
+    given = ApplyCostModel(root["cost_model"], in.request.cost,
+                           CoefficientSource::kInput, &in.cost_sources);
   }
   const bool complete = given == static_cast<int>(kNumCostCoefficients);
   if (model || !complete) in.request.model = base_model->shape;
@@ -412,52 +447,65 @@ BatchInput ParseBatch(io::ByteSource& source) {
   // [, "forward_share": F]}, with ValidateRequest's ranges.
   if (root.contains("grad_sync")) {
     const json& g = root["grad_sync"];
-    if (!g.is_object()) throw InputError("grad_sync", "must be an object, got " + TypeName(g));
+    if (!g.is_object())
+      throw InputError("grad_sync", "must be an object, got " + TypeName(g));
     GradientSync sync;
     for (auto it = g.begin(); it != g.end(); ++it) {
       const std::string field = "grad_sync." + it.key();
       if (it.key() == "collective_s") {
         sync.collective_s = GetNumber(*it, field);
       } else if (it.key() == "buckets") {
-        sync.buckets = static_cast<int>(GetInt(*it, field, 1, std::numeric_limits<int>::max()));
+        sync.buckets = static_cast<int>(
+            GetInt(*it, field, 1, std::numeric_limits<int>::max()));
       } else if (it.key() == "forward_share") {
         sync.forward_share = GetNumber(*it, field);
       } else {
-        throw InputError(field, "unknown key (expected collective_s, buckets, forward_share)");
+        throw InputError(
+            field,
+            "unknown key (expected collective_s, buckets, forward_share)");
       }
     }
-    if (!g.contains("collective_s")) throw InputError("grad_sync.collective_s", "missing");
+    if (!g.contains("collective_s"))
+      throw InputError("grad_sync.collective_s", "missing");
     CheckGradientSync(sync);
     in.request.grad_sync = sync;
   }
-  // The spread of group times around their estimates (optional, log-normal sigma).
+  // The spread of group times around their estimates (optional, log-normal
+  // sigma).
   if (root.contains("group_time_sigma")) {
-    const double sigma = GetNumber(root["group_time_sigma"], "group_time_sigma");
+    const double sigma =
+        GetNumber(root["group_time_sigma"], "group_time_sigma");
     if (!(sigma >= 0 && sigma <= kMaxGroupTimeSigma)) {
       throw InputError("group_time_sigma", "must be a number in [0, 2]");
     }
     in.request.group_time_sigma = sigma;
   }
-  // The runtime's communicators (optional): {"create_s": S, "existing": [[ranks], ...]}.
+  // The runtime's communicators (optional): {"create_s": S, "existing":
+  // [[ranks], ...]}.
   if (root.contains("communicators")) {
     const json& c = root["communicators"];
-    if (!c.is_object()) throw InputError("communicators", "must be an object, got " + TypeName(c));
+    if (!c.is_object())
+      throw InputError("communicators",
+                       "must be an object, got " + TypeName(c));
     CommunicatorCache cache;
     for (auto it = c.begin(); it != c.end(); ++it) {
       const std::string field = "communicators." + it.key();
       if (it.key() == "create_s") {
         cache.create_s = GetNumber(*it, field);
       } else if (it.key() == "existing") {
-        if (!it->is_array()) throw InputError(field, "must be an array, got " + TypeName(*it));
+        if (!it->is_array())
+          throw InputError(field, "must be an array, got " + TypeName(*it));
         for (size_t i = 0; i < it->size(); ++i) {
           const json& set = (*it)[i];
           const std::string set_field = field + "[" + std::to_string(i) + "]";
-          if (!set.is_array()) throw InputError(set_field, "must be an array of ranks");
+          if (!set.is_array())
+            throw InputError(set_field, "must be an array of ranks");
           std::vector<int> ranks;
           for (size_t j = 0; j < set.size(); ++j) {
-            const std::string rank_field = set_field + "[" + std::to_string(j) + "]";
-            ranks.push_back(
-                static_cast<int>(GetInt(set[j], rank_field, 0, std::numeric_limits<int>::max())));
+            const std::string rank_field =
+                set_field + "[" + std::to_string(j) + "]";
+            ranks.push_back(static_cast<int>(GetInt(
+                set[j], rank_field, 0, std::numeric_limits<int>::max())));
           }
           cache.existing.push_back(std::move(ranks));
         }
@@ -465,14 +513,16 @@ BatchInput ParseBatch(io::ByteSource& source) {
         throw InputError(field, "unknown key (expected create_s, existing)");
       }
     }
-    if (!c.contains("create_s")) throw InputError("communicators.create_s", "missing");
+    if (!c.contains("create_s"))
+      throw InputError("communicators.create_s", "missing");
     CheckCommunicatorCache(cache, in.request.cluster.num_ranks);
     in.request.communicators = std::move(cache);
   }
 
   if (!root.contains("sequences")) throw InputError("sequences", "missing");
   const json& seqs = root["sequences"];
-  if (!seqs.is_array()) throw InputError("sequences", "must be an array, got " + TypeName(seqs));
+  if (!seqs.is_array())
+    throw InputError("sequences", "must be an array, got " + TypeName(seqs));
   if (sequence_count == 0) throw InputError("sequences", "must not be empty");
   if (sequence_error) throw *sequence_error;
   in.request.sequences = std::move(sequences);
@@ -500,11 +550,13 @@ constexpr ReportKey kProfileReportKeys[] = {
     {"refined_on_total", &json::is_boolean, "a boolean"},
     {"residual_note", &json::is_string, "a string"},
     {"wall_s", &json::is_number, "a number"},
-    // python -m fcp profile --target torch: the profiled layer's shape, dtype, device.
+    // python -m fcp profile --target torch: the profiled layer's shape, dtype,
+    // device.
     {"torch", &json::is_object, "an object"},
 };
 
-CostModel ParseCostModel(io::ByteSource& source, const CostModel& base, CostSources* sources) {
+CostModel ParseCostModel(io::ByteSource& source, const CostModel& base,
+                         CostSources* sources) {
   json root = ParseStrict(source, "cost_model");
   CoefficientSource given_as = CoefficientSource::kInput;
   if (root.is_object() && root.contains("cost_model")) {
@@ -516,13 +568,14 @@ CostModel ParseCostModel(io::ByteSource& source, const CostModel& base, CostSour
         if (it.key() == k.name) known = &k;
       }
       if (!known) {
-        throw InputError(it.key(),
-                         "unknown key beside cost_model (a cost-model file is a cost_model "
-                         "object or an fcp profile report)");
+        throw InputError(
+            it.key(),
+            "unknown key beside cost_model (a cost-model file is a cost_model "
+            "object or an fcp profile report)");
       }
       if (!(it.value().*(known->is_type))()) {
-        throw InputError(it.key(), std::string("must be ") + known->type_name + ", got " +
-                                       TypeName(it.value()));
+        throw InputError(it.key(), std::string("must be ") + known->type_name +
+                                       ", got " + TypeName(it.value()));
       }
     }
     json inner = std::move(root["cost_model"]);
@@ -565,30 +618,37 @@ std::string CostSourcesNote(const CostSources& sources) {
       {CoefficientSource::kInput, "input"},
       {CoefficientSource::kProfile, "fcp profile"},
       {CoefficientSource::kPreset, "preset"},
-      {CoefficientSource::kUnsetZero, "0 (v2 term unset beside timing coefficients)"},
+      {CoefficientSource::kUnsetZero,
+       "0 (v2 term unset beside timing coefficients)"},
   };
   std::string note;
   for (const auto& [source, label] : kOrder) {
     std::string names;
     for (size_t i = 0; i < sources.size() && i < kNumCostCoefficients; ++i) {
       if (sources[i] == source)
-        names += (names.empty() ? "" : ", ") + std::string(kCostCoefficients[i].name);
+        names += (names.empty() ? "" : ", ") +
+                 std::string(kCostCoefficients[i].name);
     }
-    if (!names.empty()) note += (note.empty() ? "" : "; ") + std::string(label) + ": " + names;
+    if (!names.empty())
+      note += (note.empty() ? "" : "; ") + std::string(label) + ": " + names;
   }
   return note;
 }
 
 std::string CostModelToJson(const CostModel& cm, int indent) {
   ordered_json j;
-  for (const CostCoefficient& c : kCostCoefficients) j[std::string(c.name)] = cm.*(c.member);
+  for (const CostCoefficient& c : kCostCoefficients)
+    j[std::string(c.name)] = cm.*(c.member);
   return j.dump(indent);
 }
 
 // Like dump(indent), but arrays of numbers stay on one line, so a plan for
 // 1,024 ranks is still readable.
-static void DumpCompact(const ordered_json& j, int indent, int depth, std::string& out) {
-  const auto pad = [&](int d) { out.append(static_cast<size_t>(d * indent), ' '); };
+static void DumpCompact(const ordered_json& j, int indent, int depth,
+                        std::string& out) {
+  const auto pad = [&](int d) {
+    out.append(static_cast<size_t>(d * indent), ' ');
+  };
   if (j.is_object() && !j.empty()) {
     out += "{\n";
     size_t i = 0;
@@ -601,7 +661,9 @@ static void DumpCompact(const ordered_json& j, int indent, int depth, std::strin
     pad(depth);
     out += "}";
   } else if (j.is_array() && !j.empty() &&
-             !std::all_of(j.begin(), j.end(), [](const ordered_json& e) { return e.is_number(); })) {
+             !std::all_of(j.begin(), j.end(), [](const ordered_json& e) {
+               return e.is_number();
+             })) {
     out += "[\n";
     for (size_t i = 0; i < j.size(); ++i) {
       pad(depth + 1);
@@ -611,7 +673,8 @@ static void DumpCompact(const ordered_json& j, int indent, int depth, std::strin
     pad(depth);
     out += "]";
   } else {
-    std::string flat = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::string flat =
+        j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     if (j.is_array()) {
       // dump(-1) writes [1,2,3]; add a space after commas for readability.
       std::string spaced;
@@ -661,7 +724,8 @@ std::string PlanToJson(const Plan& plan, int indent) {
     j["message"] = plan.message;
     j["infeasible_sequence"] = plan.infeasible_sequence;
   }
-  if (indent < 0) return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (indent < 0)
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string out;
   DumpCompact(j, indent, 0, out);
   return out;

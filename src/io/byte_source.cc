@@ -30,7 +30,9 @@ ByteSource::ByteSource(std::string_view text, std::string name, bool reject_nul)
 }
 
 ByteSource::ByteSource(const std::string& path, bool reject_nul)
-    : name_(path == "-" ? "stdin" : path), reject_nul_(reject_nul), buffer_(kChunkBytes) {
+    : name_(path == "-" ? "stdin" : path),
+      reject_nul_(reject_nul),
+      buffer_(kChunkBytes) {
   if (path.empty()) throw InputError("input", "empty file name");
   if (path == "-") {
     fd_ = STDIN_FILENO;
@@ -50,7 +52,8 @@ ByteSource::ByteSource(const std::string& path, bool reject_nul)
     if (own_fd_) ::close(fd_);
     throw InputError(name_, "is a directory, not a file");
   }
-  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) > kMaxInputBytes) {
+  if (S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) > kMaxInputBytes) {
     if (own_fd_) ::close(fd_);
     throw InputError(name_, "larger than 2 GiB");
   }
@@ -61,10 +64,12 @@ ByteSource::~ByteSource() {
 }
 
 void ByteSource::CheckChunk(const char* data, size_t size) {
-  if (consumed_ + size > kMaxInputBytes) throw InputError(name_, "larger than 2 GiB");
+  if (consumed_ + size > kMaxInputBytes)
+    throw InputError(name_, "larger than 2 GiB");
   if (reject_nul_ && size > 0) {
     if (const void* nul = std::memchr(data, '\0', size)) {
-      const auto offset = consumed_ + static_cast<uint64_t>(static_cast<const char*>(nul) - data);
+      const auto offset = consumed_ + static_cast<uint64_t>(
+                                          static_cast<const char*>(nul) - data);
       throw InputError(name_, "NUL byte at offset " + std::to_string(offset) +
                                   " (JSON text cannot contain one)");
     }
@@ -81,8 +86,9 @@ bool ByteSource::Refill() {
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     // EISDIR arrives here on systems where open+fstat did not tell.
-    throw InputError(name_, errno == EISDIR ? std::string("is a directory, not a file")
-                                            : "read failed: " + SystemError(errno));
+    throw InputError(name_, errno == EISDIR
+                                ? std::string("is a directory, not a file")
+                                : "read failed: " + SystemError(errno));
   }
   pos_ = buffer_.data();
   end_ = buffer_.data();

@@ -58,7 +58,9 @@ class ByteSource {
       source_->Skip();
       return *this;
     }
-    bool operator==(const Iterator& other) const { return AtEnd() == other.AtEnd(); }
+    bool operator==(const Iterator& other) const {
+      return AtEnd() == other.AtEnd();
+    }
     bool operator!=(const Iterator& other) const { return !(*this == other); }
 
    private:

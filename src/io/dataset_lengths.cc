@@ -1,14 +1,14 @@
 // Sequence lengths from datasets (include/fcp/lengths.h).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <string>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "fcp/io.h"
 #include "fcp/lengths.h"
@@ -28,14 +28,16 @@ constexpr size_t kIdxMagicBytes = 9;
 constexpr size_t kIdxHeaderBytes = 34;
 
 std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
 std::string Extension(const std::string& path) {
   const auto slash = path.rfind('/');
   const auto dot = path.rfind('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return "";
   return Lower(path.substr(dot + 1));
 }
 
@@ -48,8 +50,10 @@ uint64_t LittleU64(const unsigned char* p) {
 }
 
 std::string_view TrimSpace(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+    s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -61,8 +65,9 @@ bool NextLine(io::ByteSource& source, std::string& line, size_t line_no) {
   if (c < 0) return false;
   while (c >= 0 && c != '\n') {
     if (line.size() == kMaxLineBytes) {
-      throw InputError(fmt::format("{} line {}", source.name(), line_no),
-                       fmt::format("longer than {} bytes (the line cap)", kMaxLineBytes));
+      throw InputError(
+          fmt::format("{} line {}", source.name(), line_no),
+          fmt::format("longer than {} bytes (the line cap)", kMaxLineBytes));
     }
     line.push_back(static_cast<char>(c));
     source.Skip();
@@ -83,7 +88,8 @@ int64_t CheckedLength(int64_t v, const std::string& where) {
 DatasetFormat DetectDatasetFormat(const std::string& path) {
   const std::string ext = Extension(path);
   if (ext == "idx" || ext == "bin") return DatasetFormat::kMegatronIdx;
-  if (ext == "jsonl" || ext == "ndjson" || ext == "json") return DatasetFormat::kJsonl;
+  if (ext == "jsonl" || ext == "ndjson" || ext == "json")
+    return DatasetFormat::kJsonl;
   if (ext == "csv") return DatasetFormat::kCsv;
   if (ext == "parquet" || ext == "pq") return DatasetFormat::kParquet;
   if (ext == "arrow" || ext == "feather") return DatasetFormat::kArrow;
@@ -94,7 +100,8 @@ bool NeedsPython(DatasetFormat format) {
   return format == DatasetFormat::kParquet || format == DatasetFormat::kArrow;
 }
 
-std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool documents) {
+std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given,
+                                            bool documents) {
   std::string path = given;
   if (Extension(path) == "bin") path = path.substr(0, path.size() - 3) + "idx";
   const std::string where = Where(path);
@@ -109,34 +116,43 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
   if (file_size < static_cast<std::streamoff>(kIdxHeaderBytes) ||
       !in.read(reinterpret_cast<char*>(header), kIdxHeaderBytes) ||
       std::memcmp(header, kIdxMagic, kIdxMagicBytes) != 0)
-    throw InputError(where, "not a Megatron indexed dataset index (no MMIDIDX header)");
+    throw InputError(
+        where, "not a Megatron indexed dataset index (no MMIDIDX header)");
   const uint64_t version = LittleU64(header + 9);
   if (version != 1)
-    throw InputError(where, fmt::format("unsupported .idx version {} (expected 1)", version));
+    throw InputError(
+        where,
+        fmt::format("unsupported .idx version {} (expected 1)", version));
   const unsigned dtype_code = header[17];
   if (dtype_code < 1 || dtype_code > 8)
-    throw InputError(where, fmt::format("unknown token dtype code {}", dtype_code));
+    throw InputError(where,
+                     fmt::format("unknown token dtype code {}", dtype_code));
   const uint64_t sequences = LittleU64(header + 18);
   const uint64_t docs = LittleU64(header + 26);
   // Body: int32 lengths + int64 pointers per sequence, int64 per document
   // index, optionally an int8 mode per sequence (multimodal datasets).
   const uint64_t body = static_cast<uint64_t>(file_size) - kIdxHeaderBytes;
-  if (sequences > body / 12 || docs > body / 8 || 12 * sequences + 8 * docs > body)
-    throw InputError(where, fmt::format("truncated: header announces {} sequences and {} "
-                                        "document indices, file has {} bytes",
-                                        sequences, docs, file_size));
+  if (sequences > body / 12 || docs > body / 8 ||
+      12 * sequences + 8 * docs > body)
+    throw InputError(
+        where, fmt::format("truncated: header announces {} sequences and {} "
+                           "document indices, file has {} bytes",
+                           sequences, docs, file_size));
   const uint64_t expected = 12 * sequences + 8 * docs;
   if (body != expected && body != expected + sequences)
-    throw InputError(where, fmt::format("size {} bytes does not match the header ({} sequences, "
-                                        "{} document indices)",
-                                        file_size, sequences, docs));
+    throw InputError(
+        where,
+        fmt::format("size {} bytes does not match the header ({} sequences, "
+                    "{} document indices)",
+                    file_size, sequences, docs));
   auto read_le = [&](uint64_t count, int width, auto&& consume) {
     std::vector<unsigned char> buf;
     constexpr uint64_t kChunk = 1 << 16;
     for (uint64_t done = 0; done < count;) {
       const uint64_t n = std::min(kChunk, count - done);
       buf.resize(n * static_cast<uint64_t>(width));
-      if (!in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(buf.size())))
+      if (!in.read(reinterpret_cast<char*>(buf.data()),
+                   static_cast<std::streamsize>(buf.size())))
         throw InputError(where, "read failed");
       for (uint64_t i = 0; i < n; ++i) {
         uint64_t v = 0;
@@ -149,7 +165,9 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
   std::vector<int64_t> seq_len(sequences);
   read_le(sequences, 4, [&](uint64_t i, uint64_t u) {
     const auto v = static_cast<int32_t>(static_cast<uint32_t>(u));
-    if (v < 0) throw InputError(where, fmt::format("sequence {} has length {} < 0", i, v));
+    if (v < 0)
+      throw InputError(where,
+                       fmt::format("sequence {} has length {} < 0", i, v));
     seq_len[i] = v;
   });
   if (!documents) return seq_len;
@@ -161,24 +179,28 @@ std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given, bool docum
   uint64_t prev = 0;
   read_le(docs, 8, [&](uint64_t k, uint64_t idx) {
     if (idx > sequences || idx < prev || (k == 0 && idx != 0))
-      throw InputError(where, fmt::format("document index {} = {} is not increasing within "
-                                          "[0, {}]",
-                                          k, idx, sequences));
+      throw InputError(
+          where, fmt::format("document index {} = {} is not increasing within "
+                             "[0, {}]",
+                             k, idx, sequences));
     if (k > 0) {
       int64_t sum = 0;
       for (uint64_t s = prev; s < idx; ++s) sum += seq_len[s];
-      out.push_back(CheckedLength(sum, where + " document " + std::to_string(k - 1)));
+      out.push_back(
+          CheckedLength(sum, where + " document " + std::to_string(k - 1)));
     }
     prev = idx;
   });
   if (prev != sequences)
-    throw InputError(where, fmt::format("{} sequences after the last document end (use "
-                                        "--idx-unit sequence to read sequences)",
-                                        sequences - prev));
+    throw InputError(
+        where, fmt::format("{} sequences after the last document end (use "
+                           "--idx-unit sequence to read sequences)",
+                           sequences - prev));
   return out;
 }
 
-std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string& field) {
+std::vector<int64_t> ReadJsonlLengths(const std::string& path,
+                                      const std::string& field) {
   io::ByteSource in(path, /*reject_nul=*/false);
   std::vector<int64_t> out;
   std::string line;
@@ -192,7 +214,8 @@ std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string
       // stack overflow), duplicate keys rejected.
       record = ParseJsonStrict(line, "record", kMaxLineBytes);
     } catch (const InputError& e) {
-      const std::string why = std::string(e.what()).substr(e.field().size() + 2);
+      const std::string why =
+          std::string(e.what()).substr(e.field().size() + 2);
       throw InputError(where, "not a JSON object (" + why + ")");
     }
     if (!record.is_object()) throw InputError(where, "not a JSON object");
@@ -208,15 +231,18 @@ std::vector<int64_t> ReadJsonlLengths(const std::string& path, const std::string
     } else if (it->is_array()) {
       out.push_back(CheckedLength(static_cast<int64_t>(it->size()), at));
     } else if (it->is_string()) {
-      throw InputError(at, "is text: give --tokenizer tokenizer.json to count its tokens");
+      throw InputError(
+          at, "is text: give --tokenizer tokenizer.json to count its tokens");
     } else {
-      throw InputError(at, "expected a token count (integer) or token ids (array)");
+      throw InputError(at,
+                       "expected a token count (integer) or token ids (array)");
     }
   }
   return out;
 }
 
-std::vector<int64_t> ReadCsvLengths(const std::string& path, const std::string& field) {
+std::vector<int64_t> ReadCsvLengths(const std::string& path,
+                                    const std::string& field) {
   io::ByteSource in(path, /*reject_nul=*/false);
   std::vector<int64_t> out;
   std::string line;
@@ -231,15 +257,18 @@ std::vector<int64_t> ReadCsvLengths(const std::string& path, const std::string& 
       for (size_t c = 0; c < cols.size(); ++c)
         if (TrimSpace(cols[c]) == field) column = static_cast<int>(c);
       if (column < 0)
-        throw InputError(where, "CSV header has no column \"" + EscapeForMessage(field) +
+        throw InputError(where, "CSV header has no column \"" +
+                                    EscapeForMessage(field) +
                                     "\" (choose it with --field)");
       continue;
     }
     if (static_cast<int>(cols.size()) <= column)
-      throw InputError(where, "missing column \"" + EscapeForMessage(field) + "\"");
+      throw InputError(where,
+                       "missing column \"" + EscapeForMessage(field) + "\"");
     const std::string_view text = TrimSpace(cols[static_cast<size_t>(column)]);
     int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    const auto [ptr, ec] =
+        std::from_chars(text.data(), text.data() + text.size(), v);
     if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
       throw InputError(where, "expected an integer token count, got \"" +
                                   EscapeForMessage(text.substr(0, 40)) + "\"");
@@ -261,12 +290,14 @@ std::string LengthReport(std::span<const int64_t> lengths, int64_t empty) {
   if (n == 0) return out;
   // Nearest-rank percentiles.
   auto pct = [&](double p) {
-    const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(n)));
+    const auto rank =
+        static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(n)));
     return sorted[std::max<size_t>(rank, 1) - 1];
   };
-  out += fmt::format("min {}  p50 {}  p90 {}  p99 {}  max {}  mean {:.1f} (tokens)\n",
-                     sorted.front(), pct(50), pct(90), pct(99), sorted.back(),
-                     static_cast<double>(total) / static_cast<double>(n));
+  out += fmt::format(
+      "min {}  p50 {}  p90 {}  p99 {}  max {}  mean {:.1f} (tokens)\n",
+      sorted.front(), pct(50), pct(90), pct(99), sorted.back(),
+      static_cast<double>(total) / static_cast<double>(n));
   // Power-of-two buckets [2^k, 2^(k+1)).
   auto bucket = [](int64_t v) {
     int k = 0;
@@ -277,10 +308,12 @@ std::string LengthReport(std::span<const int64_t> lengths, int64_t empty) {
   std::vector<size_t> counts(static_cast<size_t>(hi - lo + 1), 0);
   for (int64_t v : sorted) ++counts[static_cast<size_t>(bucket(v) - lo)];
   const size_t most = *std::max_element(counts.begin(), counts.end());
-  out += fmt::format("{:<24} {:>10} {:>7}\n", "length (tokens)", "count", "share");
+  out +=
+      fmt::format("{:<24} {:>10} {:>7}\n", "length (tokens)", "count", "share");
   for (int k = lo; k <= hi; ++k) {
     const size_t c = counts[static_cast<size_t>(k - lo)];
-    const std::string range = fmt::format("[{}, {})", int64_t{1} << k, int64_t{1} << (k + 1));
+    const std::string range =
+        fmt::format("[{}, {})", int64_t{1} << k, int64_t{1} << (k + 1));
     const size_t bar = most ? (c * 40 + most - 1) / most : 0;
     out += fmt::format("{:<24} {:>10} {:>6.1f}% {}\n", range, c,
                        100.0 * static_cast<double>(c) / static_cast<double>(n),
@@ -290,9 +323,10 @@ std::string LengthReport(std::span<const int64_t> lengths, int64_t empty) {
 }
 
 std::string LengthFileText(std::span<const int64_t> lengths) {
-  std::string out = fmt::format("# {} sequence lengths (tokens), one per line; written by fcp "
-                                "lengths\n",
-                                lengths.size());
+  std::string out = fmt::format(
+      "# {} sequence lengths (tokens), one per line; written by fcp "
+      "lengths\n",
+      lengths.size());
   for (int64_t v : lengths) {
     out += std::to_string(v);
     out += '\n';

@@ -3,13 +3,12 @@
 // pointers, int64 document indices); tests/python/test_lengths.py checks the
 // same reader against files written by megatron-core's own
 // IndexedDatasetBuilder.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "fcp/io.h"
 #include "fcp/lengths.h"
@@ -23,12 +22,13 @@ namespace fs = std::filesystem;
 using fcp::testing::TempDir;
 
 void PutLe(std::string& out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+  for (int i = 0; i < bytes; ++i)
+    out += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 // An .idx as Megatron-Core lays it out, for int32 tokens (dtype code 4).
-std::string IdxBytes(const std::vector<int32_t>& seq_lengths, const std::vector<int64_t>& doc_idx,
-                     bool modes = false) {
+std::string IdxBytes(const std::vector<int32_t>& seq_lengths,
+                     const std::vector<int64_t>& doc_idx, bool modes = false) {
   std::string out("MMIDIDX\0\0", 9);
   PutLe(out, 1, 8);  // version
   PutLe(out, 4, 1);  // dtype code: int32
@@ -49,9 +49,12 @@ std::string IdxBytes(const std::vector<int32_t>& seq_lengths, const std::vector<
 TEST(MegatronIdx, DocumentsSumTheirSequencesAndSequencesAreReadAsIs) {
   TempDir dir;
   // Three documents: {5, 7}, {0}, {9, 1, 2}.
-  const std::string idx = dir.Write("d.idx", IdxBytes({5, 7, 0, 9, 1, 2}, {0, 2, 3, 6}));
-  EXPECT_EQ(ReadMegatronIdxLengths(idx, true), (std::vector<int64_t>{12, 0, 12}));
-  EXPECT_EQ(ReadMegatronIdxLengths(idx, false), (std::vector<int64_t>{5, 7, 0, 9, 1, 2}));
+  const std::string idx =
+      dir.Write("d.idx", IdxBytes({5, 7, 0, 9, 1, 2}, {0, 2, 3, 6}));
+  EXPECT_EQ(ReadMegatronIdxLengths(idx, true),
+            (std::vector<int64_t>{12, 0, 12}));
+  EXPECT_EQ(ReadMegatronIdxLengths(idx, false),
+            (std::vector<int64_t>{5, 7, 0, 9, 1, 2}));
   // Given the .bin, the .idx beside it is read.
   EXPECT_EQ(ReadMegatronIdxLengths((dir.path() / "d.bin").string(), true),
             (std::vector<int64_t>{12, 0, 12}));
@@ -63,13 +66,15 @@ TEST(MegatronIdx, DocumentsSumTheirSequencesAndSequencesAreReadAsIs) {
 TEST(MegatronIdx, CorruptFilesAreRejectedNamingTheFile) {
   TempDir dir;
   const std::string good = IdxBytes({5, 7}, {0, 2});
-  auto rejects = [&](const std::string& name, const std::string& bytes, bool docs = true) {
+  auto rejects = [&](const std::string& name, const std::string& bytes,
+                     bool docs = true) {
     const std::string path = dir.Write(name, bytes);
     try {
       ReadMegatronIdxLengths(path, docs);
       ADD_FAILURE() << name << " accepted";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos)
+          << e.what();
     }
   };
   rejects("magic.idx", "MMIDIDY" + good.substr(7));
@@ -84,50 +89,64 @@ TEST(MegatronIdx, CorruptFilesAreRejectedNamingTheFile) {
   rejects("count.idx", count);
   rejects("negative.idx", IdxBytes({5, -1}, {0, 2}), false);
   rejects("order.idx", IdxBytes({5, 7, 1}, {0, 2, 1}));
-  rejects("tail.idx", IdxBytes({5, 7, 1}, {0, 2}));  // sequence 2 in no document
-  EXPECT_THROW(ReadMegatronIdxLengths((dir.path() / "none.idx").string()), InputError);
+  rejects("tail.idx",
+          IdxBytes({5, 7, 1}, {0, 2}));  // sequence 2 in no document
+  EXPECT_THROW(ReadMegatronIdxLengths((dir.path() / "none.idx").string()),
+               InputError);
 }
 
 TEST(Jsonl, CountsIdsAndTextNeedingATokenizer) {
   TempDir dir;
-  const std::string path = dir.Write(
-      "a.jsonl", "{\"tokens\": 12, \"text\": \"hi\"}\n\n{\"tokens\": [1, 2, 3], \"x\": 1}\n"
-                 "{\"tokens\": 0}\n");
+  const std::string path =
+      dir.Write("a.jsonl",
+                "{\"tokens\": 12, \"text\": \"hi\"}\n\n{\"tokens\": [1, 2, 3], "
+                "\"x\": 1}\n"
+                "{\"tokens\": 0}\n");
   EXPECT_EQ(ReadJsonlLengths(path, "tokens"), (std::vector<int64_t>{12, 3, 0}));
   try {
     ReadJsonlLengths(path, "text");
     ADD_FAILURE();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--tokenizer"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--tokenizer"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(ReadJsonlLengths(path, "x"), InputError);  // missing on line 1
-  EXPECT_THROW(ReadJsonlLengths(dir.Write("b.jsonl", "{\"tokens\": -1}\n"), "tokens"),
+  EXPECT_THROW(
+      ReadJsonlLengths(dir.Write("b.jsonl", "{\"tokens\": -1}\n"), "tokens"),
+      InputError);
+  EXPECT_THROW(ReadJsonlLengths(dir.Write("c.jsonl", "[1]\n"), "tokens"),
                InputError);
-  EXPECT_THROW(ReadJsonlLengths(dir.Write("c.jsonl", "[1]\n"), "tokens"), InputError);
-  EXPECT_THROW(ReadJsonlLengths(dir.Write("d.jsonl", "{\"tokens\": 1.5}\n"), "tokens"),
-               InputError);
-  EXPECT_THROW(ReadJsonlLengths(dir.Write("e.jsonl", "{\"tokens\": 1}{\n"), "tokens"),
-               InputError);
+  EXPECT_THROW(
+      ReadJsonlLengths(dir.Write("d.jsonl", "{\"tokens\": 1.5}\n"), "tokens"),
+      InputError);
+  EXPECT_THROW(
+      ReadJsonlLengths(dir.Write("e.jsonl", "{\"tokens\": 1}{\n"), "tokens"),
+      InputError);
 }
 
 TEST(Csv, NamedColumnWithQuotes) {
   TempDir dir;
-  const std::string path =
-      dir.Write("a.csv", "id,\"name, quoted\",n_tok\r\n1,\"a, b\",100\r\n2,c,7\r\n");
+  const std::string path = dir.Write(
+      "a.csv", "id,\"name, quoted\",n_tok\r\n1,\"a, b\",100\r\n2,c,7\r\n");
   EXPECT_EQ(ReadCsvLengths(path, "n_tok"), (std::vector<int64_t>{100, 7}));
   EXPECT_THROW(ReadCsvLengths(path, "tokens"), InputError);
-  EXPECT_THROW(ReadCsvLengths(dir.Write("b.csv", "tokens\nx\n"), "tokens"), InputError);
-  EXPECT_THROW(ReadCsvLengths(dir.Write("c.csv", "a,tokens\n1\n"), "tokens"), InputError);
+  EXPECT_THROW(ReadCsvLengths(dir.Write("b.csv", "tokens\nx\n"), "tokens"),
+               InputError);
+  EXPECT_THROW(ReadCsvLengths(dir.Write("c.csv", "a,tokens\n1\n"), "tokens"),
+               InputError);
 }
 
 TEST(DetectDatasetFormat, ByExtension) {
-  EXPECT_EQ(DetectDatasetFormat("x/train_text_document.idx"), DatasetFormat::kMegatronIdx);
+  EXPECT_EQ(DetectDatasetFormat("x/train_text_document.idx"),
+            DatasetFormat::kMegatronIdx);
   EXPECT_EQ(DetectDatasetFormat("a.BIN"), DatasetFormat::kMegatronIdx);
   EXPECT_EQ(DetectDatasetFormat("a.jsonl"), DatasetFormat::kJsonl);
   EXPECT_EQ(DetectDatasetFormat("a.csv"), DatasetFormat::kCsv);
   EXPECT_EQ(DetectDatasetFormat("a.parquet"), DatasetFormat::kParquet);
-  EXPECT_EQ(DetectDatasetFormat("data-00000-of-00001.arrow"), DatasetFormat::kArrow);
+  EXPECT_EQ(DetectDatasetFormat("data-00000-of-00001.arrow"),
+            DatasetFormat::kArrow);
   EXPECT_EQ(DetectDatasetFormat("dir.v2/lengths"), DatasetFormat::kText);
   EXPECT_TRUE(NeedsPython(DatasetFormat::kParquet));
   EXPECT_FALSE(NeedsPython(DatasetFormat::kJsonl));
@@ -140,7 +159,8 @@ TEST(LengthReport, SummaryAndPowerOfTwoHistogram) {
       "min 1  p50 3  p90 1001  p99 1001  max 1001  mean 252.0 (tokens)\n"
       "length (tokens)               count   share\n"
       "[1, 2)                            1   25.0% ####################\n"
-      "[2, 4)                            2   50.0% ########################################\n"
+      "[2, 4)                            2   50.0% "
+      "########################################\n"
       "[4, 8)                            0    0.0% \n"
       "[8, 16)                           0    0.0% \n"
       "[16, 32)                          0    0.0% \n"
@@ -181,7 +201,8 @@ TEST(AtomicFile, CommitsOrLeavesNothing) {
     ADD_FAILURE();
   } catch (const InputError& e) {
     const std::string what = e.what();
-    EXPECT_EQ(what.find('\x1b'), std::string::npos) << "control characters escaped";
+    EXPECT_EQ(what.find('\x1b'), std::string::npos)
+        << "control characters escaped";
     EXPECT_NE(what.find("\\x1b"), std::string::npos) << what;
     EXPECT_EQ(what.rfind("out: cannot write", 0), 0u) << what;
   }

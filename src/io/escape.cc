@@ -30,16 +30,18 @@ void AppendCodePoint(std::string& out, uint32_t cp) {
 // Code points a terminal or viewer treats as control, line break or text
 // direction change (the last: "Trojan Source" reordering).
 bool IsUnsafeCodePoint(uint32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 || cp == 0x200e ||
-         cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ||
-         cp == 0xfeff;
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+         (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
 }
 
 // Length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no
 // overlongs, no surrogates, <= U+10FFFF), 0 if there is none; its code point
 // in `cp`.
 size_t Utf8Sequence(std::string_view text, size_t i, uint32_t& cp) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const auto byte = [&](size_t k) {
+    return static_cast<unsigned char>(text[k]);
+  };
   const unsigned char b0 = byte(i);
   size_t len = 0;
   uint32_t min = 0;

@@ -1,11 +1,12 @@
 // Parsers: batch JSON, cost-model JSON, length files, plan JSON.
-#include <fstream>
+#include "fcp/io.h"
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "fcp/cost_coefficients.h"
-#include "fcp/io.h"
 #include "fcp/presets.h"
 
 namespace fcp {
@@ -32,8 +33,8 @@ TEST(BatchJsonTest, ParsesPresetsAndSequenceForms) {
   EXPECT_EQ(in.request.sequences[2].eta, 0.4);
   ASSERT_TRUE(in.request.model.has_value());
   EXPECT_EQ(in.request.model->q_heads, 32);
-  const CostModel expected =
-      DeriveCostModel(*FindModelPreset("llama3-8b"), *FindClusterPreset("h100-8x8"));
+  const CostModel expected = DeriveCostModel(*FindModelPreset("llama3-8b"),
+                                             *FindClusterPreset("h100-8x8"));
   EXPECT_EQ(in.request.cost.alpha1, expected.alpha1);
   EXPECT_EQ(in.request.cost.mem_capacity, 80e9);
 }
@@ -56,29 +57,38 @@ TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
   EXPECT_EQ(in.request.cost.gamma_serial, 2e-4);
   EXPECT_EQ(in.request.cost.attn_overhead_tokens, 600);
   EXPECT_EQ(in.request.cost.ring_tail_steps, 1);
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": 1.5}})"),
-            "cost_model.ring_tail_steps");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": -0.5}})"),
-            "cost_model.ring_tail_steps");
+  EXPECT_EQ(
+      FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": 1.5}})"),
+      "cost_model.ring_tail_steps");
+  EXPECT_EQ(
+      FieldOf(R"({"sequences": [1], "cost_model": {"ring_tail_steps": -0.5}})"),
+      "cost_model.ring_tail_steps");
   EXPECT_EQ(in.request.cost.gamma_intra, 1e-4);
   EXPECT_EQ(in.request.cost.gamma_inter, 3e-4);
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma_intra": -1}})"),
             "cost_model.gamma_intra");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma_inter": "1"}})"),
-            "cost_model.gamma_inter");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": 1e999}})"),
-            "input");  // not a JSON number at all
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": -5}})"),
-            "cost_model.attn_overhead_tokens");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma": 1}})"), "cost_model.gamma");
+  EXPECT_EQ(
+      FieldOf(R"({"sequences": [1], "cost_model": {"gamma_inter": "1"}})"),
+      "cost_model.gamma_inter");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": 1e999}})"),
+      "input");  // not a JSON number at all
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "cost_model": {"attn_overhead_tokens": -5}})"),
+      "cost_model.attn_overhead_tokens");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"gamma": 1}})"),
+            "cost_model.gamma");
   // Presets carry their derived v2 terms; timing coefficients given without
   // any v2 key are the paper's model (v2 terms 0).
-  const BatchInput preset = ParseBatchJson(R"({"model": "qwen3-8b", "sequences": [10]})");
+  const BatchInput preset =
+      ParseBatchJson(R"({"model": "qwen3-8b", "sequences": [10]})");
   EXPECT_GT(preset.request.cost.attn_overhead_tokens, 0);
   EXPECT_GT(preset.request.cost.gamma_inter, 0);
   EXPECT_EQ(preset.request.cost.ring_tail_steps, 1);
-  const BatchInput paper =
-      ParseBatchJson(R"({"model": "qwen3-8b", "cost_model": {"alpha1": 1e-9}, "sequences": [10]})");
+  const BatchInput paper = ParseBatchJson(
+      R"({"model": "qwen3-8b", "cost_model": {"alpha1": 1e-9}, "sequences": [10]})");
   EXPECT_EQ(paper.request.cost.attn_overhead_tokens, 0);
   EXPECT_EQ(paper.request.cost.gamma_intra, 0);
   EXPECT_EQ(paper.request.cost.gamma_inter, 0);
@@ -86,7 +96,8 @@ TEST(BatchJsonTest, CostModelV2KeysParseWithTheSameStrictness) {
   EXPECT_EQ(paper.request.cost.gamma_serial, 0);
   const BatchInput memory_only = ParseBatchJson(
       R"({"model": "qwen3-8b", "cost_model": {"mem_capacity": 9e10}, "sequences": [10]})");
-  EXPECT_EQ(memory_only.request.cost.gamma_inter, preset.request.cost.gamma_inter);
+  EXPECT_EQ(memory_only.request.cost.gamma_inter,
+            preset.request.cost.gamma_inter);
 }
 
 // The unset rule (docs/design.md §2): a cost_model that sets any timing
@@ -106,15 +117,19 @@ TEST(BatchJsonTest, UnsetV2TermsAreZeroBesideTimingCoefficients) {
   for (size_t i = 0; i < kNumCostCoefficients; ++i) {
     const std::string_view name = kCostCoefficients[i].name;
     const CoefficientSource want =
-        name == "alpha1" || name == "attn_overhead_tokens" ? CoefficientSource::kInput
-        : kCostCoefficients[i].v2                          ? CoefficientSource::kUnsetZero
-                                                           : CoefficientSource::kPreset;
+        name == "alpha1" || name == "attn_overhead_tokens"
+            ? CoefficientSource::kInput
+        : kCostCoefficients[i].v2 ? CoefficientSource::kUnsetZero
+                                  : CoefficientSource::kPreset;
     EXPECT_EQ(in.cost_sources[i], want) << name;
   }
   EXPECT_EQ(CostSourcesNote(in.cost_sources),
-            "input: alpha1, attn_overhead_tokens; preset: alpha2, beta1, alpha3, beta2, "
-            "bw_intra_node, bw_inter_node, mem_per_token, mem_static, mem_capacity; 0 (v2 term "
-            "unset beside timing coefficients): gamma_intra, gamma_inter, gamma_serial, "
+            "input: alpha1, attn_overhead_tokens; preset: alpha2, beta1, "
+            "alpha3, beta2, "
+            "bw_intra_node, bw_inter_node, mem_per_token, mem_static, "
+            "mem_capacity; 0 (v2 term "
+            "unset beside timing coefficients): gamma_intra, gamma_inter, "
+            "gamma_serial, "
             "ring_tail_steps");
   // ring_tail_steps alone is not a timing coefficient: the preset's h stays.
   const BatchInput tail = ParseBatchJson(
@@ -124,27 +139,34 @@ TEST(BatchJsonTest, UnsetV2TermsAreZeroBesideTimingCoefficients) {
   // a --cost-model file over the batch's coefficients too.
   CostSources sources = in.cost_sources;
   const CostModel over = ParseCostModelJson(
-      R"({"cost_model": {"gamma_intra": 1e-5}, "wall_s": 1.0})", tail.request.cost, &sources);
+      R"({"cost_model": {"gamma_intra": 1e-5}, "wall_s": 1.0})",
+      tail.request.cost, &sources);
   EXPECT_EQ(over.gamma_intra, 1e-5);
   EXPECT_EQ(over.attn_overhead_tokens, 0);
   EXPECT_EQ(sources[FindCostCoefficient("gamma_intra") - kCostCoefficients],
             CoefficientSource::kProfile);
-  EXPECT_EQ(sources[FindCostCoefficient("attn_overhead_tokens") - kCostCoefficients],
-            CoefficientSource::kUnsetZero);
+  EXPECT_EQ(
+      sources[FindCostCoefficient("attn_overhead_tokens") - kCostCoefficients],
+      CoefficientSource::kUnsetZero);
 }
 
 TEST(BatchJsonTest, ErrorsNameTheField) {
   EXPECT_EQ(FieldOf(R"({"sequences": [1, 2, 0]})"), "sequences[2]");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1, {"length": 5, "eta": -0.1}]})"), "sequences[1].eta");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1, {"length": 5, "eta": -0.1}]})"),
+            "sequences[1].eta");
   EXPECT_EQ(FieldOf(R"({"sequences": [{"eta": 0.1}]})"), "sequences[0].length");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1099511627777]})"), "sequences[0]");  // 2^40 + 1
+  EXPECT_EQ(FieldOf(R"({"sequences": [1099511627777]})"),
+            "sequences[0]");  // 2^40 + 1
   EXPECT_EQ(FieldOf(R"({"sequences": [1e300]})"), "sequences[0]");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "cost_model": {"mem_capacity": 0}})"),
             "cost_model.mem_capacity");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "ranks_per_node": 0}})"),
-            "cluster.ranks_per_node");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "nodes": 2}})"),
-            "cluster.nodes");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "cluster": {"ranks": 4, "ranks_per_node": 0}})"),
+      "cluster.ranks_per_node");
+  EXPECT_EQ(
+      FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "nodes": 2}})"),
+      "cluster.nodes");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "model": 7})"), "model");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "sequences": [2]})"), "input");
   EXPECT_EQ(FieldOf("{\"sequences\": [1]"), "input");
@@ -161,35 +183,52 @@ TEST(BatchJsonTest, GradientSyncIsOptionalAndStrict) {
   EXPECT_EQ(in.request.grad_sync->collective_s, 0.3);
   EXPECT_EQ(in.request.grad_sync->buckets, 4);
   EXPECT_EQ(in.request.grad_sync->forward_share, 0.5);
-  const BatchInput defaults = ParseBatchJson(R"({"sequences": [1], "grad_sync": {"collective_s": 0}})");
+  const BatchInput defaults =
+      ParseBatchJson(R"({"sequences": [1], "grad_sync": {"collective_s": 0}})");
   ASSERT_TRUE(defaults.request.grad_sync);
   EXPECT_EQ(defaults.request.grad_sync->buckets, 1);
   EXPECT_EQ(defaults.request.grad_sync->forward_share, 0.25);
 
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": 0.3})"), "grad_sync");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {}})"), "grad_sync.collective_s");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {}})"),
+            "grad_sync.collective_s");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": -1}})"),
             "grad_sync.collective_s");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": "1"}})"),
-            "grad_sync.collective_s");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 0}})"),
-            "grad_sync.buckets");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 1.5}})"),
-            "grad_sync.buckets");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "forward_share": 2}})"),
-            "grad_sync.forward_share");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": 1, "bucket": 2}})"),
-            "grad_sync.bucket");
+  EXPECT_EQ(
+      FieldOf(R"({"sequences": [1], "grad_sync": {"collective_s": "1"}})"),
+      "grad_sync.collective_s");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 0}})"),
+      "grad_sync.buckets");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "grad_sync": {"collective_s": 1, "buckets": 1.5}})"),
+      "grad_sync.buckets");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "grad_sync": {"collective_s": 1, "forward_share": 2}})"),
+      "grad_sync.forward_share");
+  EXPECT_EQ(
+      FieldOf(
+          R"({"sequences": [1], "grad_sync": {"collective_s": 1, "bucket": 2}})"),
+      "grad_sync.bucket");
 }
 
 TEST(BatchJsonTest, GroupTimeSigmaIsOptionalAndStrict) {
-  EXPECT_EQ(ParseBatchJson(R"({"sequences": [1]})").request.group_time_sigma, 0);
-  const BatchInput in = ParseBatchJson(R"({"sequences": [1], "group_time_sigma": 0.15})");
+  EXPECT_EQ(ParseBatchJson(R"({"sequences": [1]})").request.group_time_sigma,
+            0);
+  const BatchInput in =
+      ParseBatchJson(R"({"sequences": [1], "group_time_sigma": 0.15})");
   EXPECT_EQ(in.request.group_time_sigma, 0.15);
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": -0.1})"), "group_time_sigma");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": 3})"), "group_time_sigma");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": "0.1"})"), "group_time_sigma");
-  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": null})"), "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": -0.1})"),
+            "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": 3})"),
+            "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": "0.1"})"),
+            "group_time_sigma");
+  EXPECT_EQ(FieldOf(R"({"sequences": [1], "group_time_sigma": null})"),
+            "group_time_sigma");
 }
 
 TEST(BatchJsonTest, CommunicatorsAreOptionalAndStrict) {
@@ -201,16 +240,23 @@ TEST(BatchJsonTest, CommunicatorsAreOptionalAndStrict) {
   EXPECT_EQ(in.request.communicators->create_s, 0.002);
   EXPECT_EQ(in.request.communicators->existing,
             (std::vector<std::vector<int>>{{0, 1}, {7, 4, 5}}));
-  const std::string c8 = R"({"cluster": {"ranks": 8, "ranks_per_node": 4}, "sequences": [1], )";
+  const std::string c8 =
+      R"({"cluster": {"ranks": 8, "ranks_per_node": 4}, "sequences": [1], )";
   EXPECT_EQ(FieldOf(c8 + R"("communicators": 1})"), "communicators");
   EXPECT_EQ(FieldOf(c8 + R"("communicators": {}})"), "communicators.create_s");
-  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": -1}})"), "communicators.create_s");
-  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [[0, 8]]}})"),
-            "communicators.existing[0][1]");
-  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [[0, -1]]}})"),
-            "communicators.existing[0][1]");
-  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [3]}})"),
-            "communicators.existing[0]");
+  EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": -1}})"),
+            "communicators.create_s");
+  EXPECT_EQ(
+      FieldOf(c8 +
+              R"("communicators": {"create_s": 0, "existing": [[0, 8]]}})"),
+      "communicators.existing[0][1]");
+  EXPECT_EQ(
+      FieldOf(c8 +
+              R"("communicators": {"create_s": 0, "existing": [[0, -1]]}})"),
+      "communicators.existing[0][1]");
+  EXPECT_EQ(
+      FieldOf(c8 + R"("communicators": {"create_s": 0, "existing": [3]}})"),
+      "communicators.existing[0]");
   EXPECT_EQ(FieldOf(c8 + R"("communicators": {"create_s": 0, "exist": []}})"),
             "communicators.exist");
 }
@@ -240,20 +286,23 @@ TEST(CostModelJsonTest, RoundTripsAndAcceptsWrappedForm) {
   EXPECT_EQ(back.ring_tail_steps, cm.ring_tail_steps);
   EXPECT_EQ(back.gamma_serial, cm.gamma_serial);
   EXPECT_EQ(back.mem_capacity, cm.mem_capacity);
-  const CostModel wrapped =
-      ParseCostModelJson("{\"cost_model\": " + CostModelToJson(cm) + "}", CostModel{});
+  const CostModel wrapped = ParseCostModelJson(
+      "{\"cost_model\": " + CostModelToJson(cm) + "}", CostModel{});
   EXPECT_EQ(wrapped.bw_inter_node, cm.bw_inter_node);
   EXPECT_THROW(ParseCostModelJson(R"({"alpha9": 1})", cm), InputError);
 }
 
 TEST(LengthsTest, PlainAndCsv) {
-  EXPECT_EQ(ParseLengths("10\n20\n\n# comment\n30"), (std::vector<int64_t>{10, 20, 30}));
+  EXPECT_EQ(ParseLengths("10\n20\n\n# comment\n30"),
+            (std::vector<int64_t>{10, 20, 30}));
   EXPECT_EQ(ParseLengths("tokens,bytes,file\n5,10,a.go\n7,3,\"b,c.go\"\n"),
             (std::vector<int64_t>{5, 7}));
-  EXPECT_EQ(ParseLengths("file,tokens\nx,9\r\ny,11\r\n"), (std::vector<int64_t>{9, 11}));
+  EXPECT_EQ(ParseLengths("file,tokens\nx,9\r\ny,11\r\n"),
+            (std::vector<int64_t>{9, 11}));
   EXPECT_THROW(ParseLengths("10\nabc12\n"), InputError);
   EXPECT_THROW(ParseLengths("10\n-3\n"), InputError);
-  EXPECT_EQ(ParseLengths("10\n0\n"), (std::vector<int64_t>{10}));  // empty documents skipped
+  EXPECT_EQ(ParseLengths("10\n0\n"),
+            (std::vector<int64_t>{10}));  // empty documents skipped
   EXPECT_THROW(ParseLengths("name,bytes\nx,1\n"), InputError);
   EXPECT_THROW(ParseLengths("99999999999999999999999\n"), InputError);
   try {
@@ -265,11 +314,13 @@ TEST(LengthsTest, PlainAndCsv) {
 }
 
 TEST(LengthsTest, ReadsTheSharedGoSourceLengths) {
-  const std::string path = std::string(FCP_SOURCE_DIR) + "/data/go-src-qwen3-lengths.csv";
-  if (!std::ifstream(path)) GTEST_SKIP() << "shared data not present at " << path;
+  const std::string path =
+      std::string(FCP_SOURCE_DIR) + "/data/go-src-qwen3-lengths.csv";
+  if (!std::ifstream(path))
+    GTEST_SKIP() << "shared data not present at " << path;
   const auto lengths = ReadLengthsFile(path);
   EXPECT_EQ(lengths.size(), 7852u - 8);  // 8 empty files carry no tokens
-  EXPECT_EQ(lengths[0], 137);  // Make.dist
+  EXPECT_EQ(lengths[0], 137);            // Make.dist
   EXPECT_THROW(ReadLengthsFile("/nonexistent/lengths.txt"), InputError);
 }
 
@@ -279,7 +330,8 @@ TEST(PlanJsonTest, HasTheDocumentedFields) {
   plan.num_ranks = 4;
   plan.est_ms = 3;
   plan.lower_bound_ms = 2;
-  plan.micro_batches.push_back({{{{0, 1}, {0, 2}, CommKind::kRing, 3, 100}}, 3});
+  plan.micro_batches.push_back(
+      {{{{0, 1}, {0, 2}, CommKind::kRing, 3, 100}}, 3});
   const auto j = nlohmann::json::parse(PlanToJson(plan));
   EXPECT_EQ(j["strategy"], "fcp");
   EXPECT_EQ(j["ranks"], 4);
@@ -287,8 +339,10 @@ TEST(PlanJsonTest, HasTheDocumentedFields) {
   EXPECT_EQ(j["lower_bound_ms"], 2.0);
   EXPECT_DOUBLE_EQ(j["gap"].get<double>(), 0.5);
   EXPECT_TRUE(j.contains("solver_ms"));
-  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["ranks"], nlohmann::json({0, 1}));
-  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["sequences"], nlohmann::json({0, 2}));
+  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["ranks"],
+            nlohmann::json({0, 1}));
+  EXPECT_EQ(j["micro_batches"][0]["groups"][0]["sequences"],
+            nlohmann::json({0, 2}));
   EXPECT_EQ(j["micro_batches"][0]["groups"][0]["mem_bytes"], 100);
 }
 

@@ -1,4 +1,6 @@
 // Length files: one integer per line, or CSV with a `tokens` column.
+#include "fcp/lengths.h"
+
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -9,7 +11,6 @@
 
 #include "fcp/io.h"
 #include "io/byte_source.h"
-#include "fcp/lengths.h"
 #include "io/csv.h"
 #include "io/strict_json.h"
 
@@ -19,8 +20,12 @@ namespace {
 constexpr int64_t kMaxLength = int64_t{1} << 40;
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -57,15 +62,18 @@ namespace {
 int64_t ParseLength(std::string_view text, const std::string& field) {
   text = Trim(text);
   int64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec == std::errc::result_out_of_range) throw InputError(field, "length out of range");
+  const auto [ptr, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec == std::errc::result_out_of_range)
+    throw InputError(field, "length out of range");
   if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
     throw InputError(field, "expected a positive integer, got \"" +
                                 std::string(text.substr(0, 40)) + "\"");
   }
   if (v < 0) throw InputError(field, "length must be >= 0");
   if (v > kMaxLength)
-    throw InputError(field, "length " + std::to_string(v) + " exceeds the limit of 2^40 tokens");
+    throw InputError(field, "length " + std::to_string(v) +
+                                " exceeds the limit of 2^40 tokens");
   return v;
 }
 
@@ -83,7 +91,8 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
     ++line_no;
     if (end - start > kMaxLineBytes) {
       throw InputError("line " + std::to_string(line_no),
-                       "longer than " + std::to_string(kMaxLineBytes) + " bytes (the line cap)");
+                       "longer than " + std::to_string(kMaxLineBytes) +
+                           " bytes (the line cap)");
     }
     std::string_view line = Trim(text.substr(start, end - start));
     start = end + 1;
@@ -94,10 +103,13 @@ std::vector<int64_t> ParseLengths(std::string_view text) {
     const std::string field = "line " + std::to_string(line_no);
     if (first) {
       first = false;
-      const bool header = line.find_first_not_of("0123456789+-") != std::string_view::npos &&
-                          line.find(',') != std::string_view::npos;
-      const bool word = line.find_first_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") !=
-                        std::string_view::npos;
+      const bool header =
+          line.find_first_not_of("0123456789+-") != std::string_view::npos &&
+          line.find(',') != std::string_view::npos;
+      const bool word =
+          line.find_first_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") !=
+          std::string_view::npos;
       if (header || word) {
         const auto cols = SplitCsv(line);
         for (size_t c = 0; c < cols.size(); ++c) {
@@ -142,7 +154,8 @@ std::string ReadLinesCapped(const std::string& path) {
       ++line_no;
     } else if (text.size() - line_start > kMaxLineBytes) {
       throw InputError(path + ": line " + std::to_string(line_no),
-                       "longer than " + std::to_string(kMaxLineBytes) + " bytes (the line cap)");
+                       "longer than " + std::to_string(kMaxLineBytes) +
+                           " bytes (the line cap)");
     }
   }
   return text;
@@ -153,8 +166,10 @@ std::vector<int64_t> ReadLengthsFile(const std::string& path) {
   // say which command turns it into one rather than fail on its first line.
   const DatasetFormat format = DetectDatasetFormat(path);
   if (format != DatasetFormat::kText && format != DatasetFormat::kCsv) {
-    throw InputError(path, "is a dataset, not a length file: run `fcp lengths " + path +
-                               " -o lengths.txt` first (docs/lengths.md) and pass lengths.txt");
+    throw InputError(
+        path,
+        "is a dataset, not a length file: run `fcp lengths " + path +
+            " -o lengths.txt` first (docs/lengths.md) and pass lengths.txt");
   }
   const std::string text = ReadLinesCapped(path);
   try {
@@ -162,7 +177,8 @@ std::vector<int64_t> ReadLengthsFile(const std::string& path) {
     if (lengths.empty()) throw InputError(path, "no lengths found");
     return lengths;
   } catch (const InputError& e) {
-    throw InputError(path + ": " + e.field(), std::string(e.what()).substr(e.field().size() + 2));
+    throw InputError(path + ": " + e.field(),
+                     std::string(e.what()).substr(e.field().size() + 2));
   }
 }
 

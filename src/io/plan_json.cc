@@ -2,10 +2,9 @@
 // `fcp simulate --plan` (plans made elsewhere). Structural checks only; the
 // estimates in the text are ignored and recomputed.
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "fcp/io.h"
 #include "fcp/plan_check.h"
@@ -26,7 +25,8 @@ int64_t IntIn(const json& j, const std::string& field, int64_t lo, int64_t hi) {
   if (!j.is_number_integer()) throw InputError(field, "must be an integer");
   const int64_t v = j.get<int64_t>();
   if (v < lo || v > hi) {
-    throw InputError(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InputError(field, "must be in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
   }
   return v;
 }
@@ -37,26 +37,37 @@ std::vector<int> IntList(const json& j, const std::string& field) {
   std::vector<int> out;
   out.reserve(j.size());
   for (size_t i = 0; i < j.size(); ++i) {
-    out.push_back(static_cast<int>(
-        IntIn(j[i], field + "[" + std::to_string(i) + "]", -kMaxInt - 1, kMaxInt)));
+    out.push_back(static_cast<int>(IntIn(
+        j[i], field + "[" + std::to_string(i) + "]", -kMaxInt - 1, kMaxInt)));
   }
   return out;
 }
 
 }  // namespace
 
-Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string& field) {
-  if (!j.is_object()) throw InputError(field, "must be an object (fcp plan --format json)");
-  static const char* const kKeys[] = {"strategy", "ranks",      "status",   "est_ms",
-                                      "lower_bound_ms", "gap",  "solver_ms", "notes",
-                                      "micro_batches",  "message", "infeasible_sequence"};
+Plan ParsePlanJson(const json& j, const PlanRequest& request,
+                   const std::string& field) {
+  if (!j.is_object())
+    throw InputError(field, "must be an object (fcp plan --format json)");
+  static const char* const kKeys[] = {"strategy",
+                                      "ranks",
+                                      "status",
+                                      "est_ms",
+                                      "lower_bound_ms",
+                                      "gap",
+                                      "solver_ms",
+                                      "notes",
+                                      "micro_batches",
+                                      "message",
+                                      "infeasible_sequence"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKeys) known |= it.key() == k;
     if (!known) throw InputError(field + "." + it.key(), "unknown key");
     // Recomputed, but typed as `fcp plan` prints them.
     const std::string& key = it.key();
-    if ((key == "est_ms" || key == "lower_bound_ms" || key == "gap") && !it.value().is_number())
+    if ((key == "est_ms" || key == "lower_bound_ms" || key == "gap") &&
+        !it.value().is_number())
       throw InputError(field + "." + key, "must be a number");
     if (key == "notes" && !it.value().is_object())
       throw InputError(field + ".notes", "must be an object");
@@ -68,11 +79,14 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
   Plan plan;
   const json& status = Need(j, "status", field);
   if (!status.is_string() || status.get<std::string>() != "ok") {
-    throw InputError(field + ".status", "must be \"ok\" (an infeasible plan cannot run)");
+    throw InputError(field + ".status",
+                     "must be \"ok\" (an infeasible plan cannot run)");
   }
-  plan.num_ranks = static_cast<int>(IntIn(Need(j, "ranks", field), field + ".ranks", 0, kMaxInt));
+  plan.num_ranks = static_cast<int>(
+      IntIn(Need(j, "ranks", field), field + ".ranks", 0, kMaxInt));
   if (j.contains("strategy")) {
-    if (!j["strategy"].is_string()) throw InputError(field + ".strategy", "must be a string");
+    if (!j["strategy"].is_string())
+      throw InputError(field + ".strategy", "must be a string");
     plan.strategy = j["strategy"].get<std::string>();
   }
   if (j.contains("solver_ms")) {
@@ -83,7 +97,8 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
     plan.solver_ms = s.get<double>();
   }
   const json& mbs = Need(j, "micro_batches", field);
-  if (!mbs.is_array()) throw InputError(field + ".micro_batches", "must be an array");
+  if (!mbs.is_array())
+    throw InputError(field + ".micro_batches", "must be an array");
   // Types here; ranges, duplicates and coverage in CheckPlanShape, the check
   // every entry point that takes a plan shares.
   for (size_t m = 0; m < mbs.size(); ++m) {
@@ -96,30 +111,35 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
         throw InputError(mf + ".est_ms", "must be a number");
     }
     const json& groups = Need(mbs[m], "groups", mf);
-    if (!groups.is_array()) throw InputError(mf + ".groups", "must be an array");
+    if (!groups.is_array())
+      throw InputError(mf + ".groups", "must be an array");
     MicroBatchPlan mb;
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::string gf = mf + ".groups[" + std::to_string(g) + "]";
       if (!groups[g].is_object()) throw InputError(gf, "must be an object");
       GroupPlan gp;
       gp.ranks = IntList(Need(groups[g], "ranks", gf), gf + ".ranks");
-      gp.sequences = IntList(Need(groups[g], "sequences", gf), gf + ".sequences");
+      gp.sequences =
+          IntList(Need(groups[g], "sequences", gf), gf + ".sequences");
       if (groups[g].contains("comm")) {
         const json& c = groups[g]["comm"];
-        if (!c.is_string() || (c.get<std::string>() != "all-to-all" && c.get<std::string>() != "ring")) {
+        if (!c.is_string() || (c.get<std::string>() != "all-to-all" &&
+                               c.get<std::string>() != "ring")) {
           throw InputError(gf + ".comm", "must be \"all-to-all\" or \"ring\"");
         }
-        gp.comm = c.get<std::string>() == "all-to-all" ? CommKind::kAllToAll : CommKind::kRing;
+        gp.comm = c.get<std::string>() == "all-to-all" ? CommKind::kAllToAll
+                                                       : CommKind::kRing;
       }
       for (auto it = groups[g].begin(); it != groups[g].end(); ++it) {
         const std::string& key = it.key();
-        if (key != "ranks" && key != "sequences" && key != "comm" && key != "est_ms" &&
-            key != "mem_bytes") {
+        if (key != "ranks" && key != "sequences" && key != "comm" &&
+            key != "est_ms" && key != "mem_bytes") {
           throw InputError(gf + "." + key, "unknown key");
         }
         // Estimates are recomputed, but what is written must still be what
         // `fcp plan` prints: numbers, not strings.
-        if ((key == "est_ms" || key == "mem_bytes") && !it.value().is_number()) {
+        if ((key == "est_ms" || key == "mem_bytes") &&
+            !it.value().is_number()) {
           throw InputError(gf + "." + key, "must be a number");
         }
       }
@@ -128,7 +148,8 @@ Plan ParsePlanJson(const json& j, const PlanRequest& request, const std::string&
     plan.micro_batches.push_back(std::move(mb));
   }
   CheckPlanShape(request, plan, field);
-  EvaluatePlan(request, plan);  // estimates from the cost model, as MakePlan does
+  EvaluatePlan(request,
+               plan);  // estimates from the cost model, as MakePlan does
   return plan;
 }
 

@@ -3,6 +3,7 @@
 // that are directories, FIFOs or too large, cost-model files with extra keys,
 // output files that cannot be written completely.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,12 +13,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "fcp/io.h"
 #include "fcp/presets.h"
@@ -44,7 +43,11 @@ bool IsOneLinePrintable(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x20 || c == 0x7f) return false;
-    size_t len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    size_t len = c < 0x80    ? 1
+                 : c >= 0xf0 ? 4
+                 : c >= 0xe0 ? 3
+                 : c >= 0xc2 ? 2
+                             : 0;
     if (len == 0 || i + len > s.size()) return false;
     for (size_t k = 1; k < len; ++k)
       if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
@@ -58,11 +61,14 @@ bool IsOneLinePrintable(const std::string& s) {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "fcp-io-test-XXXXXX").string();
+    std::string pattern =
+        (fs::temp_directory_path() / "fcp-io-test-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data());
   }
   ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  std::string operator/(const std::string& name) const {
+    return (fs::path(path_) / name).string();
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -73,10 +79,14 @@ TEST(EscapeTest, ControlCharactersBecomeVisible) {
   EXPECT_EQ(EscapeForMessage("a\nb\rc\td"), "a\\nb\\rc\\td");
   EXPECT_EQ(EscapeForMessage(std::string("x\0y", 3)), "x\\x00y");
   EXPECT_EQ(EscapeForMessage("\x1b[31mred\x7f"), "\\x1b[31mred\\x7f");
-  EXPECT_EQ(EscapeForMessage("\xc2\x9b" "2J"), "\\u009b2J");  // C1 CSI
+  EXPECT_EQ(EscapeForMessage("\xc2\x9b"
+                             "2J"),
+            "\\u009b2J");  // C1 CSI
   EXPECT_EQ(EscapeForMessage("line\xe2\x80\xa8sep"), "line\\u2028sep");
-  EXPECT_EQ(EscapeForMessage("bidi\xe2\x80\xaeoverride"), "bidi\\u202eoverride");
-  EXPECT_EQ(EscapeForMessage("bad \xff\xfe utf8 \xc3\x28"), "bad \\xff\\xfe utf8 \\xc3(");
+  EXPECT_EQ(EscapeForMessage("bidi\xe2\x80\xaeoverride"),
+            "bidi\\u202eoverride");
+  EXPECT_EQ(EscapeForMessage("bad \xff\xfe utf8 \xc3\x28"),
+            "bad \\xff\\xfe utf8 \\xc3(");
   EXPECT_EQ(EscapeForMessage("overlong \xc0\xaf"), "overlong \\xc0\\xaf");
   // Printable text, backslashes and valid UTF-8 stay as they are.
   EXPECT_EQ(EscapeForMessage("qwen3-8b \\n caf\xc3\xa9 \xe2\x82\xac"),
@@ -107,7 +117,9 @@ TEST(EscapeTest, InputErrorIsOneLine) {
   EXPECT_EQ(e.field(), "model\\n");
   // Re-wrapping an escaped message does not escape it again.
   EXPECT_STREQ(InputError::FromMessage(e.what()).what(), e.what());
-  const std::string msg = ErrorOf([] { ParseBatchJson("{\"model\": \"a\\nb\\u001b\", \"sequences\": [1]}"); });
+  const std::string msg = ErrorOf([] {
+    ParseBatchJson("{\"model\": \"a\\nb\\u001b\", \"sequences\": [1]}");
+  });
   EXPECT_TRUE(IsOneLinePrintable(msg)) << msg;
   EXPECT_NE(msg.find("a\\nb\\x1b"), std::string::npos) << msg;
 }
@@ -117,8 +129,9 @@ TEST(StreamingParseTest, NulByteEndsNothingSilently) {
   const std::string text("{\"sequences\": [5]}\0garbage", 26);
   const std::string msg = ErrorOf([&] { ParseBatchJson(text); });
   EXPECT_EQ(msg, "input: NUL byte at offset 18 (JSON text cannot contain one)");
-  EXPECT_NE(ErrorOf([&] { ParseCostModelJson(std::string("{}\0", 3), CostModel{}); })
-                .find("NUL byte"),
+  EXPECT_NE(ErrorOf([&] {
+              ParseCostModelJson(std::string("{}\0", 3), CostModel{});
+            }).find("NUL byte"),
             std::string::npos);
 }
 
@@ -127,16 +140,26 @@ TEST(StreamingParseTest, SameSequencesAsAWholeDocumentParse) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     nlohmann::json doc;
-    doc["cluster"] = {{"ranks", 16 + rng() % 64}, {"ranks_per_node", 1 + rng() % 8}};
+    doc["cluster"] = {{"ranks", 16 + rng() % 64},
+                      {"ranks_per_node", 1 + rng() % 8}};
     nlohmann::json seqs = nlohmann::json::array();
     const int k = 1 + static_cast<int>(rng() % 50);
     for (int i = 0; i < k; ++i) {
       const int64_t len = 1 + static_cast<int64_t>(rng() % 100000);
       switch (rng() % 4) {
-        case 0: seqs.push_back(len); break;
-        case 1: seqs.push_back({{"length", len}, {"attention", rng() % 2 ? "full" : "causal"}}); break;
-        case 2: seqs.push_back({{"eta", (rng() % 101) / 100.0}, {"length", len}}); break;
-        default: seqs.push_back(static_cast<double>(len)); break;
+        case 0:
+          seqs.push_back(len);
+          break;
+        case 1:
+          seqs.push_back(
+              {{"length", len}, {"attention", rng() % 2 ? "full" : "causal"}});
+          break;
+        case 2:
+          seqs.push_back({{"eta", (rng() % 101) / 100.0}, {"length", len}});
+          break;
+        default:
+          seqs.push_back(static_cast<double>(len));
+          break;
       }
     }
     // "sequences" first or last: the streaming path must not depend on order.
@@ -147,11 +170,13 @@ TEST(StreamingParseTest, SameSequencesAsAWholeDocumentParse) {
     ASSERT_EQ(in.request.sequences.size(), seqs.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
       const nlohmann::json& s = seqs[i];
-      const int64_t want_len =
-          s.is_object() ? s["length"].get<int64_t>() : static_cast<int64_t>(s.get<double>());
+      const int64_t want_len = s.is_object()
+                                   ? s["length"].get<int64_t>()
+                                   : static_cast<int64_t>(s.get<double>());
       double want_eta = 0;
       if (s.is_object() && s.contains("eta")) want_eta = s["eta"].get<double>();
-      if (s.is_object() && s.contains("attention")) want_eta = s["attention"] == "full" ? 1 : 0;
+      if (s.is_object() && s.contains("attention"))
+        want_eta = s["attention"] == "full" ? 1 : 0;
       EXPECT_EQ(in.request.sequences[i].length_tokens, want_len) << i;
       EXPECT_EQ(in.request.sequences[i].eta, want_eta) << i;
     }
@@ -161,14 +186,19 @@ TEST(StreamingParseTest, SameSequencesAsAWholeDocumentParse) {
 
 TEST(StreamingParseTest, ErrorOrderIsThatOfAWholeDocumentParse) {
   // A bad sequence before a bad cluster: the cluster is reported, as before.
-  EXPECT_EQ(ErrorOf([] { ParseBatchJson(R"({"sequences": [0], "cluster": {"ranks": 0}})"); })
-                .substr(0, 14),
+  EXPECT_EQ(ErrorOf([] {
+              ParseBatchJson(R"({"sequences": [0], "cluster": {"ranks": 0}})");
+            }).substr(0, 14),
             "cluster.ranks:");
   // A bad sequence before a syntax error: the syntax error is reported.
-  EXPECT_NE(ErrorOf([] { ParseBatchJson(R"({"sequences": [0, 1] x})"); }).find("invalid JSON"),
+  EXPECT_NE(ErrorOf([] {
+              ParseBatchJson(R"({"sequences": [0, 1] x})");
+            }).find("invalid JSON"),
             std::string::npos);
   // The first bad sequence is the one named.
-  EXPECT_EQ(ErrorOf([] { ParseBatchJson(R"({"sequences": [1, -3, 0]})"); }).substr(0, 13),
+  EXPECT_EQ(ErrorOf([] {
+              ParseBatchJson(R"({"sequences": [1, -3, 0]})");
+            }).substr(0, 13),
             "sequences[1]:");
   EXPECT_EQ(ErrorOf([] { ParseBatchJson(R"({"sequences": []})"); }),
             "sequences: must not be empty");
@@ -181,13 +211,19 @@ TEST(StreamingParseTest, BoundedOutsideSequences) {
   std::string big = "{\"cost_model\": [";
   for (int i = 0; i < 70000; ++i) big += "1,";
   big += "1], \"sequences\": [1]}";
-  EXPECT_NE(ErrorOf([&] { ParseBatchJson(big); }).find("cost_model: more than 65536 JSON values"),
+  EXPECT_NE(ErrorOf([&] {
+              ParseBatchJson(big);
+            }).find("cost_model: more than 65536 JSON values"),
             std::string::npos);
   // A nested element of "sequences" may not grow without bound either.
   std::string nested = "{\"sequences\": [[";
   for (int i = 0; i < 70000; ++i) nested += "1,";
   nested += "1]]}";
-  EXPECT_NE(ErrorOf([&] { ParseBatchJson(nested); }).find("sequences[0]: more than 65536 JSON values in one sequence"), std::string::npos);
+  EXPECT_NE(
+      ErrorOf([&] {
+        ParseBatchJson(nested);
+      }).find("sequences[0]: more than 65536 JSON values in one sequence"),
+      std::string::npos);
   // Sequences themselves are not limited by that cap.
   std::string many = "{\"sequences\": [";
   for (int i = 0; i < 100000; ++i) many += "{\"length\": 3},";
@@ -196,39 +232,52 @@ TEST(StreamingParseTest, BoundedOutsideSequences) {
 }
 
 TEST(StreamingParseTest, CostModelFileRejectsUnknownKeysBesideCostModel) {
-  const std::string cm = CostModelToJson(CostModel{1e-11, 1e-6, 1e-3, 1e5, 1e-4, 2e11, 5e10,
-                                                   5e5, 2e10, 6.4e10});
-  EXPECT_EQ(ErrorOf([&] { ParseCostModelJson("{\"cost_model\": " + cm + ", \"alpha1\": 5}", {}); })
-                .substr(0, 8),
+  const std::string cm = CostModelToJson(
+      CostModel{1e-11, 1e-6, 1e-3, 1e5, 1e-4, 2e11, 5e10, 5e5, 2e10, 6.4e10});
+  EXPECT_EQ(ErrorOf([&] {
+              ParseCostModelJson("{\"cost_model\": " + cm + ", \"alpha1\": 5}",
+                                 {});
+            }).substr(0, 8),
             "alpha1: ");
-  EXPECT_EQ(ErrorOf([&] { ParseCostModelJson("{\"cost_model\": " + cm + ", \"bogus\": 1}", {}); })
-                .substr(0, 7),
+  EXPECT_EQ(ErrorOf([&] {
+              ParseCostModelJson("{\"cost_model\": " + cm + ", \"bogus\": 1}",
+                                 {});
+            }).substr(0, 7),
             "bogus: ");
   // The keys of an `fcp profile` report are accepted, with their types.
   EXPECT_EQ(ErrorOf([&] {
-              ParseCostModelJson("{\"target\": \"sim:x\", \"samples\": 40, \"cost_model\": " + cm + "}",
-                                 {});
+              ParseCostModelJson(
+                  "{\"target\": \"sim:x\", \"samples\": 40, \"cost_model\": " +
+                      cm + "}",
+                  {});
             }),
             "<no error>");
   EXPECT_EQ(ErrorOf([&] {
-              ParseCostModelJson("{\"samples\": \"many\", \"cost_model\": " + cm + "}", {});
+              ParseCostModelJson(
+                  "{\"samples\": \"many\", \"cost_model\": " + cm + "}", {});
             }),
             "samples: must be a non-negative integer, got string");
 }
 
 TEST(InputFileTest, DirectoryFifoAndSize) {
   TempDir dir;
-  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(dir.path()); }), dir.path() + ": is a directory, not a file");
-  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(dir.path()); }), dir.path() + ": is a directory, not a file");
-  EXPECT_NE(ErrorOf([&] { ReadBatchJson(dir / "missing.json"); }).find("cannot open: No such file"),
+  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(dir.path()); }),
+            dir.path() + ": is a directory, not a file");
+  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(dir.path()); }),
+            dir.path() + ": is a directory, not a file");
+  EXPECT_NE(ErrorOf([&] {
+              ReadBatchJson(dir / "missing.json");
+            }).find("cannot open: No such file"),
             std::string::npos);
 
   // A FIFO has no size; it is read to its end (as /dev/stdin from a pipe).
   const std::string fifo = dir / "batch.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  std::thread writer([&] {
-    std::ofstream(fifo) << R"({"cluster": {"ranks": 8}, "sequences": [4096, 17]})";
-  });
+  std::thread writer(
+      [&] {
+        std::ofstream(fifo)
+            << R"({"cluster": {"ranks": 8}, "sequences": [4096, 17]})";
+      });
   const BatchInput in = ReadBatchJson(fifo);
   writer.join();
   EXPECT_EQ(in.request.sequences.size(), 2u);
@@ -250,12 +299,16 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   const std::string path = dir / "out.json";
   WriteTextFile(path, "{\"a\": 1}\n");
   std::ifstream in(path);
-  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "{\"a\": 1}\n");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
+            "{\"a\": 1}\n");
 
-  EXPECT_NE(ErrorOf([] { WriteTextFile("/dev/full", "x"); })
-                .find("/dev/full: cannot write '/dev/full': No space"),
+  EXPECT_NE(ErrorOf([] {
+              WriteTextFile("/dev/full", "x");
+            }).find("/dev/full: cannot write '/dev/full': No space"),
             std::string::npos);
-  EXPECT_NE(ErrorOf([&] { WriteTextFile(dir / "no/such/dir/x", "x"); }).find("cannot write"),
+  EXPECT_NE(ErrorOf([&] {
+              WriteTextFile(dir / "no/such/dir/x", "x");
+            }).find("cannot write"),
             std::string::npos);
 
   // A write cut short (file size limit, as a full disk would): an error and
@@ -271,7 +324,9 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
     try {
       WriteTextFile(partial, std::string(1000, 'x'));
     } catch (const InputError& e) {
-      code = std::string(e.what()).find("cannot write") != std::string::npos ? 0 : 4;
+      code = std::string(e.what()).find("cannot write") != std::string::npos
+                 ? 0
+                 : 4;
     }
     ::_exit(code);
   }
@@ -282,9 +337,7 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   EXPECT_FALSE(fs::exists(partial));
 
   // An existing file survives a failed write (the policy of AtomicFile).
-  {
-    std::ofstream(partial) << "old";
-  }
+  { std::ofstream(partial) << "old"; }
   const pid_t again = ::fork();
   ASSERT_GE(again, 0);
   if (again == 0) {
@@ -302,7 +355,9 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   std::ifstream old_file(partial);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(old_file), {}), "old");
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}), 2)
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()),
+                          fs::directory_iterator{}),
+            2)
       << "a temporary file was left behind";
 }
 

@@ -28,7 +28,8 @@ namespace {
 
 #ifdef FCP_HAVE_AVX2_PATH
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), \
+                             apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -49,7 +50,8 @@ bool g_force_baseline = false;
 
 bool UseAvx2() {
 #ifdef FCP_HAVE_AVX2_PATH
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has && !g_force_baseline;
 #else
   return false;
@@ -57,7 +59,8 @@ bool UseAvx2() {
 }
 
 // Positions default to 0..n-1 when the caller passes nullptr.
-const int64_t* PositionsOrIota(const int64_t* pos, int n, std::vector<int64_t>& storage) {
+const int64_t* PositionsOrIota(const int64_t* pos, int n,
+                               std::vector<int64_t>& storage) {
   if (pos != nullptr) return pos;
   storage.resize(n);
   std::iota(storage.begin(), storage.end(), int64_t{0});
@@ -70,8 +73,9 @@ bool AttentionUsesAvx2() { return UseAvx2(); }
 void ForceBaselineIsaForTesting(bool force) { g_force_baseline = force; }
 
 void AttentionForward(const float* q, const float* k, const float* v, int nq,
-                      int nk, int dh, const int64_t* q_pos, const int64_t* k_pos,
-                      bool causal, float scale, float* out, float* lse) {
+                      int nk, int dh, const int64_t* q_pos,
+                      const int64_t* k_pos, bool causal, float scale,
+                      float* out, float* lse) {
   FCP_CHECK(nq >= 0 && nk >= 0 && dh > 0);
   if (nq == 0) return;
   if (nk == 0) {
@@ -118,8 +122,8 @@ void MergePartial(float* out, float* lse, const float* out_b,
 void AttentionBackward(const float* q, const float* k, const float* v,
                        const float* out, const float* dout, const float* lse,
                        int nq, int nk, int dh, const int64_t* q_pos,
-                       const int64_t* k_pos, bool causal, float scale, float* dq,
-                       float* dk, float* dv) {
+                       const int64_t* k_pos, bool causal, float scale,
+                       float* dq, float* dk, float* dv) {
   FCP_CHECK(nq >= 0 && nk >= 0 && dh > 0);
   if (nq == 0 || nk == 0) return;
   std::vector<int64_t> qs, ks;

@@ -17,21 +17,22 @@ namespace fcp::kernels {
 // (natural-log sum of exp of scaled scores; -inf for a row with no visible key,
 // whose out row is then 0). scale is usually 1/sqrt(dh).
 void AttentionForward(const float* q, const float* k, const float* v, int nq,
-                      int nk, int dh, const int64_t* q_pos, const int64_t* k_pos,
-                      bool causal, float scale, float* out, float* lse);
+                      int nk, int dh, const int64_t* q_pos,
+                      const int64_t* k_pos, bool causal, float scale,
+                      float* out, float* lse);
 
 // Folds a second partial result (out_b, lse_b) into (out, lse), in place.
 void MergePartial(float* out, float* lse, const float* out_b,
                   const float* lse_b, int nq, int dh);
 
 // Backward of one (query block, key block) pair given the FINAL out/lse of the
-// query rows over all key blocks (FlashAttention-2 style). Accumulates (+=) into
-// dq: [nq, dh], dk, dv: [nk, dh]. dout: [nq, dh].
+// query rows over all key blocks (FlashAttention-2 style). Accumulates (+=)
+// into dq: [nq, dh], dk, dv: [nk, dh]. dout: [nq, dh].
 void AttentionBackward(const float* q, const float* k, const float* v,
                        const float* out, const float* dout, const float* lse,
                        int nq, int nk, int dh, const int64_t* q_pos,
-                       const int64_t* k_pos, bool causal, float scale, float* dq,
-                       float* dk, float* dv);
+                       const int64_t* k_pos, bool causal, float scale,
+                       float* dq, float* dk, float* dv);
 
 // Naive O(nq·nk·dh) reference of the same contracts (tests and oracles).
 void ReferenceAttentionForward(const float* q, const float* k, const float* v,

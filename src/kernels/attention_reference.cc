@@ -11,7 +11,8 @@
 namespace fcp::kernels {
 namespace {
 
-bool Visible(bool causal, const int64_t* q_pos, const int64_t* k_pos, int i, int j) {
+bool Visible(bool causal, const int64_t* q_pos, const int64_t* k_pos, int i,
+             int j) {
   if (!causal) return true;
   const int64_t qp = q_pos ? q_pos[i] : i;
   const int64_t kp = k_pos ? k_pos[j] : j;

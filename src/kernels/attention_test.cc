@@ -3,6 +3,10 @@
 // ring-style merging of partial blocks. Inputs are U(-1, 1) (q scaled up to
 // make the softmax peaky); fp32 kernels must match to 2e-5 (forward) and
 // 1e-4 (backward) absolute. Observed maxima are printed.
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,9 +16,6 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "kernels/attention.h"
 #include "kernels/gemm.h"
 
 namespace fcp::kernels {
@@ -34,7 +35,8 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float m = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(a[i]) && std::isinf(b[i]) && (a[i] > 0) == (b[i] > 0)) continue;
+    if (std::isinf(a[i]) && std::isinf(b[i]) && (a[i] > 0) == (b[i] > 0))
+      continue;
     m = std::max(m, std::fabs(a[i] - b[i]));
   }
   return m;
@@ -57,11 +59,14 @@ class AttentionCaseTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionCaseTest, ForwardAndBackwardMatchReference) {
   const Case c = GetParam();
   std::mt19937 rng(c.nq * 1000003 + c.nk * 1009 + c.dh * 7 + c.causal);
-  auto q = Random(size_t(c.nq) * c.dh, rng, 2.0f), k = Random(size_t(c.nk) * c.dh, rng),
-       v = Random(size_t(c.nk) * c.dh, rng), g = Random(size_t(c.nq) * c.dh, rng);
+  auto q = Random(size_t(c.nq) * c.dh, rng, 2.0f),
+       k = Random(size_t(c.nk) * c.dh, rng),
+       v = Random(size_t(c.nk) * c.dh, rng),
+       g = Random(size_t(c.nq) * c.dh, rng);
   auto qp = Iota(c.nq, c.q_start), kp = Iota(c.nk, c.k_start);
   const float scale = 1.0f / std::sqrt(float(c.dh));
-  std::vector<float> out(size_t(c.nq) * c.dh), lse(c.nq), rout(out.size()), rlse(c.nq);
+  std::vector<float> out(size_t(c.nq) * c.dh), lse(c.nq), rout(out.size()),
+      rlse(c.nq);
   AttentionForward(q.data(), k.data(), v.data(), c.nq, c.nk, c.dh, qp.data(),
                    kp.data(), c.causal, scale, out.data(), lse.data());
   ReferenceAttentionForward(q.data(), k.data(), v.data(), c.nq, c.nk, c.dh,
@@ -69,7 +74,8 @@ TEST_P(AttentionCaseTest, ForwardAndBackwardMatchReference) {
                             rlse.data());
   const float fwd_err = std::max(MaxAbsDiff(out, rout), MaxAbsDiff(lse, rlse));
   EXPECT_LE(fwd_err, kFwdTol);
-  for (int i = 0; i < c.nq; ++i) EXPECT_EQ(std::isinf(lse[i]), std::isinf(rlse[i])) << i;
+  for (int i = 0; i < c.nq; ++i)
+    EXPECT_EQ(std::isinf(lse[i]), std::isinf(rlse[i])) << i;
 
   std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
   std::vector<float> rdq = dq, rdk = dk, rdv = dv;
@@ -77,10 +83,11 @@ TEST_P(AttentionCaseTest, ForwardAndBackwardMatchReference) {
                     rlse.data(), c.nq, c.nk, c.dh, qp.data(), kp.data(),
                     c.causal, scale, dq.data(), dk.data(), dv.data());
   ReferenceAttentionBackward(q.data(), k.data(), v.data(), rout.data(),
-                             g.data(), rlse.data(), c.nq, c.nk, c.dh,
-                             qp.data(), kp.data(), c.causal, scale, rdq.data(),
-                             rdk.data(), rdv.data());
-  const float bwd_err = std::max({MaxAbsDiff(dq, rdq), MaxAbsDiff(dk, rdk), MaxAbsDiff(dv, rdv)});
+                             g.data(), rlse.data(), c.nq, c.nk, c.dh, qp.data(),
+                             kp.data(), c.causal, scale, rdq.data(), rdk.data(),
+                             rdv.data());
+  const float bwd_err =
+      std::max({MaxAbsDiff(dq, rdq), MaxAbsDiff(dk, rdk), MaxAbsDiff(dv, rdv)});
   EXPECT_LE(bwd_err, kBwdTol);
   std::printf("  nq=%d nk=%d dh=%d causal=%d: max abs err fwd %.2e bwd %.2e\n",
               c.nq, c.nk, c.dh, c.causal, fwd_err, bwd_err);
@@ -88,13 +95,14 @@ TEST_P(AttentionCaseTest, ForwardAndBackwardMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionCaseTest,
-    ::testing::Values(Case{1, 1, 8, true, 0, 0}, Case{7, 7, 8, true, 0, 0},
-                      Case{63, 63, 16, true, 0, 0}, Case{64, 64, 64, true, 0, 0},
-                      Case{65, 65, 64, false, 0, 0}, Case{130, 97, 33, false, 0, 0},
-                      Case{129, 200, 64, true, 71, 0},   // queries later than keys
-                      Case{77, 150, 128, true, 0, 0},    // keys extend past queries
-                      Case{50, 70, 16, true, 1000, 2000},  // every key in the future
-                      Case{200, 131, 32, true, 3, 5}));
+    ::testing::Values(
+        Case{1, 1, 8, true, 0, 0}, Case{7, 7, 8, true, 0, 0},
+        Case{63, 63, 16, true, 0, 0}, Case{64, 64, 64, true, 0, 0},
+        Case{65, 65, 64, false, 0, 0}, Case{130, 97, 33, false, 0, 0},
+        Case{129, 200, 64, true, 71, 0},     // queries later than keys
+        Case{77, 150, 128, true, 0, 0},      // keys extend past queries
+        Case{50, 70, 16, true, 1000, 2000},  // every key in the future
+        Case{200, 131, 32, true, 3, 5}));
 
 // Ring attention: a query chunk against KV blocks with arbitrary global
 // positions (zigzag chunks), block by block, merged with MergePartial, must
@@ -109,7 +117,8 @@ TEST(AttentionTest, MergeOfPartialBlocksEqualsConcatenation) {
     std::vector<std::vector<int64_t>> pos(d);
     for (int r = 0; r < d; ++r) {
       for (int t = 0; t < chunk; ++t) pos[r].push_back(int64_t(r) * chunk + t);
-      for (int t = 0; t < chunk; ++t) pos[r].push_back(int64_t(2 * d - 1 - r) * chunk + t);
+      for (int t = 0; t < chunk; ++t)
+        pos[r].push_back(int64_t(2 * d - 1 - r) * chunk + t);
     }
     const int n = 2 * chunk;
     std::vector<std::vector<float>> ks, vs;
@@ -128,7 +137,8 @@ TEST(AttentionTest, MergeOfPartialBlocksEqualsConcatenation) {
       float* l = step == 0 ? lse.data() : lb.data();
       AttentionForward(q.data(), ks[src].data(), vs[src].data(), n, n, dh,
                        pos[me].data(), pos[src].data(), causal, scale, o, l);
-      if (step > 0) MergePartial(out.data(), lse.data(), ob.data(), lb.data(), n, dh);
+      if (step > 0)
+        MergePartial(out.data(), lse.data(), ob.data(), lb.data(), n, dh);
     }
     // Concatenation in source order 0..d-1.
     std::vector<float> kc, vc;
@@ -142,10 +152,12 @@ TEST(AttentionTest, MergeOfPartialBlocksEqualsConcatenation) {
     ReferenceAttentionForward(q.data(), kc.data(), vc.data(), n, n * d, dh,
                               pos[me].data(), pc.data(), causal, scale,
                               rout.data(), rlse.data());
-    const float fwd_err = std::max(MaxAbsDiff(out, rout), MaxAbsDiff(lse, rlse));
+    const float fwd_err =
+        std::max(MaxAbsDiff(out, rout), MaxAbsDiff(lse, rlse));
     EXPECT_LE(fwd_err, kFwdTol) << "causal=" << causal;
 
-    std::vector<float> dq(q.size(), 0.f), dkc(kc.size(), 0.f), dvc(vc.size(), 0.f);
+    std::vector<float> dq(q.size(), 0.f), dkc(kc.size(), 0.f),
+        dvc(vc.size(), 0.f);
     for (int r = 0; r < d; ++r) {
       AttentionBackward(q.data(), ks[r].data(), vs[r].data(), out.data(),
                         g.data(), lse.data(), n, n, dh, pos[me].data(),
@@ -153,12 +165,14 @@ TEST(AttentionTest, MergeOfPartialBlocksEqualsConcatenation) {
                         dkc.data() + size_t(r) * n * dh,
                         dvc.data() + size_t(r) * n * dh);
     }
-    std::vector<float> rdq(q.size(), 0.f), rdk(kc.size(), 0.f), rdv(vc.size(), 0.f);
+    std::vector<float> rdq(q.size(), 0.f), rdk(kc.size(), 0.f),
+        rdv(vc.size(), 0.f);
     ReferenceAttentionBackward(q.data(), kc.data(), vc.data(), rout.data(),
                                g.data(), rlse.data(), n, n * d, dh,
                                pos[me].data(), pc.data(), causal, scale,
                                rdq.data(), rdk.data(), rdv.data());
-    const float bwd_err = std::max({MaxAbsDiff(dq, rdq), MaxAbsDiff(dkc, rdk), MaxAbsDiff(dvc, rdv)});
+    const float bwd_err = std::max(
+        {MaxAbsDiff(dq, rdq), MaxAbsDiff(dkc, rdk), MaxAbsDiff(dvc, rdv)});
     EXPECT_LE(bwd_err, kBwdTol) << "causal=" << causal;
     std::printf("  ring d=%d causal=%d: max abs err fwd %.2e bwd %.2e\n", d,
                 causal, fwd_err, bwd_err);
@@ -175,29 +189,32 @@ TEST(AttentionTest, BaselineIsaPathMatchesReference) {
   auto qp = Iota(nq, 60), kp = Iota(nk, 0);
   const float scale = 0.2f;
   std::vector<float> out(q.size()), lse(nq), rout(q.size()), rlse(nq);
-  AttentionForward(q.data(), k.data(), v.data(), nq, nk, dh, qp.data(), kp.data(),
-                   true, scale, out.data(), lse.data());
+  AttentionForward(q.data(), k.data(), v.data(), nq, nk, dh, qp.data(),
+                   kp.data(), true, scale, out.data(), lse.data());
   ReferenceAttentionForward(q.data(), k.data(), v.data(), nq, nk, dh, qp.data(),
                             kp.data(), true, scale, rout.data(), rlse.data());
   std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
   std::vector<float> rdq = dq, rdk = dk, rdv = dv;
-  AttentionBackward(q.data(), k.data(), v.data(), rout.data(), g.data(), rlse.data(),
-                    nq, nk, dh, qp.data(), kp.data(), true, scale, dq.data(),
-                    dk.data(), dv.data());
+  AttentionBackward(q.data(), k.data(), v.data(), rout.data(), g.data(),
+                    rlse.data(), nq, nk, dh, qp.data(), kp.data(), true, scale,
+                    dq.data(), dk.data(), dv.data());
   ForceBaselineIsaForTesting(false);
-  ReferenceAttentionBackward(q.data(), k.data(), v.data(), rout.data(), g.data(),
-                             rlse.data(), nq, nk, dh, qp.data(), kp.data(), true,
-                             scale, rdq.data(), rdk.data(), rdv.data());
+  ReferenceAttentionBackward(q.data(), k.data(), v.data(), rout.data(),
+                             g.data(), rlse.data(), nq, nk, dh, qp.data(),
+                             kp.data(), true, scale, rdq.data(), rdk.data(),
+                             rdv.data());
   EXPECT_LE(std::max(MaxAbsDiff(out, rout), MaxAbsDiff(lse, rlse)), kFwdTol);
-  EXPECT_LE(std::max({MaxAbsDiff(dq, rdq), MaxAbsDiff(dk, rdk), MaxAbsDiff(dv, rdv)}),
-            kBwdTol);
+  EXPECT_LE(
+      std::max({MaxAbsDiff(dq, rdq), MaxAbsDiff(dk, rdk), MaxAbsDiff(dv, rdv)}),
+      kBwdTol);
 }
 
 TEST(AttentionTest, MergeWithEmptyPartialIsIdentity) {
   std::mt19937 rng(7);
   const int n = 5, dh = 4;
   auto out = Random(n * dh, rng), ob = Random(n * dh, rng);
-  std::vector<float> lse = {0.5f, -std::numeric_limits<float>::infinity(), 1.f, 2.f, 3.f};
+  std::vector<float> lse = {0.5f, -std::numeric_limits<float>::infinity(), 1.f,
+                            2.f, 3.f};
   std::vector<float> lb(n, -std::numeric_limits<float>::infinity());
   lb[1] = 0.25f;
   const auto before = out;
@@ -225,7 +242,8 @@ double LossDouble(const std::vector<double>& q, const std::vector<double>& k,
       mx = std::max(mx, s[j]);
     }
     double sum = 0;
-    for (int j = 0; j < nk; ++j) sum += std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
+    for (int j = 0; j < nk; ++j)
+      sum += std::isinf(s[j]) ? 0 : std::exp(s[j] - mx);
     for (int c = 0; c < dh; ++c) {
       double o = 0;
       for (int j = 0; j < nk; ++j)
@@ -269,7 +287,8 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
     check(kd, dk);
     check(vd, dv);
     EXPECT_LE(max_err, kBwdTol) << "causal=" << causal;
-    std::printf("  finite differences causal=%d: max abs err %.2e\n", causal, max_err);
+    std::printf("  finite differences causal=%d: max abs err %.2e\n", causal,
+                max_err);
   }
 }
 
@@ -285,7 +304,8 @@ TEST(GemmTest, MatchesNaiveForAllTransposes) {
         for (int j = 0; j < n; ++j) {
           double s = 0;
           for (int p = 0; p < k; ++p)
-            s += double(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            s += double(ta ? a[p * m + i] : a[i * k + p]) *
+                 (tb ? b[j * k + p] : b[p * n + j]);
           expect[i * n + j] = float(2.0 * s + 0.5 * c[i * n + j]);
         }
       Gemm(ta, tb, m, n, k, 2.0f, a.data(), ta ? m : k, b.data(), tb ? k : n,
@@ -295,14 +315,16 @@ TEST(GemmTest, MatchesNaiveForAllTransposes) {
 }
 
 // PortableGemm (Eigen: the wheel's Gemm) against the same naive product, with
-// padded leading dimensions and beta = 0 over a C full of NaN (must not be read).
+// padded leading dimensions and beta = 0 over a C full of NaN (must not be
+// read).
 TEST(GemmTest, PortableGemmMatchesNaiveWithPaddedStridesAndIgnoresCAtBetaZero) {
   std::mt19937 rng(5);
   const int m = 9, n = 14, k = 6, pad = 3;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, -1.5f}) {
-        const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        const int lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad,
+                  ldc = n + pad;
         auto a = Random(size_t(ta ? k : m) * lda, rng);
         auto b = Random(size_t(tb ? n : k) * ldb, rng);
         auto c = Random(size_t(m) * ldc, rng);
@@ -314,14 +336,17 @@ TEST(GemmTest, PortableGemmMatchesNaiveWithPaddedStridesAndIgnoresCAtBetaZero) {
             for (int p = 0; p < k; ++p)
               s += double(ta ? a[p * lda + i] : a[i * lda + p]) *
                    (tb ? b[j * ldb + p] : b[p * ldb + j]);
-            expect[i * ldc + j] = float(0.75 * s + (beta == 0.0f ? 0.0 : beta * c[i * ldc + j]));
+            expect[i * ldc + j] =
+                float(0.75 * s + (beta == 0.0f ? 0.0 : beta * c[i * ldc + j]));
           }
-        PortableGemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        PortableGemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta,
+                     c.data(), ldc);
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < ldc; ++j) {
             const size_t at = size_t(i) * ldc + j;
             if (j < n) {
-              EXPECT_NEAR(c[at], expect[at], 1e-5) << ta << tb << beta << " at " << i << "," << j;
+              EXPECT_NEAR(c[at], expect[at], 1e-5)
+                  << ta << tb << beta << " at " << i << "," << j;
             } else {  // the padding columns stay as they were
               EXPECT_TRUE(std::isnan(c[at]) == std::isnan(expect[at]) &&
                           (std::isnan(c[at]) || c[at] == expect[at]));

@@ -11,7 +11,8 @@
 namespace fcp::kernels {
 namespace {
 
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMajor =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstView = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
 using View = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
 
@@ -31,8 +32,10 @@ void Accumulate(const OpA& a, const OpB& b, float alpha, float beta, View& c) {
 void PortableGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                   const float* a, int lda, const float* b, int ldb, float beta,
                   float* c, int ldc) {
-  const ConstView av(a, trans_a ? k : m, trans_a ? m : k, Eigen::OuterStride<>(lda));
-  const ConstView bv(b, trans_b ? n : k, trans_b ? k : n, Eigen::OuterStride<>(ldb));
+  const ConstView av(a, trans_a ? k : m, trans_a ? m : k,
+                     Eigen::OuterStride<>(lda));
+  const ConstView bv(b, trans_b ? n : k, trans_b ? k : n,
+                     Eigen::OuterStride<>(ldb));
   View cv(c, m, n, Eigen::OuterStride<>(ldc));
   if (trans_a && trans_b) {
     Accumulate(av.transpose(), bv.transpose(), alpha, beta, cv);

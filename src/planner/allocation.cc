@@ -1,8 +1,8 @@
 #include "planner/allocation.h"
 
 #include <algorithm>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "fcp/check.h"
@@ -66,7 +66,8 @@ Allocation AllocateDp(const std::vector<AllocGroup>& groups, int num_ranks,
     min_after -= groups[i].min_degree;
     const int d_lo = static_cast<int>(groups[i].min_degree);
     std::vector<double> t(n + 1, kInf);
-    for (int d = d_lo; d <= n - min_before - min_after; ++d) t[d] = time(groups[i], d);
+    for (int d = d_lo; d <= n - min_before - min_after; ++d)
+      t[d] = time(groups[i], d);
     for (int j = static_cast<int>(min_before) + d_lo; j <= n - min_after; ++j) {
       double best = kInf;
       for (int d = d_lo; d <= j - min_before; ++d) {
@@ -102,7 +103,8 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
     double at_min_degree;
   };
   std::vector<State> state(k);
-  using Entry = std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
+  using Entry =
+      std::pair<double, int>;  // (T̂, -index): max-heap, lowest index on ties
   std::vector<Entry> heap(k);
   for (size_t p = 0; p < k; ++p) {
     State& g = state[p];
@@ -147,8 +149,8 @@ Allocation AllocateFast(const std::vector<AllocGroup>& groups, int num_ranks,
 
 ResumedAllocator::ResumedAllocator(const std::vector<AllocGroup>& groups,
                                    const std::vector<int>& degrees,
-                                   const std::vector<double>& times, int num_ranks,
-                                   const GroupTimeFn& time)
+                                   const std::vector<double>& times,
+                                   int num_ranks, const GroupTimeFn& time)
     : groups_(groups),
       time_(time),
       num_ranks_(num_ranks),
@@ -191,11 +193,13 @@ double ResumedAllocator::Makespan(const std::vector<int>& removed,
   };
   skip_removed();
   for (; used < num_ranks_; ++used) {
-    if (next >= by_time_.size() && touched.empty()) break;  // no groups: no grants
+    if (next >= by_time_.size() && touched.empty())
+      break;  // no groups: no grants
     // The current bottleneck (ties either way: the makespan is the same).
     Head h;
     if (next < by_time_.size() &&
-        (touched.empty() || times_[by_time_[next]] > touched.front().envelope)) {
+        (touched.empty() ||
+         times_[by_time_[next]] > touched.front().envelope)) {
       const int p = by_time_[next++];
       skip_removed();
       h = {times_[p], degrees_[p], p};
@@ -211,7 +215,8 @@ double ResumedAllocator::Makespan(const std::vector<int>& removed,
     std::push_heap(touched.begin(), touched.end());
   }
   double makespan = touched.empty() ? 0 : touched.front().envelope;
-  if (next < by_time_.size()) makespan = std::max(makespan, times_[by_time_[next]]);
+  if (next < by_time_.size())
+    makespan = std::max(makespan, times_[by_time_[next]]);
   for (int p : removed) removed_[p] = 0;
   return makespan;
 }

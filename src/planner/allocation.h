@@ -32,9 +32,10 @@ using GroupTimeFn = std::function<double(const AllocGroup&, int degree)>;
 GroupTimeFn BestCaseTime(const CostModel& cm, const Cluster& cluster);
 
 struct Allocation {
-  bool feasible = false;     // false when Σ d_min > N
-  double makespan_s = 0;     // max_p T(G_p, d_p)
-  std::vector<int> degrees;  // canonical: min d >= d_min with T(G, d) <= makespan
+  bool feasible = false;  // false when Σ d_min > N
+  double makespan_s = 0;  // max_p T(G_p, d_p)
+  std::vector<int>
+      degrees;  // canonical: min d >= d_min with T(G, d) <= makespan
 };
 
 // Algorithm 1 of the paper (2D dynamic programme over groups × ranks used).
@@ -61,12 +62,15 @@ class ResumedAllocator {
   // `degrees`: AllocateFast's canonical degrees of `groups` for makespan M;
   // `times[p]` = time(groups[p], degrees[p]). Keeps references to `groups`
   // and `time`.
-  ResumedAllocator(const std::vector<AllocGroup>& groups, const std::vector<int>& degrees,
-                   const std::vector<double>& times, int num_ranks, const GroupTimeFn& time);
+  ResumedAllocator(const std::vector<AllocGroup>& groups,
+                   const std::vector<int>& degrees,
+                   const std::vector<double>& times, int num_ranks,
+                   const GroupTimeFn& time);
   // AllocateFast's makespan for `groups` without the (distinct) indices
   // `removed` plus `added`, when it is below M; else a value >= M, +inf when
   // the minimum degrees do not fit.
-  double Makespan(const std::vector<int>& removed, const std::vector<AllocGroup>& added);
+  double Makespan(const std::vector<int>& removed,
+                  const std::vector<AllocGroup>& added);
 
  private:
   const std::vector<AllocGroup>& groups_;
@@ -74,8 +78,8 @@ class ResumedAllocator {
   int num_ranks_;
   std::vector<int> degrees_;
   std::vector<double> times_;
-  std::vector<int> by_time_;  // group indices, times_ descending
-  int64_t used_ = 0;          // Σ degrees_
+  std::vector<int> by_time_;   // group indices, times_ descending
+  int64_t used_ = 0;           // Σ degrees_
   std::vector<char> removed_;  // scratch: marks of Makespan's `removed`
 };
 

@@ -2,12 +2,12 @@
 // 10,000+ random instances and with exhaustive enumeration on tiny ones.
 #include "planner/allocation.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "fcp/cost_model.h"
 #include "testing/random_batch.h"
@@ -26,14 +26,17 @@ Instance RandomInstance(std::mt19937_64& rng, int max_groups, int max_ranks) {
   in.cm = testing::RandomCostModel(rng);
   std::uniform_int_distribution<int> ranks(1, max_ranks);
   in.cluster.num_ranks = ranks(rng);
-  in.cluster.ranks_per_node = std::uniform_int_distribution<int>(1, in.cluster.num_ranks)(rng);
+  in.cluster.ranks_per_node =
+      std::uniform_int_distribution<int>(1, in.cluster.num_ranks)(rng);
   const int k = std::uniform_int_distribution<int>(1, max_groups)(rng);
-  std::uniform_real_distribution<double> log_len(std::log(64.0), std::log(262144.0));
+  std::uniform_real_distribution<double> log_len(std::log(64.0),
+                                                 std::log(262144.0));
   for (int p = 0; p < k; ++p) {
     AllocGroup g;
     const int members = std::uniform_int_distribution<int>(1, 3)(rng);
     for (int m = 0; m < members; ++m) {
-      const double eta = std::uniform_real_distribution<double>(0, 1)(rng) < 0.3 ? 1.0 : 0.0;
+      const double eta =
+          std::uniform_real_distribution<double>(0, 1)(rng) < 0.3 ? 1.0 : 0.0;
       g.load.Add({static_cast<int64_t>(std::exp(log_len(rng))), eta});
     }
     g.min_degree = MinDegree(in.cm, g.load);
@@ -43,8 +46,9 @@ Instance RandomInstance(std::mt19937_64& rng, int max_groups, int max_ranks) {
 }
 
 // Exhaustive: every degree vector with d_p >= d_min and Σ d_p <= N.
-double Enumerate(const std::vector<AllocGroup>& groups, int n, const GroupTimeFn& time,
-                 size_t p = 0, int used = 0, double worst = 0) {
+double Enumerate(const std::vector<AllocGroup>& groups, int n,
+                 const GroupTimeFn& time, size_t p = 0, int used = 0,
+                 double worst = 0) {
   if (p == groups.size()) return worst;
   double best = std::numeric_limits<double>::infinity();
   for (int d = static_cast<int>(groups[p].min_degree); used + d <= n; ++d) {
@@ -121,7 +125,8 @@ TEST(AllocationTest, ResumedMakespanMatchesFastBelowTheOldMakespan) {
     for (int variant = 0; variant < 4; ++variant) {
       const int b = std::uniform_int_distribution<int>(0, k - 1)(rng);
       const int kind = std::uniform_int_distribution<int>(0, 2)(rng);
-      const int64_t len = std::uniform_int_distribution<int64_t>(64, 65536)(rng);
+      const int64_t len =
+          std::uniform_int_distribution<int64_t>(64, 65536)(rng);
       std::vector<int> removed = {b};
       std::vector<AllocGroup> added;
       if (kind == 0 && k > 1) {  // merge b into t

@@ -30,7 +30,8 @@ BalancedStaticBuilder::BalancedStaticBuilder(const PlanRequest& request,
     work_ = std::move(w.work);
   }
   tokens_.resize(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) tokens_[i] = static_cast<double>(seqs[i].length_tokens);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    tokens_[i] = static_cast<double>(seqs[i].length_tokens);
   // d_min grows with length: the longest sequence decides.
   int64_t longest = 0;
   for (const auto& s : seqs) longest = std::max(longest, s.length_tokens);
@@ -38,15 +39,15 @@ BalancedStaticBuilder::BalancedStaticBuilder(const PlanRequest& request,
 }
 
 // The fewest micro-batches (>= `at_least`) into which LPT packs `share`.
-std::vector<std::vector<int>> BalancedStaticBuilder::PackFewest(const std::vector<int>& share,
-                                                                int at_least,
-                                                                double cap_tokens) const {
+std::vector<std::vector<int>> BalancedStaticBuilder::PackFewest(
+    const std::vector<int>& share, int at_least, double cap_tokens) const {
   const int k = static_cast<int>(share.size());
   int count = std::clamp(at_least, 1, std::max(1, k));
   for (int attempt = 0;; ++attempt) {
     auto mbs = LptPack(share, work_, tokens_, cap_tokens, count);
     if (!mbs.empty() || count >= k) return mbs;
-    count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
+    count =
+        attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
   }
 }
 
@@ -58,9 +59,10 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
   const CostModel& cm = request.cost;
   if (max_min_degree_ > cp) return std::nullopt;
   // Tokens a group of cp ranks holds within memory (mem_per_token may be 0).
-  const double cap_tokens = cm.mem_per_token > 0
-                                ? cp * (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
-                                : std::numeric_limits<double>::infinity();
+  const double cap_tokens =
+      cm.mem_per_token > 0
+          ? cp * (cm.mem_capacity - cm.mem_static) / cm.mem_per_token
+          : std::numeric_limits<double>::infinity();
   const int dp = n / cp;
   std::vector<std::vector<int>> shares(dp);
   std::vector<double> share_tokens(dp, 0.0);
@@ -68,7 +70,8 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
     // Min-heap of (load, replica), the lightest on top; (load, replica) pairs
     // are distinct, so this picks the replica a priority queue would.
     std::vector<Entry> heap(dp);
-    for (int j = 0; j < dp; ++j) heap[j] = {0.0, j};  // ascending: already a min-heap
+    for (int j = 0; j < dp; ++j)
+      heap[j] = {0.0, j};  // ascending: already a min-heap
     for (int i : order_) {
       const int j = heap[0].second;
       shares[j].push_back(i);
@@ -83,9 +86,10 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
   std::vector<std::vector<std::vector<int>>> fewest(dp);
   for (int j = 0; j < dp; ++j) {
     if (shares[j].empty()) continue;
-    const int need = std::isfinite(cap_tokens)
-                         ? static_cast<int>(std::ceil(share_tokens[j] / cap_tokens - 1e-12))
-                         : 1;
+    const int need =
+        std::isfinite(cap_tokens)
+            ? static_cast<int>(std::ceil(share_tokens[j] / cap_tokens - 1e-12))
+            : 1;
     fewest[j] = PackFewest(shares[j], need, cap_tokens);
     count = std::max(count, static_cast<int>(fewest[j].size()));
   }
@@ -124,7 +128,8 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
   for (size_t m = 0; m < mbs.size(); ++m) {
     for (size_t q = 0; q < mbs[m].groups.size(); ++q) {
       std::vector<int>& members = mbs[m].groups[q].sequences;
-      for (int i : members) slot[i] = {static_cast<int>(m), static_cast<int>(q)};
+      for (int i : members)
+        slot[i] = {static_cast<int>(m), static_cast<int>(q)};
       members.clear();
     }
   }
@@ -132,27 +137,30 @@ std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
     const auto [m, q] = slot[i];
     if (m >= 0) mbs[m].groups[q].sequences.push_back(static_cast<int>(i));
   }
-  std::erase_if(mbs, [](const MicroBatchPlan& mb) { return mb.groups.empty(); });
+  std::erase_if(mbs,
+                [](const MicroBatchPlan& mb) { return mb.groups.empty(); });
   return mbs;
 }
 
-std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(const PlanRequest& request,
-                                                                      int cp, CommKind comm) {
+std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(
+    const PlanRequest& request, int cp, CommKind comm) {
   return BalancedStaticBuilder(request).MicroBatches(cp, comm);
 }
 
-std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request, double below_ms) {
+std::optional<BalancedStatic> BestBalancedStatic(const PlanRequest& request,
+                                                 double below_ms) {
   return BalancedStaticBuilder(request).Best(below_ms);
 }
 
-std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const {
+std::optional<BalancedStatic> BalancedStaticBuilder::Best(
+    double below_ms) const {
   const PlanRequest& request = request_;
   const int n = request.cluster.num_ranks;
   // A bound per degree: every plan on degree cp holds the heaviest sequence
   // in some group of cp ranks, at best on the faster link (T grows with a
-  // group's contents). Degrees are tried by the larger of the two bounds, and a degree whose
-  // bound cannot beat the best plan so far is skipped (pure speed: the result
-  // is the same as trying every divisor).
+  // group's contents). Degrees are tried by the larger of the two bounds, and a
+  // degree whose bound cannot beat the best plan so far is skipped (pure speed:
+  // the result is the same as trying every divisor).
   const CostModel& cm = request.cost;
   const GroupLoad heaviest = GroupLoad::Of(request.sequences[order_.front()]);
   GroupLoad all;
@@ -165,9 +173,10 @@ std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const
     // the plan's makespan is at least the busiest replica's busy time.
     const double average_s = WorkS(cm, all, cp) / (n / cp) + cm.beta1;
     const double bound_ms =
-        1000.0 * std::max(average_s,
-                          std::min(GroupTimeS(cm, heaviest, cp, Link::kIntraNode),
-                                   GroupTimeS(cm, heaviest, cp, Link::kInterNode)));
+        1000.0 *
+        std::max(average_s,
+                 std::min(GroupTimeS(cm, heaviest, cp, Link::kIntraNode),
+                          GroupTimeS(cm, heaviest, cp, Link::kInterNode)));
     degrees.emplace_back(bound_ms, cp);
   }
   std::sort(degrees.begin(), degrees.end());
@@ -177,7 +186,8 @@ std::optional<BalancedStatic> BalancedStaticBuilder::Best(double below_ms) const
     auto mbs = MicroBatches(cp, CommKind::kRing);
     if (!mbs) continue;
     const double ms = EstimateMicroBatches(request, *mbs);
-    if (!best || ms < best->est_ms) best = BalancedStatic{cp, ms, std::move(*mbs)};
+    if (!best || ms < best->est_ms)
+      best = BalancedStatic{cp, ms, std::move(*mbs)};
   }
   return best;
 }

@@ -27,12 +27,12 @@ namespace fcp::planner {
 // Micro-batches of a balanced static plan with degree `cp` (cp | N, every
 // sequence fits on cp ranks: otherwise nullopt). Groups carry ranks,
 // sequences and `comm`; no estimates.
-std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(const PlanRequest& request,
-                                                                      int cp, CommKind comm);
+std::optional<std::vector<MicroBatchPlan>> BalancedStaticMicroBatches(
+    const PlanRequest& request, int cp, CommKind comm);
 
 struct BalancedStatic {
-  int cp = 0;                              // the chosen degree
-  double est_ms = 0;                       // its estimate (EstimateMicroBatches, ms)
+  int cp = 0;         // the chosen degree
+  double est_ms = 0;  // its estimate (EstimateMicroBatches, ms)
   std::vector<MicroBatchPlan> micro_batches;
 };
 
@@ -50,21 +50,25 @@ std::optional<BalancedStatic> BestBalancedStatic(
 // reference to `request`, which must outlive it.
 class BalancedStaticBuilder {
  public:
-  // `work_order`, when given, is MakeWorkOrder(request.sequences, request.cost).
+  // `work_order`, when given, is MakeWorkOrder(request.sequences,
+  // request.cost).
   explicit BalancedStaticBuilder(const PlanRequest& request,
                                  const WorkOrder* work_order = nullptr);
   // BalancedStaticMicroBatches(request, cp, comm).
-  std::optional<std::vector<MicroBatchPlan>> MicroBatches(int cp, CommKind comm) const;
+  std::optional<std::vector<MicroBatchPlan>> MicroBatches(int cp,
+                                                          CommKind comm) const;
   // BestBalancedStatic(request, below_ms).
   std::optional<BalancedStatic> Best(
       double below_ms = std::numeric_limits<double>::infinity()) const;
 
  private:
-  std::vector<std::vector<int>> PackFewest(const std::vector<int>& share, int at_least,
+  std::vector<std::vector<int>> PackFewest(const std::vector<int>& share,
+                                           int at_least,
                                            double cap_tokens) const;
 
   const PlanRequest& request_;
-  std::vector<int> order_;      // sequences by work, descending (ties: longer, then index)
+  std::vector<int>
+      order_;  // sequences by work, descending (ties: longer, then index)
   std::vector<double> work_;    // SequenceWorkS per sequence (s)
   std::vector<double> tokens_;  // length per sequence (tokens)
   int64_t max_min_degree_ = 1;  // max_k d_min({s_k}): the smallest usable cp

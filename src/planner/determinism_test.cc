@@ -6,19 +6,18 @@
 // (flexsp stops at its time limit, so its result may depend on machine load;
 // optimal, an exhaustive DP, is deterministic but refuses most of these
 // instances; see docs/reliability.md).
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "fcp/io.h"
 #include "fcp/presets.h"
@@ -28,8 +27,8 @@
 namespace fcp {
 namespace {
 
-const char* const kStrategies[] = {"fcp", "fcp-paper", "megatron", "deepspeed",
-                                   "megatron-dcp", "bytescale"};
+const char* const kStrategies[] = {"fcp",       "fcp-paper",    "megatron",
+                                   "deepspeed", "megatron-dcp", "bytescale"};
 
 // The plan JSON without solver_ms and without the note on the coefficients'
 // sources, which `fcp plan` adds (re-serialised so that formatting is equal).
@@ -78,10 +77,12 @@ std::vector<PlanRequest> Requests() {
     opt.one_micro_batch_feasible = false;
     opt.with_model = false;
     PlanRequest req = testing::RandomRequest(rng, opt);
-    req.cluster.ranks_per_node = 1 + static_cast<int>(seed % 7);  // often not dividing N
+    req.cluster.ranks_per_node =
+        1 + static_cast<int>(seed % 7);  // often not dividing N
     out.push_back(req);
   }
-  const std::string example = ReadFileOrStdin(std::string(FCP_SOURCE_DIR) + "/examples/batch.json");
+  const std::string example =
+      ReadFileOrStdin(std::string(FCP_SOURCE_DIR) + "/examples/batch.json");
   out.push_back(ParseBatchJson(example).request);
   // Round-trip through the batch JSON so the in-process request equals what
   // a separate process parses (model shape included).
@@ -104,7 +105,8 @@ TEST(DeterminismTest, ConcurrentThreadsGiveTheSerialPlans) {
   const std::vector<PlanRequest> reqs = Requests();
   std::vector<std::string> serial;
   for (const PlanRequest& req : reqs) {
-    for (const char* strategy : kStrategies) serial.push_back(PlanText(req, strategy));
+    for (const char* strategy : kStrategies)
+      serial.push_back(PlanText(req, strategy));
   }
   for (int threads : {2, 4, 8}) {
     std::vector<std::vector<std::string>> got(threads);
@@ -124,7 +126,8 @@ TEST(DeterminismTest, ConcurrentThreadsGiveTheSerialPlans) {
     for (auto& th : pool) th.join();
     for (int t = 0; t < threads; ++t) {
       for (size_t i = 0; i < serial.size(); ++i) {
-        ASSERT_EQ(got[t][i], serial[i]) << threads << " threads, thread " << t << ", plan " << i;
+        ASSERT_EQ(got[t][i], serial[i])
+            << threads << " threads, thread " << t << ", plan " << i;
       }
     }
   }
@@ -137,27 +140,34 @@ std::string Capture(const std::string& command) {
   if (!pipe) return out;
   std::array<char, 4096> buf;
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0)
+    out.append(buf.data(), n);
   return pclose(pipe) == 0 ? out : std::string();
 }
 
 TEST(DeterminismTest, SeparateProcessesGiveTheInProcessPlan) {
   // The fcp binary is built next to this test binary (build/fcp).
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe");
   const std::filesystem::path fcp_bin = self.parent_path() / "fcp";
-  if (!std::filesystem::exists(fcp_bin)) GTEST_SKIP() << "no fcp binary at " << fcp_bin;
+  if (!std::filesystem::exists(fcp_bin))
+    GTEST_SKIP() << "no fcp binary at " << fcp_bin;
   const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("fcp_determinism_" + std::to_string(getpid()));
+      std::filesystem::temp_directory_path() /
+      ("fcp_determinism_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::vector<PlanRequest> reqs = Requests();
-  for (size_t i = 0; i < reqs.size(); i += 2) {  // every other instance: spawns cost time
-    const std::filesystem::path input = dir / ("batch" + std::to_string(i) + ".json");
+  for (size_t i = 0; i < reqs.size();
+       i += 2) {  // every other instance: spawns cost time
+    const std::filesystem::path input =
+        dir / ("batch" + std::to_string(i) + ".json");
     std::ofstream(input) << BatchJson(reqs[i]);
     for (const char* strategy : {"fcp", "fcp-paper"}) {
       const std::string expected = PlanText(reqs[i], strategy);
       for (int process = 0; process < 2; ++process) {
-        const std::string out = Capture(fcp_bin.string() + " plan --input " + input.string() +
-                                        " --strategy " + strategy);
+        const std::string out =
+            Capture(fcp_bin.string() + " plan --input " + input.string() +
+                    " --strategy " + strategy);
         ASSERT_FALSE(out.empty()) << "fcp plan failed on " << input;
         EXPECT_EQ(Canonical(out), expected) << strategy << " on " << input;
       }

@@ -1,4 +1,5 @@
-// The FCP strategies: `fcp-paper` (docs/design.md §3 verbatim) and `fcp` (ours).
+// The FCP strategies: `fcp-paper` (docs/design.md §3 verbatim) and `fcp`
+// (ours).
 #include "planner/fcp_strategies.h"
 
 #include <algorithm>
@@ -39,17 +40,22 @@ std::string FormatMs(double ms) {
 // model shape is needed for the head counts. Returns the number of groups
 // switched to all-to-all.
 int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
-  if (!request.model || request.model->q_heads <= 0 || request.model->kv_heads <= 0) return 0;
+  if (!request.model || request.model->q_heads <= 0 ||
+      request.model->kv_heads <= 0)
+    return 0;
   int switched = 0;
   for (MicroBatchPlan& mb : plan.micro_batches) {
     for (GroupPlan& g : mb.groups) {
-      if (!AllToAllAllowed(&*request.model, g.degree()) || g.comm != CommKind::kRing) continue;
+      if (!AllToAllAllowed(&*request.model, g.degree()) ||
+          g.comm != CommKind::kRing)
+        continue;
       GroupLoad load;
       for (int i : g.sequences) load.Add(request.sequences[i]);
-      const double ring = GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
-      const double a2a =
-          AllToAllGroupTimeS(request.cost, *request.model, load, g.degree(),
-                             AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
+      const double ring =
+          GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
+      const double a2a = AllToAllGroupTimeS(
+          request.cost, *request.model, load, g.degree(),
+          AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
       if (a2a < ring * (1 - 1e-12)) {
         g.comm = CommKind::kAllToAll;
         ++switched;
@@ -70,21 +76,24 @@ class Scorer {
   explicit Scorer(const PlanRequest& request)
       : request_(request),
         noise_(request.group_time_sigma),
-        charge_communicators_(request.communicators && request.communicators->create_s > 0),
+        charge_communicators_(request.communicators &&
+                              request.communicators->create_s > 0),
         held_(charge_communicators_ ? SortedRankSets(*request.communicators)
                                     : std::set<std::vector<int>>{}) {}
   double operator()(const Plan& plan) {
     if (noise_.sigma() > 0 || charge_communicators_) {
       const std::vector<double> delays =
           charge_communicators_
-              ? NewCommunicatorDelaysMs(plan.micro_batches, held_, request_.communicators->create_s)
+              ? NewCommunicatorDelaysMs(plan.micro_batches, held_,
+                                        request_.communicators->create_s)
               : std::vector<double>{};
       return ExpectedStepMs(request_.cluster.num_ranks, plan.micro_batches,
-                            request_.grad_sync ? &*request_.grad_sync : nullptr, noise_, delays);
+                            request_.grad_sync ? &*request_.grad_sync : nullptr,
+                            noise_, delays);
     }
-    return request_.grad_sync
-               ? StepMs(request_.cluster.num_ranks, plan.micro_batches, *request_.grad_sync)
-               : plan.est_ms;
+    return request_.grad_sync ? StepMs(request_.cluster.num_ranks,
+                                       plan.micro_batches, *request_.grad_sync)
+                              : plan.est_ms;
   }
   // Whether a score can differ from the plan estimate.
   bool BeyondMakespan() const {
@@ -104,14 +113,17 @@ class Scorer {
 // sync, or their noise can outweigh the gain, so ranked by step time the
 // all-ring plan is kept when it scores better. Returns the number of groups
 // switched (0 when none or all ring kept).
-int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan, bool estimated) {
+int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan,
+                      bool estimated) {
   std::optional<Plan> all_ring;  // copied only when it can win (planning time)
   if (score.BeyondMakespan()) {
     all_ring = plan;
-    if (!estimated) all_ring->est_ms = EstimateMicroBatches(request, all_ring->micro_batches);
+    if (!estimated)
+      all_ring->est_ms = EstimateMicroBatches(request, all_ring->micro_batches);
   }
   const int switched = UseAllToAllWhereFaster(request, plan);
-  if (switched || !estimated) plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
+  if (switched || !estimated)
+    plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
   if (switched && all_ring && score(*all_ring) < score(plan)) {
     plan = std::move(*all_ring);
     return 0;
@@ -135,23 +147,27 @@ constexpr int kMaxFewerMicroBatches = 2;
 // zeroed for planning; estimates are made in the given model by the caller).
 // With `allow_dp` false, or when the DP would be too large, the exact fast
 // allocator gives the same degrees (*used_fast says whether it was used).
-std::vector<MicroBatchPlan> PaperMicroBatches(const PlanRequest& given, bool allow_dp,
-                                              bool* used_fast) {
+std::vector<MicroBatchPlan> PaperMicroBatches(const PlanRequest& given,
+                                              bool allow_dp, bool* used_fast) {
   PlanRequest request = given;
   request.cost = PaperTerms(given.cost);
   std::vector<MicroBatchPlan> out;
   std::vector<std::vector<std::vector<int>>> split_bfd;
-  const auto mbs = SplitMicroBatches(request.sequences, request.cost, request.cluster, &split_bfd);
+  const auto mbs = SplitMicroBatches(request.sequences, request.cost,
+                                     request.cluster, &split_bfd);
   *used_fast = false;
   for (size_t m = 0; m < mbs.size(); ++m) {
     // The split's feasibility check already grouped each micro-batch by BFD.
-    const auto groups = split_bfd.size() == mbs.size()
-                            ? std::move(split_bfd[m])
-                            : BestFitDecreasing(request.sequences, mbs[m], request.cost);
+    const auto groups =
+        split_bfd.size() == mbs.size()
+            ? std::move(split_bfd[m])
+            : BestFitDecreasing(request.sequences, mbs[m], request.cost);
     const double n = request.cluster.num_ranks;
-    const bool dp = allow_dp && static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
+    const bool dp =
+        allow_dp && static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
     *used_fast |= !dp;
-    auto realized = RealizeGrouping(request, groups, dp ? Allocator::kDp : Allocator::kFast);
+    auto realized = RealizeGrouping(request, groups,
+                                    dp ? Allocator::kDp : Allocator::kFast);
     FCP_CHECK(realized.has_value());
     out.push_back(std::move(realized->micro_batch));
   }
@@ -162,14 +178,17 @@ class FcpPaperStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "fcp-paper"; }
   std::string_view description() const override {
-    return "FCP as published: BFD atomic grouping + Algorithm 1 (2D-DP) allocation";
+    return "FCP as published: BFD atomic grouping + Algorithm 1 (2D-DP) "
+           "allocation";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
     Plan plan;
     bool used_fast = false;
-    plan.micro_batches = PaperMicroBatches(request, /*allow_dp=*/true, &used_fast);
-    plan.notes["allocator"] = used_fast ? "fast (equal to Algorithm 1; DP too large)"
-                                        : "algorithm-1-dp";
+    plan.micro_batches =
+        PaperMicroBatches(request, /*allow_dp=*/true, &used_fast);
+    plan.notes["allocator"] = used_fast
+                                  ? "fast (equal to Algorithm 1; DP too large)"
+                                  : "algorithm-1-dp";
     return plan;
   }
 };
@@ -178,7 +197,8 @@ class FcpStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "fcp"; }
   std::string_view description() const override {
-    return "FCP, improved (default): best of BFD and dual-approximation grouping, "
+    return "FCP, improved (default): best of BFD and dual-approximation "
+           "grouping, "
            "move local search, exact fast allocator, node-aware placement";
   }
   Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
@@ -190,24 +210,28 @@ class FcpStrategy final : public Strategy {
     Scorer score(request);
     const WorkOrder work_order = MakeWorkOrder(request.sequences, request.cost);
     std::vector<std::vector<std::vector<int>>> split_bfd;
-    const auto split = SplitMicroBatches(request.sequences, request.cost, request.cluster,
-                                         &split_bfd, &work_order);
+    const auto split =
+        SplitMicroBatches(request.sequences, request.cost, request.cluster,
+                          &split_bfd, &work_order);
     std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
     const int count = static_cast<int>(split.size());
-    const int fewest = MinMicroBatches(request.sequences, request.cost, request.cluster);
+    const int fewest =
+        MinMicroBatches(request.sequences, request.cost, request.cluster);
     const int num_seqs = static_cast<int>(request.sequences.size());
     auto try_count = [&](int c) {
-      const auto alt_split =
-          SplitIntoMicroBatches(request.sequences, request.cost, request.cluster, c,
-                                /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
+      const auto alt_split = SplitIntoMicroBatches(
+          request.sequences, request.cost, request.cluster, c,
+          /*check_bfd=*/false, /*bfd_groups=*/nullptr, &work_order);
       if (alt_split.empty()) return;
       std::optional<Plan> alt = PlanSplit(request, alt_split);
       if (alt && score(*alt) < score(*plan) * (1 - 1e-12)) {
         plan = std::move(alt);
       }
     };
-    for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count; ++c) try_count(c);
+    for (int c = std::max(fewest, count - kMaxFewerMicroBatches); c < count;
+         ++c)
+      try_count(c);
     if (count > 1 && count < num_seqs) try_count(count + 1);
     // fcp-paper's own plan (the fast allocator gives Algorithm 1's degrees):
     // per micro-batch the candidates above are never slower than it, but the
@@ -227,23 +251,27 @@ class FcpStrategy final : public Strategy {
     if (count > 1 || partial_node) {
       bool used_fast = true;
       Plan paper;
-      paper.micro_batches = PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
+      paper.micro_batches =
+          PaperMicroBatches(request, /*allow_dp=*/false, &used_fast);
       paper.est_ms = EstimateMicroBatches(request, paper.micro_batches);
       if (score(paper) < score(*plan) * (1 - 1e-12)) {
         paper.notes["grouping"] = "fcp-paper";
         plan = std::move(paper);
       }
     }
-    if (const int switched = SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
+    if (const int switched =
+            SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
     // Relaxing memory changes the dual grouping only where memory can bind
     // it: with several micro-batches, or one at least half full.
     double tokens = 0;
-    for (const Sequence& s : request.sequences) tokens += static_cast<double>(s.length_tokens);
-    const double memory_share = request.cost.mem_per_token * tokens /
-                                (request.cluster.num_ranks *
-                                 (request.cost.mem_capacity - request.cost.mem_static));
+    for (const Sequence& s : request.sequences)
+      tokens += static_cast<double>(s.length_tokens);
+    const double memory_share =
+        request.cost.mem_per_token * tokens /
+        (request.cluster.num_ranks *
+         (request.cost.mem_capacity - request.cost.mem_static));
     TryLanes(request, score, *plan, /*dual=*/count > 1 || memory_share >= 0.5);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
@@ -254,8 +282,9 @@ class FcpStrategy final : public Strategy {
     // so far are skipped.
     const BalancedStaticBuilder statics(request, &work_order);
     if (auto yardstick = statics.Best(plan->est_ms)) {
-      plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) + ", " +
-                                       FormatMs(yardstick->est_ms) + " ms";
+      plan->notes["balanced_static"] = "cp " + std::to_string(yardstick->cp) +
+                                       ", " + FormatMs(yardstick->est_ms) +
+                                       " ms";
     } else {
       plan->notes["balanced_static"] = "no degree can beat this plan (bound)";
     }
@@ -270,52 +299,61 @@ class FcpStrategy final : public Strategy {
     // (Scorer), a plan's step is at least its makespan plus one bucket of
     // each collective.
     const double exposed_floor_ms =
-        request.grad_sync
-            ? 2000.0 * request.grad_sync->collective_s / request.grad_sync->buckets
-            : 0.0;
+        request.grad_sync ? 2000.0 * request.grad_sync->collective_s /
+                                request.grad_sync->buckets
+                          : 0.0;
     double best_score_ms = score(*plan);
-    const auto heaviest = std::max_element(
-        request.sequences.begin(), request.sequences.end(), [&](const Sequence& a, const Sequence& b) {
-          return SequenceWorkS(request.cost, a) < SequenceWorkS(request.cost, b);
-        });
+    const auto heaviest =
+        std::max_element(request.sequences.begin(), request.sequences.end(),
+                         [&](const Sequence& a, const Sequence& b) {
+                           return SequenceWorkS(request.cost, a) <
+                                  SequenceWorkS(request.cost, b);
+                         });
     const GroupLoad heavy = GroupLoad::Of(*heaviest);
     for (int cp = 1; cp <= request.cluster.num_ranks; ++cp) {
       if (request.cluster.num_ranks % cp != 0) continue;
-      double bound_s = std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
-                                GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
+      double bound_s =
+          std::min(GroupTimeS(request.cost, heavy, cp, Link::kIntraNode),
+                   GroupTimeS(request.cost, heavy, cp, Link::kInterNode));
       if (AllToAllAllowed(request.model ? &*request.model : nullptr, cp)) {
-        bound_s = std::min(bound_s,
-                           AllToAllGroupTimeS(request.cost, *request.model, heavy, cp,
-                                              AllToAllBandwidthBound(request.cost, request.cluster, cp)));
+        bound_s = std::min(
+            bound_s,
+            AllToAllGroupTimeS(
+                request.cost, *request.model, heavy, cp,
+                AllToAllBandwidthBound(request.cost, request.cluster, cp)));
       }
       // The noisy score is a mean over finite draws, which the bound does
       // not bound: every degree is built then.
-      if (request.group_time_sigma == 0 && 1000.0 * bound_s + exposed_floor_ms >= best_score_ms) {
+      if (request.group_time_sigma == 0 &&
+          1000.0 * bound_s + exposed_floor_ms >= best_score_ms) {
         continue;
       }
       auto mbs = statics.MicroBatches(cp, CommKind::kRing);
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      const int static_switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+      const int static_switched =
+          SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
       const double candidate_score_ms = score(candidate);
       if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
         best_score_ms = candidate_score_ms;
         plan->micro_batches = std::move(candidate.micro_batches);
         plan->est_ms = candidate.est_ms;
-        plan->notes["grouping"] = "balanced static (cp " + std::to_string(cp) + ")";
+        plan->notes["grouping"] =
+            "balanced static (cp " + std::to_string(cp) + ")";
         plan->notes["all_to_all_groups"] = std::to_string(static_switched);
       }
     }
     if (request.group_time_sigma > 0) {
-      if (const int k = TryFewerGroups(request, score, work_order, *plan, best_score_ms)) {
+      if (const int k = TryFewerGroups(request, score, work_order, *plan,
+                                       best_score_ms)) {
         plan->notes["grouping"] =
             "at most " + std::to_string(k) + " groups per micro-batch (noise)";
       }
     }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
-                                   " (BFD needs " + std::to_string(count) + ", memory " +
-                                   std::to_string(fewest) + ")";
+                                   " (BFD needs " + std::to_string(count) +
+                                   ", memory " + std::to_string(fewest) + ")";
     if (request.group_time_sigma > 0) {
       plan->notes["expected_step_ms"] = FormatMs(best_score_ms);
     } else if (score.BeyondMakespan()) {
@@ -332,14 +370,16 @@ class FcpStrategy final : public Strategy {
   // and realized as fcp's own groupings, for k = 1, 2, 3, 4, 6, 8, ... below
   // the plan's largest group count, is a candidate; the best replaces `plan`
   // when it scores below `best_score_ms` (updated). Returns its k, or 0.
-  static int TryFewerGroups(const PlanRequest& request, Scorer& score, const WorkOrder& work_order,
-                            Plan& plan, double& best_score_ms) {
+  static int TryFewerGroups(const PlanRequest& request, Scorer& score,
+                            const WorkOrder& work_order, Plan& plan,
+                            double& best_score_ms) {
     size_t most_groups = 0;
     std::vector<std::vector<int>> members(plan.micro_batches.size());
     for (size_t m = 0; m < plan.micro_batches.size(); ++m) {
       most_groups = std::max(most_groups, plan.micro_batches[m].groups.size());
       for (const GroupPlan& g : plan.micro_batches[m].groups) {
-        members[m].insert(members[m].end(), g.sequences.begin(), g.sequences.end());
+        members[m].insert(members[m].end(), g.sequences.begin(),
+                          g.sequences.end());
       }
     }
     std::vector<int> position(request.sequences.size());
@@ -347,7 +387,8 @@ class FcpStrategy final : public Strategy {
       position[work_order.order[i]] = static_cast<int>(i);
     }
     for (std::vector<int>& mb : members) {
-      std::sort(mb.begin(), mb.end(), [&](int a, int b) { return position[a] < position[b]; });
+      std::sort(mb.begin(), mb.end(),
+                [&](int a, int b) { return position[a] < position[b]; });
     }
     int best_k = 0;
     for (size_t k = 1; k < most_groups; k = std::max(k + 1, k * 3 / 2)) {
@@ -356,12 +397,13 @@ class FcpStrategy final : public Strategy {
         std::vector<std::vector<int>> groups(std::min(k, mb.size()));
         std::vector<double> load(groups.size(), 0.0);
         for (int i : mb) {
-          const size_t lightest =
-              static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+          const size_t lightest = static_cast<size_t>(
+              std::min_element(load.begin(), load.end()) - load.begin());
           groups[lightest].push_back(i);
           load[lightest] += work_order.work[i];
         }
-        auto realized = RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+        auto realized =
+            RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
         if (!realized) break;
         candidate.micro_batches.push_back(std::move(realized->micro_batch));
       }
@@ -384,7 +426,8 @@ class FcpStrategy final : public Strategy {
   // (issue 32: 96.8 s where 65.4 s was possible). Micro-batch by micro-batch,
   // its layout rotated by whole nodes and/or mirrored is kept when the plan
   // scores lower. Returns how many micro-batches moved.
-  static int ShiftMicroBatches(const PlanRequest& request, Scorer& score, Plan& plan) {
+  static int ShiftMicroBatches(const PlanRequest& request, Scorer& score,
+                               Plan& plan) {
     const int n = request.cluster.num_ranks;
     const int r = request.cluster.ranks_per_node;
     if (plan.micro_batches.size() < 2 || n % r != 0) return 0;
@@ -400,7 +443,8 @@ class FcpStrategy final : public Strategy {
           MicroBatchPlan& mb = plan.micro_batches[m];
           mb = original;
           for (GroupPlan& g : mb.groups) {
-            for (int& rank : g.ranks) rank = ((mirror ? n - 1 - rank : rank) + shift) % n;
+            for (int& rank : g.ranks)
+              rank = ((mirror ? n - 1 - rank : rank) + shift) % n;
           }
           plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
           const double candidate_ms = score(plan);
@@ -422,7 +466,8 @@ class FcpStrategy final : public Strategy {
   // scores below `plan` replaces it (estimates filled).
   // With one micro-batch (`dual` false) the dual grouping is already a
   // candidate of PlanSplit and only the one-lane grouping is new.
-  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan, bool dual) {
+  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
+                       bool dual) {
     double best_ms = score(plan);
     for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual)) {
       for (bool aligned : {false, true}) {
@@ -430,13 +475,15 @@ class FcpStrategy final : public Strategy {
         if (!mbs) continue;
         Plan candidate;
         candidate.micro_batches = std::move(*mbs);
-        const int switched = SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+        const int switched =
+            SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
         const double candidate_ms = score(candidate);
         if (candidate_ms < best_ms * (1 - 1e-12)) {
           best_ms = candidate_ms;
           plan.micro_batches = std::move(candidate.micro_batches);
           plan.est_ms = candidate.est_ms;
-          plan.notes["grouping"] = "lanes: " + std::to_string(lanes.size()) + " persistent groups";
+          plan.notes["grouping"] =
+              "lanes: " + std::to_string(lanes.size()) + " persistent groups";
           plan.notes["all_to_all_groups"] = std::to_string(switched);
         }
       }
@@ -460,12 +507,16 @@ class FcpStrategy final : public Strategy {
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
       // never worse than fcp-paper on the same micro-batch split).
       auto bfd_groups = have_bfd ? (*split_bfd)[m]
-                                 : BestFitDecreasing(request.sequences, members, request.cost);
-      auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast, kTopologyAware);
+                                 : BestFitDecreasing(request.sequences, members,
+                                                     request.cost);
+      auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast,
+                                  kTopologyAware);
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {
-        auto r = RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
-        if (r && (!best || r->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12))) {
+        auto r =
+            RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+        if (r && (!best || r->placed_makespan_s <
+                               best->placed_makespan_s * (1 - 1e-12))) {
           best = std::move(r);
           best_is_dual = dual;
         }
@@ -496,11 +547,13 @@ class FcpStrategy final : public Strategy {
       // and its placed makespan is never above the winner's.
       if (partial_node) {
         std::vector<std::vector<int>> winner;
-        for (const GroupPlan& g : best->micro_batch.groups) winner.push_back(g.sequences);
-        auto on_full_nodes = RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                                             /*full_nodes_too=*/true);
-        if (on_full_nodes &&
-            on_full_nodes->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+        for (const GroupPlan& g : best->micro_batch.groups)
+          winner.push_back(g.sequences);
+        auto on_full_nodes =
+            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
+                            /*full_nodes_too=*/true);
+        if (on_full_nodes && on_full_nodes->placed_makespan_s <
+                                 best->placed_makespan_s * (1 - 1e-12)) {
           best = std::move(on_full_nodes);
         }
       }
@@ -509,10 +562,13 @@ class FcpStrategy final : public Strategy {
       // nodes, where 16 and 4 pack into whole nodes (issue 32).
       {
         std::vector<std::vector<int>> winner;
-        for (const GroupPlan& g : best->micro_batch.groups) winner.push_back(g.sequences);
-        auto aligned = RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                                       /*full_nodes_too=*/false, /*aligned_degrees=*/true);
-        if (aligned && aligned->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+        for (const GroupPlan& g : best->micro_batch.groups)
+          winner.push_back(g.sequences);
+        auto aligned =
+            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
+                            /*full_nodes_too=*/false, /*aligned_degrees=*/true);
+        if (aligned && aligned->placed_makespan_s <
+                           best->placed_makespan_s * (1 - 1e-12)) {
           best = std::move(aligned);
         }
       }
@@ -521,7 +577,8 @@ class FcpStrategy final : public Strategy {
     }
     plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     plan.notes["grouping"] = "bfd:" + std::to_string(wins_bfd) +
-                             " dual:" + std::to_string(wins_dual) + " micro-batches";
+                             " dual:" + std::to_string(wins_dual) +
+                             " micro-batches";
     return plan;
   }
 };
@@ -535,7 +592,8 @@ class FcpRingStrategy final : public Strategy {
   std::string_view description() const override {
     return "fcp with ring-attention groups only (no all-to-all groups)";
   }
-  Plan Solve(const PlanRequest& request, const PlanOptions& options) const override {
+  Plan Solve(const PlanRequest& request,
+             const PlanOptions& options) const override {
     PlanRequest ring_only = request;
     ring_only.model.reset();
     return FcpStrategy().Solve(ring_only, options);

@@ -1,23 +1,31 @@
 // Numeric limits of MakePlan (issue 8): regression tests for inputs that used
 // to abort the process (FCP_CHECK on a non-finite estimate) or cast an
 // out-of-range double to int64 (UB), and the extremes that must plan.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "fcp/scheduler.h"
 
 namespace fcp {
 namespace {
 
-PlanRequest Request(std::vector<int64_t> lengths, int ranks = 64, int per_node = 16) {
+PlanRequest Request(std::vector<int64_t> lengths, int ranks = 64,
+                    int per_node = 16) {
   PlanRequest r;
   r.cluster = {ranks, per_node};
-  r.cost = {.alpha1 = 1.2e-11, .alpha2 = 2.5e-6, .beta1 = 1e-3, .alpha3 = 1.3e5,
-            .beta2 = 1e-4, .bw_intra_node = 1.96e11, .bw_inter_node = 5e10,
-            .mem_per_token = 4.5e5, .mem_static = 2.2e10, .mem_capacity = 6.4e10};
+  r.cost = {.alpha1 = 1.2e-11,
+            .alpha2 = 2.5e-6,
+            .beta1 = 1e-3,
+            .alpha3 = 1.3e5,
+            .beta2 = 1e-4,
+            .bw_intra_node = 1.96e11,
+            .bw_inter_node = 5e10,
+            .mem_per_token = 4.5e5,
+            .mem_static = 2.2e10,
+            .mem_capacity = 6.4e10};
   for (int64_t len : lengths) r.sequences.push_back({len, 0.0});
   return r;
 }
@@ -39,8 +47,9 @@ TEST(LimitsTest, TimesThatOverflowAreRejectedNotAborted) {
     huge_alpha1.cost.mem_per_token = 1e-9;
     EXPECT_EQ(RejectedField(huge_alpha1, strategy), "cost_model") << strategy;
 
-    for (double CostModel::*field : {&CostModel::alpha1, &CostModel::alpha2, &CostModel::beta1,
-                                     &CostModel::alpha3, &CostModel::beta2}) {
+    for (double CostModel::*field :
+         {&CostModel::alpha1, &CostModel::alpha2, &CostModel::beta1,
+          &CostModel::alpha3, &CostModel::beta2}) {
       PlanRequest req = Request({4096, 131072});
       req.cost.*field = 1e308;
       EXPECT_EQ(RejectedField(req, strategy), "cost_model") << strategy;
@@ -85,7 +94,8 @@ TEST(LimitsTest, SubnormalTimeCoefficientsAreRejected) {
   for (const char* strategy : {"fcp", "fcp-paper"}) {
     EXPECT_EQ(RejectedField(req, strategy), "cost_model") << strategy;
   }
-  req.cost.alpha2 = 1e-280;  // the smallest accepted: plans, bound below the estimate
+  req.cost.alpha2 =
+      1e-280;  // the smallest accepted: plans, bound below the estimate
   const Plan plan = MakePlan(req, {.strategy = "fcp"});
   ASSERT_EQ(plan.status, PlanStatus::kOk);
   EXPECT_EQ(ValidatePlan(req, plan), "");
@@ -102,11 +112,13 @@ TEST(LimitsTest, DenormalBandwidthWithZeroAlpha3IsRejectedByEveryStrategy) {
   req.cost.mem_per_token = 595611.33;
   req.cost.mem_static = 1.35e11;
   req.cost.mem_capacity = 2.7e11;
-  for (double CostModel::*bw : {&CostModel::bw_intra_node, &CostModel::bw_inter_node}) {
+  for (double CostModel::*bw :
+       {&CostModel::bw_intra_node, &CostModel::bw_inter_node}) {
     PlanRequest slow = req;
     slow.cost.*bw = 5e-324;
     for (const std::string& strategy : StrategyNames()) {
-      EXPECT_EQ(RejectedField(slow, strategy.c_str()), "cost_model") << strategy;
+      EXPECT_EQ(RejectedField(slow, strategy.c_str()), "cost_model")
+          << strategy;
     }
   }
 }
@@ -128,7 +140,8 @@ TEST(LimitsTest, ExtremesWithinRangePlan) {
   // 2^40-token sequences with little memory per token; R not dividing N; N
   // up to 65,536; zero time coefficients.
   for (const char* strategy : {"fcp", "fcp-paper"}) {
-    PlanRequest req = Request({int64_t{1} << 40, int64_t{1} << 40, 1, 7}, 65536, 7);
+    PlanRequest req =
+        Request({int64_t{1} << 40, int64_t{1} << 40, 1, 7}, 65536, 7);
     req.cost.mem_per_token = 1e-3;
     Plan plan = MakePlan(req, {.strategy = strategy});
     ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
@@ -136,7 +149,8 @@ TEST(LimitsTest, ExtremesWithinRangePlan) {
     EXPECT_TRUE(std::isfinite(plan.est_ms)) << strategy;
 
     PlanRequest zero = Request({4096, 131072, 7}, 12, 5);
-    zero.cost.alpha1 = zero.cost.alpha2 = zero.cost.beta1 = zero.cost.alpha3 = zero.cost.beta2 = 0;
+    zero.cost.alpha1 = zero.cost.alpha2 = zero.cost.beta1 = zero.cost.alpha3 =
+        zero.cost.beta2 = 0;
     plan = MakePlan(zero, {.strategy = strategy});
     ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
     EXPECT_EQ(ValidatePlan(zero, plan), "") << strategy;
@@ -145,23 +159,31 @@ TEST(LimitsTest, ExtremesWithinRangePlan) {
 }
 
 TEST(LimitsTest, ZeroWorkSequencesStillSplitIntoMicroBatches) {
-  // Found by fuzz/planner_fuzz: with every time coefficient 0 the work-balancing
-  // micro-batch split left micro-batches empty at every count and aborted
-  // (FCP_CHECK count < k). 18 long sequences need 125 of 247 ranks each.
+  // Found by fuzz/planner_fuzz: with every time coefficient 0 the
+  // work-balancing micro-batch split left micro-batches empty at every count
+  // and aborted (FCP_CHECK count < k). 18 long sequences need 125 of 247 ranks
+  // each.
   std::vector<int64_t> lengths(18, 8372157);
   for (int i = 0; i < 24; ++i) lengths.push_back(4);
   lengths.push_back(8176);
   lengths.push_back(8372157);
   for (const char* strategy : {"fcp", "fcp-paper"}) {
     PlanRequest req = Request(lengths, 247, 24);
-    req.cost = {.alpha1 = 0, .alpha2 = 0, .beta1 = 0, .alpha3 = 0, .beta2 = 3.1425556161221793e-4,
-                .bw_intra_node = 841024588991.495, .bw_inter_node = 2.125e11,
-                .mem_per_token = 2124999.999999998, .mem_static = 64921568627.45098,
+    req.cost = {.alpha1 = 0,
+                .alpha2 = 0,
+                .beta1 = 0,
+                .alpha3 = 0,
+                .beta2 = 3.1425556161221793e-4,
+                .bw_intra_node = 841024588991.495,
+                .bw_inter_node = 2.125e11,
+                .mem_per_token = 2124999.999999998,
+                .mem_static = 64921568627.45098,
                 .mem_capacity = 207749019607.84314};
     const Plan plan = MakePlan(req, {.strategy = strategy});
     ASSERT_EQ(plan.status, PlanStatus::kOk) << strategy;
     EXPECT_EQ(ValidatePlan(req, plan), "") << strategy;
-    EXPECT_GE(plan.micro_batches.size(), 19u) << strategy;  // one long sequence each
+    EXPECT_GE(plan.micro_batches.size(), 19u)
+        << strategy;  // one long sequence each
   }
 }
 

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -70,7 +70,8 @@ class BinsByWork {
 
  private:
   struct Node {
-    double work = 0, used = -std::numeric_limits<double>::infinity(), min_used = used;
+    double work = 0, used = -std::numeric_limits<double>::infinity(),
+           min_used = used;
     int id = 0, left = -1, right = -1;
     uint64_t priority = 0;
   };
@@ -82,7 +83,8 @@ class BinsByWork {
     Node& n = nodes_[t];
     n.min_used = n.used;
     if (n.left >= 0) n.min_used = std::min(n.min_used, nodes_[n.left].min_used);
-    if (n.right >= 0) n.min_used = std::min(n.min_used, nodes_[n.right].min_used);
+    if (n.right >= 0)
+      n.min_used = std::min(n.min_used, nodes_[n.right].min_used);
   }
   int Merge(int a, int b) {
     if (a < 0) return b;
@@ -129,8 +131,8 @@ class BinsByWork {
 
 std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       const std::vector<double>& work,
-                                      const std::vector<double>& size, double capacity,
-                                      int count) {
+                                      const std::vector<double>& size,
+                                      double capacity, int count) {
   // Each sequence goes to the least-loaded bin (by work) with room for it;
   // an empty bin always has room.
   std::vector<std::vector<int>> bins(count);
@@ -146,7 +148,8 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
   return bins;
 }
 
-WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm) {
+WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs,
+                        const CostModel& cm) {
   const int k = static_cast<int>(seqs.size());
   WorkOrder w;
   w.order.resize(k);
@@ -161,8 +164,9 @@ WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm) 
 }
 
 std::vector<std::vector<int>> SplitIntoMicroBatches(
-    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
-    bool check_bfd, std::vector<std::vector<std::vector<int>>>* bfd_groups,
+    const std::vector<Sequence>& seqs, const CostModel& cm,
+    const Cluster& cluster, int count, bool check_bfd,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups,
     const WorkOrder* work_order) {
   if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
@@ -173,11 +177,13 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
   }
   const std::vector<int>& order = work_order->order;
   const std::vector<double>& work = work_order->work;
-  const double capacity =
-      static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
+  const double capacity = static_cast<double>(cluster.num_ranks) *
+                          (cm.mem_capacity - cm.mem_static);
   std::vector<double> need(k);
-  for (int i = 0; i < k; ++i) need[i] = cm.mem_per_token * static_cast<double>(seqs[i].length_tokens);
-  std::vector<std::vector<int>> mbs = LptPack(order, work, need, capacity, count);
+  for (int i = 0; i < k; ++i)
+    need[i] = cm.mem_per_token * static_cast<double>(seqs[i].length_tokens);
+  std::vector<std::vector<int>> mbs =
+      LptPack(order, work, need, capacity, count);
   if (mbs.empty()) return {};
   // Each micro-batch's members ascending: every sequence is in exactly one,
   // so one pass over the indices replaces a sort per micro-batch.
@@ -210,12 +216,15 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
   // BFD grouping moving with its micro-batch.
   std::vector<int> by_members(mbs.size());
   std::iota(by_members.begin(), by_members.end(), 0);
-  std::sort(by_members.begin(), by_members.end(), [&](int a, int b) { return mbs[a] < mbs[b]; });
+  std::sort(by_members.begin(), by_members.end(),
+            [&](int a, int b) { return mbs[a] < mbs[b]; });
   std::vector<std::vector<int>> sorted(mbs.size());
-  for (size_t m = 0; m < mbs.size(); ++m) sorted[m] = std::move(mbs[by_members[m]]);
+  for (size_t m = 0; m < mbs.size(); ++m)
+    sorted[m] = std::move(mbs[by_members[m]]);
   if (bfd_groups && check_bfd) {
     bfd_groups->resize(mbs.size());
-    for (size_t m = 0; m < mbs.size(); ++m) (*bfd_groups)[m] = std::move(bfd[by_members[m]]);
+    for (size_t m = 0; m < mbs.size(); ++m)
+      (*bfd_groups)[m] = std::move(bfd[by_members[m]]);
   }
   return sorted;
 }
@@ -223,16 +232,19 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
 int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
                     const Cluster& cluster) {
   double total_mem = 0;
-  for (const auto& s : seqs) total_mem += cm.mem_per_token * static_cast<double>(s.length_tokens);
-  const double capacity =
-      static_cast<double>(cluster.num_ranks) * (cm.mem_capacity - cm.mem_static);
+  for (const auto& s : seqs)
+    total_mem += cm.mem_per_token * static_cast<double>(s.length_tokens);
+  const double capacity = static_cast<double>(cluster.num_ranks) *
+                          (cm.mem_capacity - cm.mem_static);
   return static_cast<int>(std::clamp(std::ceil(total_mem / capacity), 1.0,
                                      static_cast<double>(seqs.size())));
 }
 
 std::vector<std::vector<int>> SplitMicroBatches(
-    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
-    std::vector<std::vector<std::vector<int>>>* bfd_groups, const WorkOrder* work_order) {
+    const std::vector<Sequence>& seqs, const CostModel& cm,
+    const Cluster& cluster,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups,
+    const WorkOrder* work_order) {
   if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
   int count = MinMicroBatches(seqs, cm, cluster);
@@ -248,10 +260,11 @@ std::vector<std::vector<int>> SplitMicroBatches(
       for (int i = 0; i < k; ++i) single[i] = {i};
       return single;
     }
-    auto mbs = SplitIntoMicroBatches(seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups,
-                                     work_order);
+    auto mbs = SplitIntoMicroBatches(
+        seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups, work_order);
     if (!mbs.empty()) return mbs;
-    count = attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
+    count =
+        attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
   }
 }
 

@@ -31,7 +31,8 @@ WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm);
 // returned micro-batch where the split computed it for its feasibility check
 // (same order as the result), or is left empty.
 std::vector<std::vector<int>> SplitMicroBatches(
-    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster,
+    const std::vector<Sequence>& seqs, const CostModel& cm,
+    const Cluster& cluster,
     std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr,
     const WorkOrder* work_order = nullptr);
 
@@ -40,8 +41,9 @@ std::vector<std::vector<int>> SplitMicroBatches(
 // exceeds N ranks' memory or, with `check_bfd`, its BFD grouping needs more
 // than N ranks.
 std::vector<std::vector<int>> SplitIntoMicroBatches(
-    const std::vector<Sequence>& seqs, const CostModel& cm, const Cluster& cluster, int count,
-    bool check_bfd = true, std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr,
+    const std::vector<Sequence>& seqs, const CostModel& cm,
+    const Cluster& cluster, int count, bool check_bfd = true,
+    std::vector<std::vector<std::vector<int>>>* bfd_groups = nullptr,
     const WorkOrder* work_order = nullptr);
 
 // Longest-processing-time packing with a capacity: each index of `order`
@@ -51,10 +53,11 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
 // bin. `work` and `size` are indexed by the values in `order`.
 std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       const std::vector<double>& work,
-                                      const std::vector<double>& size, double capacity,
-                                      int count);
+                                      const std::vector<double>& size,
+                                      double capacity, int count);
 
-// The fewest micro-batches memory allows: ceil(Σ mem_per_token·s / (N·headroom)).
+// The fewest micro-batches memory allows: ceil(Σ mem_per_token·s /
+// (N·headroom)).
 int MinMicroBatches(const std::vector<Sequence>& seqs, const CostModel& cm,
                     const Cluster& cluster);
 

@@ -2,14 +2,14 @@
 // (PlanRequest::group_time_sigma: the expected step against the log-normal
 // integral, the fixed draws, fcp ranking its candidates by it) and the
 // creation of new communicators (PlanRequest::communicators).
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
@@ -23,7 +23,6 @@ namespace {
 using testing::Group;
 using testing::GroupsJson;
 
-
 // A random request (up to 40 sequences on 32 ranks); every third with a
 // gradient sync of half the lower bound.
 PlanRequest RandomRequestMaybeSync(uint64_t seed, uint64_t salt) {
@@ -34,21 +33,23 @@ PlanRequest RandomRequestMaybeSync(uint64_t seed, uint64_t salt) {
   opt.one_micro_batch_feasible = seed % 2 == 0;
   PlanRequest req = testing::RandomRequest(rng, opt);
   if (seed % 3 == 0) {
-    req.grad_sync = GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
+    req.grad_sync =
+        GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
   }
   return req;
 }
 
 // Asserts that no balanced static ring plan of `req` scores below `fcp_ms`.
 template <class Score>
-void ExpectNoStaticPlanScoresLower(const PlanRequest& req, double fcp_ms, Score&& score,
-                                   uint64_t seed) {
+void ExpectNoStaticPlanScoresLower(const PlanRequest& req, double fcp_ms,
+                                   Score&& score, uint64_t seed) {
   for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
     if (req.cluster.num_ranks % cp) continue;
     auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
     if (!mbs) continue;
     EstimateMicroBatches(req, *mbs);
-    ASSERT_LE(fcp_ms, score(*mbs) * (1 + 1e-9)) << "seed " << seed << " cp " << cp;
+    ASSERT_LE(fcp_ms, score(*mbs) * (1 + 1e-9))
+        << "seed " << seed << " cp " << cp;
   }
 }
 
@@ -72,7 +73,8 @@ double ExpectedMaxByIntegral(const std::vector<double>& t, double sigma) {
     }
     return p;
   };
-  const double top = *std::max_element(t.begin(), t.end()) * std::exp(8 * sigma);
+  const double top =
+      *std::max_element(t.begin(), t.end()) * std::exp(8 * sigma);
   const int steps = 200000;
   const double h = top / steps;
   double sum = 0.5 * (1 - 0) + 0.5 * (1 - cdf(top));
@@ -85,8 +87,10 @@ TEST(GroupNoiseTest, ZeroSigmaIsTheExactEstimate) {
   mbs[0].groups = {Group({0, 1}, 10), Group({2, 3}, 4)};
   mbs[1].groups = {Group({0, 1, 2, 3}, 6)};
   GroupTimeNoise none(0);
-  const GradientSync sync{.collective_s = 0.020, .buckets = 4, .forward_share = 0.25};
-  EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, nullptr, none), ListScheduleMs(4, mbs));
+  const GradientSync sync{
+      .collective_s = 0.020, .buckets = 4, .forward_share = 0.25};
+  EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, nullptr, none),
+                   ListScheduleMs(4, mbs));
   EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, &sync, none), StepMs(4, mbs, sync));
 }
 
@@ -95,19 +99,23 @@ TEST(GroupNoiseTest, ExpectedMaxAgainstTheLogNormalIntegral) {
   // 4,096 draws put the standard error near 0.3 % of the mean.
   for (double sigma : {0.1, 0.2, 0.5}) {
     for (const std::vector<double>& t :
-         {std::vector<double>{10}, std::vector<double>{10, 10}, std::vector<double>(16, 10),
+         {std::vector<double>{10}, std::vector<double>{10, 10},
+          std::vector<double>(16, 10),
           std::vector<double>{12, 10, 10, 9, 5, 5, 5, 1}}) {
       GroupTimeNoise noise(sigma, 4096);
-      const double mc =
-          ExpectedStepMs(static_cast<int>(t.size()), OneMicroBatch(t), nullptr, noise);
+      const double mc = ExpectedStepMs(static_cast<int>(t.size()),
+                                       OneMicroBatch(t), nullptr, noise);
       const double exact = ExpectedMaxByIntegral(t, sigma);
-      EXPECT_NEAR(mc, exact, 0.015 * exact) << "sigma " << sigma << " groups " << t.size();
+      EXPECT_NEAR(mc, exact, 0.015 * exact)
+          << "sigma " << sigma << " groups " << t.size();
     }
   }
-  // The max grows with the number of near-tied groups (why fewer groups can win).
+  // The max grows with the number of near-tied groups (why fewer groups can
+  // win).
   GroupTimeNoise noise(0.2);
   EXPECT_LT(ExpectedStepMs(2, OneMicroBatch({10, 10}), nullptr, noise),
-            ExpectedStepMs(16, OneMicroBatch(std::vector<double>(16, 10)), nullptr, noise));
+            ExpectedStepMs(16, OneMicroBatch(std::vector<double>(16, 10)),
+                           nullptr, noise));
 }
 
 TEST(GroupNoiseTest, DrawsDependOnlyOnSampleAndGroup) {
@@ -116,10 +124,12 @@ TEST(GroupNoiseTest, DrawsDependOnlyOnSampleAndGroup) {
   GroupTimeNoise in_order(0.3, 512), backwards(0.3, 512);
   std::vector<double> late(10);
   for (size_t k = 10; k-- > 0;) late[k] = backwards.Factor(5, k);
-  for (size_t k = 0; k < 10; ++k) EXPECT_EQ(in_order.Factor(5, k), late[k]) << k;
+  for (size_t k = 0; k < 10; ++k)
+    EXPECT_EQ(in_order.Factor(5, k), late[k]) << k;
   GroupTimeNoise many(0.3, 20000);
   double mean = 0;
-  for (int s = 0; s < many.samples(); ++s) mean += many.Factor(s, 3) / many.samples();
+  for (int s = 0; s < many.samples(); ++s)
+    mean += many.Factor(s, 3) / many.samples();
   EXPECT_NEAR(mean, 1.0, 0.01);
 }
 
@@ -136,9 +146,12 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
     ++total;
     const GradientSync* sync = req.grad_sync ? &*req.grad_sync : nullptr;
     GroupTimeNoise noise(req.group_time_sigma);
-    const double fcp_ms = ExpectedStepMs(req.cluster.num_ranks, fcp.micro_batches, sync, noise);
+    const double fcp_ms =
+        ExpectedStepMs(req.cluster.num_ranks, fcp.micro_batches, sync, noise);
     ASSERT_EQ(fcp.notes.count("expected_step_ms"), 1u);
-    EXPECT_NEAR(std::stod(fcp.notes.at("expected_step_ms")), fcp_ms, 1e-5 * fcp_ms) << seed;
+    EXPECT_NEAR(std::stod(fcp.notes.at("expected_step_ms")), fcp_ms,
+                1e-5 * fcp_ms)
+        << seed;
     ExpectNoStaticPlanScoresLower(
         req, fcp_ms,
         [&](const std::vector<MicroBatchPlan>& mbs) {
@@ -147,10 +160,12 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
         seed);
     PlanRequest exact = req;
     exact.group_time_sigma = 0;
-    differs += GroupsJson(MakePlan(exact, {.strategy = "fcp"})) != GroupsJson(fcp);
+    differs +=
+        GroupsJson(MakePlan(exact, {.strategy = "fcp"})) != GroupsJson(fcp);
   }
-  std::printf("noise-ranked fcp: %d batches, %d differ from the exact-ranked plan\n", total,
-              differs);
+  std::printf(
+      "noise-ranked fcp: %d batches, %d differ from the exact-ranked plan\n",
+      total, differs);
   EXPECT_GT(total, 50);
   EXPECT_GT(differs, 0);  // the ranking must matter somewhere
 }
@@ -168,7 +183,8 @@ TEST(CommunicatorTest, DelaysAgainstAHandComputedSchedule) {
   EXPECT_EQ(delays, (std::vector<double>{0, 2, 0, 0, 0}));
   GroupTimeNoise none(0);
   EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, nullptr, none, delays), 12);
-  EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, nullptr, none), ListScheduleMs(4, mbs));
+  EXPECT_DOUBLE_EQ(ExpectedStepMs(4, mbs, nullptr, none),
+                   ListScheduleMs(4, mbs));
   EXPECT_DOUBLE_EQ(ListScheduleMs(4, mbs), 11);
 }
 
@@ -184,38 +200,46 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
     if (plain.status != PlanStatus::kOk) continue;
     ++total;
     PlanRequest charged = req;
-    charged.communicators = CommunicatorCache{.create_s = LowerBoundMs(req) / 4000.0};
+    charged.communicators =
+        CommunicatorCache{.create_s = LowerBoundMs(req) / 4000.0};
     const Plan fcp = MakePlan(charged, {.strategy = "fcp"});
     ASSERT_EQ(fcp.status, PlanStatus::kOk);
     const GradientSync* sync = req.grad_sync ? &*req.grad_sync : nullptr;
     GroupTimeNoise none(0);
     auto score = [&](const std::vector<MicroBatchPlan>& mbs) {
-      return ExpectedStepMs(req.cluster.num_ranks, mbs, sync, none,
-                            NewCommunicatorDelaysMs(mbs, *charged.communicators));
+      return ExpectedStepMs(
+          req.cluster.num_ranks, mbs, sync, none,
+          NewCommunicatorDelaysMs(mbs, *charged.communicators));
     };
     const double fcp_ms = score(fcp.micro_batches);
     charged_differs += GroupsJson(fcp) != GroupsJson(plain);
     ASSERT_EQ(fcp.notes.count("step_ms"), 1u);
-    EXPECT_NEAR(std::stod(fcp.notes.at("step_ms")), fcp_ms, 1e-5 * fcp_ms) << seed;
+    EXPECT_NEAR(std::stod(fcp.notes.at("step_ms")), fcp_ms, 1e-5 * fcp_ms)
+        << seed;
     ExpectNoStaticPlanScoresLower(req, fcp_ms, score, seed);
     // Every communicator of the plain plan already exists: nothing to charge.
     PlanRequest held = charged;
     for (const MicroBatchPlan& mb : plain.micro_batches) {
-      for (const GroupPlan& g : mb.groups) held.communicators->existing.push_back(g.ranks);
+      for (const GroupPlan& g : mb.groups)
+        held.communicators->existing.push_back(g.ranks);
     }
     const Plan again = MakePlan(held, {.strategy = "fcp"});
     // The plain plan scores as before and nothing else got cheaper, so the
     // choice can only move to another plan whose groups all exist too.
-    const auto delays = NewCommunicatorDelaysMs(again.micro_batches, *held.communicators);
+    const auto delays =
+        NewCommunicatorDelaysMs(again.micro_batches, *held.communicators);
     if (GroupsJson(again) != GroupsJson(plain)) {
       ++differs;
-      EXPECT_TRUE(std::all_of(delays.begin(), delays.end(), [](double d) { return d == 0; }))
-          << seed;
+      EXPECT_TRUE(std::all_of(delays.begin(), delays.end(), [](double d) {
+        return d == 0;
+      })) << seed;
     }
   }
-  std::printf("communicator-charged fcp: %d batches, %d plans changed by the charge, %d held "
-              "plans changed\n",
-              total, charged_differs, differs);
+  std::printf(
+      "communicator-charged fcp: %d batches, %d plans changed by the charge, "
+      "%d held "
+      "plans changed\n",
+      total, charged_differs, differs);
   EXPECT_GT(total, 50);
   EXPECT_GT(charged_differs, 0);  // the charge must matter somewhere
 }

@@ -16,9 +16,10 @@ std::vector<int> ByDegreeDescending(const std::vector<int>& degrees) {
   std::vector<int> order(degrees.size());
   const int max_degree =
       degrees.empty() ? 0 : *std::max_element(degrees.begin(), degrees.end());
-  const bool counting = !degrees.empty() &&
-                        *std::min_element(degrees.begin(), degrees.end()) >= 0 &&
-                        max_degree <= 4 * static_cast<int>(degrees.size()) + 64;
+  const bool counting =
+      !degrees.empty() &&
+      *std::min_element(degrees.begin(), degrees.end()) >= 0 &&
+      max_degree <= 4 * static_cast<int>(degrees.size()) + 64;
   if (!counting) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -26,7 +27,8 @@ std::vector<int> ByDegreeDescending(const std::vector<int>& degrees) {
     return order;
   }
   // The same order as the stable sort, by counting: degrees are small.
-  std::vector<int> slot(max_degree + 2, 0);  // slot[max_degree - d + 1]: count of d
+  std::vector<int> slot(max_degree + 2,
+                        0);  // slot[max_degree - d + 1]: count of d
   for (int d : degrees) ++slot[max_degree - d + 1];
   for (size_t i = 1; i < slot.size(); ++i) slot[i] += slot[i - 1];
   for (size_t p = 0; p < degrees.size(); ++p) {
@@ -35,7 +37,8 @@ std::vector<int> ByDegreeDescending(const std::vector<int>& degrees) {
   return order;
 }
 
-std::vector<int> Sequential(const std::vector<int>& degrees, const std::vector<int>& order) {
+std::vector<int> Sequential(const std::vector<int>& degrees,
+                            const std::vector<int>& order) {
   std::vector<int> first(degrees.size());
   int cursor = 0;
   for (int p : order) {
@@ -75,7 +78,8 @@ std::optional<std::vector<int>> NodeAligned(const std::vector<int>& degrees,
   const int words = (num_nodes + 63) / 64;
   std::vector<uint64_t> nodes_with_room;  // [room * words + k / 64], bit k % 64
   auto flip = [&](int room, int k) {
-    nodes_with_room[static_cast<size_t>(room) * words + k / 64] ^= uint64_t{1} << (k % 64);
+    nodes_with_room[static_cast<size_t>(room) * words + k / 64] ^= uint64_t{1}
+                                                                   << (k % 64);
   };
   if (bucketed) {
     nodes_with_room.assign(static_cast<size_t>(r + 1) * words, 0);
@@ -87,7 +91,8 @@ std::optional<std::vector<int>> NodeAligned(const std::vector<int>& degrees,
     if (bucketed) {
       for (int room = std::max(degrees[p], 0); room <= r && best < 0; ++room) {
         for (int w = 0; w < words; ++w) {
-          const uint64_t bits = nodes_with_room[static_cast<size_t>(room) * words + w];
+          const uint64_t bits =
+              nodes_with_room[static_cast<size_t>(room) * words + w];
           if (bits != 0) {
             best = w * 64 + std::countr_zero(bits);
             break;
@@ -117,12 +122,15 @@ std::optional<std::vector<int>> NodeAligned(const std::vector<int>& degrees,
 
 }  // namespace
 
-std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& cluster,
-                             const PlacedTimeFn& placed_time, double* max_placed_time) {
+std::vector<int> PlaceGroups(const std::vector<int>& degrees,
+                             const Cluster& cluster,
+                             const PlacedTimeFn& placed_time,
+                             double* max_placed_time) {
   FCP_CHECK(std::accumulate(degrees.begin(), degrees.end(), int64_t{0}) <=
             cluster.num_ranks);
   std::vector<std::vector<int>> candidates;
-  if (auto aligned = NodeAligned(degrees, cluster)) candidates.push_back(*aligned);
+  if (auto aligned = NodeAligned(degrees, cluster))
+    candidates.push_back(*aligned);
   const std::vector<int> by_degree = ByDegreeDescending(degrees);
   candidates.push_back(Sequential(degrees, by_degree));
   std::vector<int> given(degrees.size());

@@ -20,7 +20,8 @@ using PlacedTimeFn = std::function<double(int p, int first, int degree)>;
 // with the smallest max placed time wins (ties: the node-aligned one).
 // `max_placed_time`, when given, receives the winner's max over its groups of
 // placed_time (0 when there are none), so callers need not evaluate it again.
-std::vector<int> PlaceGroups(const std::vector<int>& degrees, const Cluster& cluster,
+std::vector<int> PlaceGroups(const std::vector<int>& degrees,
+                             const Cluster& cluster,
                              const PlacedTimeFn& placed_time,
                              double* max_placed_time = nullptr);
 

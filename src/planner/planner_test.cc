@@ -1,14 +1,13 @@
 // End-to-end planner properties: validity, the lower bound, brute force,
 // fcp vs fcp-paper, placement, micro-batches, infeasibility, validator.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <map>
 
 #include "fcp/cost_model.h"
 #include "fcp/presets.h"
@@ -49,8 +48,10 @@ TEST(PlannerTest, LowerBoundEqualsItsDefinition) {
     opt.one_micro_batch_feasible = false;
     PlanRequest req = testing::RandomRequest(rng, opt);
     for (Sequence& s : req.sequences) {
-      if (seed % 3 == 0) s.eta = static_cast<double>(rng() % 1000) / 1000;  // many values
-      if (seed % 5 == 0 && rng() % 4 == 0) s.length_tokens *= 64;  // some may not fit
+      if (seed % 3 == 0)
+        s.eta = static_cast<double>(rng() % 1000) / 1000;  // many values
+      if (seed % 5 == 0 && rng() % 4 == 0)
+        s.length_tokens *= 64;  // some may not fit
     }
     const CostModel& cm = req.cost;
     const ModelShape shape = req.model.value_or(ModelShape{});
@@ -62,25 +63,32 @@ TEST(PlannerTest, LowerBoundEqualsItsDefinition) {
         const int64_t d_min = MinDegree(cm, load);
         double best = std::numeric_limits<double>::infinity();
         for (int64_t d = d_min; d <= req.cluster.num_ranks; ++d) {
-          best = std::min(best, GroupTimeBestS(cm, req.cluster, load, static_cast<int>(d)));
+          best = std::min(
+              best, GroupTimeBestS(cm, req.cluster, load, static_cast<int>(d)));
           if (all_to_all) {
             // The best all-to-all bandwidth any placement could give: a rank
             // with `same` of its d - 1 peers on its node, both links at once.
             double bw = cm.bw_intra_node;  // d = 1 moves nothing
             if (d > 1) {
               bw = 0;
-              for (int64_t same = 0; same < std::min<int64_t>(d, req.cluster.ranks_per_node); ++same) {
+              for (int64_t same = 0;
+                   same < std::min<int64_t>(d, req.cluster.ranks_per_node);
+                   ++same) {
                 bw = std::max(bw, (d - 1.0) / std::max(same / cm.bw_intra_node,
-                                                       (d - 1.0 - same) / cm.bw_inter_node));
+                                                       (d - 1.0 - same) /
+                                                           cm.bw_inter_node));
               }
             }
-            best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d), bw));
+            best = std::min(best, AllToAllGroupTimeS(cm, shape, load,
+                                                     static_cast<int>(d), bw));
           }
         }
         if (d_min <= req.cluster.num_ranks) longest = std::max(longest, best);
       }
-      const double want = 1000.0 * std::max(work / req.cluster.num_ranks + cm.beta1, longest);
-      EXPECT_NEAR(LowerBoundMs(req, all_to_all), want, 1e-9 * want) << "seed " << seed;
+      const double want =
+          1000.0 * std::max(work / req.cluster.num_ranks + cm.beta1, longest);
+      EXPECT_NEAR(LowerBoundMs(req, all_to_all), want, 1e-9 * want)
+          << "seed " << seed;
     }
   }
 }
@@ -100,7 +108,8 @@ TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
         continue;
       }
       ASSERT_EQ(ValidatePlan(req, plan), "") << strategy << " seed " << seed;
-      ASSERT_GE(plan.est_ms, plan.lower_bound_ms * (1 - 1e-9)) << strategy << " seed " << seed;
+      ASSERT_GE(plan.est_ms, plan.lower_bound_ms * (1 - 1e-9))
+          << strategy << " seed " << seed;
     }
   }
 }
@@ -110,7 +119,10 @@ TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
 // its ranks. Solved by relaxing every group until nothing changes, visiting
 // the groups last micro-batch first (order-independent fixed point).
 double LongestPathMs(int num_ranks, const std::vector<MicroBatchPlan>& mbs) {
-  struct Node { double est; std::vector<int> preds; };
+  struct Node {
+    double est;
+    std::vector<int> preds;
+  };
   std::vector<Node> nodes;
   std::vector<int> last(num_ranks, -1);
   for (const auto& mb : mbs) {
@@ -129,7 +141,8 @@ double LongestPathMs(int num_ranks, const std::vector<MicroBatchPlan>& mbs) {
     for (size_t i = nodes.size(); i-- > 0;) {
       double start = 0;
       for (int p : nodes[i].preds) start = std::max(start, finish[p]);
-      if (start + nodes[i].est != finish[i]) finish[i] = start + nodes[i].est, changed = true;
+      if (start + nodes[i].est != finish[i])
+        finish[i] = start + nodes[i].est, changed = true;
     }
   }
   return finish.empty() ? 0.0 : *std::max_element(finish.begin(), finish.end());
@@ -147,7 +160,8 @@ TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
     opt.max_ranks = 32;
     opt.one_micro_batch_feasible = false;
     const PlanRequest req = testing::RandomRequest(rng, opt);
-    for (const char* strategy : {"fcp", "fcp-paper", "megatron", "deepspeed", "bytescale"}) {
+    for (const char* strategy :
+         {"fcp", "fcp-paper", "megatron", "deepspeed", "bytescale"}) {
       const Plan plan = MakePlan(req, {.strategy = strategy});
       if (plan.status != PlanStatus::kOk) continue;
       ++checked;
@@ -156,15 +170,19 @@ TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
         largest = std::max(largest, mb.est_ms);
         sum += mb.est_ms;
       }
-      const double want = LongestPathMs(req.cluster.num_ranks, plan.micro_batches);
-      ASSERT_NEAR(plan.est_ms, want, 1e-9 * want) << strategy << " seed " << seed;
-      ASSERT_GE(plan.est_ms, largest * (1 - 1e-12)) << strategy << " seed " << seed;
+      const double want =
+          LongestPathMs(req.cluster.num_ranks, plan.micro_batches);
+      ASSERT_NEAR(plan.est_ms, want, 1e-9 * want)
+          << strategy << " seed " << seed;
+      ASSERT_GE(plan.est_ms, largest * (1 - 1e-12))
+          << strategy << " seed " << seed;
       ASSERT_LE(plan.est_ms, sum * (1 + 1e-12)) << strategy << " seed " << seed;
       below_sum += plan.est_ms < sum * (1 - 1e-6);
     }
   }
-  std::printf("plan estimate below the sum of micro-batch maxima on %d of %d plans\n",
-              below_sum, checked);
+  std::printf(
+      "plan estimate below the sum of micro-batch maxima on %d of %d plans\n",
+      below_sum, checked);
   EXPECT_GT(checked, 500);
   EXPECT_GT(below_sum, 0);  // the barrier-free estimate must actually differ
 }
@@ -179,7 +197,8 @@ TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
   // 8 8 8 2 ranks, 13865 ms against fcp-paper's 13359 ms (8 4 3 3).
   std::vector<uint64_t> seeds;
   for (uint64_t seed = 1; seed <= 1500; ++seed) seeds.push_back(seed);
-  for (uint64_t seed : {19948, 27325, 37118, 43497, 44670, 50462}) seeds.push_back(seed);
+  for (uint64_t seed : {19948, 27325, 37118, 43497, 44670, 50462})
+    seeds.push_back(seed);
   int strictly_better = 0, multi = 0;
   for (uint64_t seed : seeds) {
     std::mt19937_64 rng(seed * 31);
@@ -216,11 +235,12 @@ TEST(PlannerTest, FullNodeAllocationHelpsOnlyWhereTheLastNodeIsPartial) {
     const PlanRequest req = testing::RandomRequest(rng, opt);
     std::vector<int> all(req.sequences.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
-    const auto groups = planner::BestFitDecreasing(req.sequences, all, req.cost);
-    const auto plain =
-        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, true, false);
-    const auto full =
-        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, true, true);
+    const auto groups =
+        planner::BestFitDecreasing(req.sequences, all, req.cost);
+    const auto plain = planner::RealizeGrouping(
+        req, groups, planner::Allocator::kFast, true, false);
+    const auto full = planner::RealizeGrouping(
+        req, groups, planner::Allocator::kFast, true, true);
     ASSERT_EQ(plain.has_value(), full.has_value()) << "seed " << seed;
     if (!full) continue;
     double placed_s = 0;
@@ -229,22 +249,28 @@ TEST(PlannerTest, FullNodeAllocationHelpsOnlyWhereTheLastNodeIsPartial) {
       GroupLoad load;
       for (int i : g.sequences) load.Add(req.sequences[i]);
       for (int r : g.ranks) {
-        ASSERT_TRUE(r >= 0 && r < req.cluster.num_ranks && owner[r] < 0) << "seed " << seed;
+        ASSERT_TRUE(r >= 0 && r < req.cluster.num_ranks && owner[r] < 0)
+            << "seed " << seed;
         owner[r] = 0;
       }
-      placed_s = std::max(placed_s, GroupTimeOnRanksS(req.cost, req.cluster, load, g.ranks));
+      placed_s = std::max(
+          placed_s, GroupTimeOnRanksS(req.cost, req.cluster, load, g.ranks));
     }
-    ASSERT_NEAR(full->placed_makespan_s, placed_s, 1e-9 * placed_s) << "seed " << seed;
+    ASSERT_NEAR(full->placed_makespan_s, placed_s, 1e-9 * placed_s)
+        << "seed " << seed;
     if (req.cluster.num_ranks % req.cluster.ranks_per_node == 0) {
-      ASSERT_EQ(full->placed_makespan_s, plain->placed_makespan_s) << "seed " << seed;
+      ASSERT_EQ(full->placed_makespan_s, plain->placed_makespan_s)
+          << "seed " << seed;
       continue;
     }
     ++partial;
-    ASSERT_LE(full->placed_makespan_s, plain->placed_makespan_s) << "seed " << seed;
+    ASSERT_LE(full->placed_makespan_s, plain->placed_makespan_s)
+        << "seed " << seed;
     lower += full->placed_makespan_s < plain->placed_makespan_s * (1 - 1e-9);
   }
-  std::printf("full-node allocation lower on %d of %d batches with a partial node\n", lower,
-              partial);
+  std::printf(
+      "full-node allocation lower on %d of %d batches with a partial node\n",
+      lower, partial);
   EXPECT_GT(lower, 0);
 }
 
@@ -265,7 +291,8 @@ TEST(PlannerTest, OneMicroBatchPlansAreNeverBelowBruteForce) {
     const double exact_ms = 1000 * testing::BruteForceMakespanS(req);
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
     const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
-    if (fcp.micro_batches.size() != 1 || paper.micro_batches.size() != 1) continue;
+    if (fcp.micro_batches.size() != 1 || paper.micro_batches.size() != 1)
+      continue;
     ++checked;
     ASSERT_GE(fcp.est_ms, exact_ms * (1 - 1e-9)) << "seed " << seed;
     ASSERT_GE(paper.est_ms, exact_ms * (1 - 1e-9)) << "seed " << seed;
@@ -279,8 +306,8 @@ TEST(PlannerTest, OneMicroBatchPlansAreNeverBelowBruteForce) {
 
 TEST(PlannerTest, ShortSequencesWithSpareRanksGetTheirOwnGroups) {
   // 4 short sequences on 8 single-rank nodes: BFD merges them into one atomic
-  // group (they fit one rank's memory), which then pays inter-node ring traffic;
-  // fcp splits them so that less traffic crosses the slow links.
+  // group (they fit one rank's memory), which then pays inter-node ring
+  // traffic; fcp splits them so that less traffic crosses the slow links.
   const PlanRequest req = PresetRequest({4096, 4096, 4096, 4096}, 8, 1);
   const Plan paper = MakePlan(req, {.strategy = "fcp-paper"});
   const Plan fcp = MakePlan(req, {.strategy = "fcp"});
@@ -289,7 +316,8 @@ TEST(PlannerTest, ShortSequencesWithSpareRanksGetTheirOwnGroups) {
   EXPECT_GE(fcp.micro_batches[0].groups.size(), 2u);
   EXPECT_LT(fcp.est_ms, 0.9 * paper.est_ms);
   // And fcp reaches the exact optimum here (brute force over all groupings).
-  EXPECT_NEAR(fcp.est_ms, 1000 * testing::BruteForceMakespanS(req), 1e-9 * fcp.est_ms);
+  EXPECT_NEAR(fcp.est_ms, 1000 * testing::BruteForceMakespanS(req),
+              1e-9 * fcp.est_ms);
 }
 
 TEST(PlannerTest, InfeasibleSequenceIsAResultNamingIt) {
@@ -319,12 +347,14 @@ TEST(PlannerTest, BadInputThrowsNamingTheField) {
 TEST(PlannerTest, MicroBatchesAreFeasibleAndBalanced) {
   // 48 sequences of 48k tokens: far more than one micro-batch of 8 ranks holds.
   const PlanRequest req = PresetRequest(std::vector<int64_t>(48, 48000), 8, 8);
-  const auto mbs = planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
+  const auto mbs =
+      planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
   ASSERT_GT(mbs.size(), 1u);
   size_t lo = 1000, hi = 0;
   for (const auto& mb : mbs) {
     int64_t ranks = 0;
-    for (const auto& bin : planner::BestFitDecreasing(req.sequences, mb, req.cost)) {
+    for (const auto& bin :
+         planner::BestFitDecreasing(req.sequences, mb, req.cost)) {
       GroupLoad load;
       for (int i : bin) load.Add(req.sequences[i]);
       ranks += MinDegree(req.cost, load);
@@ -342,20 +372,23 @@ TEST(PlacementTest, SmallGroupsStayInsideNodesWhenPossible) {
   // Degrees 3,3,2,2,2,2,1,1 on 2 nodes of 8: a node-aligned packing exists.
   const std::vector<int> degrees = {3, 2, 1, 3, 2, 2, 2, 1};
   const Cluster cluster{16, 8};
-  const auto first = planner::PlaceGroups(degrees, cluster, [&](int p, int f, int d) {
-    return RangeOnOneNode(cluster, f, d) ? 1.0 : 2.0;
-  });
+  const auto first =
+      planner::PlaceGroups(degrees, cluster, [&](int p, int f, int d) {
+        return RangeOnOneNode(cluster, f, d) ? 1.0 : 2.0;
+      });
   std::vector<char> used(16, 0);
   for (size_t p = 0; p < degrees.size(); ++p) {
     EXPECT_TRUE(RangeOnOneNode(cluster, first[p], degrees[p])) << "group " << p;
-    for (int r = first[p]; r < first[p] + degrees[p]; ++r) EXPECT_EQ(used[r]++, 0);
+    for (int r = first[p]; r < first[p] + degrees[p]; ++r)
+      EXPECT_EQ(used[r]++, 0);
   }
 }
 
 TEST(PlacementTest, RanksPerNodeNeedNotDivideN) {
   const std::vector<int> degrees = {5, 3, 2};
   const Cluster cluster{10, 4};
-  const auto first = planner::PlaceGroups(degrees, cluster, [](int, int, int) { return 1.0; });
+  const auto first =
+      planner::PlaceGroups(degrees, cluster, [](int, int, int) { return 1.0; });
   std::vector<char> used(10, 0);
   for (size_t p = 0; p < degrees.size(); ++p) {
     for (int r = first[p]; r < first[p] + degrees[p]; ++r) {
@@ -376,23 +409,30 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
     return ValidatePlan(req, p);
   };
   // A sequence twice / missing.
-  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].sequences.push_back(
-                                     p.micro_batches[0].groups.back().sequences[0]); }),
+  EXPECT_NE(broken([](Plan& p) {
+              p.micro_batches[0].groups[0].sequences.push_back(
+                  p.micro_batches[0].groups.back().sequences[0]);
+            }),
             "");
   EXPECT_NE(broken([](Plan& p) {
               auto& g = p.micro_batches[0].groups;
-              if (g.back().sequences.size() > 1) g.back().sequences.pop_back();
-              else g.pop_back();
+              if (g.back().sequences.size() > 1)
+                g.back().sequences.pop_back();
+              else
+                g.pop_back();
             }),
             "");
   // Overlapping ranks, a rank out of range, an empty group.
   EXPECT_NE(broken([](Plan& p) {
               auto& mb = p.micro_batches[0];
-              mb.groups.push_back({{mb.groups[0].ranks[0]}, {}, CommKind::kRing, 0, 0});
+              mb.groups.push_back(
+                  {{mb.groups[0].ranks[0]}, {}, CommKind::kRing, 0, 0});
             }),
             "");
-  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks[0] = 8; }), "");
-  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks.clear(); }), "");
+  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks[0] = 8; }),
+            "");
+  EXPECT_NE(broken([](Plan& p) { p.micro_batches[0].groups[0].ranks.clear(); }),
+            "");
   // Memory over capacity: everything on one rank with a tiny capacity.
   PlanRequest tight = req;
   tight.cost.mem_capacity = tight.cost.mem_static + 1;
@@ -402,10 +442,12 @@ TEST(ValidatorTest, RejectsBrokenPlans) {
   // The former estimate (sum of micro-batch maxima) where ranks 4-7 need not
   // wait for ranks 0-3 between the micro-batches: the plan is shorter.
   Plan two;
-  two.micro_batches.push_back({{GroupPlan{{0, 1, 2, 3}, {0}, CommKind::kRing, 0, 0},
-                                GroupPlan{{4, 5, 6, 7}, {1}, CommKind::kRing, 0, 0}},
-                               0});
-  two.micro_batches.push_back({{GroupPlan{{4, 5, 6, 7}, {2, 3}, CommKind::kRing, 0, 0}}, 0});
+  two.micro_batches.push_back(
+      {{GroupPlan{{0, 1, 2, 3}, {0}, CommKind::kRing, 0, 0},
+        GroupPlan{{4, 5, 6, 7}, {1}, CommKind::kRing, 0, 0}},
+       0});
+  two.micro_batches.push_back(
+      {{GroupPlan{{4, 5, 6, 7}, {2, 3}, CommKind::kRing, 0, 0}}, 0});
   EvaluatePlan(req, two);
   ASSERT_EQ(ValidatePlan(req, two), "");
   const auto& mbs = two.micro_batches;
@@ -449,7 +491,8 @@ TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
         // Independent re-computation of both prices on the group's ranks.
         bool one_node = true;
         for (int r : g.ranks)
-          one_node &= r / req.cluster.ranks_per_node == g.ranks[0] / req.cluster.ranks_per_node;
+          one_node &= r / req.cluster.ranks_per_node ==
+                      g.ranks[0] / req.cluster.ranks_per_node;
         const Link link = one_node ? Link::kIntraNode : Link::kInterNode;
         const double ring = GroupTimeS(req.cost, load, g.degree(), link);
         // All-to-all bandwidth: the rank with the fewest same-node peers
@@ -457,11 +500,14 @@ TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
         std::map<int, int> per_node;
         for (int r : g.ranks) ++per_node[r / req.cluster.ranks_per_node];
         int fewest = g.degree();
-        for (const auto& [node, count] : per_node) fewest = std::min(fewest, count);
+        for (const auto& [node, count] : per_node)
+          fewest = std::min(fewest, count);
         const double same = fewest - 1, other = g.degree() - fewest;
-        const double bw = (g.degree() - 1) /
-                          std::max(same / req.cost.bw_intra_node, other / req.cost.bw_inter_node);
-        const double a2a = AllToAllGroupTimeS(req.cost, *req.model, load, g.degree(), bw);
+        const double bw =
+            (g.degree() - 1) / std::max(same / req.cost.bw_intra_node,
+                                        other / req.cost.bw_inter_node);
+        const double a2a =
+            AllToAllGroupTimeS(req.cost, *req.model, load, g.degree(), bw);
         // No runtime pads heads: an all-to-all degree divides the query heads.
         const bool allowed = req.model->q_heads % g.degree() == 0;
         if (g.comm == CommKind::kAllToAll) {
@@ -475,7 +521,8 @@ TEST(PlannerTest, AllToAllOnlyWhereTheModelSaysFaster) {
       }
     }
   }
-  std::printf("all-to-all groups: %d of %d groups with d > 1\n", switched, groups);
+  std::printf("all-to-all groups: %d of %d groups with d > 1\n", switched,
+              groups);
   EXPECT_GT(groups, 50);
 }
 

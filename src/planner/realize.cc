@@ -1,16 +1,16 @@
 #include "planner/realize.h"
 
-#include "fcp/cost_model.h"
-
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
+#include "fcp/cost_model.h"
+
 namespace fcp::planner {
 
-std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
-                                        const std::vector<std::vector<int>>& groups,
-                                        const CostModel& cm) {
+std::vector<AllocGroup> MakeAllocGroups(
+    const std::vector<Sequence>& seqs,
+    const std::vector<std::vector<int>>& groups, const CostModel& cm) {
   std::vector<AllocGroup> out(groups.size());
   for (size_t p = 0; p < groups.size(); ++p) {
     for (int i : groups[p]) out[p].load.Add(seqs[i]);
@@ -20,20 +20,24 @@ std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
 }
 
 bool AllToAllAllowed(const ModelShape* shape, int degree) {
-  return shape && shape->kv_heads > 0 && degree > 1 && AllToAllDegreeRuns(*shape, degree);
+  return shape && shape->kv_heads > 0 && degree > 1 &&
+         AllToAllDegreeRuns(*shape, degree);
 }
 
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
 // all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
 // group costs the smaller of the two on its ranks [first, first + degree)...
-double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
-                       const GroupLoad& load, int first, int degree) {
-  const double ring = GroupTimeS(
-      cm, load, degree,
-      RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode : Link::kInterNode);
+double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,
+                       const ModelShape* shape, const GroupLoad& load,
+                       int first, int degree) {
+  const double ring =
+      GroupTimeS(cm, load, degree,
+                 RangeOnOneNode(cluster, first, degree) ? Link::kIntraNode
+                                                        : Link::kInterNode);
   if (!AllToAllAllowed(shape, degree)) return ring;
   return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
-                                           AllToAllBandwidthOnRange(cm, cluster, first, degree)));
+                                           AllToAllBandwidthOnRange(
+                                               cm, cluster, first, degree)));
 }
 
 // ...and, placement-independent, at its best case (the allocator's T).
@@ -42,16 +46,19 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
   const GroupTimeFn ring = BestCaseTime(cm, cluster);
   if (!shape) return ring;
   return [ring, cm, cluster, s = *shape](const AllocGroup& g, int degree) {
-    const bool may_be_one_node = !g.inter_node && degree <= cluster.ranks_per_node;
+    const bool may_be_one_node =
+        !g.inter_node && degree <= cluster.ranks_per_node;
     double t = ring(g, degree);
     if (!AllToAllAllowed(&s, degree)) return t;
     // Across nodes at the inter-node link alone: the bandwidth of the worst
     // contiguous placement (a rank alone on its node), so a placed group is
     // never slower than allocated and allowing all-to-all never makes the
     // plan worse than rings only (a property test).
-    t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_inter_node));
+    t = std::min(t,
+                 AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_inter_node));
     if (may_be_one_node) {
-      t = std::min(t, AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_intra_node));
+      t = std::min(t,
+                   AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_intra_node));
     }
     return t;
   };
@@ -61,8 +68,9 @@ namespace {
 
 // Degrees → placement → the placed makespan; `placed` receives the first rank
 // of each group.
-double PlaceAndCost(const std::vector<AllocGroup>& groups, const std::vector<int>& degrees,
-                    const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
+double PlaceAndCost(const std::vector<AllocGroup>& groups,
+                    const std::vector<int>& degrees, const CostModel& cm,
+                    const Cluster& cluster, const ModelShape* shape,
                     std::vector<int>& placed) {
   auto placed_time = [&](int p, int first, int degree) {
     return RingOrAllToAllS(cm, cluster, shape, groups[p].load, first, degree);
@@ -83,36 +91,41 @@ bool AlignedDegree(const Cluster& cluster, int degree) {
 
 GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
   return [cluster, time = std::move(time)](const AllocGroup& g, int degree) {
-    return AlignedDegree(cluster, degree) ? time(g, degree)
-                                          : std::numeric_limits<double>::infinity();
+    return AlignedDegree(cluster, degree)
+               ? time(g, degree)
+               : std::numeric_limits<double>::infinity();
   };
 }
 
 GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                   const ModelShape* shape) {
   GroupTimeFn ring = BestCaseTime(cm, cluster);
-  return [cm, cluster, shape, ring = std::move(ring)](const AllocGroup& g, int degree) {
-    if (!AlignedDegree(cluster, degree)) return std::numeric_limits<double>::infinity();
+  return [cm, cluster, shape, ring = std::move(ring)](const AllocGroup& g,
+                                                      int degree) {
+    if (!AlignedDegree(cluster, degree))
+      return std::numeric_limits<double>::infinity();
     const double t = ring(g, degree);
     if (!AllToAllAllowed(shape, degree)) return t;
-    return std::min(t, AllToAllGroupTimeS(cm, *shape, g.load, degree,
-                                          AllToAllBandwidthOnRange(cm, cluster, 0, degree)));
+    return std::min(t, AllToAllGroupTimeS(
+                           cm, *shape, g.load, degree,
+                           AllToAllBandwidthOnRange(cm, cluster, 0, degree)));
   };
 }
 
-std::optional<Realized> RealizeGrouping(const PlanRequest& request,
-                                        const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator, bool topology_aware,
-                                        bool full_nodes_too, bool aligned_degrees) {
+std::optional<Realized> RealizeGrouping(
+    const PlanRequest& request, const std::vector<std::vector<int>>& groups,
+    Allocator allocator, bool topology_aware, bool full_nodes_too,
+    bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  const std::vector<AllocGroup> alloc_groups = MakeAllocGroups(request.sequences, groups, cm);
+  const std::vector<AllocGroup> alloc_groups =
+      MakeAllocGroups(request.sequences, groups, cm);
   // fcp (topology-aware) may run groups as all-to-all; fcp-paper is ring only.
-  const ModelShape* shape =
-      topology_aware && request.model && request.model->q_heads > 0 &&
-              request.model->kv_heads > 0
-          ? &*request.model
-          : nullptr;
+  const ModelShape* shape = topology_aware && request.model &&
+                                    request.model->q_heads > 0 &&
+                                    request.model->kv_heads > 0
+                                ? &*request.model
+                                : nullptr;
   const GroupTimeFn best_case =
       aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
                       : BestCaseRingOrAllToAll(cm, cluster, shape);
@@ -124,13 +137,15 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     bool topology_bound = false;  // some group straddled a node boundary
   };
   auto allocate = [&](const std::vector<AllocGroup>& costed, int usable) {
-    return allocator == Allocator::kDp ? AllocateDp(costed, usable, best_case)
-                                       : AllocateFast(costed, usable, best_case);
+    return allocator == Allocator::kDp
+               ? AllocateDp(costed, usable, best_case)
+               : AllocateFast(costed, usable, best_case);
   };
   auto attempt = [&](int usable, const Allocation& alloc) {
     Attempt out;
     out.degrees = alloc.degrees;
-    out.makespan = PlaceAndCost(alloc_groups, out.degrees, cm, cluster, shape, out.first);
+    out.makespan =
+        PlaceAndCost(alloc_groups, out.degrees, cm, cluster, shape, out.first);
     if (!topology_aware) return out;
     // Allocate-then-place above is the first candidate. The allocator costed
     // every group with d <= R at intra-node figures; a group that placement
@@ -144,18 +159,21 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
       bool changed = false;
       for (size_t p = 0; p < groups.size(); ++p) {
         if (inter_only[p] || cur_degrees[p] > cluster.ranks_per_node) continue;
-        if (!RangeOnOneNode(cluster, cur_first[p], cur_degrees[p]) && cur_degrees[p] > 1) {
+        if (!RangeOnOneNode(cluster, cur_first[p], cur_degrees[p]) &&
+            cur_degrees[p] > 1) {
           inter_only[p] = changed = true;
         }
       }
       if (!changed) break;
       out.topology_bound = true;
       std::vector<AllocGroup> costed = alloc_groups;
-      for (size_t p = 0; p < groups.size(); ++p) costed[p].inter_node = inter_only[p];
+      for (size_t p = 0; p < groups.size(); ++p)
+        costed[p].inter_node = inter_only[p];
       const Allocation a = allocate(costed, usable);
       if (!a.feasible) break;
       std::vector<int> f;
-      const double m = PlaceAndCost(alloc_groups, a.degrees, cm, cluster, shape, f);
+      const double m =
+          PlaceAndCost(alloc_groups, a.degrees, cm, cluster, shape, f);
       cur_degrees = a.degrees;
       cur_first = f;
       if (m < out.makespan * (1 - 1e-12)) {
@@ -181,9 +199,10 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         bool straddles = false;
         for (size_t p = 0; p < groups.size(); ++p) {
           const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
-          straddles |= !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
-          placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load, first[p],
-                                        degrees[p]);
+          straddles |= !one_node && degrees[p] <= cluster.ranks_per_node &&
+                       degrees[p] > 1;
+          placed_t[p] = RingOrAllToAllS(
+              cm, cluster, shape, alloc_groups[p].load, first[p], degrees[p]);
           if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
         }
         if (!straddles && round > 0) break;
@@ -197,7 +216,8 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         // lower a max that several groups share).
         std::vector<int> tied;
         for (size_t p = 0; p < groups.size(); ++p) {
-          if (placed_t[p] >= placed_t[b] * (1 - 1e-9)) tied.push_back(static_cast<int>(p));
+          if (placed_t[p] >= placed_t[b] * (1 - 1e-9))
+            tied.push_back(static_cast<int>(p));
         }
         if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
           trials.push_back(degrees);
@@ -209,12 +229,14 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         }
         std::vector<int> donors;
         for (size_t q = 0; q < groups.size(); ++q) {
-          if (static_cast<int>(q) != b && degrees[q] > alloc_groups[q].min_degree) {
+          if (static_cast<int>(q) != b &&
+              degrees[q] > alloc_groups[q].min_degree) {
             donors.push_back(static_cast<int>(q));
           }
         }
-        std::stable_sort(donors.begin(), donors.end(),
-                         [&](int x, int y) { return placed_t[x] < placed_t[y]; });
+        std::stable_sort(donors.begin(), donors.end(), [&](int x, int y) {
+          return placed_t[x] < placed_t[y];
+        });
         if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
         for (int q : donors) {
           trials.push_back(degrees);
@@ -226,7 +248,8 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
         std::vector<int> best_first;
         for (size_t t = 0; t < trials.size(); ++t) {
           std::vector<int> f;
-          const double m = PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
+          const double m =
+              PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
           if (m < best_m) {
             best_m = m;
             best_t = static_cast<int>(t);
@@ -269,10 +292,11 @@ std::optional<Realized> RealizeGrouping(const PlanRequest& request,
     if (AllToAllAllowed(shape, degrees[p])) {
       const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
       const GroupLoad& load = alloc_groups[p].load;
-      const double ring =
-          GroupTimeS(cm, load, degrees[p], one_node ? Link::kIntraNode : Link::kInterNode);
+      const double ring = GroupTimeS(
+          cm, load, degrees[p], one_node ? Link::kIntraNode : Link::kInterNode);
       const double a2a = AllToAllGroupTimeS(
-          cm, *shape, load, degrees[p], AllToAllBandwidthOnRange(cm, cluster, first[p], degrees[p]));
+          cm, *shape, load, degrees[p],
+          AllToAllBandwidthOnRange(cm, cluster, first[p], degrees[p]));
       if (a2a < ring) {
         g.comm = CommKind::kAllToAll;
       }

@@ -15,9 +15,9 @@ namespace fcp::planner {
 
 enum class Allocator { kDp, kFast };
 
-std::vector<AllocGroup> MakeAllocGroups(const std::vector<Sequence>& seqs,
-                                        const std::vector<std::vector<int>>& groups,
-                                        const CostModel& cm);
+std::vector<AllocGroup> MakeAllocGroups(
+    const std::vector<Sequence>& seqs,
+    const std::vector<std::vector<int>>& groups, const CostModel& cm);
 
 // Whether a group of `degree` ranks may run as all-to-all: a model shape with
 // head counts, d > 1, and d dividing the query heads (no runtime pads heads).
@@ -25,16 +25,18 @@ bool AllToAllAllowed(const ModelShape* shape, int degree);
 
 // T(G, d) of a group on [first, first + degree) (s): the ring, or with a
 // model shape (`shape` non-null) the cheaper of ring and all-to-all.
-double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster, const ModelShape* shape,
-                       const GroupLoad& load, int first, int degree);
+double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,
+                       const ModelShape* shape, const GroupLoad& load,
+                       int first, int degree);
 // The same, placement-independent at its best case: the allocator's T.
 GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                    const ModelShape* shape);
 
 struct Realized {
-  MicroBatchPlan micro_batch;    // groups with ranks and sequences (no estimates)
+  MicroBatchPlan micro_batch;  // groups with ranks and sequences (no estimates)
   double placed_makespan_s = 0;  // max T over groups at their actual placement
-  double alloc_makespan_s = 0;   // the allocator's (placement-independent) optimum
+  double alloc_makespan_s =
+      0;  // the allocator's (placement-independent) optimum
 };
 
 // Rounds of topology-aware re-allocation (see RealizeGrouping).
@@ -48,19 +50,18 @@ inline constexpr size_t kMoveDonors = 8;
 // at inter-node figures and the allocation redone (a few rounds); the
 // smallest placed makespan wins, so it is never worse than allocate-then-place.
 // While some group with d <= R straddles a node boundary, single-rank moves to
-// or from the placed bottleneck are tried too (each placed and costed as placed).
-// With `full_nodes_too` (topology-aware only) and a partial last node (N not
-// a multiple of R), the same is also done allocating the full nodes' ranks
-// only, and the lower placed makespan wins: the allocator counts the partial
-// node's ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on nodes
-// of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes fit).
-// With `aligned_degrees`, every degree is node-aligned (AlignedDegree): such
-// groups pack into whole nodes, so none straddles a node boundary.
-std::optional<Realized> RealizeGrouping(const PlanRequest& request,
-                                        const std::vector<std::vector<int>>& groups,
-                                        Allocator allocator, bool topology_aware = false,
-                                        bool full_nodes_too = false,
-                                        bool aligned_degrees = false);
+// or from the placed bottleneck are tried too (each placed and costed as
+// placed). With `full_nodes_too` (topology-aware only) and a partial last node
+// (N not a multiple of R), the same is also done allocating the full nodes'
+// ranks only, and the lower placed makespan wins: the allocator counts the
+// partial node's ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on
+// nodes of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes
+// fit). With `aligned_degrees`, every degree is node-aligned (AlignedDegree):
+// such groups pack into whole nodes, so none straddles a node boundary.
+std::optional<Realized> RealizeGrouping(
+    const PlanRequest& request, const std::vector<std::vector<int>>& groups,
+    Allocator allocator, bool topology_aware = false,
+    bool full_nodes_too = false, bool aligned_degrees = false);
 
 // d divides the node size R or is a multiple of it.
 bool AlignedDegree(const Cluster& cluster, int degree);

@@ -27,22 +27,26 @@ constexpr int kLongTries = 16;
 // grouping stages priced rings only, so a long sequence that an all-to-all
 // group runs far faster across nodes was given a ring's degree (issue 32).
 const ModelShape* ShapeOf(const PlanRequest& request) {
-  return request.model && request.model->q_heads > 0 && request.model->kv_heads > 0
+  return request.model && request.model->q_heads > 0 &&
+                 request.model->kv_heads > 0
              ? &*request.model
              : nullptr;
 }
 
-double BestTimeS(const PlanRequest& request, const GroupLoad& load, int degree) {
-  const double ring = GroupTimeBestS(request.cost, request.cluster, load, degree);
+double BestTimeS(const PlanRequest& request, const GroupLoad& load,
+                 int degree) {
+  const double ring =
+      GroupTimeBestS(request.cost, request.cluster, load, degree);
   const ModelShape* shape = ShapeOf(request);
   if (!AllToAllAllowed(shape, degree)) return ring;
   // A node-aligned degree at its bandwidth on whole nodes (where an aligned
   // allocation places it, realize.h); any other as the allocator prices it.
   const CostModel& cm = request.cost;
   if (AlignedDegree(request.cluster, degree)) {
-    return std::min(ring, AllToAllGroupTimeS(cm, *shape, load, degree,
-                                             AllToAllBandwidthOnRange(cm, request.cluster, 0,
-                                                                      degree)));
+    return std::min(
+        ring, AllToAllGroupTimeS(
+                  cm, *shape, load, degree,
+                  AllToAllBandwidthOnRange(cm, request.cluster, 0, degree)));
   }
   AllocGroup g;
   g.load = load;
@@ -51,10 +55,10 @@ double BestTimeS(const PlanRequest& request, const GroupLoad& load, int degree) 
 
 struct DualContext {
   const PlanRequest& request;
-  std::vector<int> order;       // members by work, descending
-  std::vector<int64_t> d_min;   // per member position in `order`
-  std::vector<double> t_one;    // T({s}, 1)
-  std::vector<double> work;     // alpha1(1+eta)s² + alpha2 s
+  std::vector<int> order;      // members by work, descending
+  std::vector<int64_t> d_min;  // per member position in `order`
+  std::vector<double> t_one;   // T({s}, 1)
+  std::vector<double> work;    // alpha1(1+eta)s² + alpha2 s
   // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
   // running minimum of those, filled on demand and shared by every TryTau of
   // the bisection (each call scanned the degrees again).
@@ -65,7 +69,8 @@ struct DualContext {
 // The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
 // member at `pos` (the first hit of a scan upward from d_min), or
 // max_degree + 1 when there is none.
-int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit, int max_degree) {
+int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
+                      int max_degree) {
   const int d_min = static_cast<int>(ctx.d_min[pos]);
   if (d_min > max_degree) return max_degree + 1;
   std::vector<double>& times = ctx.time_at[pos];
@@ -135,13 +140,15 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     int tries_long = 0;
     const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
     // lower_bound finds nothing when even the largest slack is below linear_s.
-    const bool may_fit_long = !long_slack.empty() && long_slack.back().key >= linear_s;
+    const bool may_fit_long =
+        !long_slack.empty() && long_slack.back().key >= linear_s;
     if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
     for (size_t it = may_fit_long ? hint : long_slack.size();
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];
       ++tries_long;
-      if (cm.mem_per_token * (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
+      if (cm.mem_per_token *
+              (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
           headroom * l.degree) {
         continue;
       }
@@ -167,7 +174,8 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     size_t from = 0;
     if (absorb(pos, from, kLongTries)) continue;
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
-    const int d = FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
+    const int d =
+        FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
     long_slack.Insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
@@ -184,7 +192,8 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
-    const double need_mem = cm.mem_per_token * static_cast<double>(s.length_tokens);
+    const double need_mem =
+        cm.mem_per_token * static_cast<double>(s.length_tokens);
     // 1) Headroom of a long group at its degree.
     if (absorb(pos, long_hint, kShortTries)) continue;
     // 2) An existing single-rank bin. Time and memory both add up on one rank;
@@ -198,7 +207,8 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
       const int b = bins[it].index;
       bin_time[b] += dt;
       bin_mem[b] += need_mem;
-      bins.Rekey(it, std::min((limit - bin_time[b]) / limit, (headroom - bin_mem[b]) / headroom));
+      bins.Rekey(it, std::min((limit - bin_time[b]) / limit,
+                              (headroom - bin_mem[b]) / headroom));
       group_of[pos] = b;
       continue;
     }
@@ -208,7 +218,8 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     group_of[pos] = num_groups++;
     bin_mem.push_back(need_mem);
     bin_time.push_back(ctx.t_one[pos]);
-    bins.Insert({std::min((limit - bin_time.back()) / limit, (headroom - need_mem) / headroom),
+    bins.Insert({std::min((limit - bin_time.back()) / limit,
+                          (headroom - need_mem) / headroom),
                  num_groups - 1});
   }
   return {limit, num_groups, std::move(group_of)};
@@ -216,16 +227,19 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
 
 // The groups' member lists: each lists its members in the order they joined,
 // the long sequences (by position), then the short ones (by position).
-std::vector<std::vector<int>> BuildGroups(const DualContext& ctx, const TauGrouping& found) {
+std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
+                                          const TauGrouping& found) {
   std::vector<int> sizes(found.num_groups, 0);
   for (int g : found.group_of) ++sizes[g];
   std::vector<std::vector<int>> groups(found.num_groups);
   for (int g = 0; g < found.num_groups; ++g) groups[g].reserve(sizes[g]);
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
-    if (!IsShort(ctx, pos, found.limit)) groups[found.group_of[pos]].push_back(ctx.order[pos]);
+    if (!IsShort(ctx, pos, found.limit))
+      groups[found.group_of[pos]].push_back(ctx.order[pos]);
   }
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
-    if (IsShort(ctx, pos, found.limit)) groups[found.group_of[pos]].push_back(ctx.order[pos]);
+    if (IsShort(ctx, pos, found.limit))
+      groups[found.group_of[pos]].push_back(ctx.order[pos]);
   }
   return groups;
 }
@@ -233,7 +247,8 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx, const TauGroup
 }  // namespace
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
-    const PlanRequest& request, const std::vector<int>& members, double upper_s) {
+    const PlanRequest& request, const std::vector<int>& members,
+    double upper_s) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   DualContext ctx{request, members, {}, {}, {}, {}, {}};
@@ -247,9 +262,11 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     by_work.emplace_back(SequenceWorkS(cm, seqs[i]), i);
     total_work += by_work.back().first;
   }
-  std::stable_sort(by_work.begin(), by_work.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (size_t pos = 0; pos < by_work.size(); ++pos) ctx.order[pos] = by_work[pos].second;
+  std::stable_sort(
+      by_work.begin(), by_work.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t pos = 0; pos < by_work.size(); ++pos)
+    ctx.order[pos] = by_work[pos].second;
   double lower = total_work / cluster.num_ranks + cm.beta1;
   for (size_t pos = 0; pos < by_work.size(); ++pos) {
     const GroupLoad load = GroupLoad::Of(seqs[by_work[pos].second]);
@@ -263,7 +280,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   if (!ctx.order.empty()) {
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
     double best = std::numeric_limits<double>::infinity();
-    for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks; ++d) {
+    for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks;
+         ++d) {
       best = std::min(best, BestTimeS(request, load, d));
     }
     lower = std::max(lower, best);
@@ -274,8 +292,9 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     upper_s = cm.beta1;
     for (int i : ctx.order) {
       const GroupLoad load = GroupLoad::Of(seqs[i]);
-      upper_s += BestTimeS(request, load, static_cast<int>(std::min<int64_t>(
-                                                        MinDegree(cm, load), cluster.num_ranks)));
+      upper_s += BestTimeS(request, load,
+                           static_cast<int>(std::min<int64_t>(
+                               MinDegree(cm, load), cluster.num_ranks)));
     }
     upper_s *= 2;
   }
@@ -295,12 +314,13 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   return BuildGroups(ctx, best);
 }
 
-double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
-                   int max_trials) {
+double LocalSearch(const PlanRequest& request,
+                   std::vector<std::vector<int>>& groups, int max_trials) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const auto& seqs = request.sequences;
-  const GroupTimeFn time = BestCaseRingOrAllToAll(cm, cluster, ShapeOf(request));
+  const GroupTimeFn time =
+      BestCaseRingOrAllToAll(cm, cluster, ShapeOf(request));
   std::vector<AllocGroup> alloc_groups = MakeAllocGroups(seqs, groups, cm);
   Allocation current = AllocateFast(alloc_groups, cluster.num_ranks, time);
   if (!current.feasible) return std::numeric_limits<double>::infinity();
@@ -319,7 +339,8 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
       if (group_time[p] > group_time[b]) b = static_cast<int>(p);
     }
     if (groups.size() < 2 && groups[b].size() < 2) break;
-    // Sequences to move: the longest few and the shortest one of the bottleneck.
+    // Sequences to move: the longest few and the shortest one of the
+    // bottleneck.
     std::vector<int> movers = groups[b];
     std::stable_sort(movers.begin(), movers.end(), [&](int x, int y) {
       return seqs[x].length_tokens > seqs[y].length_tokens;
@@ -333,14 +354,15 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
     std::vector<int> targets(groups.size());
     std::iota(targets.begin(), targets.end(), 0);
     targets.erase(targets.begin() + b);
-    std::stable_sort(targets.begin(), targets.end(),
-                     [&](int x, int y) { return group_time[x] < group_time[y]; });
+    std::stable_sort(targets.begin(), targets.end(), [&](int x, int y) {
+      return group_time[x] < group_time[y];
+    });
     if (targets.size() > 4) targets.resize(4);
     targets.insert(targets.begin(), -1);
 
     // T at the canonical degrees is group_time (computed above).
-    ResumedAllocator resumed(alloc_groups, current.degrees, group_time, cluster.num_ranks,
-                             time);
+    ResumedAllocator resumed(alloc_groups, current.degrees, group_time,
+                             cluster.num_ranks, time);
     // best_makespan < M, and an infeasible trial (Σ d_min > N) gets +inf.
     double best_makespan = current.makespan_s * (1 - 1e-9);
     int best_mover = -1, best_target = -2;
@@ -371,7 +393,8 @@ double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& gr
         added[0].min_degree = MinDegree(cm, added[0].load);
         removed.assign(1, b);
         if (target < 0) {
-          added.push_back({GroupLoad::Of(seqs[mover]), MinDegree(cm, GroupLoad::Of(seqs[mover]))});
+          added.push_back({GroupLoad::Of(seqs[mover]),
+                           MinDegree(cm, GroupLoad::Of(seqs[mover]))});
         } else {
           added.push_back(alloc_groups[target]);
           added[1].load.Add(seqs[mover]);

@@ -18,13 +18,14 @@ namespace fcp::planner {
 // τ found, or nullopt when even `upper_s` is not met. An infinite `upper_s`
 // starts from a τ where only memory can bind.
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
-    const PlanRequest& request, const std::vector<int>& members, double upper_s);
+    const PlanRequest& request, const std::vector<int>& members,
+    double upper_s);
 
 // Merges the bottleneck group into another, or moves one of its sequences to
 // the groups with the most slack or to a new group, while the fast
 // allocator's makespan improves;
 // at most `max_trials` allocator evaluations. Returns the makespan (s).
-double LocalSearch(const PlanRequest& request, std::vector<std::vector<int>>& groups,
-                   int max_trials);
+double LocalSearch(const PlanRequest& request,
+                   std::vector<std::vector<int>>& groups, int max_trials);
 
 }  // namespace fcp::planner

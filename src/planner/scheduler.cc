@@ -1,8 +1,6 @@
 // The planner core of MakePlan: input check, estimates, lower bound,
 // validation. The strategy table is src/strategies/registry.cc (above the
 // planner and the baselines).
-#include "planner/run_strategy.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
 #include "fcp/datasets.h"
+#include "planner/run_strategy.h"
 
 namespace fcp {
 namespace {
@@ -21,7 +20,8 @@ namespace {
 constexpr int64_t kMaxLength = int64_t{1} << 40;
 constexpr int kMaxRanks = 1 << 20;
 
-GroupLoad LoadOf(const PlanRequest& request, const std::vector<int>& sequences) {
+GroupLoad LoadOf(const PlanRequest& request,
+                 const std::vector<int>& sequences) {
   GroupLoad load;
   for (int i : sequences) load.Add(request.sequences[i]);
   return load;
@@ -30,9 +30,9 @@ GroupLoad LoadOf(const PlanRequest& request, const std::vector<int>& sequences) 
 double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
                         const GroupLoad& load) {
   if (g.comm == CommKind::kAllToAll) {
-    return AllToAllGroupTimeS(request.cost, request.model.value_or(ModelShape{}), load,
-                              g.degree(),
-                              AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
+    return AllToAllGroupTimeS(
+        request.cost, request.model.value_or(ModelShape{}), load, g.degree(),
+        AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks));
   }
   return GroupTimeOnRanksS(request.cost, request.cluster, load, g.ranks);
 }
@@ -40,8 +40,10 @@ double GroupTimeForPlan(const PlanRequest& request, const GroupPlan& g,
 }  // namespace
 
 void CheckGradientSync(const GradientSync& sync) {
-  if (!std::isfinite(sync.collective_s) || sync.collective_s < 0 || sync.collective_s > 1e9) {
-    throw InputError("grad_sync.collective_s", "must be a finite number in [0, 1e9] seconds");
+  if (!std::isfinite(sync.collective_s) || sync.collective_s < 0 ||
+      sync.collective_s > 1e9) {
+    throw InputError("grad_sync.collective_s",
+                     "must be a finite number in [0, 1e9] seconds");
   }
   if (sync.buckets < 1) throw InputError("grad_sync.buckets", "must be >= 1");
   if (!(sync.forward_share >= 0 && sync.forward_share <= 1)) {
@@ -61,12 +63,15 @@ void ValidateRequest(const PlanRequest& request) {
   if (request.communicators) {
     CheckCommunicatorCache(*request.communicators, request.cluster.num_ranks);
   }
-  if (!std::isfinite(request.group_time_sigma) || request.group_time_sigma < 0 ||
+  if (!std::isfinite(request.group_time_sigma) ||
+      request.group_time_sigma < 0 ||
       request.group_time_sigma > kMaxGroupTimeSigma) {
     throw InputError("group_time_sigma", "must be a finite number in [0, 2]");
   }
-  if (request.sequences.empty()) throw InputError("sequences", "must not be empty");
-  if (request.sequences.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+  if (request.sequences.empty())
+    throw InputError("sequences", "must not be empty");
+  if (request.sequences.size() >
+      static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
     throw InputError("sequences", "too many sequences");
   }
   for (size_t i = 0; i < request.sequences.size(); ++i) {
@@ -98,8 +103,10 @@ void ValidateRequest(const PlanRequest& request) {
   const double worst_s =
       cm.alpha1 * (sum_attn + 2.0 * cm.attn_overhead_tokens * sum_tokens) +
       cm.alpha2 * sum_tokens + cm.beta1 +
-      cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) + cm.beta2 +
-      (std::max(cm.gamma_intra, cm.gamma_inter) + cm.gamma_serial) * request.cluster.num_ranks;
+      cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) +
+      cm.beta2 +
+      (std::max(cm.gamma_intra, cm.gamma_inter) + cm.gamma_serial) *
+          request.cluster.num_ranks;
   // GroupTimeS multiplies alpha3 · Σs by (d - 1) before dividing by d and the
   // bandwidth: that intermediate must stay finite too (found by planner_fuzz).
   const double worst_product =
@@ -107,23 +114,27 @@ void ValidateRequest(const PlanRequest& request) {
   // The all-to-all costs (deepspeed, flexsp, the bound) work in seconds per
   // byte, up to N / bw: with a denormal bandwidth that is inf, and 0 · inf
   // is NaN even when alpha3 = 0 (found by baselines_fuzz).
-  const double worst_s_per_byte = static_cast<double>(request.cluster.num_ranks) /
-                                  std::min(cm.bw_intra_node, cm.bw_inter_node);
+  const double worst_s_per_byte =
+      static_cast<double>(request.cluster.num_ranks) /
+      std::min(cm.bw_intra_node, cm.bw_inter_node);
   // At the other end, a positive time coefficient so small that products with
   // token counts leave the normal range (subnormal numbers keep a few bits)
   // makes estimates and the lower bound disagree by more than rounding
   // (found by planner_fuzz: alpha2 = 5e-324).
-  for (const double c : {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2, cm.gamma_intra,
-                         cm.gamma_inter, cm.gamma_serial}) {
+  for (const double c : {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2,
+                         cm.gamma_intra, cm.gamma_inter, cm.gamma_serial}) {
     if (c > 0 && c < 1e-280) {
-      throw InputError("cost_model",
-                       "a positive time coefficient below 1e-280 (times would underflow)");
+      throw InputError(
+          "cost_model",
+          "a positive time coefficient below 1e-280 (times would underflow)");
     }
   }
-  if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <= 1e300) ||
+  if (!(1000.0 * static_cast<double>(request.sequences.size()) * worst_s <=
+        1e300) ||
       !(worst_product <= 1e300) || !(worst_s_per_byte <= 1e300)) {
-    throw InputError("cost_model",
-                     "coefficients too large for these sequence lengths (times overflow)");
+    throw InputError(
+        "cost_model",
+        "coefficients too large for these sequence lengths (times overflow)");
   }
 }
 
@@ -134,7 +145,8 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   // d = 1, h's term included); the overlap term and the communication are
   // >= 0, and every micro-batch pays beta1 at least once.
   double work = 0;
-  for (const Sequence& seq : request.sequences) work += WorkS(cm, GroupLoad::Of(seq));
+  for (const Sequence& seq : request.sequences)
+    work += WorkS(cm, GroupLoad::Of(seq));
   // T is monotone in a group's contents, so no group holding sequence k beats
   // f(k) = min_d T({k}, d), and f grows with length and with eta: the maximum
   // of f is reached at the longest sequence of some eta value. Batches have
@@ -144,23 +156,30 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   auto bound_of = [&](const GroupLoad& load, int64_t d_min) {
     double best = std::numeric_limits<double>::infinity();
     for (int64_t d = d_min; d <= cluster.num_ranks; ++d) {
-      best = std::min(best, GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
+      best = std::min(best,
+                      GroupTimeBestS(cm, cluster, load, static_cast<int>(d)));
       if (all_to_all) {
-        best = std::min(best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d),
-                                                 AllToAllBandwidthBound(cm, cluster,
-                                                                        static_cast<int>(d))));
+        best = std::min(
+            best, AllToAllGroupTimeS(cm, shape, load, static_cast<int>(d),
+                                     AllToAllBandwidthBound(
+                                         cm, cluster, static_cast<int>(d))));
       }
     }
     return best;
   };
   constexpr size_t kMaxEtaCandidates = 64;
   std::vector<int> candidates;  // per distinct eta, its longest sequence
-  for (size_t i = 0; i < request.sequences.size() && candidates.size() <= kMaxEtaCandidates; ++i) {
+  for (size_t i = 0;
+       i < request.sequences.size() && candidates.size() <= kMaxEtaCandidates;
+       ++i) {
     const Sequence& seq = request.sequences[i];
-    auto it = std::find_if(candidates.begin(), candidates.end(),
-                           [&](int c) { return request.sequences[c].eta == seq.eta; });
-    if (it == candidates.end()) candidates.push_back(static_cast<int>(i));
-    else if (request.sequences[*it].length_tokens < seq.length_tokens) *it = static_cast<int>(i);
+    auto it = std::find_if(candidates.begin(), candidates.end(), [&](int c) {
+      return request.sequences[c].eta == seq.eta;
+    });
+    if (it == candidates.end())
+      candidates.push_back(static_cast<int>(i));
+    else if (request.sequences[*it].length_tokens < seq.length_tokens)
+      *it = static_cast<int>(i);
   }
   double longest = 0;
   bool all_feasible = candidates.size() <= kMaxEtaCandidates;
@@ -170,7 +189,8 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
     all_feasible = d_min <= cluster.num_ranks;
     if (all_feasible) longest = std::max(longest, bound_of(load, d_min));
   }
-  if (all_feasible) return 1000.0 * std::max(work / cluster.num_ranks + cm.beta1, longest);
+  if (all_feasible)
+    return 1000.0 * std::max(work / cluster.num_ranks + cm.beta1, longest);
   // Scanning by length descending, a sequence whose eta does not exceed that
   // of one already scanned (which is at least as long) cannot raise the
   // maximum; an infeasible sequence gives no bound.
@@ -179,7 +199,8 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     const auto& x = request.sequences[a];
     const auto& y = request.sequences[b];
-    if (x.length_tokens != y.length_tokens) return x.length_tokens > y.length_tokens;
+    if (x.length_tokens != y.length_tokens)
+      return x.length_tokens > y.length_tokens;
     return x.eta != y.eta ? x.eta > y.eta : a < b;
   });
   longest = 0;
@@ -198,20 +219,28 @@ double LowerBoundMs(const PlanRequest& request, bool all_to_all) {
 
 std::string_view SettingName(Setting setting) {
   switch (setting) {
-    case Setting::kCpDegree: return "cp_degree";
-    case Setting::kMaxSeqlenPerRank: return "max_seqlen_per_dp_cp_rank";
-    case Setting::kCapacityTokens: return "capacity_tokens";
-    case Setting::kNone: break;
+    case Setting::kCpDegree:
+      return "cp_degree";
+    case Setting::kMaxSeqlenPerRank:
+      return "max_seqlen_per_dp_cp_rank";
+    case Setting::kCapacityTokens:
+      return "capacity_tokens";
+    case Setting::kNone:
+      break;
   }
   return "";
 }
 
 std::string_view SettingFlag(Setting setting) {
   switch (setting) {
-    case Setting::kCpDegree: return "--cp";
-    case Setting::kMaxSeqlenPerRank: return "--max-seqlen";
-    case Setting::kCapacityTokens: return "--capacity";
-    case Setting::kNone: break;
+    case Setting::kCpDegree:
+      return "--cp";
+    case Setting::kMaxSeqlenPerRank:
+      return "--max-seqlen";
+    case Setting::kCapacityTokens:
+      return "--capacity";
+    case Setting::kNone:
+      break;
   }
   return "";
 }
@@ -220,11 +249,17 @@ void ForceSetting(PlanOptions& options, Setting setting, int64_t value) {
   switch (setting) {
     case Setting::kCpDegree:
       options.cp_degree = static_cast<int>(
-          std::clamp<int64_t>(value, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+          std::clamp<int64_t>(value, std::numeric_limits<int>::min(),
+                              std::numeric_limits<int>::max()));
       break;
-    case Setting::kMaxSeqlenPerRank: options.max_seqlen_per_rank = value; break;
-    case Setting::kCapacityTokens: options.capacity_tokens = value; break;
-    case Setting::kNone: break;
+    case Setting::kMaxSeqlenPerRank:
+      options.max_seqlen_per_rank = value;
+      break;
+    case Setting::kCapacityTokens:
+      options.capacity_tokens = value;
+      break;
+    case Setting::kNone:
+      break;
   }
 }
 
@@ -238,8 +273,8 @@ namespace {
 // sees every group as it is scheduled.
 template <class Duration, class Delay, class OnGroup>
 void RunListSchedule(const std::vector<MicroBatchPlan>& micro_batches,
-                     std::vector<double>& free_at, Duration&& duration, Delay&& delay,
-                     OnGroup&& on_group) {
+                     std::vector<double>& free_at, Duration&& duration,
+                     Delay&& delay, OnGroup&& on_group) {
   size_t k = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     for (const GroupPlan& g : micro_batches[m].groups) {
@@ -294,15 +329,17 @@ double StepWith(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
   double step_ms = 0;
   for (size_t r = 0; r < n; ++r) {
     const double first = std::max(0.0, first_group_ms[r]);
-    step_ms = std::max(step_ms, exposed(sync->forward_share * first) + free_at[r] +
-                                    exposed((1 - sync->forward_share) * last_group_ms[r]));
+    step_ms = std::max(
+        step_ms, exposed(sync->forward_share * first) + free_at[r] +
+                     exposed((1 - sync->forward_share) * last_group_ms[r]));
   }
   return step_ms;
 }
 
 }  // namespace
 
-double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+double ListScheduleMs(int num_ranks,
+                      const std::vector<MicroBatchPlan>& micro_batches,
                       std::vector<std::vector<double>>* group_start_ms) {
   std::vector<double> free_at(std::max(0, num_ranks), 0.0);
   if (group_start_ms) group_start_ms->assign(micro_batches.size(), {});
@@ -310,7 +347,8 @@ double ListScheduleMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_ba
                   [&](size_t m, const GroupPlan&, double start, double) {
                     if (group_start_ms) (*group_start_ms)[m].push_back(start);
                   });
-  return free_at.empty() ? 0.0 : *std::max_element(free_at.begin(), free_at.end());
+  return free_at.empty() ? 0.0
+                         : *std::max_element(free_at.begin(), free_at.end());
 }
 
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
@@ -320,23 +358,30 @@ double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
 }
 
 void CheckCommunicatorCache(const CommunicatorCache& cache, int num_ranks) {
-  if (!std::isfinite(cache.create_s) || cache.create_s < 0 || cache.create_s > 1e6) {
-    throw InputError("communicators.create_s", "must be a finite number in [0, 1e6] seconds");
+  if (!std::isfinite(cache.create_s) || cache.create_s < 0 ||
+      cache.create_s > 1e6) {
+    throw InputError("communicators.create_s",
+                     "must be a finite number in [0, 1e6] seconds");
   }
   for (size_t i = 0; i < cache.existing.size(); ++i) {
-    const std::string set_field = "communicators.existing[" + std::to_string(i) + "]";
-    if (cache.existing[i].empty()) throw InputError(set_field, "must hold at least one rank");
+    const std::string set_field =
+        "communicators.existing[" + std::to_string(i) + "]";
+    if (cache.existing[i].empty())
+      throw InputError(set_field, "must hold at least one rank");
     std::vector<int> sorted = cache.existing[i];
     std::sort(sorted.begin(), sorted.end());
-    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end()) {
-      throw InputError(set_field, "rank " + std::to_string(*dup) + " is listed twice");
+    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+        dup != sorted.end()) {
+      throw InputError(set_field,
+                       "rank " + std::to_string(*dup) + " is listed twice");
     }
     for (size_t j = 0; j < cache.existing[i].size(); ++j) {
       const int r = cache.existing[i][j];
       if (r < 0 || r >= num_ranks) {
-        throw InputError("communicators.existing[" + std::to_string(i) + "][" +
-                             std::to_string(j) + "]",
-                         "rank must be in [0, " + std::to_string(num_ranks) + ")");
+        throw InputError(
+            "communicators.existing[" + std::to_string(i) + "][" +
+                std::to_string(j) + "]",
+            "rank must be in [0, " + std::to_string(num_ranks) + ")");
       }
     }
   }
@@ -351,9 +396,9 @@ std::set<std::vector<int>> SortedRankSets(const CommunicatorCache& cache) {
   return held;
 }
 
-std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
-                                            const std::set<std::vector<int>>& held,
-                                            double create_s) {
+std::vector<double> NewCommunicatorDelaysMs(
+    const std::vector<MicroBatchPlan>& micro_batches,
+    const std::set<std::vector<int>>& held, double create_s) {
   std::set<std::vector<int>> created;  // by earlier groups of this plan
   std::vector<double> delays;
   for (const MicroBatchPlan& mb : micro_batches) {
@@ -362,7 +407,8 @@ std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& m
       if (g.ranks.size() > 1) {
         std::vector<int> key = g.ranks;
         std::sort(key.begin(), key.end());
-        if (!held.count(key) && created.insert(std::move(key)).second) ms = 1000.0 * create_s;
+        if (!held.count(key) && created.insert(std::move(key)).second)
+          ms = 1000.0 * create_s;
       }
       delays.push_back(ms);
     }
@@ -370,12 +416,15 @@ std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& m
   return delays;
 }
 
-std::vector<double> NewCommunicatorDelaysMs(const std::vector<MicroBatchPlan>& micro_batches,
-                                            const CommunicatorCache& cache) {
-  return NewCommunicatorDelaysMs(micro_batches, SortedRankSets(cache), cache.create_s);
+std::vector<double> NewCommunicatorDelaysMs(
+    const std::vector<MicroBatchPlan>& micro_batches,
+    const CommunicatorCache& cache) {
+  return NewCommunicatorDelaysMs(micro_batches, SortedRankSets(cache),
+                                 cache.create_s);
 }
 
-GroupTimeNoise::GroupTimeNoise(double sigma, int samples) : sigma_(sigma), samples_(samples) {
+GroupTimeNoise::GroupTimeNoise(double sigma, int samples)
+    : sigma_(sigma), samples_(samples) {
   if (!std::isfinite(sigma) || sigma < 0 || sigma > kMaxGroupTimeSigma) {
     throw InputError("group_time_sigma", "must be a finite number in [0, 2]");
   }
@@ -389,24 +438,32 @@ double GroupTimeNoise::Factor(int sample, size_t group) {
     const size_t k = factors_.size() / static_cast<size_t>(samples_);
     DeterministicRng rng(0x67726f7570ULL + k);
     for (int s = 0; s < samples_; ++s) {
-      factors_.push_back(std::exp(sigma_ * rng.Normal() - 0.5 * sigma_ * sigma_));
+      factors_.push_back(
+          std::exp(sigma_ * rng.Normal() - 0.5 * sigma_ * sigma_));
     }
   }
-  return factors_[group * static_cast<size_t>(samples_) + static_cast<size_t>(sample)];
+  return factors_[group * static_cast<size_t>(samples_) +
+                  static_cast<size_t>(sample)];
 }
 
-double ExpectedStepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
+double ExpectedStepMs(int num_ranks,
+                      const std::vector<MicroBatchPlan>& micro_batches,
                       const GradientSync* sync, GroupTimeNoise& noise,
                       std::span<const double> delay_ms) {
   std::vector<double> scratch[3];
-  auto delay = [&](size_t k) { return k < delay_ms.size() ? delay_ms[k] : 0.0; };
-  if (noise.sigma() == 0) return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
+  auto delay = [&](size_t k) {
+    return k < delay_ms.size() ? delay_ms[k] : 0.0;
+  };
+  if (noise.sigma() == 0)
+    return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
   double sum = 0;
   for (int s = 0; s < noise.samples(); ++s) {
     sum += StepWith(
         num_ranks, micro_batches, sync,
-        [&](const GroupPlan& g, size_t k) { return g.est_ms * noise.Factor(s, k); }, delay,
-        scratch);
+        [&](const GroupPlan& g, size_t k) {
+          return g.est_ms * noise.Factor(s, k);
+        },
+        delay, scratch);
   }
   return sum / noise.samples();
 }
@@ -418,8 +475,8 @@ double EstimateMicroBatches(const PlanRequest& request,
     for (GroupPlan& g : mb.groups) {
       const GroupLoad load = LoadOf(request, g.sequences);
       g.est_ms = 1000.0 * GroupTimeForPlan(request, g, load);
-      g.mem_bytes = static_cast<int64_t>(
-          std::ceil(GroupMemBytes(request.cost, load, std::max(1, g.degree()))));
+      g.mem_bytes = static_cast<int64_t>(std::ceil(
+          GroupMemBytes(request.cost, load, std::max(1, g.degree()))));
       mb.est_ms = std::max(mb.est_ms, g.est_ms);
     }
   }
@@ -431,7 +488,8 @@ void EvaluatePlan(const PlanRequest& request, Plan& plan) {
   plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
   bool all_to_all = false;
   for (const MicroBatchPlan& mb : plan.micro_batches) {
-    for (const GroupPlan& g : mb.groups) all_to_all |= g.comm == CommKind::kAllToAll;
+    for (const GroupPlan& g : mb.groups)
+      all_to_all |= g.comm == CommKind::kAllToAll;
   }
   plan.lower_bound_ms = LowerBoundMs(request, all_to_all);
 }
@@ -443,7 +501,8 @@ Plan RunStrategy(const Strategy& strategy_ref, const PlanRequest& request,
   const Strategy* strategy = &strategy_ref;
   if (options.cp_degree < 0) throw InputError("cp_degree", "must be >= 0");
   if (options.max_seqlen_per_rank < 0) {
-    throw InputError("max_seqlen_per_dp_cp_rank", "must be >= 0 tokens (0 = tune)");
+    throw InputError("max_seqlen_per_dp_cp_rank",
+                     "must be >= 0 tokens (0 = tune)");
   }
   if (options.capacity_tokens < 0) {
     throw InputError("capacity_tokens", "must be >= 0 tokens (0 = tune)");
@@ -457,7 +516,8 @@ Plan RunStrategy(const Strategy& strategy_ref, const PlanRequest& request,
   Plan plan;
   // A sequence that cannot fit even on all N ranks makes the batch infeasible.
   for (size_t i = 0; i < request.sequences.size(); ++i) {
-    const int64_t d_min = MinDegree(request.cost, GroupLoad::Of(request.sequences[i]));
+    const int64_t d_min =
+        MinDegree(request.cost, GroupLoad::Of(request.sequences[i]));
     if (d_min > request.cluster.num_ranks) {
       plan.status = PlanStatus::kInfeasible;
       plan.infeasible_sequence = static_cast<int>(i);

@@ -31,7 +31,9 @@ class SortedPairs {
   // well under one place on average).
   size_t LowerBound(double key, size_t hint) const {
     const size_t n = entries_.size();
-    auto below = [&](size_t i) { return entries_[i].key < key; };  // true on a prefix
+    auto below = [&](size_t i) {
+      return entries_[i].key < key;
+    };              // true on a prefix
     size_t lo, hi;  // the answer lies in [lo, hi]
     hint = std::min(hint, n);
     if (hint < n && below(hint)) {
@@ -59,7 +61,9 @@ class SortedPairs {
                                 [key](const Entry& e) { return e.key < key; }) -
            entries_.begin();
   }
-  void Insert(const Entry& e) { entries_.insert(PlaceOf(e, entries_.begin(), entries_.end()), e); }
+  void Insert(const Entry& e) {
+    entries_.insert(PlaceOf(e, entries_.begin(), entries_.end()), e);
+  }
   // Gives the entry at `i` the key `key`, moving it to its place in the order.
   void Rekey(size_t i, double key) {
     const Entry e{key, entries_[i].index};
@@ -83,7 +87,8 @@ class SortedPairs {
   // std::lower_bound(first, last, e, Less) on a sorted range: a search on the
   // key alone, then past the (rare) equal keys with smaller indices.
   static Iterator PlaceOf(const Entry& e, Iterator first, Iterator last) {
-    Iterator it = std::partition_point(first, last, [&](const Entry& x) { return x.key < e.key; });
+    Iterator it = std::partition_point(
+        first, last, [&](const Entry& x) { return x.key < e.key; });
     while (it != last && it->key == e.key && it->index < e.index) ++it;
     return it;
   }

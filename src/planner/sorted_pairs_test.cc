@@ -3,12 +3,12 @@
 // hint.
 #include "planner/sorted_pairs.h"
 
+#include <gtest/gtest.h>
+
 #include <iterator>
 #include <random>
 #include <set>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 namespace fcp::planner {
 namespace {
@@ -29,7 +29,8 @@ TEST(SortedPairsTest, MatchesStdSet) {
         reference.insert({key, next_index});
         ++next_index;
       } else if (what == 1) {
-        const size_t at = std::uniform_int_distribution<size_t>(0, reference.size() - 1)(rng);
+        const size_t at =
+            std::uniform_int_distribution<size_t>(0, reference.size() - 1)(rng);
         auto it = std::next(reference.begin(), static_cast<std::ptrdiff_t>(at));
         ASSERT_EQ(pairs[at].index, it->second);
         auto node = reference.extract(it);
@@ -37,10 +38,12 @@ TEST(SortedPairsTest, MatchesStdSet) {
         reference.insert(std::move(node));
         pairs.Rekey(at, key);
       }
-      const size_t hint = std::uniform_int_distribution<size_t>(0, reference.size() + 2)(rng);
+      const size_t hint =
+          std::uniform_int_distribution<size_t>(0, reference.size() + 2)(rng);
       const size_t found = pairs.LowerBound(key, hint);
       const auto expected = reference.lower_bound({key, -1});
-      ASSERT_EQ(found, static_cast<size_t>(std::distance(reference.begin(), expected)))
+      ASSERT_EQ(found,
+                static_cast<size_t>(std::distance(reference.begin(), expected)))
           << "seed " << seed << " op " << op;
       ASSERT_EQ(pairs.size(), reference.size());
       size_t i = 0;

@@ -1,12 +1,12 @@
 // Step-time planning: StepMs against hand-computed schedules, and fcp ranking
 // its candidates by step time when the request gives the gradient sync.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
@@ -33,17 +33,23 @@ TEST(StepTest, StepMsAgainstAHandComputedSchedule) {
   // 20 ms per collective in 4 buckets of 5 ms, forward share 1/4.
   // Reduce-scatter window 0.75 * 6 = 4.5 ms: exposed 5 + (20 - 5 - 4.5) = 15.5.
   // All-gather window 0.25 * 4 = 1 ms: exposed 5 + (20 - 5 - 1) = 19.
-  EXPECT_DOUBLE_EQ(StepMs(4, mbs, {.collective_s = 0.020, .buckets = 4, .forward_share = 0.25}),
-                   16 + 15.5 + 19);
+  EXPECT_DOUBLE_EQ(
+      StepMs(4, mbs,
+             {.collective_s = 0.020, .buckets = 4, .forward_share = 0.25}),
+      16 + 15.5 + 19);
   // 2 ms in 2 buckets: both windows hide all but the last bucket.
-  EXPECT_DOUBLE_EQ(StepMs(4, mbs, {.collective_s = 0.002, .buckets = 2, .forward_share = 0.25}),
-                   16 + 1 + 1);
+  EXPECT_DOUBLE_EQ(
+      StepMs(4, mbs,
+             {.collective_s = 0.002, .buckets = 2, .forward_share = 0.25}),
+      16 + 1 + 1);
   // A rank in no group (rank 3 idle) hides neither collective: it ends at
   // 10 + 10 ms, before the busy ranks.
   std::vector<MicroBatchPlan> idle(1);
   idle[0].groups = {Group({0, 1, 2}, 8)};
-  EXPECT_DOUBLE_EQ(StepMs(4, idle, {.collective_s = 0.010, .buckets = 1, .forward_share = 0.5}),
-                   8 + (10 + std::max(0.0, 10 - 10 - 4.0)) + 10);
+  EXPECT_DOUBLE_EQ(
+      StepMs(4, idle,
+             {.collective_s = 0.010, .buckets = 1, .forward_share = 0.5}),
+      8 + (10 + std::max(0.0, 10 - 10 - 4.0)) + 10);
 }
 
 // The window rule's property: work added on a rank that was idle lengthens
@@ -63,7 +69,8 @@ TEST(StepTest, WorkOnAnIdleRankAddsAtMostItself) {
       if (ranks.empty()) ranks.push_back((idle + 1) % n);
       while (!ranks.empty()) {  // consecutive runs of random length
         const size_t d = 1 + rng() % ranks.size();
-        mb.groups.push_back(Group({ranks.begin(), ranks.begin() + d}, 100 * u(rng)));
+        mb.groups.push_back(
+            Group({ranks.begin(), ranks.begin() + d}, 100 * u(rng)));
         ranks.erase(ranks.begin(), ranks.begin() + d);
       }
     }
@@ -73,7 +80,8 @@ TEST(StepTest, WorkOnAnIdleRankAddsAtMostItself) {
     const double before = StepMs(n, mbs, sync);
     const double work_ms = 50 * u(rng);
     mbs[rng() % mbs.size()].groups.push_back(Group({idle}, work_ms));
-    EXPECT_LE(StepMs(n, mbs, sync), before + work_ms + 1e-9 * before) << "trial " << trial;
+    EXPECT_LE(StepMs(n, mbs, sync), before + work_ms + 1e-9 * before)
+        << "trial " << trial;
   }
 }
 
@@ -107,26 +115,32 @@ TEST(StepTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInStepTime) {
     Plan fcp = MakePlan(req, {.strategy = "fcp"});
     if (fcp.status != PlanStatus::kOk) continue;
     ++total;
-    const double fcp_step = StepMs(req.cluster.num_ranks, fcp.micro_batches, *req.grad_sync);
+    const double fcp_step =
+        StepMs(req.cluster.num_ranks, fcp.micro_batches, *req.grad_sync);
     ASSERT_EQ(fcp.notes.count("step_ms"), 1u);
-    EXPECT_NEAR(std::stod(fcp.notes.at("step_ms")), fcp_step, 1e-5 * fcp_step) << seed;
+    EXPECT_NEAR(std::stod(fcp.notes.at("step_ms")), fcp_step, 1e-5 * fcp_step)
+        << seed;
     for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
       if (req.cluster.num_ranks % cp) continue;
       auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
       if (!mbs) continue;
       EstimateMicroBatches(req, *mbs);
-      ASSERT_LE(fcp_step, StepMs(req.cluster.num_ranks, *mbs, *req.grad_sync) * (1 + 1e-9))
+      ASSERT_LE(fcp_step, StepMs(req.cluster.num_ranks, *mbs, *req.grad_sync) *
+                              (1 + 1e-9))
           << "seed " << seed << " cp " << cp;
     }
     PlanRequest makespan_only = req;
     makespan_only.grad_sync.reset();
     const Plan by_makespan = MakePlan(makespan_only, {.strategy = "fcp"});
-    static_shaped += fcp.notes.count("grouping") && fcp.notes.at("grouping").rfind("balanced", 0) == 0;
+    static_shaped += fcp.notes.count("grouping") &&
+                     fcp.notes.at("grouping").rfind("balanced", 0) == 0;
     differs += GroupsJson(fcp) != GroupsJson(by_makespan);
   }
-  std::printf("step-ranked fcp: %d batches, %d take a balanced static plan, %d differ from the "
-              "makespan-ranked plan\n",
-              total, static_shaped, differs);
+  std::printf(
+      "step-ranked fcp: %d batches, %d take a balanced static plan, %d differ "
+      "from the "
+      "makespan-ranked plan\n",
+      total, static_shaped, differs);
   EXPECT_GT(total, 100);
   EXPECT_GT(differs, 0);  // the ranking must matter somewhere
 }
@@ -151,9 +165,16 @@ TEST(StepTest, ZeroSyncPlansAsMakespan) {
 TEST(StepTest, BadGradientSyncNamesTheField) {
   PlanRequest req;
   req.cluster = {8, 8};
-  req.cost = {.alpha1 = 1e-11, .alpha2 = 1e-6, .beta1 = 1e-3, .alpha3 = 1e5, .beta2 = 1e-4,
-              .bw_intra_node = 2e11, .bw_inter_node = 5e10, .mem_per_token = 5e5,
-              .mem_static = 2e10, .mem_capacity = 6.4e10};
+  req.cost = {.alpha1 = 1e-11,
+              .alpha2 = 1e-6,
+              .beta1 = 1e-3,
+              .alpha3 = 1e5,
+              .beta2 = 1e-4,
+              .bw_intra_node = 2e11,
+              .bw_inter_node = 5e10,
+              .mem_per_token = 5e5,
+              .mem_static = 2e10,
+              .mem_capacity = 6.4e10};
   req.sequences = {{4096, 1.0}, {8192, 1.0}};
   auto field = [&](GradientSync sync) -> std::string {
     req.grad_sync = sync;
@@ -170,9 +191,11 @@ TEST(StepTest, BadGradientSyncNamesTheField) {
   EXPECT_EQ(field({.collective_s = 0.1, .buckets = 0}), "grad_sync.buckets");
   EXPECT_EQ(field({.collective_s = 0.1, .buckets = 1, .forward_share = 1.5}),
             "grad_sync.forward_share");
-  EXPECT_EQ(field({.collective_s = 0.1, .buckets = 1, .forward_share = std::nan("")}),
-            "grad_sync.forward_share");
-  EXPECT_EQ(field({.collective_s = 0.1, .buckets = 3, .forward_share = 0.25}), "");
+  EXPECT_EQ(
+      field({.collective_s = 0.1, .buckets = 1, .forward_share = std::nan("")}),
+      "grad_sync.forward_share");
+  EXPECT_EQ(field({.collective_s = 0.1, .buckets = 3, .forward_share = 0.25}),
+            "");
 }
 
 }  // namespace

@@ -2,14 +2,14 @@
 // fcp's candidates; topology-aware allocation is never worse than
 // allocate-then-place and is measured against the enumeration over
 // contiguous placements (testing/brute_force); cost model v2 plans stay valid.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "fcp/cost_model.h"
 #include "fcp/presets.h"
@@ -37,13 +37,15 @@ void AddV2Terms(std::mt19937_64& rng, CostModel& cm) {
 // The estimate of a static plan, independently: its replicas (rank blocks of
 // one degree) share no ranks and run their groups back to back, so the
 // plan's makespan is the largest sum of group times over the replicas.
-double IndependentEstimateMs(const PlanRequest& req, const std::vector<MicroBatchPlan>& mbs) {
+double IndependentEstimateMs(const PlanRequest& req,
+                             const std::vector<MicroBatchPlan>& mbs) {
   std::map<int, double> replica_s;  // first rank of the block -> busy time
   for (const auto& mb : mbs) {
     for (const auto& g : mb.groups) {
       std::vector<int> members = g.sequences;
-      replica_s[g.ranks.front()] += testing::ReferenceGroupTimeS(
-          req.cost, req.cluster, req.sequences, members, g.ranks.front(), g.degree());
+      replica_s[g.ranks.front()] +=
+          testing::ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
+                                       members, g.ranks.front(), g.degree());
     }
   }
   double worst = 0;
@@ -63,9 +65,11 @@ TEST(YardstickTest, BalancedStaticPlanIsValidAndDealtByWork) {
     const int n = req.cluster.num_ranks;
     for (int cp = 1; cp <= n; ++cp) {
       if (n % cp) continue;
-      const auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
+      const auto mbs =
+          planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing);
       bool fits = true;
-      for (const auto& s : req.sequences) fits &= MinDegree(req.cost, GroupLoad::Of(s)) <= cp;
+      for (const auto& s : req.sequences)
+        fits &= MinDegree(req.cost, GroupLoad::Of(s)) <= cp;
       ASSERT_EQ(mbs.has_value(), fits) << "seed " << seed << " cp " << cp;
       if (!mbs) continue;
       Plan plan;
@@ -88,9 +92,11 @@ TEST(YardstickTest, BalancedStaticPlanIsValidAndDealtByWork) {
           }
         }
       }
-      const auto [lo, hi] = std::minmax_element(replica_work.begin(), replica_work.end());
+      const auto [lo, hi] =
+          std::minmax_element(replica_work.begin(), replica_work.end());
       if (static_cast<int>(req.sequences.size()) >= dp) {
-        EXPECT_LE(*hi - *lo, max_work * (1 + 1e-9) + 1e-300) << "seed " << seed << " cp " << cp;
+        EXPECT_LE(*hi - *lo, max_work * (1 + 1e-9) + 1e-300)
+            << "seed " << seed << " cp " << cp;
       }
       EXPECT_NEAR(plan.est_ms, IndependentEstimateMs(req, *mbs),
                   1e-9 * IndependentEstimateMs(req, *mbs));
@@ -114,7 +120,8 @@ TEST(YardstickTest, FcpIsNeverWorseThanTheBestBalancedStaticPlan) {
     double best_static = std::numeric_limits<double>::infinity();
     for (int cp = 1; cp <= req.cluster.num_ranks; ++cp) {
       if (req.cluster.num_ranks % cp) continue;
-      if (auto mbs = planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing)) {
+      if (auto mbs =
+              planner::BalancedStaticMicroBatches(req, cp, CommKind::kRing)) {
         best_static = std::min(best_static, IndependentEstimateMs(req, *mbs));
       }
     }
@@ -123,8 +130,9 @@ TEST(YardstickTest, FcpIsNeverWorseThanTheBestBalancedStaticPlan) {
     ASSERT_LE(fcp.est_ms, best_static * (1 + 1e-9)) << "seed " << seed;
     strictly_better += fcp.est_ms < best_static * (1 - 1e-6);
   }
-  std::printf("fcp strictly better than the balanced static plan on %d of %d batches\n",
-              strictly_better, total);
+  std::printf(
+      "fcp strictly better than the balanced static plan on %d of %d batches\n",
+      strictly_better, total);
   EXPECT_GT(total, 100);
 }
 
@@ -135,25 +143,29 @@ TEST(TopologyTest, NeverWorseThanAllocateThenPlace) {
     opt.max_sequences = 12;
     opt.max_ranks = 24;
     PlanRequest req = testing::RandomRequest(rng, opt);
-    req.cluster.ranks_per_node =
-        std::max(1, static_cast<int>(rng() % std::max(1, req.cluster.num_ranks)));
+    req.cluster.ranks_per_node = std::max(
+        1, static_cast<int>(rng() % std::max(1, req.cluster.num_ranks)));
     if (seed % 2) AddV2Terms(rng, req.cost);
     std::vector<std::vector<int>> groups;
     for (size_t i = 0; i < req.sequences.size(); ++i) {
       if (groups.empty() || rng() % 3 == 0) groups.emplace_back();
       groups.back().push_back(static_cast<int>(i));
     }
-    const auto plain = planner::RealizeGrouping(req, groups, planner::Allocator::kFast, false);
-    const auto aware = planner::RealizeGrouping(req, groups, planner::Allocator::kFast, true);
+    const auto plain =
+        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, false);
+    const auto aware =
+        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, true);
     ASSERT_EQ(plain.has_value(), aware.has_value());
     if (!plain) continue;
-    ASSERT_LE(aware->placed_makespan_s, plain->placed_makespan_s * (1 + 1e-12)) << seed;
+    ASSERT_LE(aware->placed_makespan_s, plain->placed_makespan_s * (1 + 1e-12))
+        << seed;
     // The reported makespan is the one of the placed groups.
     Plan plan;
     plan.micro_batches = {aware->micro_batch};
     EvaluatePlan(req, plan);
     ASSERT_EQ(ValidatePlan(req, plan), "");
-    EXPECT_NEAR(plan.est_ms, 1000 * aware->placed_makespan_s, 1e-9 * plan.est_ms);
+    EXPECT_NEAR(plan.est_ms, 1000 * aware->placed_makespan_s,
+                1e-9 * plan.est_ms);
   }
 }
 
@@ -179,18 +191,23 @@ TEST(TopologyTest, IssueExampleTwoSequencesOnSixRanksWithFourPerNode) {
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
     ASSERT_EQ(fcp.status, PlanStatus::kOk);
     const double opt_ms = 1000 * testing::BruteForceMakespanS(req);
-    EXPECT_LE(fcp.est_ms, opt_ms * (1 + 1e-9)) << len << ": optimum " << opt_ms << " ms";
-    const auto plain = planner::RealizeGrouping(req, {{0}, {1}}, planner::Allocator::kFast, false);
-    const auto aware = planner::RealizeGrouping(req, {{0}, {1}}, planner::Allocator::kFast, true);
+    EXPECT_LE(fcp.est_ms, opt_ms * (1 + 1e-9))
+        << len << ": optimum " << opt_ms << " ms";
+    const auto plain = planner::RealizeGrouping(
+        req, {{0}, {1}}, planner::Allocator::kFast, false);
+    const auto aware = planner::RealizeGrouping(
+        req, {{0}, {1}}, planner::Allocator::kFast, true);
     ASSERT_TRUE(plain && aware);
-    std::printf("two %lld-token sequences, N = 6, R = 4: allocate-then-place %.2f ms, "
-                "topology-aware %.2f ms, optimum %.2f ms\n",
-                static_cast<long long>(len), 1000 * plain->placed_makespan_s,
-                1000 * aware->placed_makespan_s, opt_ms);
+    std::printf(
+        "two %lld-token sequences, N = 6, R = 4: allocate-then-place %.2f ms, "
+        "topology-aware %.2f ms, optimum %.2f ms\n",
+        static_cast<long long>(len), 1000 * plain->placed_makespan_s,
+        1000 * aware->placed_makespan_s, opt_ms);
     EXPECT_LE(1000 * aware->placed_makespan_s, opt_ms * (1 + 1e-9)) << len;
     plain_worse += plain->placed_makespan_s * 1000 > opt_ms * 1.01;
   }
-  EXPECT_GT(plain_worse, 0) << "the example no longer shows the straddling problem";
+  EXPECT_GT(plain_worse, 0)
+      << "the example no longer shows the straddling problem";
 }
 
 TEST(TopologyTest, GapToContiguousOptimumWhenNodesAreSmallerThanTheCluster) {
@@ -205,25 +222,32 @@ TEST(TopologyTest, GapToContiguousOptimumWhenNodesAreSmallerThanTheCluster) {
     opt.min_ranks = 3;
     opt.max_ranks = 8;
     PlanRequest req = testing::RandomRequest(rng, opt);
-    req.cluster.ranks_per_node = 2 + static_cast<int>(rng() % (req.cluster.num_ranks - 1));
+    req.cluster.ranks_per_node =
+        2 + static_cast<int>(rng() % (req.cluster.num_ranks - 1));
     if (req.cluster.ranks_per_node >= req.cluster.num_ranks) continue;
     if (seed % 2) AddV2Terms(rng, req.cost);
-    req.model.reset();  // the oracle enumerates ring groups (fcp: ring only without a shape)
-    const auto split = planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
+    req.model.reset();  // the oracle enumerates ring groups (fcp: ring only
+                        // without a shape)
+    const auto split =
+        planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
     if (split.size() != 1) continue;  // the oracle plans one micro-batch
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
-    if (fcp.status != PlanStatus::kOk || fcp.micro_batches.size() != 1) continue;
+    if (fcp.status != PlanStatus::kOk || fcp.micro_batches.size() != 1)
+      continue;
     const double opt_ms = 1000 * testing::BruteForceMakespanS(req);
-    ASSERT_GE(fcp.est_ms, opt_ms * (1 - 1e-9)) << seed;  // the oracle is a true optimum
+    ASSERT_GE(fcp.est_ms, opt_ms * (1 - 1e-9))
+        << seed;  // the oracle is a true optimum
     const double gap = fcp.est_ms / opt_ms - 1;
     sum_gap += gap;
     max_gap = std::max(max_gap, gap);
     ++count;
   }
   ASSERT_GT(count, 30);
-  std::printf("fcp vs optimum over contiguous placements (R < N): %d instances, mean gap "
-              "%.2f%%, max gap %.2f%%\n",
-              count, 100 * sum_gap / count, 100 * max_gap);
+  std::printf(
+      "fcp vs optimum over contiguous placements (R < N): %d instances, mean "
+      "gap "
+      "%.2f%%, max gap %.2f%%\n",
+      count, 100 * sum_gap / count, 100 * max_gap);
   EXPECT_LT(sum_gap / count, 0.10);
 }
 
@@ -241,15 +265,19 @@ TEST(DualApproxTest, AloneAgainstBfdAndTheOptimumOnSmallInstances) {
     opt.max_ranks = 8;
     PlanRequest req = testing::RandomRequest(rng, opt);
     req.model.reset();  // ring groups only, as the oracle enumerates
-    const auto split = planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
+    const auto split =
+        planner::SplitMicroBatches(req.sequences, req.cost, req.cluster);
     if (split.size() != 1) continue;  // the oracle plans one micro-batch
     const std::vector<int>& members = split[0];
     const auto dual_groups = planner::DualApproxGrouping(
         req, members, std::numeric_limits<double>::infinity());
-    const auto bfd_groups = planner::BestFitDecreasing(req.sequences, members, req.cost);
+    const auto bfd_groups =
+        planner::BestFitDecreasing(req.sequences, members, req.cost);
     ASSERT_TRUE(dual_groups) << seed;
-    const auto dual = planner::RealizeGrouping(req, *dual_groups, planner::Allocator::kFast, true);
-    const auto bfd = planner::RealizeGrouping(req, bfd_groups, planner::Allocator::kFast, true);
+    const auto dual = planner::RealizeGrouping(req, *dual_groups,
+                                               planner::Allocator::kFast, true);
+    const auto bfd = planner::RealizeGrouping(req, bfd_groups,
+                                              planner::Allocator::kFast, true);
     ASSERT_TRUE(dual && bfd) << seed;
     const double opt_s = testing::BruteForceMakespanS(req);
     // The oracle is a true optimum: neither grouping may beat it.
@@ -264,11 +292,13 @@ TEST(DualApproxTest, AloneAgainstBfdAndTheOptimumOnSmallInstances) {
     ++count;
   }
   ASSERT_GT(count, 50);
-  std::printf("gap to the optimum, %d instances (K <= 6, N <= 8, one micro-batch): "
-              "dual approximation alone mean %.2f%% max %.2f%%; BFD + allocation mean %.2f%% "
-              "max %.2f%%\n",
-              count, 100 * sum_dual / count, 100 * max_dual, 100 * sum_bfd / count,
-              100 * max_bfd);
+  std::printf(
+      "gap to the optimum, %d instances (K <= 6, N <= 8, one micro-batch): "
+      "dual approximation alone mean %.2f%% max %.2f%%; BFD + allocation mean "
+      "%.2f%% "
+      "max %.2f%%\n",
+      count, 100 * sum_dual / count, 100 * max_dual, 100 * sum_bfd / count,
+      100 * max_bfd);
   EXPECT_LT(sum_dual, sum_bfd);
 }
 

@@ -2,15 +2,14 @@
 // per timeline, a shared time axis, node boundaries (behind the boxes, so they
 // never cross a label), neighbour-distinct colours, all-to-all groups hatched,
 // a legend, and labels sized to their boxes.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
 #include <string>
-
-#include <sys/stat.h>
-
-#include <fmt/format.h>
 
 #include "fcp/io.h"
 #include "fcp/plot.h"
@@ -33,9 +32,11 @@ constexpr int kHeaderPx = 60;
 std::string Extension(const std::string& path) {
   const auto slash = path.rfind('/');
   const auto dot = path.rfind('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return "";
   std::string ext = path.substr(dot + 1);
-  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : ext)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return ext;
 }
 
@@ -55,23 +56,27 @@ std::vector<std::pair<int, int>> RankRuns(std::vector<int> ranks) {
 void CheckExtension(const std::string& path) {
   const std::string ext = Extension(path);
   if (ext != "png" && ext != "svg")
-    throw InputError("plot", "'" + EscapeForMessage(path) +
-                                 "': unknown image type; use a .png or .svg file name");
+    throw InputError("plot",
+                     "'" + EscapeForMessage(path) +
+                         "': unknown image type; use a .png or .svg file name");
 }
 
 void CheckDirectory(const std::string& path, const std::string& field) {
   const auto slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw InputError(field, "cannot write '" + EscapeForMessage(path) + "': no directory '" +
-                                EscapeForMessage(dir) + "'");
+    throw InputError(field, "cannot write '" + EscapeForMessage(path) +
+                                "': no directory '" + EscapeForMessage(dir) +
+                                "'");
 }
 
 }  // namespace
 
-void CheckOutputPaths(const std::string& plot_path, const std::string& trace_path) {
+void CheckOutputPaths(const std::string& plot_path,
+                      const std::string& trace_path) {
   if (!plot_path.empty()) {
     CheckExtension(plot_path);
     CheckDirectory(plot_path, "plot");
@@ -97,33 +102,39 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
   const int panels = static_cast<int>(timelines.size());
   // Size: ~14 px per rank row (labels of one-rank groups stay legible), at
   // least 260 px per panel; wider when there are many groups.
-  const int width = options.width_px > 0
-                        ? options.width_px
-                        : std::clamp(1200 + 3 * static_cast<int>(max_slices), 1200, 3200);
+  const int width =
+      options.width_px > 0
+          ? options.width_px
+          : std::clamp(1200 + 3 * static_cast<int>(max_slices), 1200, 3200);
   const int height =
       options.height_px > 0
           ? options.height_px
-          : std::clamp(14 * ranks_total + panels * (kTopPx + kBottomPx) + kHeaderPx, 300,
-                       16000);
+          : std::clamp(
+                14 * ranks_total + panels * (kTopPx + kBottomPx) + kHeaderPx,
+                300, 16000);
   // Each panel's plot area; the layout below fixes the margins in pixels.
   const double area_px =
-      std::max(1.0, (static_cast<double>(height) - kHeaderPx - panels * (kTopPx + kBottomPx)) /
+      std::max(1.0, (static_cast<double>(height) - kHeaderPx -
+                     panels * (kTopPx + kBottomPx)) /
                         panels);
 
   GnuplotJob job;
-  job.terminal = ext == "svg"
-                     ? fmt::format("svg size {},{} dynamic font 'sans,9' background rgb 'white'",
-                                   width, height)
-                     : (PngTerminal() == "pngcairo"
-                            ? fmt::format("pngcairo size {},{} font 'sans,9'", width, height)
-                            : fmt::format("png size {},{}", width, height));
+  job.terminal =
+      ext == "svg"
+          ? fmt::format(
+                "svg size {},{} dynamic font 'sans,9' background rgb 'white'",
+                width, height)
+          : (PngTerminal() == "pngcairo"
+                 ? fmt::format("pngcairo size {},{} font 'sans,9'", width,
+                               height)
+                 : fmt::format("png size {},{}", width, height));
   std::string title = options.title;
   if (title.empty()) {
     title = timelines.size() == 1
-                ? fmt::format("{}: {} ranks ({})", timelines[0].name, timelines[0].num_ranks,
-                              timelines[0].source)
-                : fmt::format("{} plans, shared time axis ({})", timelines.size(),
-                              timelines[0].source);
+                ? fmt::format("{}: {} ranks ({})", timelines[0].name,
+                              timelines[0].num_ranks, timelines[0].source)
+                : fmt::format("{} plans, shared time axis ({})",
+                              timelines.size(), timelines[0].source);
   }
   std::string gp;
   gp += "set border lw 0.8\n";
@@ -133,12 +144,15 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
   // is area_px high and the header keeps the title and the legend.
   const double h = height;
   gp += fmt::format(
-      "set multiplot layout {},1 title {} noenhanced margins screen {:.6f}, screen {:.6f}, "
+      "set multiplot layout {},1 title {} noenhanced margins screen {:.6f}, "
+      "screen {:.6f}, "
       "screen {:.6f}, screen {:.6f} spacing screen 0, screen {:.6f}\n",
       panels, GnuplotQuote(title), kLeftPx / static_cast<double>(width),
       1.0 - kRightPx / static_cast<double>(width), kBottomPx / h,
       1.0 - (kHeaderPx + kTopPx) / h, (kTopPx + kBottomPx) / h);
-  gp += fmt::format("set xrange [0:{:.9g}]\nset xlabel 'time (ms)'\nset ylabel 'rank'\n", end_ms);
+  gp += fmt::format(
+      "set xrange [0:{:.9g}]\nset xlabel 'time (ms)'\nset ylabel 'rank'\n",
+      end_ms);
   gp += "set grid xtics lc rgb '#DDDDDD'\n";
   const double plot_w = width - kLeftPx - kRightPx;
 
@@ -157,12 +171,16 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
       std::string& out = s.comm == CommKind::kAllToAll ? a2a_boxes : boxes;
       for (size_t r = 0; r < runs.size(); ++r) {
         out += fmt::format("{:.9g} {:.9g} {} {} {}\n", s.start_ms, s.end_ms,
-                             runs[r].first - 0.45, runs[r].second + 0.45, colours[i] + 1);
-        if (runs[r].second - runs[r].first > runs[widest].second - runs[widest].first) widest = r;
+                           runs[r].first - 0.45, runs[r].second + 0.45,
+                           colours[i] + 1);
+        if (runs[r].second - runs[r].first >
+            runs[widest].second - runs[widest].first)
+          widest = r;
       }
       const auto [lo, hi] = runs[widest];
       const std::string label =
-          FitLabel(s, (s.end_ms - s.start_ms) / end_ms * plot_w, (hi - lo + 0.9) * row_px);
+          FitLabel(s, (s.end_ms - s.start_ms) / end_ms * plot_w,
+                   (hi - lo + 0.9) * row_px);
       if (!label.empty())
         labels += fmt::format("{:.9g} {} \"{}\"\n", (s.start_ms + s.end_ms) / 2,
                               (lo + hi) / 2.0, label);
@@ -181,43 +199,53 @@ void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
     gp += "unset arrow\n";
     if (panels > 1)  // one panel: the page title says it all
       gp += fmt::format("set title {} noenhanced\n",
-                        GnuplotQuote(fmt::format("{} ({}, {} ranks)", t.name, t.source,
-                                                 t.num_ranks)));
-    gp += fmt::format("set yrange [{}:-0.5]\n", t.num_ranks - 0.5);  // rank 0 on top
+                        GnuplotQuote(fmt::format("{} ({}, {} ranks)", t.name,
+                                                 t.source, t.num_ranks)));
+    gp += fmt::format("set yrange [{}:-0.5]\n",
+                      t.num_ranks - 0.5);  // rank 0 on top
     const int per_node = std::max(1, t.ranks_per_node);
-    gp += t.num_ranks > 32 ? fmt::format("set ytics 0,{}\n", per_node) : "set ytics 0,1\n";
+    gp += t.num_ranks > 32 ? fmt::format("set ytics 0,{}\n", per_node)
+                           : "set ytics 0,1\n";
     for (int b = per_node; b < t.num_ranks; b += per_node)
-      gp += fmt::format("set arrow from graph 0, first {} to graph 1, first {} nohead dt 2 lw "
-                        "1.5 lc rgb '#202020' back\n",
-                        b - 0.5, b - 0.5);
+      gp += fmt::format(
+          "set arrow from graph 0, first {} to graph 1, first {} nohead dt 2 "
+          "lw "
+          "1.5 lc rgb '#202020' back\n",
+          b - 0.5, b - 0.5);
     if (t.source == "planner estimate") {
       for (const auto& [mb, start] : mb_start)
         if (start > 0)
-          gp += fmt::format("set arrow from first {:.9g}, graph 0 to first {:.9g}, graph 1 "
-                            "nohead lw 0.8 lc rgb '#808080' back\n",
-                            start, start);
+          gp += fmt::format(
+              "set arrow from first {:.9g}, graph 0 to first {:.9g}, graph 1 "
+              "nohead lw 0.8 lc rgb '#808080' back\n",
+              start, start);
     }
     // The legend, once (on the first panel, above the plots): what a box's
     // fill, a dashed line and a label's d / k mean.
     if (p == 0) {
-      gp += fmt::format("set key at screen 0.5, screen {:.6f} center top horizontal samplen 2 "
-                        "font ',9' noenhanced\n",
-                        1.0 - 28.0 / h);
+      gp += fmt::format(
+          "set key at screen 0.5, screen {:.6f} center top horizontal samplen "
+          "2 "
+          "font ',9' noenhanced\n",
+          1.0 - 28.0 / h);
     } else {
       gp += "unset key\n";
     }
     const bool legend = p == 0;
     gp += fmt::format(
-        "plot '{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs solid 0.85 "
+        "plot '{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs "
+        "solid 0.85 "
         "border lc rgb '#303030' lc variable title {}, "
-        "'{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs pattern 4 "
+        "'{}' using (($1+$2)/2):(($3+$4)/2):1:2:3:4:5 with boxxyerror fs "
+        "pattern 4 "
         "border lc rgb '#303030' lc variable title {}, "
         "NaN with lines dt 2 lw 1.5 lc rgb '#202020' title {}, "
         "'{}' using 1:2:3 with labels center font ',8' noenhanced title {}\n",
         box_file, legend ? "'ring group'" : "''", a2a_file,
         legend ? "'all-to-all group (hatched)'" : "''",
         legend ? "'node boundary'" : "''", label_file,
-        legend ? "'box label: d=ranks in the group, k=its sequences, tokens'" : "''");
+        legend ? "'box label: d=ranks in the group, k=its sequences, tokens'"
+               : "''");
   }
   gp += "unset multiplot\n";
   job.script = gp;

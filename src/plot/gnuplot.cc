@@ -1,17 +1,17 @@
 // gnuplot without a shell (include/fcp/plot.h): fork/exec with an argument
 // vector, a private mkdtemp working directory holding the script and data
 // under fixed names, the image on gnuplot's stdout into an AtomicFile.
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "fcp/io.h"
 #include "fcp/plot.h"
@@ -25,7 +25,8 @@ class PrivateDir {
  public:
   PrivateDir() {
     const char* tmp = std::getenv("TMPDIR");
-    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/fcp-plot-XXXXXX";
+    std::string templ =
+        std::string(tmp && *tmp ? tmp : "/tmp") + "/fcp-plot-XXXXXX";
     if (!::mkdtemp(templ.data()))
       throw PlotError("plot: cannot create a temporary directory: " +
                       std::string(std::strerror(errno)));
@@ -40,8 +41,9 @@ class PrivateDir {
 
   // Creates `name` exclusively (O_EXCL | O_NOFOLLOW) and returns its fd.
   int Create(const std::string& name) {
-    const int fd = ::open((path_ + "/" + name).c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const int fd =
+        ::open((path_ + "/" + name).c_str(),
+               O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
       throw PlotError("plot: cannot create a temporary file: " +
                       std::string(std::strerror(errno)));
@@ -52,7 +54,8 @@ class PrivateDir {
     const int fd = Create(name);
     size_t done = 0;
     while (done < contents.size()) {
-      const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+      const ssize_t n =
+          ::write(fd, contents.data() + done, contents.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         ::close(fd);
@@ -73,8 +76,8 @@ class PrivateDir {
 bool SafeName(const std::string& name) {
   if (name.empty() || name == "." || name == "..") return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -88,8 +91,9 @@ constexpr size_t kMaxImageBytes = size_t{1} << 30;
 // `captured`, stdout through a pipe into *captured (gnuplot ignores its own
 // write errors, so fcp writes the image itself and sees every failure).
 // Returns the wait status, or -1 when fork (or pipe) failed.
-int RunGnuplotProcess(const std::vector<std::string>& args, const std::string& cwd, int out_fd,
-                      int err_fd, std::string* captured = nullptr) {
+int RunGnuplotProcess(const std::vector<std::string>& args,
+                      const std::string& cwd, int out_fd, int err_fd,
+                      std::string* captured = nullptr) {
   int pipe_fds[2] = {-1, -1};
   if (captured) {
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
@@ -149,7 +153,8 @@ std::string LastLine(const std::string& path) {
       text.append(buf, static_cast<size_t>(n));
     ::close(fd);
   }
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.pop_back();
   const auto nl = text.rfind('\n');
   std::string line = nl == std::string::npos ? text : text.substr(nl + 1);
   if (line.size() > 200) line = line.substr(0, 200) + "...";
@@ -180,7 +185,8 @@ bool GnuplotAvailable() {
   while (start <= dirs.size()) {
     size_t end = dirs.find(':', start);
     if (end == std::string::npos) end = dirs.size();
-    std::string candidate = end > start ? dirs.substr(start, end - start) : std::string(".");
+    std::string candidate =
+        end > start ? dirs.substr(start, end - start) : std::string(".");
     candidate.append("/gnuplot");
     struct stat st;
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -194,8 +200,10 @@ bool GnuplotAvailable() {
 std::string PngTerminal() {
   static const std::string terminal = [] {
     if (!GnuplotAvailable()) return std::string("png");
-    const int status = RunGnuplotProcess({"-e", "set terminal pngcairo"}, "", -1, -1);
-    return std::string(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0
+    const int status =
+        RunGnuplotProcess({"-e", "set terminal pngcairo"}, "", -1, -1);
+    return std::string(status >= 0 && WIFEXITED(status) &&
+                               WEXITSTATUS(status) == 0
                            ? "pngcairo"
                            : "png");
   }();
@@ -205,29 +213,36 @@ std::string PngTerminal() {
 void RunGnuplot(const GnuplotJob& job, const std::string& out_path) {
   for (const auto& [name, contents] : job.data_files) {
     if (!SafeName(name) || name == "plot.gp" || name == "gnuplot.err")
-      throw PlotError("plot: bad data file name '" + EscapeForMessage(name) + "'");
+      throw PlotError("plot: bad data file name '" + EscapeForMessage(name) +
+                      "'");
   }
   if (job.terminal.find_first_of("\n\r;") != std::string::npos)
-    throw PlotError("plot: bad terminal '" + EscapeForMessage(job.terminal) + "'");
+    throw PlotError("plot: bad terminal '" + EscapeForMessage(job.terminal) +
+                    "'");
   // The destination first: a bad path is the user's error (exit 2) whether or
   // not gnuplot is installed.
   AtomicFile out(out_path, "plot");
   if (!GnuplotAvailable())
-    throw PlotError("plot: gnuplot not found on PATH (install gnuplot to draw figures)");
+    throw PlotError(
+        "plot: gnuplot not found on PATH (install gnuplot to draw figures)");
   PrivateDir dir;
   for (const auto& [name, contents] : job.data_files) dir.Write(name, contents);
-  dir.Write("plot.gp", "set terminal " + job.terminal + "\n" + job.script + "\n");
+  dir.Write("plot.gp",
+            "set terminal " + job.terminal + "\n" + job.script + "\n");
   const int err_fd = dir.Create("gnuplot.err");
   std::string image;
-  const int status = RunGnuplotProcess({"plot.gp"}, dir.path(), -1, err_fd, &image);
+  const int status =
+      RunGnuplotProcess({"plot.gp"}, dir.path(), -1, err_fd, &image);
   ::close(err_fd);
   if (status < 0)
-    throw PlotError("plot: cannot start gnuplot: " + std::string(std::strerror(errno)));
+    throw PlotError("plot: cannot start gnuplot: " +
+                    std::string(std::strerror(errno)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     const std::string why = LastLine(dir.path() + "/gnuplot.err");
     throw PlotError("plot: gnuplot failed" +
-                    (WIFEXITED(status) ? " (exit " + std::to_string(WEXITSTATUS(status)) + ")"
-                                       : std::string(" (killed by a signal)")) +
+                    (WIFEXITED(status)
+                         ? " (exit " + std::to_string(WEXITSTATUS(status)) + ")"
+                         : std::string(" (killed by a signal)")) +
                     (why.empty() ? "" : ": " + why));
   }
   if (image.empty()) throw PlotError("plot: gnuplot wrote no image");

@@ -2,6 +2,9 @@
 // from, the Chrome trace's structure, neighbour-distinct colours against a
 // brute-force pairwise check, label fitting, and the shell-free gnuplot
 // runner attacked with hostile paths, planted symlinks and a missing gnuplot.
+#include "fcp/plot.h"
+
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,14 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "fcp/io.h"
-#include "fcp/plot.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
@@ -35,18 +35,22 @@ GroupPlan Group(std::vector<int> ranks, std::vector<int> seqs, double ms) {
   return g;
 }
 
-// 8 ranks (4 per node), two micro-batches, a non-contiguous group and an idle one.
+// 8 ranks (4 per node), two micro-batches, a non-contiguous group and an idle
+// one.
 Plan SmallPlan() {
   Plan plan;
   plan.strategy = "test";
   plan.num_ranks = 8;
   plan.micro_batches.push_back(
       {{Group({0, 1, 2, 3, 4, 5}, {0, 1}, 30), Group({6, 7}, {2}, 12)}, 30});
-  plan.micro_batches.push_back({{Group({0, 2, 3}, {3}, 10), Group({1}, {}, 0)}, 10});
+  plan.micro_batches.push_back(
+      {{Group({0, 2, 3}, {3}, 10), Group({1}, {}, 0)}, 10});
   return plan;
 }
 
-std::vector<Sequence> SmallBatch() { return {{1000, 0}, {2000, 0}, {300, 0}, {4000, 1}}; }
+std::vector<Sequence> SmallBatch() {
+  return {{1000, 0}, {2000, 0}, {300, 0}, {4000, 1}};
+}
 
 using fcp::testing::TempDir;
 
@@ -60,8 +64,10 @@ class ScopedEnv {
     ::setenv(name, value.c_str(), 1);
   }
   ~ScopedEnv() {
-    if (had_) ::setenv(name_, old_.c_str(), 1);
-    else ::unsetenv(name_);
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
@@ -75,7 +81,9 @@ std::string ReadAll(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-bool IsPng(const fs::path& p) { return ReadAll(p).rfind("\x89PNG\r\n\x1a\n", 0) == 0; }
+bool IsPng(const fs::path& p) {
+  return ReadAll(p).rfind("\x89PNG\r\n\x1a\n", 0) == 0;
+}
 
 TEST(PlanTimeline, GroupsLastTheirEstimateAndMicroBatchesFollowEachOther) {
   const Timeline t = PlanTimeline(SmallPlan(), SmallBatch(), 4);
@@ -103,14 +111,16 @@ TEST(PlanTimeline, AGroupStartsWhenItsRanksAreFreeNotAtTheMicroBatchBoundary) {
   Plan plan;
   plan.strategy = "test";
   plan.num_ranks = 4;
-  plan.micro_batches.push_back({{Group({0, 1}, {0}, 30), Group({2, 3}, {1}, 12)}, 30});
+  plan.micro_batches.push_back(
+      {{Group({0, 1}, {0}, 30), Group({2, 3}, {1}, 12)}, 30});
   plan.micro_batches.push_back({{Group({2, 3}, {2}, 10)}, 10});
   const Timeline t = PlanTimeline(plan, SmallBatch(), 4);
   ASSERT_EQ(t.slices.size(), 3u);
   EXPECT_DOUBLE_EQ(t.slices[2].start_ms, 12);
   EXPECT_DOUBLE_EQ(t.slices[2].end_ms, 22);
   EXPECT_DOUBLE_EQ(t.end_ms, 30);
-  EXPECT_DOUBLE_EQ(t.end_ms, ListScheduleMs(plan.num_ranks, plan.micro_batches));
+  EXPECT_DOUBLE_EQ(t.end_ms,
+                   ListScheduleMs(plan.num_ranks, plan.micro_batches));
   plan.micro_batches[1].groups[0].ranks = {2, 4};
   EXPECT_THROW(PlanTimeline(plan, SmallBatch(), 4), InputError);
 }
@@ -133,14 +143,16 @@ TEST(SimulatedTimeline, MatchesTheSimulatorsScheduleOnEveryRank) {
   double last = 0;
   for (auto& [r, spans] : by_rank) {
     std::sort(spans.begin(), spans.end());
-    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+    for (size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first);
     last = std::max(last, spans.back().second);
   }
   EXPECT_NEAR(last, 1e3 * res.compute_s, 1e-9 * last);
   EXPECT_NEAR(t.end_ms, 1e3 * res.compute_s, 1e-9 * last);
   // Group 0 of mb 1 shares ranks with both groups of mb 0: it starts when the
   // later of them (group 0) ends.
-  EXPECT_NEAR(t.slices[2].start_ms, t.slices[0].end_ms + 1e3 * hw.group_create_s, 1e-9 * last);
+  EXPECT_NEAR(t.slices[2].start_ms,
+              t.slices[0].end_ms + 1e3 * hw.group_create_s, 1e-9 * last);
 }
 
 TEST(Trace, OneTrackPerRankOneSlicePerGroupAndRankNodesAsProcesses) {
@@ -154,33 +166,39 @@ TEST(Trace, OneTrackPerRankOneSlicePerGroupAndRankNodesAsProcesses) {
     const std::string ph = e.at("ph");
     if (ph == "M" && e.at("name") == "process_name")
       process_names[e.at("pid")] = e.at("args").at("name");
-    if (ph == "M" && e.at("name") == "thread_name") thread_pid[e.at("tid")] = e.at("pid");
+    if (ph == "M" && e.at("name") == "thread_name")
+      thread_pid[e.at("tid")] = e.at("pid");
     if (ph != "X") continue;
     ++complete;
     const int tid = e.at("tid");
-    EXPECT_EQ(e.at("pid").get<int>(), tid / 4) << "rank " << tid << " sits on node tid/4";
+    EXPECT_EQ(e.at("pid").get<int>(), tid / 4)
+        << "rank " << tid << " sits on node tid/4";
     const auto ranks = e.at("args").at("ranks").get<std::vector<int>>();
     EXPECT_NE(std::find(ranks.begin(), ranks.end(), tid), ranks.end());
-    EXPECT_EQ(e.at("args").at("degree").get<int>(), static_cast<int>(ranks.size()));
+    EXPECT_EQ(e.at("args").at("degree").get<int>(),
+              static_cast<int>(ranks.size()));
     const double ts = e.at("ts"), dur = e.at("dur");
     events_by_tid[tid].push_back({ts, ts + dur});
   }
   EXPECT_EQ(complete, 6 + 2 + 3);  // Σ degree over non-idle groups
   EXPECT_EQ(process_names.size(), 2u);
   EXPECT_EQ(process_names[1], "test: node 1");
-  EXPECT_EQ(thread_pid.size(), 8u);  // every rank has a named track, idle ones too
+  EXPECT_EQ(thread_pid.size(),
+            8u);  // every rank has a named track, idle ones too
   // Microseconds: group 0 of mb 1 runs 30..40 ms.
   EXPECT_DOUBLE_EQ(events_by_tid[3].back().first, 30e3);
   EXPECT_DOUBLE_EQ(events_by_tid[3].back().second, 40e3);
   for (auto& [tid, spans] : events_by_tid) {
     std::sort(spans.begin(), spans.end());
-    for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+    for (size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first);
   }
   // Two timelines: the second one's processes come after the first one's.
   const Timeline ts[] = {t, t};
   const auto j2 = nlohmann::json::parse(TraceJson(ts));
   std::set<int> pids;
-  for (const auto& e : j2.at("traceEvents")) pids.insert(e.at("pid").get<int>());
+  for (const auto& e : j2.at("traceEvents"))
+    pids.insert(e.at("pid").get<int>());
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2, 3}));
 }
 
@@ -190,9 +208,13 @@ TEST(Trace, WritesAtomicallyAndRejectsBadPaths) {
   const fs::path out = dir.path() / "trace.json";
   WriteTrace(out.string(), {&t, 1});
   EXPECT_NO_THROW((void)nlohmann::json::parse(ReadAll(out)));
-  EXPECT_THROW(WriteTrace((dir.path() / "missing" / "t.json").string(), {&t, 1}), InputError);
-  EXPECT_THROW(WriteTrace(dir.path().string(), {&t, 1}), InputError);  // a directory
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), {}), 1);  // no temp left
+  EXPECT_THROW(
+      WriteTrace((dir.path() / "missing" / "t.json").string(), {&t, 1}),
+      InputError);
+  EXPECT_THROW(WriteTrace(dir.path().string(), {&t, 1}),
+               InputError);  // a directory
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), {}),
+            1);  // no temp left
 }
 
 TEST(SlicesTouch, SameRankInSequenceOrNeighbouringRanksAtTheSameTime) {
@@ -242,7 +264,8 @@ TEST(AssignColours, NeighboursDifferOnRandomPlansAndOnSixtyFourGroups) {
     for (size_t i = 0; i < t.slices.size(); ++i)
       for (size_t j = i + 1; j < t.slices.size(); ++j)
         if (SlicesTouch(t.slices[i], t.slices[j]))
-          EXPECT_NE(colours[i], colours[j]) << "trial " << trial << " slices " << i << "," << j;
+          EXPECT_NE(colours[i], colours[j])
+              << "trial " << trial << " slices " << i << "," << j;
   }
   // 64 one-rank groups in one micro-batch: a path of 64 neighbours.
   Plan plan;
@@ -305,19 +328,24 @@ TEST(Gantt, HostilePathsAreJustFileNames) {
     const fs::path out = dir.path() / name;
     ASSERT_NO_THROW(WriteGantt(out.string(), {&t, 1})) << name;
     ASSERT_TRUE(fs::is_regular_file(out)) << name;
-    if (out.extension() == ".png") EXPECT_TRUE(IsPng(out)) << name;
-    else EXPECT_NE(ReadAll(out).find("<svg"), std::string::npos) << name;
+    if (out.extension() == ".png")
+      EXPECT_TRUE(IsPng(out)) << name;
+    else
+      EXPECT_NE(ReadAll(out).find("<svg"), std::string::npos) << name;
   }
   fs::current_path(cwd);
   for (int k = 1; k <= 5; ++k) {
     const std::string marker = "PWNED" + std::to_string(k);
-    EXPECT_FALSE(fs::exists(dir.path() / marker)) << "a command ran: " << marker;
+    EXPECT_FALSE(fs::exists(dir.path() / marker))
+        << "a command ran: " << marker;
     EXPECT_FALSE(fs::exists(cwd / marker)) << "a command ran: " << marker;
-    EXPECT_FALSE(fs::exists(tmp.path() / marker)) << "a command ran: " << marker;
+    EXPECT_FALSE(fs::exists(tmp.path() / marker))
+        << "a command ran: " << marker;
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), {}),
             static_cast<long>(std::size(kHostileNames)));
-  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), {}), 0) << "temp files left";
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), {}), 0)
+      << "temp files left";
 }
 
 TEST(Gantt, PlantedSymlinksAreNeitherFollowedNorReused) {
@@ -331,9 +359,10 @@ TEST(Gantt, PlantedSymlinksAreNeitherFollowedNorReused) {
   // symlinks to the victim directory.
   for (int n = 0; n < 4; ++n)
     fs::create_directory_symlink(
-        victim_dir,
-        tmp.path() / ("fcp-gantt-" + std::to_string(::getpid()) + "-" + std::to_string(n)));
-  // The destination itself is a symlink to a victim file: replaced, not followed.
+        victim_dir, tmp.path() / ("fcp-gantt-" + std::to_string(::getpid()) +
+                                  "-" + std::to_string(n)));
+  // The destination itself is a symlink to a victim file: replaced, not
+  // followed.
   const fs::path victim_file = dir.path() / "victim.txt";
   std::ofstream(victim_file) << "precious";
   const fs::path out = dir.path() / "plot.png";
@@ -344,7 +373,8 @@ TEST(Gantt, PlantedSymlinksAreNeitherFollowedNorReused) {
   EXPECT_FALSE(fs::is_symlink(out));
   EXPECT_TRUE(IsPng(out));
   EXPECT_TRUE(fs::is_empty(victim_dir));
-  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), {}), 4) << "only the planted links";
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), {}), 4)
+      << "only the planted links";
 }
 
 // The legend names the fills, the node-boundary line and the label's d / k;
@@ -359,8 +389,9 @@ TEST(Gantt, LegendAndHatchedAllToAllGroups) {
     const fs::path out = dir.path() / (a2a ? "a2a.svg" : "ring.svg");
     WriteGantt(out.string(), {&t, 1});
     const std::string svg = ReadAll(out);
-    for (const char* legend : {"ring group", "all-to-all group (hatched)", "node boundary",
-                               "d=ranks in the group, k=its sequences"})
+    for (const char* legend :
+         {"ring group", "all-to-all group (hatched)", "node boundary",
+          "d=ranks in the group, k=its sequences"})
       EXPECT_NE(svg.find(legend), std::string::npos) << legend;
     size_t n = 0;
     for (size_t at = svg.find("url(#gpPat"); at != std::string::npos;
@@ -374,8 +405,10 @@ TEST(Gantt, LegendAndHatchedAllToAllGroups) {
 TEST(Gantt, BadPathsAndFailuresAreOneLineErrors) {
   TempDir dir;
   const Timeline t = PlanTimeline(SmallPlan(), SmallBatch(), 4);
-  EXPECT_THROW(WriteGantt((dir.path() / "x.pdf").string(), {&t, 1}), InputError);
-  EXPECT_THROW(WriteGantt((dir.path() / "no" / "x.png").string(), {&t, 1}), InputError);
+  EXPECT_THROW(WriteGantt((dir.path() / "x.pdf").string(), {&t, 1}),
+               InputError);
+  EXPECT_THROW(WriteGantt((dir.path() / "no" / "x.png").string(), {&t, 1}),
+               InputError);
   EXPECT_THROW(WriteGantt((dir.path() / "x.png").string(), {}), InputError);
   try {
     WriteGantt((dir.path() / "no\ndir" / "x.png").string(), {&t, 1});
@@ -395,7 +428,8 @@ TEST(Gantt, BadPathsAndFailuresAreOneLineErrors) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
       EXPECT_NE(what.find("gnuplot failed"), std::string::npos) << what;
     }
-    EXPECT_FALSE(fs::exists(dir.path() / "broken.png"));  // nothing half-written
+    EXPECT_FALSE(
+        fs::exists(dir.path() / "broken.png"));  // nothing half-written
   }
   GnuplotJob sneaky;
   sneaky.terminal = "png";
@@ -404,7 +438,8 @@ TEST(Gantt, BadPathsAndFailuresAreOneLineErrors) {
   {
     ScopedEnv path("PATH", dir.path().string());  // no gnuplot here
     EXPECT_FALSE(GnuplotAvailable());
-    EXPECT_THROW(WriteGantt((dir.path() / "x.png").string(), {&t, 1}), PlotError);
+    EXPECT_THROW(WriteGantt((dir.path() / "x.png").string(), {&t, 1}),
+                 PlotError);
   }
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), {}), 0);
 }

@@ -1,11 +1,11 @@
 // Timelines of a plan (planner estimate or simulated), their colouring and
 // labels. See include/fcp/plot.h.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "fcp/plot.h"
 #include "fcp/scheduler.h"
@@ -13,8 +13,8 @@
 namespace fcp::plot {
 namespace {
 
-TimelineSlice SliceOf(const Plan& plan, std::span<const Sequence> sequences, size_t mb,
-                      size_t g) {
+TimelineSlice SliceOf(const Plan& plan, std::span<const Sequence> sequences,
+                      size_t mb, size_t g) {
   const GroupPlan& gp = plan.micro_batches[mb].groups[g];
   TimelineSlice s;
   s.micro_batch = static_cast<int>(mb);
@@ -24,17 +24,23 @@ TimelineSlice SliceOf(const Plan& plan, std::span<const Sequence> sequences, siz
   s.num_sequences = static_cast<int>(gp.sequences.size());
   for (int idx : gp.sequences) {
     if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
-      throw InputError("plot", fmt::format("micro_batches[{}].groups[{}]: sequence {} outside "
-                                           "the batch", mb, g, idx));
+      throw InputError(
+          "plot",
+          fmt::format("micro_batches[{}].groups[{}]: sequence {} outside "
+                      "the batch",
+                      mb, g, idx));
     s.tokens += sequences[static_cast<size_t>(idx)].length_tokens;
   }
   return s;
 }
 
 void CheckPlan(const Plan& plan, int ranks_per_node) {
-  if (plan.status != PlanStatus::kOk) throw InputError("plot", "plan is not feasible");
-  if (plan.micro_batches.empty()) throw InputError("plot", "plan has no micro-batches");
-  if (ranks_per_node < 1) throw InputError("plot", "ranks_per_node must be >= 1");
+  if (plan.status != PlanStatus::kOk)
+    throw InputError("plot", "plan is not feasible");
+  if (plan.micro_batches.empty())
+    throw InputError("plot", "plan has no micro-batches");
+  if (ranks_per_node < 1)
+    throw InputError("plot", "ranks_per_node must be >= 1");
 }
 
 // Smallest and largest rank of a slice.
@@ -63,8 +69,11 @@ Timeline PlanTimeline(const Plan& plan, std::span<const Sequence> sequences,
     for (size_t g = 0; g < plan.micro_batches[mb].groups.size(); ++g) {
       for (int r : plan.micro_batches[mb].groups[g].ranks) {
         if (r < 0 || r >= plan.num_ranks) {
-          throw InputError("plot", fmt::format("micro_batches[{}].groups[{}]: rank {} outside "
-                                               "[0, {})", mb, g, r, plan.num_ranks));
+          throw InputError(
+              "plot",
+              fmt::format("micro_batches[{}].groups[{}]: rank {} outside "
+                          "[0, {})",
+                          mb, g, r, plan.num_ranks));
         }
       }
     }
@@ -86,10 +95,12 @@ Timeline PlanTimeline(const Plan& plan, std::span<const Sequence> sequences,
   return t;
 }
 
-Timeline SimulatedTimeline(const Plan& plan, std::span<const Sequence> sequences,
+Timeline SimulatedTimeline(const Plan& plan,
+                           std::span<const Sequence> sequences,
                            const sim::SimResult& result, int ranks_per_node) {
   CheckPlan(plan, ranks_per_node);
-  if (result.oom) throw InputError("plot", "the simulated plan does not fit in memory");
+  if (result.oom)
+    throw InputError("plot", "the simulated plan does not fit in memory");
   Timeline t;
   t.name = plan.strategy;
   t.source = "simulated";
@@ -97,11 +108,14 @@ Timeline SimulatedTimeline(const Plan& plan, std::span<const Sequence> sequences
   t.ranks_per_node = ranks_per_node;
   for (const auto& span : result.group_spans) {
     const auto mb = static_cast<size_t>(span.micro_batch);
-    if (span.micro_batch < 0 || mb >= plan.micro_batches.size() || span.group < 0 ||
+    if (span.micro_batch < 0 || mb >= plan.micro_batches.size() ||
+        span.group < 0 ||
         static_cast<size_t>(span.group) >= plan.micro_batches[mb].groups.size())
-      throw InputError("plot", "simulation result does not belong to this plan");
-    TimelineSlice s = SliceOf(plan, sequences, static_cast<size_t>(span.micro_batch),
-                              static_cast<size_t>(span.group));
+      throw InputError("plot",
+                       "simulation result does not belong to this plan");
+    TimelineSlice s =
+        SliceOf(plan, sequences, static_cast<size_t>(span.micro_batch),
+                static_cast<size_t>(span.group));
     s.start_ms = 1e3 * span.start_s;
     s.end_ms = 1e3 * span.end_s;
     t.end_ms = std::max(t.end_ms, s.end_ms);
@@ -113,10 +127,12 @@ Timeline SimulatedTimeline(const Plan& plan, std::span<const Sequence> sequences
 bool SlicesTouch(const TimelineSlice& a, const TimelineSlice& b) {
   // Relative tolerance: ends computed as sums of durations may differ in the
   // last bits from the next start.
-  const double eps = 1e-9 * std::max({1.0, std::abs(a.end_ms), std::abs(b.end_ms)});
-  const bool overlap_time = a.start_ms < b.end_ms - eps && b.start_ms < a.end_ms - eps;
-  const bool abut_time =
-      std::abs(a.end_ms - b.start_ms) <= eps || std::abs(b.end_ms - a.start_ms) <= eps;
+  const double eps =
+      1e-9 * std::max({1.0, std::abs(a.end_ms), std::abs(b.end_ms)});
+  const bool overlap_time =
+      a.start_ms < b.end_ms - eps && b.start_ms < a.end_ms - eps;
+  const bool abut_time = std::abs(a.end_ms - b.start_ms) <= eps ||
+                         std::abs(b.end_ms - a.start_ms) <= eps;
   bool share_rank = false, neighbour_rank = false;
   for (int r : a.ranks) {
     for (int q : b.ranks) {
@@ -142,7 +158,8 @@ std::vector<int> AssignColours(const Timeline& timeline, int palette_size) {
   });
   // Slices indexed by rank so that only candidates sharing or neighbouring a
   // rank are compared (plans with 10^4 groups stay fast).
-  std::vector<std::vector<size_t>> by_rank(static_cast<size_t>(std::max(1, timeline.num_ranks)));
+  std::vector<std::vector<size_t>> by_rank(
+      static_cast<size_t>(std::max(1, timeline.num_ranks)));
   std::vector<int> conflicts(static_cast<size_t>(palette_size));
   for (size_t i : order) {
     const auto& s = timeline.slices[i];
@@ -151,14 +168,17 @@ std::vector<int> AssignColours(const Timeline& timeline, int palette_size) {
       for (int q = r - 1; q <= r + 1; ++q) {
         if (q < 0 || static_cast<size_t>(q) >= by_rank.size()) continue;
         for (size_t j : by_rank[static_cast<size_t>(q)]) {
-          if (SlicesTouch(s, timeline.slices[j])) ++conflicts[static_cast<size_t>(colour[j])];
+          if (SlicesTouch(s, timeline.slices[j]))
+            ++conflicts[static_cast<size_t>(colour[j])];
         }
       }
     }
     // The first free colour, else the least conflicting one.
     int best = 0;
     for (int c = 0; c < palette_size; ++c) {
-      if (conflicts[static_cast<size_t>(c)] < conflicts[static_cast<size_t>(best)]) best = c;
+      if (conflicts[static_cast<size_t>(c)] <
+          conflicts[static_cast<size_t>(best)])
+        best = c;
       if (conflicts[static_cast<size_t>(c)] == 0) {
         best = c;
         break;
@@ -173,17 +193,19 @@ std::vector<int> AssignColours(const Timeline& timeline, int palette_size) {
   return colour;
 }
 
-std::string FitLabel(const TimelineSlice& slice, double width_px, double height_px,
-                     double char_px, double line_px) {
+std::string FitLabel(const TimelineSlice& slice, double width_px,
+                     double height_px, double char_px, double line_px) {
   if (height_px < line_px) return "";
   const int d = static_cast<int>(slice.ranks.size());
   const std::string candidates[] = {
-      fmt::format("d={} k={} {} tok", d, slice.num_sequences, Tokens(slice.tokens)),
+      fmt::format("d={} k={} {} tok", d, slice.num_sequences,
+                  Tokens(slice.tokens)),
       fmt::format("d={} k={}", d, slice.num_sequences), fmt::format("d={}", d),
       std::to_string(d)};
   for (const auto& text : candidates) {
     // One character of margin on each side.
-    if ((static_cast<double>(text.size()) + 1.0) * char_px <= width_px) return text;
+    if ((static_cast<double>(text.size()) + 1.0) * char_px <= width_px)
+      return text;
   }
   return "";
 }

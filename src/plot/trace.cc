@@ -3,11 +3,11 @@
 // Perfetto and chrome://tracing read: metadata events ("ph": "M") name the
 // processes (one per node and timeline) and threads (one per rank); complete
 // events ("ph": "X") carry ts and dur in microseconds.
-#include <algorithm>
-#include <string>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "fcp/io.h"
 #include "fcp/plot.h"
@@ -25,31 +25,46 @@ std::string TraceJson(std::span<const Timeline> timelines) {
     const std::string prefix = tl.name.empty() ? std::string() : tl.name + ": ";
     for (int node = 0; node < nodes; ++node) {
       const int pid = pid_base + node;
-      events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
-                        {"args", {{"name", fmt::format("{}node {}", prefix, node)}}}});
-      events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+      events.push_back(
+          {{"name", "process_name"},
+           {"ph", "M"},
+           {"pid", pid},
+           {"tid", 0},
+           {"args", {{"name", fmt::format("{}node {}", prefix, node)}}}});
+      events.push_back({{"name", "process_sort_index"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", 0},
                         {"args", {{"sort_index", pid}}}});
     }
     for (int rank = 0; rank < tl.num_ranks; ++rank) {
       const int pid = pid_base + rank / per_node;
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", rank},
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", rank},
                         {"args", {{"name", fmt::format("rank {}", rank)}}}});
-      events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", rank},
+      events.push_back({{"name", "thread_sort_index"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", rank},
                         {"args", {{"sort_index", rank}}}});
     }
     for (const auto& s : tl.slices) {
       const int degree = static_cast<int>(s.ranks.size());
-      json args = {{"micro_batch", s.micro_batch},
-                   {"group", s.group},
-                   {"degree", degree},
-                   {"ranks", s.ranks},
-                   {"sequences", s.num_sequences},
-                   {"tokens", s.tokens},
-                   {"comm", s.comm == CommKind::kAllToAll ? "all-to-all" : "ring"},
-                   {"time_ms", s.end_ms - s.start_ms},
-                   {"source", tl.source}};
+      json args = {
+          {"micro_batch", s.micro_batch},
+          {"group", s.group},
+          {"degree", degree},
+          {"ranks", s.ranks},
+          {"sequences", s.num_sequences},
+          {"tokens", s.tokens},
+          {"comm", s.comm == CommKind::kAllToAll ? "all-to-all" : "ring"},
+          {"time_ms", s.end_ms - s.start_ms},
+          {"source", tl.source}};
       for (int rank : s.ranks) {
-        events.push_back({{"name", fmt::format("mb{} g{} d={}", s.micro_batch, s.group, degree)},
+        events.push_back({{"name", fmt::format("mb{} g{} d={}", s.micro_batch,
+                                               s.group, degree)},
                           {"cat", "cp_group"},
                           {"ph", "X"},
                           {"ts", 1e3 * s.start_ms},

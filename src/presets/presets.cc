@@ -1,6 +1,7 @@
 // Model and cluster presets (docs/design.md §6) and default cost coefficients.
 //
-// Derivation of DeriveCostModel (all per rank; a rank is one device, TP = PP = 1):
+// Derivation of DeriveCostModel (all per rank; a rank is one device, TP = PP =
+// 1):
 //
 // The derivation mirrors, term by term, the calibrated simulator's hardware
 // model (docs/simulator.md), from the cluster preset's own figures, so the
@@ -36,8 +37,8 @@
 // launches (2 per forward pass, 3 backward): gamma = L · (3·latency + 7·launch)
 // with the link's latency. The latency travels with the transfer, which
 // attention hides: gamma_intra/inter = L · 3·latency; the launches are on the
-// critical path: gamma_serial = L · 7·launch. beta2 = L · (latency_inter + 8·launch) (the home
-// hop and the passes' extra launches).
+// critical path: gamma_serial = L · 7·launch. beta2 = L · (latency_inter +
+// 8·launch) (the home hop and the passes' extra launches).
 //
 // Launch overhead of the layers: beta1 += L · 3 passes · kKernelsPerLayerPass
 // · launch_s.
@@ -54,7 +55,6 @@
 // to the model states; its compute runs per image before CP and is modelled
 // by the simulator, not by the planner's alpha terms.
 #include "fcp/presets.h"
-#include "fcp/unknown_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +63,7 @@
 
 #include "fcp/plan_check.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 
 namespace fcp {
 namespace {
@@ -86,7 +87,8 @@ constexpr double kRingBytesUnits = 5.0 + 2.0 / (kRingRefDegree - 1);
 ModelPreset Llm(const char* name, int layers, int hidden, int q_heads,
                 int kv_heads, int head_dim, int ffn, int64_t vocab) {
   ModelPreset m;
-  m.shape = ModelShape{name, layers, hidden, q_heads, kv_heads, head_dim, ffn, vocab, 0, 0};
+  m.shape = ModelShape{name,     layers, hidden, q_heads, kv_heads,
+                       head_dim, ffn,    vocab,  0,       0};
   return m;
 }
 
@@ -110,7 +112,8 @@ double LayerParams(const ModelShape& s) {
 
 int64_t ModelPreset::params() const {
   return static_cast<int64_t>(shape.layers * LayerParams(shape) +
-                              2.0 * shape.hidden * static_cast<double>(shape.vocab));
+                              2.0 * shape.hidden *
+                                  static_cast<double>(shape.vocab));
 }
 
 int64_t ModelPreset::vision_params() const {
@@ -120,14 +123,18 @@ int64_t ModelPreset::vision_params() const {
 }
 
 const std::vector<ModelPreset>& ModelPresets() {
-  // Text models: Qwen3 and Llama 3 model cards (layers/hidden/q/kv/head_dim/ffn/vocab).
+  // Text models: Qwen3 and Llama 3 model cards
+  // (layers/hidden/q/kv/head_dim/ffn/vocab).
   static const std::vector<ModelPreset> presets = [] {
-    const ModelPreset qwen3_1_7b = Llm("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936);
-    const ModelPreset qwen3_4b = Llm("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936);
-    const ModelPreset qwen3_8b = Llm("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936);
-    // InternVL backbones: Qwen2.5-1.5B / 3B / 7B; vision InternViT-300M (24 x 1024),
-    // 256 tokens per 448² tile. Qwen3-VL: Qwen3 backbones, ≈98 tokens per 448²
-    // frame pair (pair-merged in time).
+    const ModelPreset qwen3_1_7b =
+        Llm("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936);
+    const ModelPreset qwen3_4b =
+        Llm("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936);
+    const ModelPreset qwen3_8b =
+        Llm("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936);
+    // InternVL backbones: Qwen2.5-1.5B / 3B / 7B; vision InternViT-300M (24 x
+    // 1024), 256 tokens per 448² tile. Qwen3-VL: Qwen3 backbones, ≈98 tokens
+    // per 448² frame pair (pair-merged in time).
     const ModelPreset qwen25_1_5b = Llm("", 28, 1536, 12, 2, 128, 8960, 151936);
     const ModelPreset qwen25_3b = Llm("", 36, 2048, 16, 2, 128, 11008, 151936);
     const ModelPreset qwen25_7b = Llm("", 28, 3584, 28, 4, 128, 18944, 152064);
@@ -138,10 +145,12 @@ const std::vector<ModelPreset>& ModelPresets() {
         Llm("llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256),
         Llm("llama3.2-3b", 28, 3072, 24, 8, 128, 8192, 128256),
         Llm("llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256),
-        // Llama 3 paper (arXiv 2407.21783) Table 3; Qwen3-32B model card (config.json).
+        // Llama 3 paper (arXiv 2407.21783) Table 3; Qwen3-32B model card
+        // (config.json).
         Llm("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256),
-        // Llama 2 paper (arXiv 2307.09288) 13B: multi-head attention (40 kv heads),
-        // the model of NVIDIA's Dynamic-CP measurements (docs/baselines.md).
+        // Llama 2 paper (arXiv 2307.09288) 13B: multi-head attention (40 kv
+        // heads), the model of NVIDIA's Dynamic-CP measurements
+        // (docs/baselines.md).
         Llm("llama2-13b", 40, 5120, 40, 40, 128, 13824, 32000),
         Llm("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
         Mllm(qwen25_1_5b, "internvl3-2b", 24, 1024, 256),
@@ -215,17 +224,22 @@ const ClusterPreset* FindClusterPreset(std::string_view name) {
 
 std::string UnknownModelPresetMessage(std::string_view name) {
   std::string names;
-  for (const auto& m : ModelPresets()) names += (names.empty() ? "" : ", ") + m.shape.name;
-  return "unknown model preset '" + std::string(name) + "' (known: " + names + ")";
+  for (const auto& m : ModelPresets())
+    names += (names.empty() ? "" : ", ") + m.shape.name;
+  return "unknown model preset '" + std::string(name) + "' (known: " + names +
+         ")";
 }
 
 std::string UnknownClusterPresetMessage(std::string_view name) {
   std::string names;
-  for (const auto& c : ClusterPresets()) names += (names.empty() ? "" : ", ") + c.name;
-  return "unknown cluster preset '" + std::string(name) + "' (known: " + names + ")";
+  for (const auto& c : ClusterPresets())
+    names += (names.empty() ? "" : ", ") + c.name;
+  return "unknown cluster preset '" + std::string(name) + "' (known: " + names +
+         ")";
 }
 
-CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster) {
+CostModel DeriveCostModel(const ModelPreset& model,
+                          const ClusterPreset& cluster) {
   const ModelShape& s = model.shape;
   const double dq = static_cast<double>(s.q_heads) * s.head_dim;
   const double dkv = static_cast<double>(s.kv_heads) * s.head_dim;
@@ -238,15 +252,19 @@ CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster
   const double bwd_w = 2.5 / cluster.attn_bwd_eff_max;
   cm.alpha1 = 2.0 * layers * dq * (fwd_w + bwd_w) / peak;
   const double unmasked_h = (fwd_w * cluster.attn_fwd_half_tokens +
-                             bwd_w * cluster.attn_bwd_half_tokens) / (fwd_w + bwd_w);
-  const double causal_h = cluster.attn_causal_gain *
-                          std::pow(kCausalRefTokens / 512.0, -cluster.attn_causal_exponent) *
-                          kCausalRefTokens;
+                             bwd_w * cluster.attn_bwd_half_tokens) /
+                            (fwd_w + bwd_w);
+  const double causal_h =
+      cluster.attn_causal_gain *
+      std::pow(kCausalRefTokens / 512.0, -cluster.attn_causal_exponent) *
+      kCausalRefTokens;
   cm.attn_overhead_tokens = unmasked_h + kCausalDiagonalWeight * causal_h;
   // Linear layers at the GEMM ceiling, plus the HBM-bound elementwise work.
   const double linear_flops_per_token =
-      8.0 * layers * LayerParams(s) + 6.0 * s.hidden * static_cast<double>(s.vocab);
-  const double gemm_s_per_token = linear_flops_per_token / (peak * cluster.gemm_eff_max);
+      8.0 * layers * LayerParams(s) +
+      6.0 * s.hidden * static_cast<double>(s.vocab);
+  const double gemm_s_per_token =
+      linear_flops_per_token / (peak * cluster.gemm_eff_max);
   const double elementwise_s_per_token =
       4.0 * layers * 2.0 * (8.0 * s.hidden + 3.0 * s.ffn + 2 * dq + 2 * dkv) /
       cluster.hbm_bytes_per_s;
@@ -262,11 +280,12 @@ CostModel DeriveCostModel(const ModelPreset& model, const ClusterPreset& cluster
   cm.beta2 = layers * (cluster.latency_inter_s + 8 * cluster.launch_s);
   cm.bw_intra_node = cluster.bw_intra_node;
   cm.bw_inter_node = cluster.bw_inter_node;
-  cm.mem_per_token =
-      2.0 * layers * s.hidden + 2.0 * (4.0 * s.hidden + 2 * dq + 2 * dkv + 4.0 * s.ffn);
-  const double params =
-      static_cast<double>(model.params()) + static_cast<double>(model.vision_params());
-  cm.mem_static = 4.0 * params + 12.0 * params / std::max(1, cluster.num_ranks) +
+  cm.mem_per_token = 2.0 * layers * s.hidden +
+                     2.0 * (4.0 * s.hidden + 2 * dq + 2 * dkv + 4.0 * s.ffn);
+  const double params = static_cast<double>(model.params()) +
+                        static_cast<double>(model.vision_params());
+  cm.mem_static = 4.0 * params +
+                  12.0 * params / std::max(1, cluster.num_ranks) +
                   kFrameworkReserveBytes;
   cm.mem_capacity = cluster.mem_bytes;
   return cm;
@@ -277,11 +296,13 @@ void CheckModelFitsOneRank(const CostModel& derived, const ModelPreset& model,
   if (derived.mem_capacity > derived.mem_static) return;
   constexpr double kGiB = double{1 << 30};
   char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "%s's states need %.1f GiB per rank on %d ranks of %s (%.1f GiB each): they do "
-                "not fit one rank (more ranks, a smaller model or a cost_model)",
-                model.shape.name.c_str(), derived.mem_static / kGiB, cluster.num_ranks,
-                cluster.name.c_str(), derived.mem_capacity / kGiB);
+  std::snprintf(
+      buf, sizeof buf,
+      "%s's states need %.1f GiB per rank on %d ranks of %s (%.1f GiB each): "
+      "they do "
+      "not fit one rank (more ranks, a smaller model or a cost_model)",
+      model.shape.name.c_str(), derived.mem_static / kGiB, cluster.num_ranks,
+      cluster.name.c_str(), derived.mem_capacity / kGiB);
   throw InputError("model", buf);
 }
 

@@ -31,30 +31,46 @@ CpuInfo ParseCpuInfo(const std::string& text) {
     if (colon == std::string::npos) continue;
     const std::string key = Trim(line.substr(0, colon));
     const std::string value = Trim(line.substr(colon + 1));
-    if (key == "processor") ++processors;
-    else if (key == "model name" && info.model_name.empty()) info.model_name = value;
-    else if (key == "cpu MHz" && info.ghz == 0) info.ghz = std::stod(value) / 1000.0;
-    else if (key == "flags" && flags.empty()) flags = " " + value + " ";
-    else if (key == "siblings" && siblings == 0) siblings = std::stoi(value);
-    else if (key == "cpu cores" && cores == 0) cores = std::stoi(value);
+    if (key == "processor")
+      ++processors;
+    else if (key == "model name" && info.model_name.empty())
+      info.model_name = value;
+    else if (key == "cpu MHz" && info.ghz == 0)
+      info.ghz = std::stod(value) / 1000.0;
+    else if (key == "flags" && flags.empty())
+      flags = " " + value + " ";
+    else if (key == "siblings" && siblings == 0)
+      siblings = std::stoi(value);
+    else if (key == "cpu cores" && cores == 0)
+      cores = std::stoi(value);
   }
   info.logical_cpus = std::max(processors, 1);
-  const int threads_per_core = (siblings > 0 && cores > 0) ? std::max(1, siblings / cores) : 1;
+  const int threads_per_core =
+      (siblings > 0 && cores > 0) ? std::max(1, siblings / cores) : 1;
   info.physical_cores = std::max(1, info.logical_cpus / threads_per_core);
-  auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
+  auto has = [&](const char* f) {
+    return flags.find(std::string(" ") + f + " ") != std::string::npos;
+  };
   info.has_fma = has("fma");
-  info.simd_lanes_fp32 = has("avx512f") ? 16 : (has("avx") || has("avx2")) ? 8 : 4;
+  info.simd_lanes_fp32 = has("avx512f")                ? 16
+                         : (has("avx") || has("avx2")) ? 8
+                                                       : 4;
   info.fma_pipes = info.has_fma ? 2 : 1;
   // With FMA: lanes × 2 FLOPs × 2 pipes. Without: one mul + one add pipe.
-  info.flops_per_cycle = info.has_fma ? info.simd_lanes_fp32 * 2.0 * info.fma_pipes
-                                      : info.simd_lanes_fp32 * 2.0;
+  info.flops_per_cycle = info.has_fma
+                             ? info.simd_lanes_fp32 * 2.0 * info.fma_pipes
+                             : info.simd_lanes_fp32 * 2.0;
   info.peak_flops_per_core = info.flops_per_cycle * info.ghz * 1e9;
   info.peak_flops = info.peak_flops_per_core * info.physical_cores;
   info.derivation = fmt::format(
-      "{} cores x {:.3f} GHz x {:.0f} fp32 FLOP/cycle ({} lanes{} x 2 x {} pipes) = "
+      "{} cores x {:.3f} GHz x {:.0f} fp32 FLOP/cycle ({} lanes{} x 2 x {} "
+      "pipes) = "
       "{:.1f} GFLOP/s ({:.1f} per core)",
       info.physical_cores, info.ghz, info.flops_per_cycle, info.simd_lanes_fp32,
-      has("avx512f") ? " avx512f" : has("avx2") ? " avx2" : has("avx") ? " avx" : " sse",
+      has("avx512f") ? " avx512f"
+      : has("avx2")  ? " avx2"
+      : has("avx")   ? " avx"
+                     : " sse",
       info.has_fma ? info.fma_pipes : 1, info.peak_flops / 1e9,
       info.peak_flops_per_core / 1e9);
   return info;

@@ -13,15 +13,15 @@ namespace fcp::profile {
 struct CpuInfo {
   std::string model_name;
   int logical_cpus = 1;
-  int physical_cores = 1;      // logical / threads-per-core
-  double ghz = 0;              // "cpu MHz" of the first processor / 1000
+  int physical_cores = 1;  // logical / threads-per-core
+  double ghz = 0;          // "cpu MHz" of the first processor / 1000
   int simd_lanes_fp32 = 4;
-  int fma_pipes = 1;           // 2 with fma, see above
+  int fma_pipes = 1;  // 2 with fma, see above
   bool has_fma = false;
   double flops_per_cycle = 0;  // per core, fp32
   double peak_flops_per_core = 0;
-  double peak_flops = 0;       // all physical cores
-  std::string derivation;      // one line, human-readable
+  double peak_flops = 0;   // all physical cores
+  std::string derivation;  // one line, human-readable
 };
 
 // Parses cpuinfo text (the content of /proc/cpuinfo).

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -28,7 +28,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // The default RingTransport: a persistent helper thread performs one memcpy
@@ -145,7 +146,8 @@ std::vector<int64_t> ZigzagPositions(int64_t len, int d, int rank) {
   }
   const int64_t half = (len + 2 * d - 1) / (2 * d);
   for (int64_t c : {int64_t{rank}, int64_t{2 * d - 1 - rank}})
-    for (int64_t t = c * half; t < std::min(len, (c + 1) * half); ++t) pos.push_back(t);
+    for (int64_t t = c * half; t < std::min(len, (c + 1) * half); ++t)
+      pos.push_back(t);
   return pos;
 }
 
@@ -155,7 +157,7 @@ struct SeqState {
   int d = 1;
   bool causal = true;
   std::vector<int64_t> qpos;
-  std::vector<std::vector<int64_t>> kpos;  // [src]
+  std::vector<std::vector<int64_t>> kpos;                 // [src]
   std::vector<std::vector<float>> q, out, lse, dq, dout;  // [head]
   std::vector<std::vector<float>> k, v, dk, dv;  // [src * kv_heads + kvh]
   std::vector<float> tmp_out, tmp_lse;
@@ -187,16 +189,20 @@ void GemmsBackward(Workload& w) {
   const auto& s = w.shape;
   const int m = static_cast<int>(w.m), H = s.hidden;
   const int dq = s.q_heads * s.head_dim, dkv = s.kv_heads * s.head_dim;
-  struct Lin { const float* wt; int out, in; const float* xin; };
+  struct Lin {
+    const float* wt;
+    int out, in;
+    const float* xin;
+  };
   const Lin lins[4] = {{w.w_down.data(), H, s.ffn, w.act.data()},
                        {w.w_gu.data(), 2 * s.ffn, H, w.y.data()},
                        {w.w_o.data(), H, dq, w.attn.data()},
                        {w.w_qkv.data(), dq + 2 * dkv, H, w.x.data()}};
   for (const Lin& l : lins) {
-    kernels::Gemm(false, false, m, l.in, l.out, 1.f, w.dy.data(), l.out, l.wt, l.in, 0.f,
-                  w.dx.data(), l.in);
-    kernels::Gemm(true, false, l.out, l.in, m, 1.f, w.dy.data(), l.out, l.xin, l.in, 0.f,
-                  w.dw.data(), l.in);
+    kernels::Gemm(false, false, m, l.in, l.out, 1.f, w.dy.data(), l.out, l.wt,
+                  l.in, 0.f, w.dx.data(), l.in);
+    kernels::Gemm(true, false, l.out, l.in, m, 1.f, w.dy.data(), l.out, l.xin,
+                  l.in, 0.f, w.dw.data(), l.in);
   }
 }
 
@@ -206,7 +212,8 @@ struct PassTimes {
   double attention_s = 0;
 };
 
-void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times) {
+void AttentionPasses(Workload& w, Ring* copier, bool copy_only,
+                     PassTimes* times) {
   const auto& s = w.shape;
   const int dh = s.head_dim, group = s.q_heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
@@ -218,7 +225,8 @@ void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times
     // Forward: d steps; step i (< d-1) overlaps receiving the next block.
     for (int step = 0; step < st.d; ++step) {
       const bool has_next = step + 1 < st.d;
-      if (has_next && copier) copier->Start(st.send.data(), st.recv.data(), fwd_bytes);
+      if (has_next && copier)
+        copier->Start(st.send.data(), st.recv.data(), fwd_bytes);
       if (!copy_only) {
         const int src = (st.d - step) % st.d;
         const double a0 = ThreadCpuSeconds();
@@ -227,12 +235,12 @@ void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times
           const int nk = static_cast<int>(st.kpos[src].size());
           float* o = step == 0 ? st.out[h].data() : st.tmp_out.data();
           float* l = step == 0 ? st.lse[h].data() : st.tmp_lse.data();
-          kernels::AttentionForward(st.q[h].data(), st.k[kvi].data(), st.v[kvi].data(), n, nk,
-                                    dh, st.qpos.data(), st.kpos[src].data(), st.causal, scale,
-                                    o, l);
+          kernels::AttentionForward(
+              st.q[h].data(), st.k[kvi].data(), st.v[kvi].data(), n, nk, dh,
+              st.qpos.data(), st.kpos[src].data(), st.causal, scale, o, l);
           if (step > 0)
-            kernels::MergePartial(st.out[h].data(), st.lse[h].data(), st.tmp_out.data(),
-                                  st.tmp_lse.data(), n, dh);
+            kernels::MergePartial(st.out[h].data(), st.lse[h].data(),
+                                  st.tmp_out.data(), st.tmp_lse.data(), n, dh);
         }
         attn += ThreadCpuSeconds() - a0;
       }
@@ -241,18 +249,19 @@ void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times
     // Backward: d steps, KV travels with its dKV; then dKV returns home.
     for (int step = 0; step < st.d; ++step) {
       const bool has_next = step + 1 < st.d;
-      if (has_next && copier) copier->Start(st.send.data(), st.recv.data(), bwd_bytes);
+      if (has_next && copier)
+        copier->Start(st.send.data(), st.recv.data(), bwd_bytes);
       if (!copy_only) {
         const int src = (st.d - step) % st.d;
         const double a0 = ThreadCpuSeconds();
         for (int h = 0; h < s.q_heads; ++h) {
           const size_t kvi = static_cast<size_t>(src) * s.kv_heads + h / group;
           const int nk = static_cast<int>(st.kpos[src].size());
-          kernels::AttentionBackward(st.q[h].data(), st.k[kvi].data(), st.v[kvi].data(),
-                                     st.out[h].data(), st.dout[h].data(), st.lse[h].data(), n,
-                                     nk, dh, st.qpos.data(), st.kpos[src].data(), st.causal,
-                                     scale, st.dq[h].data(), st.dk[kvi].data(),
-                                     st.dv[kvi].data());
+          kernels::AttentionBackward(
+              st.q[h].data(), st.k[kvi].data(), st.v[kvi].data(),
+              st.out[h].data(), st.dout[h].data(), st.lse[h].data(), n, nk, dh,
+              st.qpos.data(), st.kpos[src].data(), st.causal, scale,
+              st.dq[h].data(), st.dk[kvi].data(), st.dv[kvi].data());
         }
         attn += ThreadCpuSeconds() - a0;
       }
@@ -266,7 +275,8 @@ void AttentionPasses(Workload& w, Ring* copier, bool copy_only, PassTimes* times
   if (times) times->attention_s = attn;
 }
 
-Workload Build(const CpuLayerShape& shape, const std::vector<Sequence>& sequences, int d) {
+Workload Build(const CpuLayerShape& shape,
+               const std::vector<Sequence>& sequences, int d) {
   std::mt19937 rng(12345);
   Workload w;
   w.shape = shape;
@@ -279,7 +289,8 @@ Workload Build(const CpuLayerShape& shape, const std::vector<Sequence>& sequence
     st.qpos = ZigzagPositions(seq.length_tokens, d, 0);
     const size_t n = st.qpos.size();
     w.m += static_cast<int64_t>(n);
-    for (int src = 0; src < d; ++src) st.kpos.push_back(ZigzagPositions(seq.length_tokens, d, src));
+    for (int src = 0; src < d; ++src)
+      st.kpos.push_back(ZigzagPositions(seq.length_tokens, d, src));
     for (int h = 0; h < shape.q_heads; ++h) {
       st.q.push_back(RandomVec(n * dh, rng));
       st.dout.push_back(RandomVec(n * dh, rng));
@@ -303,7 +314,8 @@ Workload Build(const CpuLayerShape& shape, const std::vector<Sequence>& sequence
     w.seqs.push_back(std::move(st));
   }
   const size_t m = static_cast<size_t>(w.m);
-  const int H = shape.hidden, dq = shape.q_heads * dh, dkv = shape.kv_heads * dh;
+  const int H = shape.hidden, dq = shape.q_heads * dh,
+            dkv = shape.kv_heads * dh;
   const int widest = std::max({dq + 2 * dkv, 2 * shape.ffn, H});
   w.x = RandomVec(m * H, rng);
   w.w_qkv = RandomVec(size_t(dq + 2 * dkv) * H, rng);
@@ -336,8 +348,9 @@ std::unique_ptr<RingTransport> MakeInProcessCopyTransport() {
   return std::make_unique<InProcessCopyTransport>();
 }
 
-CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape, const std::vector<Sequence>& sequences,
-                             int degree, int repeats, RingTransport* transport) {
+CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape,
+                             const std::vector<Sequence>& sequences, int degree,
+                             int repeats, RingTransport* transport) {
   FCP_CHECK(degree >= 1 && repeats >= 1 && !sequences.empty());
   kernels::SetBlasThreads(1);
   Workload w = Build(shape, sequences, degree);
@@ -379,7 +392,8 @@ CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape, const std::vector<Seque
     GemmsForward(w);
     AttentionPasses(w, degree > 1 ? &copier : nullptr, false, nullptr);
     GemmsBackward(w);
-    const double t = ThreadCpuSeconds() - t0 - copier.call_cpu_s + copier.call_wall_s;
+    const double t =
+        ThreadCpuSeconds() - t0 - copier.call_cpu_s + copier.call_wall_s;
     if (r == 0) continue;
     comp.push_back(c);
     comm.push_back(m);
@@ -394,7 +408,9 @@ CpuRankTiming MeasureCpuRank(const CpuLayerShape& shape, const std::vector<Seque
   out.tokens_on_rank = w.m;
   double bytes = 0;
   for (const auto& st : w.seqs)
-    if (degree > 1) bytes += st.send.size() * sizeof(float) * (0.5 * (degree - 1) + (degree - 1) + 0.5);
+    if (degree > 1)
+      bytes += st.send.size() * sizeof(float) *
+               (0.5 * (degree - 1) + (degree - 1) + 0.5);
   out.comm_bytes = bytes;
   return out;
 }
@@ -408,10 +424,12 @@ double MeasureCopyBandwidth(size_t bytes, int repeats) {
     const double s = ThreadCpuSeconds() - t0;
     if (r > 0) t.push_back(s);
   }
-  return static_cast<double>(bytes) / std::max(1e-9, *std::min_element(t.begin(), t.end()));
+  return static_cast<double>(bytes) /
+         std::max(1e-9, *std::min_element(t.begin(), t.end()));
 }
 
-double MeasureTransportBandwidth(RingTransport& transport, size_t bytes, int repeats) {
+double MeasureTransportBandwidth(RingTransport& transport, size_t bytes,
+                                 int repeats) {
   FCP_CHECK(bytes > 0 && repeats >= 1);
   std::vector<char> send(bytes, 1), recv(bytes);
   double best = 0;
@@ -430,13 +448,15 @@ double CpuLayerMemPerToken(const CpuLayerShape& s) {
   const double dq = s.q_heads * s.head_dim, dkv = s.kv_heads * s.head_dim;
   // fp32 activations kept for backward: x, qkv, attention out + lse, y,
   // gate/up, activation (per token), plus the ring's KV/dKV buffers.
-  return 4.0 * (s.hidden + dq + 2 * dkv + dq + 1 + s.hidden + 2.0 * s.ffn + s.ffn) +
+  return 4.0 * (s.hidden + dq + 2 * dkv + dq + 1 + s.hidden + 2.0 * s.ffn +
+                s.ffn) +
          4.0 * 4.0 * dkv;
 }
 
 double CpuLayerStaticBytes(const CpuLayerShape& s) {
   const double dq = s.q_heads * s.head_dim, dkv = s.kv_heads * s.head_dim;
-  const double params = s.hidden * (dq + 2 * dkv) + dq * s.hidden + 3.0 * s.hidden * s.ffn;
+  const double params =
+      s.hidden * (dq + 2 * dkv) + dq * s.hidden + 3.0 * s.hidden * s.ffn;
   return params * 16.0;  // fp32 weights, grads, Adam m and v
 }
 

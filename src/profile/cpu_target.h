@@ -63,10 +63,11 @@ std::unique_ptr<RingTransport> MakeInProcessCopyTransport();
 struct CpuRankTiming {
   double compute_s = 0;  // kernels only (GEMMs + d ring steps fwd/bwd)
   double comm_s = 0;     // ring copies only (0 when degree == 1)
-  double total_s = 0;    // kernels with the traffic overlapped (see cpu_target.cc)
+  double total_s =
+      0;  // kernels with the traffic overlapped (see cpu_target.cc)
   double attention_s = 0;  // attention kernels only (part of compute_s)
   int64_t tokens_on_rank = 0;
-  double comm_bytes = 0;   // bytes one rank sends over the step
+  double comm_bytes = 0;  // bytes one rank sends over the step
 };
 // `transport` (not owned) carries the ring traffic; nullptr = a fresh
 // in-process copy transport. With a multi-process transport every rank must
@@ -83,7 +84,8 @@ double MeasureCopyBandwidth(size_t bytes, int repeats);
 // Bandwidth (bytes/s) of one ring step of `bytes` through `transport`:
 // bytes / busy_s, the best of `repeats` (after one warm-up). Collective like
 // MeasureCpuRank.
-double MeasureTransportBandwidth(RingTransport& transport, size_t bytes, int repeats);
+double MeasureTransportBandwidth(RingTransport& transport, size_t bytes,
+                                 int repeats);
 
 // Activation bytes per token and parameter bytes (weights, grads, Adam fp32)
 // of the layer, for the cost model's memory fields.

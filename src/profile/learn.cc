@@ -9,8 +9,9 @@
 
 namespace fcp {
 
-std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Plan& plan,
-                                            std::span<const double> group_times_s) {
+std::vector<FitSample> MeasuredGroupSamples(
+    const PlanRequest& request, const Plan& plan,
+    std::span<const double> group_times_s) {
   CheckPlanShape(request, plan);  // the shared check, naming the field
   if (const std::string why = ValidatePlan(request, plan); !why.empty())
     throw InputError("plan", why);
@@ -34,12 +35,15 @@ std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Pl
       for (int k : g.sequences) s.load.Add(request.sequences[k]);
       s.degree = g.degree();
       s.comm = g.comm;
-      s.link = OnOneNode(request.cluster, g.ranks) ? Link::kIntraNode : Link::kInterNode;
+      s.link = OnOneNode(request.cluster, g.ranks) ? Link::kIntraNode
+                                                   : Link::kInterNode;
       if (g.comm == CommKind::kAllToAll) {
-        s.bw_bytes_per_s = AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks);
+        s.bw_bytes_per_s =
+            AllToAllBandwidthOnRanks(request.cost, request.cluster, g.ranks);
       } else {
-        s.bw_bytes_per_s = s.link == Link::kIntraNode ? request.cost.bw_intra_node
-                                                      : request.cost.bw_inter_node;
+        s.bw_bytes_per_s = s.link == Link::kIntraNode
+                               ? request.cost.bw_intra_node
+                               : request.cost.bw_inter_node;
       }
       s.total_s = t;
       out.push_back(s);
@@ -48,9 +52,11 @@ std::vector<FitSample> MeasuredGroupSamples(const PlanRequest& request, const Pl
   return out;
 }
 
-const CostModel& CoefficientLearner::Learn(const PlanRequest& request, const Plan& plan,
-                                           std::span<const double> group_times_s) {
-  const std::vector<FitSample> groups = MeasuredGroupSamples(request, plan, group_times_s);
+const CostModel& CoefficientLearner::Learn(
+    const PlanRequest& request, const Plan& plan,
+    std::span<const double> group_times_s) {
+  const std::vector<FitSample> groups =
+      MeasuredGroupSamples(request, plan, group_times_s);
   measured_.insert(measured_.end(), groups.begin(), groups.end());
   learnt_ = RecalibrateCostModel(start_, measured_, options_);
   return learnt_.cost_model;

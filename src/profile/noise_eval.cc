@@ -56,7 +56,8 @@ CostModel LearntFromFeedback(const sim::HardwareModel& hw, PlanRequest req,
     const Plan plan = MakePlan(req, popt);
     if (plan.status != PlanStatus::kOk) continue;
     req.cost = learner.Learn(
-        req, plan, sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
+        req, plan,
+        sim::MeasuredGroupTimesS(plan, sim::SimulatePlan(hw, plan, batch)));
   }
   return req.cost;
 }
@@ -66,11 +67,14 @@ CostModel LearntFromFeedback(const sim::HardwareModel& hw, PlanRequest req,
 NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ClusterPreset* cluster = FindClusterPreset(o.cluster);
-  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
+  if (!cluster)
+    throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
   const ModelPreset* model = FindModelPreset(o.model);
   if (!model) throw InputError("model", UnknownModelPresetMessage(o.model));
-  if (!FindDataset(o.dataset)) throw InputError("dataset", "unknown dataset '" + o.dataset + "'");
-  if (o.batch_sequences < 1) throw InputError("batch_sequences", "must be >= 1");
+  if (!FindDataset(o.dataset))
+    throw InputError("dataset", "unknown dataset '" + o.dataset + "'");
+  if (o.batch_sequences < 1)
+    throw InputError("batch_sequences", "must be >= 1");
   if (o.batches < 1) throw InputError("batches", "must be >= 1");
   if (o.trials < 1) throw InputError("trials", "must be >= 1");
   if (!(o.mem_headroom >= 0 && o.mem_headroom < 0.5))
@@ -81,22 +85,25 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     throw InputError("feedback_steps", "must be in [0, 64]");
   if (!(o.recalibration.prior_sigma > 0 && o.recalibration.prior_sigma <= 2))
     throw InputError("prior_sigma", "must be in (0, 2]");
-  if (o.rank_counts.empty()) throw InputError("ranks", "need at least one rank count");
+  if (o.rank_counts.empty())
+    throw InputError("ranks", "need at least one rank count");
   for (size_t i = 0; i < o.rank_counts.size(); ++i)
     if (o.rank_counts[i] < 1 || o.rank_counts[i] > cluster->num_ranks)
       throw InputError("ranks[" + std::to_string(i) + "]",
                        fmt::format("must be in [1, {}]", cluster->num_ranks));
   for (size_t i = 0; i < o.noise_levels.size(); ++i)
     if (!(o.noise_levels[i] >= 0 && o.noise_levels[i] <= 0.95))
-      throw InputError("noise[" + std::to_string(i) + "]", "must be in [0, 0.95]");
+      throw InputError("noise[" + std::to_string(i) + "]",
+                       "must be in [0, 0.95]");
   bool perturbed[std::size(kNoiseCoefficients)] = {};
   for (size_t i = 0; i < o.perturb.size(); ++i) {
-    const auto* it = std::find(std::begin(kNoiseCoefficients), std::end(kNoiseCoefficients),
-                               o.perturb[i]);
+    const auto* it = std::find(std::begin(kNoiseCoefficients),
+                               std::end(kNoiseCoefficients), o.perturb[i]);
     if (it == std::end(kNoiseCoefficients))
-      throw InputError("perturb[" + std::to_string(i) + "]",
-                       fmt::format("unknown timing coefficient '{}' ({})", o.perturb[i],
-                                   fmt::join(kNoiseCoefficients, ", ")));
+      throw InputError(
+          "perturb[" + std::to_string(i) + "]",
+          fmt::format("unknown timing coefficient '{}' ({})", o.perturb[i],
+                      fmt::join(kNoiseCoefficients, ", ")));
     perturbed[it - std::begin(kNoiseCoefficients)] = true;
   }
 
@@ -117,9 +124,9 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     PlanRequest base_req;
     base_req.cluster = Cluster{n, std::min(cluster->ranks_per_node, n)};
     base_req.cost = rep.base;
-    base_req.cost.mem_capacity = rep.base.mem_static +
-                                 (rep.base.mem_capacity - rep.base.mem_static) *
-                                     (1.0 - o.mem_headroom);
+    base_req.cost.mem_capacity =
+        rep.base.mem_static +
+        (rep.base.mem_capacity - rep.base.mem_static) * (1.0 - o.mem_headroom);
     base_req.model = model->shape;
     base_req.group_time_sigma = o.group_time_sigma;
     PlanOptions popt;
@@ -129,8 +136,8 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     // batches for the base and every perturbed plan.
     std::vector<std::vector<Sequence>> feedback;
     for (int k = 0; k < o.feedback_steps; ++k)
-      feedback.push_back(
-          SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + 900001 + k));
+      feedback.push_back(SampleBatch(o.dataset, o.batch_sequences,
+                                     o.seed * 1000003 + 900001 + k));
     // The unperturbed coefficients after learning: the same for every batch.
     const CostModel base_learnt =
         LearntFromFeedback(hw, base_req, popt, feedback, o.recalibration);
@@ -141,7 +148,8 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
     for (int b = 0; b < o.batches; ++b) {
       PlanRequest req = base_req;
       req.cost = base_learnt;
-      req.sequences = SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + b);
+      req.sequences =
+          SampleBatch(o.dataset, o.batch_sequences, o.seed * 1000003 + b);
       const Plan plan = MakePlan(req, popt);
       if (plan.status != PlanStatus::kOk) continue;  // no feasible plan at all
       const sim::SimResult sr = sim::SimulatePlan(hw, plan, req.sequences);
@@ -155,7 +163,8 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
       row.ranks = n;
       row.noise = p;
       row.batches = static_cast<int>(batches.size());
-      for (double t : base_time) row.base_step_s += t / static_cast<double>(base_time.size());
+      for (double t : base_time)
+        row.base_step_s += t / static_cast<double>(base_time.size());
       int matches = 0;
       double sum_change = 0, max_change = -1e300;
       for (size_t b = 0; b < batches.size(); ++b) {
@@ -164,24 +173,30 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
           req.sequences = batches[b];
           // The timing coefficients, the v2 terms included (memory is not
           // perturbed: a wrong memory model is an OOM, not a slowdown), in
-          // kNoiseCoefficients' order; one draw per coefficient per trial in any case.
+          // kNoiseCoefficients' order; one draw per coefficient per trial in
+          // any case.
           const std::array<double*, std::size(kNoiseCoefficients)> coefs =
               TimingCoefficientFields(req.cost);
           double factors[std::size(kNoiseCoefficients)];
           for (double& f : factors) f = 1.0 + p * (2.0 * rng.Uniform() - 1.0);
           for (size_t c = 0; c < std::size(kNoiseCoefficients); ++c) {
-            if (perturbed[c]) *coefs[c] *= o.common_factor ? factors[0] : factors[c];
+            if (perturbed[c])
+              *coefs[c] *= o.common_factor ? factors[0] : factors[c];
           }
-          req.cost = LearntFromFeedback(hw, req, popt, feedback, o.recalibration);
+          req.cost =
+              LearntFromFeedback(hw, req, popt, feedback, o.recalibration);
           const Plan plan = MakePlan(req, popt);
           double change = 0;
           bool match = false;
           if (plan.status == PlanStatus::kOk) {
             match = DegreeMultiset(plan) == base_degrees[b];
-            const sim::SimResult sr = sim::SimulatePlan(hw, plan, req.sequences);
+            const sim::SimResult sr =
+                sim::SimulatePlan(hw, plan, req.sequences);
             // An OOM plan cannot run: count it as a mismatch and skip its time.
-            if (!sr.oom) change = (sr.iter_s - base_time[b]) / base_time[b];
-            else match = false;
+            if (!sr.oom)
+              change = (sr.iter_s - base_time[b]) / base_time[b];
+            else
+              match = false;
           }
           matches += match;
           sum_change += change;
@@ -196,13 +211,17 @@ NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
       }
       for (const PaperRow& pr : kPaper) {
         if (std::fabs(pr.noise - p) > 1e-9) continue;
-        if (n == 32) row.paper_time_change = pr.t32, row.paper_cp_match = pr.m32;
-        if (n == 64) row.paper_time_change = pr.t64, row.paper_cp_match = pr.m64;
+        if (n == 32)
+          row.paper_time_change = pr.t32, row.paper_cp_match = pr.m32;
+        if (n == 64)
+          row.paper_time_change = pr.t64, row.paper_cp_match = pr.m64;
       }
       rep.rows.push_back(row);
     }
   }
-  rep.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rep.wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   return rep;
 }
 
@@ -222,7 +241,8 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
   j["feedback_steps"] = r.options.feedback_steps;
   j["prior_sigma"] = r.options.recalibration.prior_sigma;
   j["times"] = "simulated";
-  j["base_cost_model"] = nlohmann::ordered_json::parse(CostModelToJson(r.base, -1));
+  j["base_cost_model"] =
+      nlohmann::ordered_json::parse(CostModelToJson(r.base, -1));
   j["rows"] = nlohmann::ordered_json::array();
   for (const auto& row : r.rows) {
     nlohmann::ordered_json o;
@@ -247,32 +267,42 @@ std::string NoiseEvalToJson(const NoiseEvalReport& r, int indent) {
 std::string NoiseEvalToTable(const NoiseEvalReport& r) {
   std::ostringstream out;
   out << fmt::format(
-      "fcp eval noise: {} on {} ({}), {} batches x {} sequences, {} perturbations each; "
-      "strategy {}\nstep times SIMULATED; {} x (1 + U[-p, p]) {}, seed {}; planner "
+      "fcp eval noise: {} on {} ({}), {} batches x {} sequences, {} "
+      "perturbations each; "
+      "strategy {}\nstep times SIMULATED; {} x (1 + U[-p, p]) {}, seed {}; "
+      "planner "
       "memory headroom {:.0f}%; group_time_sigma {:g}{}\n\n",
       r.options.model, r.options.cluster, r.options.dataset, r.options.batches,
       r.options.batch_sequences, r.options.trials, r.options.strategy,
-      r.options.perturb.size() == std::size(kNoiseCoefficients) ? std::string("coefficients")
-                                    : fmt::format("{}", fmt::join(r.options.perturb, ",")),
+      r.options.perturb.size() == std::size(kNoiseCoefficients)
+          ? std::string("coefficients")
+          : fmt::format("{}", fmt::join(r.options.perturb, ",")),
       r.options.common_factor ? "by one common factor" : "each", r.options.seed,
       100 * r.options.mem_headroom, r.options.group_time_sigma,
       r.options.feedback_steps == 0
           ? std::string()
-          : fmt::format("; each plan after {} feedback steps (prior sigma {:g})",
-                        r.options.feedback_steps, r.options.recalibration.prior_sigma));
-  out << fmt::format("{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} {:>9} | {:>11} {:>11}\n",
-                     "ranks", "noise", "batches", "plans", "CP match", "time/step", "worst",
-                     "base_s", "paper time", "paper match");
+          : fmt::format(
+                "; each plan after {} feedback steps (prior sigma {:g})",
+                r.options.feedback_steps, r.options.recalibration.prior_sigma));
+  out << fmt::format(
+      "{:>5} {:>6} {:>7} {:>6} {:>10} {:>12} {:>11} {:>9} | {:>11} {:>11}\n",
+      "ranks", "noise", "batches", "plans", "CP match", "time/step", "worst",
+      "base_s", "paper time", "paper match");
   for (const auto& row : r.rows) {
-    const std::string pt = row.paper_time_change >= 0
-                               ? fmt::format("{:+.2f}%", 100 * row.paper_time_change)
-                               : "-";
+    const std::string pt =
+        row.paper_time_change >= 0
+            ? fmt::format("{:+.2f}%", 100 * row.paper_time_change)
+            : "-";
     const std::string pm =
-        row.paper_cp_match >= 0 ? fmt::format("{:.1f}%", 100 * row.paper_cp_match) : "-";
+        row.paper_cp_match >= 0
+            ? fmt::format("{:.1f}%", 100 * row.paper_cp_match)
+            : "-";
     out << fmt::format(
-        "{:>5} {:>5.0f}% {:>7} {:>6} {:>9.1f}% {:>+11.2f}% {:>+10.2f}% {:>9.3f} | {:>11} {:>11}\n",
+        "{:>5} {:>5.0f}% {:>7} {:>6} {:>9.1f}% {:>+11.2f}% {:>+10.2f}% "
+        "{:>9.3f} | {:>11} {:>11}\n",
         row.ranks, 100 * row.noise, row.batches, row.plans, 100 * row.cp_match,
-        100 * row.time_change_mean, 100 * row.time_change_max, row.base_step_s, pt, pm);
+        100 * row.time_change_mean, 100 * row.time_change_max, row.base_step_s,
+        pt, pm);
   }
   out << fmt::format("\n{:.1f} s\n", r.wall_s);
   return out.str();

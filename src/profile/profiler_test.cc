@@ -1,9 +1,9 @@
 #include "fcp/profiler.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <tuple>
 #include <vector>
 
@@ -160,9 +160,10 @@ TEST(NoiseEvalTest, PerturbSelectsCoefficients) {
     EXPECT_EQ(row.time_change_mean, 0.0) << row.ranks << " " << row.noise;
   }
   NoiseEvalOptions listed = TinyNoise();
-  listed.perturb = {"gamma_serial", "gamma_inter", "gamma_intra", "attn_overhead_tokens",
-                    "beta2",        "alpha3",      "beta1",       "alpha2",
-                    "alpha1"};  // all of them, another order
+  listed.perturb = {
+      "gamma_serial", "gamma_inter", "gamma_intra", "attn_overhead_tokens",
+      "beta2",        "alpha3",      "beta1",       "alpha2",
+      "alpha1"};  // all of them, another order
   const NoiseEvalReport a = RunNoiseEval(TinyNoise()), b = RunNoiseEval(listed);
   ASSERT_EQ(a.rows.size(), b.rows.size());
   for (size_t i = 0; i < a.rows.size(); ++i) {
@@ -215,11 +216,13 @@ TEST(LearnTest, MeasuredGroupSamplesFollowThePlacement) {
   req.cluster = Cluster{16, 8};
   req.cost.bw_intra_node = 100e9;
   req.cost.bw_inter_node = 20e9;
-  req.sequences = {{8192, 0.0}, {4096, 1.0}, {1000, 0.0}, {2000, 0.0}, {500, 0.0}};
+  req.sequences = {
+      {8192, 0.0}, {4096, 1.0}, {1000, 0.0}, {2000, 0.0}, {500, 0.0}};
   Plan plan;
   plan.num_ranks = 16;
   MicroBatchPlan mb;
-  auto group = [](std::vector<int> ranks, std::vector<int> seqs, CommKind comm) {
+  auto group = [](std::vector<int> ranks, std::vector<int> seqs,
+                  CommKind comm) {
     GroupPlan g;
     g.ranks = std::move(ranks);
     g.sequences = std::move(seqs);
@@ -243,7 +246,8 @@ TEST(LearnTest, MeasuredGroupSamplesFollowThePlacement) {
   EXPECT_EQ(s[1].load.sum_attn, 2.0 * 4096 * 4096);
   EXPECT_EQ(s[2].comm, CommKind::kAllToAll);
   EXPECT_EQ(s[2].bw_bytes_per_s,
-            AllToAllBandwidthOnRanks(req.cost, req.cluster, std::vector<int>{10, 11, 12, 13}));
+            AllToAllBandwidthOnRanks(req.cost, req.cluster,
+                                     std::vector<int>{10, 11, 12, 13}));
   EXPECT_EQ(s[2].load.sum_tokens, 3000);
   EXPECT_EQ(s[0].total_s, 0.5);
   EXPECT_EQ(s[2].total_s, 0.125);
@@ -268,17 +272,21 @@ TEST(LearnTest, MeasuredGroupSamplesFollowThePlacement) {
 
 TEST(CpuInfoTest, DerivesPeakFromFlags) {
   const std::string text =
-      "processor\t: 0\nmodel name\t: Test CPU\ncpu MHz\t\t: 2000.000\nsiblings\t: 4\n"
-      "cpu cores\t: 2\nflags\t\t: fpu sse avx avx2 fma\n\nprocessor\t: 1\n\nprocessor\t: 2\n\n"
+      "processor\t: 0\nmodel name\t: Test CPU\ncpu MHz\t\t: "
+      "2000.000\nsiblings\t: 4\n"
+      "cpu cores\t: 2\nflags\t\t: fpu sse avx avx2 fma\n\nprocessor\t: "
+      "1\n\nprocessor\t: 2\n\n"
       "processor\t: 3\n";
   const auto info = profile::ParseCpuInfo(text);
   EXPECT_EQ(info.logical_cpus, 4);
   EXPECT_EQ(info.physical_cores, 2);
   EXPECT_EQ(info.flops_per_cycle, 32);  // 8 lanes x 2 (FMA) x 2 pipes
   EXPECT_DOUBLE_EQ(info.peak_flops, 2 * 2.0e9 * 32);
-  const auto old = profile::ParseCpuInfo("processor : 0\ncpu MHz : 1000\nflags : sse sse2\n");
+  const auto old = profile::ParseCpuInfo(
+      "processor : 0\ncpu MHz : 1000\nflags : sse sse2\n");
   EXPECT_EQ(old.flops_per_cycle, 8);  // 4 lanes, mul + add pipes
-  const auto wide = profile::ParseCpuInfo("processor : 0\ncpu MHz : 1000\nflags : avx512f fma\n");
+  const auto wide = profile::ParseCpuInfo(
+      "processor : 0\ncpu MHz : 1000\nflags : avx512f fma\n");
   EXPECT_EQ(wide.flops_per_cycle, 64);
 }
 

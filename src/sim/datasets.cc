@@ -10,12 +10,13 @@
 //               JMLR 21:140) are short web pages; median ≈ 270 tokens.
 //   wikipedia   LN(5.9, 1.25), light Pareto tail α = 2.5 above 8k tokens
 //               (dense, fairly short articles); median ≈ 365 tokens.
-// Video sets are frames × tiles × tokens-per-tile (the model's vision tokens per
-// 448² tile, DatasetOptions::vision_tokens_per_tile) + a text part, with the
-// clip duration log-normal and frames sampled at a fixed rate:
+// Video sets are frames × tiles × tokens-per-tile (the model's vision tokens
+// per 448² tile, DatasetOptions::vision_tokens_per_tile) + a text part, with
+// the clip duration log-normal and frames sampled at a fixed rate:
 //   msrvtt      MSR-VTT (Xu et al., CVPR 2016): 10k clips of 10–30 s, 20
-//               captions each. Duration LN(ln 15 s, 0.35) clipped to [10, 30] s,
-//               2 frames/s, 1 tile/frame, text LN(ln 60, 0.5) tokens (captions).
+//               captions each. Duration LN(ln 15 s, 0.35) clipped to [10, 30]
+//               s, 2 frames/s, 1 tile/frame, text LN(ln 60, 0.5) tokens
+//               (captions).
 //   internvid   InternVid (Wang et al. 2023, arXiv 2307.06942): 234M clips,
 //               average 11.7 s, generated captions. Duration LN(ln 12 s, 0.8)
 //               clipped to [2, 600] s, 1 frame/s, 1 tile/frame, text
@@ -89,19 +90,21 @@ struct VideoParams {
 
 SampleDetail Video(DeterministicRng& rng, const VideoParams& p,
                    const DatasetOptions& o) {
-  const double duration_s =
-      std::clamp(LogNormal(rng, std::log(p.median_s), p.sigma), p.min_s, p.max_s);
+  const double duration_s = std::clamp(
+      LogNormal(rng, std::log(p.median_s), p.sigma), p.min_s, p.max_s);
   int64_t tiles = 1;
   if (p.multi_tile) {
     const double u = rng.Uniform();
     tiles = u < 0.3 ? 1 : (u < 0.7 ? 2 : 4);
   }
-  const int64_t text =
-      std::max<int64_t>(1, std::llround(LogNormal(rng, std::log(p.text_median), p.text_sigma)));
+  const int64_t text = std::max<int64_t>(
+      1, std::llround(LogNormal(rng, std::log(p.text_median), p.text_sigma)));
   const int64_t block = tiles * o.vision_tokens_per_tile;
   int64_t frames = std::max<int64_t>(1, std::llround(duration_s * p.fps));
-  // Keep the whole sample within the cap: drop frames first (what a loader does).
-  const int64_t max_frames = std::max<int64_t>(0, (o.max_length_tokens - text) / block);
+  // Keep the whole sample within the cap: drop frames first (what a loader
+  // does).
+  const int64_t max_frames =
+      std::max<int64_t>(0, (o.max_length_tokens - text) / block);
   frames = std::min(frames, max_frames);
   SampleDetail d;
   d.frames = frames;
@@ -164,23 +167,29 @@ int64_t DeterministicRng::UniformInt(int64_t lo, int64_t hi) {
 const std::vector<DatasetInfo>& Datasets() {
   static const std::vector<DatasetInfo> kDatasets = {
       {"github", false,
-       "code: log-normal mu=6.6 sigma=1.75 tokens, Pareto alpha=1.3 tail above 12k",
+       "code: log-normal mu=6.6 sigma=1.75 tokens, Pareto alpha=1.3 tail above "
+       "12k",
        "The Stack (Kocetkov et al. 2022); docs/design.md §6"},
       {"commoncrawl", false, "web text: log-normal mu=5.6 sigma=1.05 tokens",
        "C4 (Raffel et al. 2020); docs/design.md §6"},
       {"wikipedia", false,
-       "articles: log-normal mu=5.9 sigma=1.25 tokens, Pareto alpha=2.5 tail above 8k",
+       "articles: log-normal mu=5.9 sigma=1.25 tokens, Pareto alpha=2.5 tail "
+       "above 8k",
        "Wikipedia dumps; docs/design.md §6"},
       {"msrvtt", true,
-       "video: 10-30 s clips (LN median 15 s), 2 fps, 1 tile/frame, ~60 text tokens",
+       "video: 10-30 s clips (LN median 15 s), 2 fps, 1 tile/frame, ~60 text "
+       "tokens",
        "MSR-VTT (Xu et al. CVPR 2016)"},
       {"internvid", true,
-       "video: LN median 12 s clips (2-600 s), 1 fps, 1 tile/frame, ~30 text tokens",
+       "video: LN median 12 s clips (2-600 s), 1 fps, 1 tile/frame, ~30 text "
+       "tokens",
        "InternVid (Wang et al. 2023, arXiv 2307.06942)"},
       {"openvid", true,
-       "video: LN median 16 s clips (2-600 s), 1 fps, 1/2/4 tiles/frame, ~120 text tokens",
+       "video: LN median 16 s clips (2-600 s), 1 fps, 1/2/4 tiles/frame, ~120 "
+       "text tokens",
        "OpenVid-1M (Nan et al. 2024, arXiv 2407.02371)"},
-      {"extreme", false, "one 128k-token sequence + (count-1) uniform in [2k, 8k]",
+      {"extreme", false,
+       "one 128k-token sequence + (count-1) uniform in [2k, 8k]",
        "FCP paper §6.6 (2.24x case)"},
   };
   return kDatasets;
@@ -204,7 +213,8 @@ std::vector<SampleDetail> SampleBatchDetailed(std::string_view dataset,
                                               const DatasetOptions& options) {
   if (!FindDataset(dataset)) {
     std::string known;
-    for (const auto& n : DatasetNames()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& n : DatasetNames())
+      known += (known.empty() ? "" : ", ") + n;
     throw InputError("dataset", "unknown dataset '" + std::string(dataset) +
                                     "' (known: " + known + ")");
   }
@@ -222,7 +232,8 @@ std::vector<SampleDetail> SampleBatchDetailed(std::string_view dataset,
   if (dataset == "extreme") {
     const int64_t long_at = count > 0 ? rng.UniformInt(0, count - 1) : 0;
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t len = (i == long_at) ? kMaxDatasetLengthTokens : rng.UniformInt(2048, 8192);
+      const int64_t len =
+          (i == long_at) ? kMaxDatasetLengthTokens : rng.UniformInt(2048, 8192);
       out.push_back(Text(std::min(len, cap)));
     }
     return out;
@@ -239,18 +250,22 @@ std::vector<SampleDetail> SampleBatchDetailed(std::string_view dataset,
       if (x > 8000.0) x = Pareto(rng, 8000.0, 2.5);
       out.push_back(Text(ClampLength(x, cap)));
     } else if (dataset == "msrvtt") {
-      out.push_back(Video(rng, {15.0, 0.35, 10.0, 30.0, 2.0, 60.0, 0.5, false}, options));
+      out.push_back(
+          Video(rng, {15.0, 0.35, 10.0, 30.0, 2.0, 60.0, 0.5, false}, options));
     } else if (dataset == "internvid") {
-      out.push_back(Video(rng, {12.0, 0.8, 2.0, 600.0, 1.0, 30.0, 0.4, false}, options));
+      out.push_back(
+          Video(rng, {12.0, 0.8, 2.0, 600.0, 1.0, 30.0, 0.4, false}, options));
     } else {  // openvid
-      out.push_back(Video(rng, {16.0, 0.8, 2.0, 600.0, 1.0, 120.0, 0.4, true}, options));
+      out.push_back(
+          Video(rng, {16.0, 0.8, 2.0, 600.0, 1.0, 120.0, 0.4, true}, options));
     }
   }
   return out;
 }
 
 std::vector<Sequence> SampleBatch(std::string_view dataset, int64_t count,
-                                  uint64_t seed, const DatasetOptions& options) {
+                                  uint64_t seed,
+                                  const DatasetOptions& options) {
   std::vector<Sequence> out;
   for (const auto& d : SampleBatchDetailed(dataset, count, seed, options))
     out.push_back(d.sequence);
@@ -262,14 +277,17 @@ std::vector<Sequence> SampleFromLengths(std::span<const int64_t> lengths,
                                         int64_t max_length_tokens) {
   if (lengths.empty()) throw InputError("lengths", "no lengths given");
   if (count < 0) throw InputError("count", "must be >= 0");
-  if (max_length_tokens < 1) throw InputError("max_length_tokens", "must be >= 1");
+  if (max_length_tokens < 1)
+    throw InputError("max_length_tokens", "must be >= 1");
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] <= 0)
       throw InputError("lengths[" + std::to_string(i) + "]", "must be > 0");
-    // Never truncate silently: a length the simulator does not take is an error.
+    // Never truncate silently: a length the simulator does not take is an
+    // error.
     if (lengths[i] > max_length_tokens)
       throw InputError("lengths[" + std::to_string(i) + "]",
-                       std::to_string(lengths[i]) + " tokens exceeds the limit of " +
+                       std::to_string(lengths[i]) +
+                           " tokens exceeds the limit of " +
                            std::to_string(max_length_tokens) + " tokens");
   }
   DeterministicRng rng(seed ^ 0x6C656E6774687321ULL);

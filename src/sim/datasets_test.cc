@@ -57,8 +57,9 @@ TEST(DeterministicRng, UniformIntInclusiveBounds) {
 
 TEST(Datasets, NamesAndUnknown) {
   const auto names = DatasetNames();
-  const std::vector<std::string> want = {"github",  "commoncrawl", "wikipedia", "msrvtt",
-                                         "internvid", "openvid",   "extreme"};
+  const std::vector<std::string> want = {"github", "commoncrawl", "wikipedia",
+                                         "msrvtt", "internvid",   "openvid",
+                                         "extreme"};
   EXPECT_EQ(names, want);
   try {
     SampleBatch("nope", 3, 1);
@@ -100,7 +101,8 @@ TEST(Datasets, LengthsWithinCapAndEtaInRange) {
   DatasetOptions small;
   small.max_length_tokens = 1000;
   for (const auto& name : DatasetNames()) {
-    for (const auto& s : SampleBatch(name, 500, 3, small)) ASSERT_LE(s.length_tokens, 1000);
+    for (const auto& s : SampleBatch(name, 500, 3, small))
+      ASSERT_LE(s.length_tokens, 1000);
   }
 }
 
@@ -120,15 +122,18 @@ TEST(Datasets, TextMediansMatchDocumentedParameters) {
 TEST(Datasets, GithubHasParetoTailAbove12k) {
   const auto seqs = SampleBatch("github", 100000, 9);
   // P(LN(6.6,1.75) > 12000) = P(Z > (ln 12000 - 6.6)/1.75) ≈ 5.6%;
-  // above that the tail is Pareto(12000, 1.3): P(X > 48000 | X > 12000) = 4^-1.3.
+  // above that the tail is Pareto(12000, 1.3): P(X > 48000 | X > 12000) =
+  // 4^-1.3.
   int64_t above12 = 0, above48 = 0;
   for (const auto& s : seqs) {
     above12 += s.length_tokens > 12000;
     above48 += s.length_tokens > 48000;
   }
-  const double p12 = 0.5 * std::erfc((std::log(12000.0) - 6.6) / 1.75 / std::sqrt(2.0));
+  const double p12 =
+      0.5 * std::erfc((std::log(12000.0) - 6.6) / 1.75 / std::sqrt(2.0));
   EXPECT_NEAR(static_cast<double>(above12) / seqs.size(), p12, 0.004);
-  EXPECT_NEAR(static_cast<double>(above48) / above12, std::pow(4.0, -1.3), 0.02);
+  EXPECT_NEAR(static_cast<double>(above48) / above12, std::pow(4.0, -1.3),
+              0.02);
 }
 
 TEST(Datasets, ExtremeHasOne128kAndShortRest) {
@@ -153,7 +158,8 @@ TEST(Datasets, VideoEtaIsBlockSquaresOverLengthSquared) {
       const double s = static_cast<double>(d.sequence.length_tokens);
       const double b = static_cast<double>(d.vision_block_tokens);
       EXPECT_EQ(d.vision_tokens, d.frames * d.vision_block_tokens);
-      EXPECT_LT(d.vision_tokens, d.sequence.length_tokens);  // text is never empty
+      EXPECT_LT(d.vision_tokens,
+                d.sequence.length_tokens);  // text is never empty
       EXPECT_NEAR(d.sequence.eta, d.frames * b * b / (s * s), 1e-12) << name;
       EXPECT_EQ(d.vision_block_tokens % 98, 0);
     }
@@ -168,7 +174,8 @@ TEST(Datasets, MsrvttFramesFollowDurationAndRate) {
     ASSERT_LE(d.frames, 60);
     frames.push_back(d.frames);
   }
-  std::nth_element(frames.begin(), frames.begin() + frames.size() / 2, frames.end());
+  std::nth_element(frames.begin(), frames.begin() + frames.size() / 2,
+                   frames.end());
   EXPECT_NEAR(static_cast<double>(frames[frames.size() / 2]), 30.0, 1.0);
 }
 
@@ -190,12 +197,14 @@ TEST(Datasets, SampleFromLengthsKeepsLongLengthsUncut) {
   EXPECT_THROW(SampleFromLengths(std::vector<int64_t>{5, 0}, 3, 1), InputError);
   // Over the limit: an error naming the entry and the length.
   try {
-    SampleFromLengths(std::vector<int64_t>{5, kMaxSampledLengthTokens + 1}, 3, 1);
+    SampleFromLengths(std::vector<int64_t>{5, kMaxSampledLengthTokens + 1}, 3,
+                      1);
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "lengths[1]");
-    EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxSampledLengthTokens + 1)),
-              std::string::npos);
+    EXPECT_NE(
+        std::string(e.what()).find(std::to_string(kMaxSampledLengthTokens + 1)),
+        std::string::npos);
   }
 }
 

@@ -54,7 +54,8 @@ TEST(Experiment, RecomputeNoneIsFasterAndReported) {
   const double t_full = RunExperiment(full).results[0].iter_s;
   const ExperimentResult rn = RunExperiment(none);
   EXPECT_LT(rn.results[0].iter_s, t_full);
-  EXPECT_NE(ExperimentToJson(rn).find("\"recompute\": \"none\""), std::string::npos);
+  EXPECT_NE(ExperimentToJson(rn).find("\"recompute\": \"none\""),
+            std::string::npos);
 }
 
 // megatron-dcp's max_seqlen_per_dp_cp_rank and bytescale's capacity C are
@@ -94,7 +95,8 @@ TEST(Experiment, DynamicSettingsTunedAndForcible) {
     }
     EXPECT_GT(candidates, 1) << r.degree_candidates;
     EXPECT_EQ(r.setting, best_v) << r.degree_candidates;
-    EXPECT_NE(ExperimentToJson(tuned).find(std::string("\"") + names[i] + "_candidates\""),
+    EXPECT_NE(ExperimentToJson(tuned).find(std::string("\"") + names[i] +
+                                           "_candidates\""),
               std::string::npos);
   }
   ExperimentConfig forced = c;
@@ -121,7 +123,8 @@ TEST(Experiment, LearningRecalibratesFromTheStepsRun) {
   c.steps = 2;
   c.warmup = 2;
   c.strategies = {"fcp"};
-  CostModel wrong = DeriveCostModel(*FindModelPreset(c.model), *FindClusterPreset(c.cluster));
+  CostModel wrong =
+      DeriveCostModel(*FindModelPreset(c.model), *FindClusterPreset(c.cluster));
   wrong.alpha1 *= 1.4;
   wrong.alpha2 *= 0.7;
   c.cost_model = wrong;
@@ -135,10 +138,11 @@ TEST(Experiment, LearningRecalibratesFromTheStepsRun) {
   const ExperimentResult res = RunExperiment(c);
   ASSERT_EQ(res.results.size(), 1u);
   ASSERT_EQ(plans.size(), 4u);
-  HardwareModel hw =
-      MakeHardwareModel(*FindModelPreset(c.model), *FindClusterPreset(c.cluster), c.ranks);
+  HardwareModel hw = MakeHardwareModel(*FindModelPreset(c.model),
+                                       *FindClusterPreset(c.cluster), c.ranks);
   hw.recompute = c.recompute;
-  // RMS log error of the group estimates of step `i` under `cm` against the simulator.
+  // RMS log error of the group estimates of step `i` under `cm` against the
+  // simulator.
   auto error = [&](size_t i, const CostModel& cm) {
     PlanRequest r = requests[i];
     r.cost = cm;
@@ -151,17 +155,21 @@ TEST(Experiment, LearningRecalibratesFromTheStepsRun) {
         std::vector<Sequence> seqs;
         for (int k : g.sequences) seqs.push_back(r.sequences[k]);
         if (seqs.empty()) continue;
-        sum += std::pow(std::log(g.est_ms / 1e3 / SimulateGroupTimeS(hw, seqs, g.ranks, g.comm)), 2);
+        sum += std::pow(std::log(g.est_ms / 1e3 /
+                                 SimulateGroupTimeS(hw, seqs, g.ranks, g.comm)),
+                        2);
         ++n;
       }
     }
     return std::sqrt(sum / n);
   };
-  EXPECT_EQ(requests[0].cost.alpha1, wrong.alpha1);  // nothing learnt before step 0
+  EXPECT_EQ(requests[0].cost.alpha1,
+            wrong.alpha1);  // nothing learnt before step 0
   for (size_t i = 1; i < plans.size(); ++i) {
     EXPECT_NE(requests[i].cost.alpha1, wrong.alpha1) << i;
     EXPECT_LT(error(i, requests[i].cost), 0.5 * error(i, wrong)) << i;
-    EXPECT_EQ(requests[i].cost.mem_per_token, requests[0].cost.mem_per_token) << i;
+    EXPECT_EQ(requests[i].cost.mem_per_token, requests[0].cost.mem_per_token)
+        << i;
   }
   EXPECT_NE(ExperimentToJson(res).find("\"learn\": true"), std::string::npos);
 }
@@ -185,7 +193,8 @@ TEST(Experiment, BadDegreeAndMicroBatchSize) {
       RunExperiment(c);
       ADD_FAILURE() << "no error";
     } catch (const InputError& e) {
-      EXPECT_EQ(e.field(), which == 0 ? "max_seqlen_per_dp_cp_rank" : "capacity_tokens");
+      EXPECT_EQ(e.field(),
+                which == 0 ? "max_seqlen_per_dp_cp_rank" : "capacity_tokens");
     }
   }
 }
@@ -223,14 +232,16 @@ TEST(Experiment, HindsightTunerMatchesBruteForceOverForcedDegrees) {
         if (r.oom || r.infeasible) continue;
         EXPECT_EQ(r.tuning, "forced");
         forced_s[d] = r.iter_s;
-        if (best_degree == 0 || r.iter_s < best_s) best_s = r.iter_s, best_degree = d;
+        if (best_degree == 0 || r.iter_s < best_s)
+          best_s = r.iter_s, best_degree = d;
       }
       ASSERT_GT(best_degree, 0) << strategy;
       EXPECT_DOUBLE_EQ(tuned.iter_s, best_s) << strategy << " seed " << seed;
       EXPECT_DOUBLE_EQ(tuned.iter_s, forced_s.at(tuned.cp_degree)) << strategy;
       ASSERT_GT(tuned.warmup_setting, 0);
       ASSERT_TRUE(forced_s.count(static_cast<int>(tuned.warmup_setting)));
-      EXPECT_DOUBLE_EQ(tuned.warmup_iter_s, forced_s.at(static_cast<int>(tuned.warmup_setting)));
+      EXPECT_DOUBLE_EQ(tuned.warmup_iter_s,
+                       forced_s.at(static_cast<int>(tuned.warmup_setting)));
       EXPECT_GE(tuned.warmup_iter_s, tuned.iter_s);
 
       // --tune warmup runs the warm-up pick, reported as such.

@@ -2,20 +2,20 @@
 // order as one run with the rules RunExperiment applies to strategies (the
 // first `warmup` batches run but are not measured, one communicator cache for
 // the run, gradient sync per batch, the same noise seeds per step).
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "fcp/cost_model.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/simulator.h"
-#include "io/strict_json.h"
 #include "fcp/unknown_names.h"
+#include "io/strict_json.h"
 #include "sim/step_totals.h"
 
 namespace fcp::sim {
@@ -26,7 +26,8 @@ using nlohmann::json;
 // The message part of an InputError ("field: what" -> "what").
 std::string WhatOf(const InputError& e) {
   const std::string all = e.what();
-  return all.size() > e.field().size() + 2 ? all.substr(e.field().size() + 2) : all;
+  return all.size() > e.field().size() + 2 ? all.substr(e.field().size() + 2)
+                                           : all;
 }
 
 // Values one JSON document of a plan file may hold: a batch of 10^7
@@ -41,10 +42,12 @@ json ParseOne(std::string_view text, const std::string& field) {
 // Item `i` of the file ({"batch", "plan"}) checked and converted.
 PlannedBatch ParseItem(const json& item, size_t i, const PlannedBatch* first) {
   const std::string field = "[" + std::to_string(i) + "]";
-  if (!item.is_object()) throw InputError(field, "must be an object {\"batch\", \"plan\"}");
+  if (!item.is_object())
+    throw InputError(field, "must be an object {\"batch\", \"plan\"}");
   for (auto it = item.begin(); it != item.end(); ++it) {
     if (it.key() != "batch" && it.key() != "plan") {
-      throw InputError(field + "." + it.key(), "unknown key (expected batch, plan)");
+      throw InputError(field + "." + it.key(),
+                       "unknown key (expected batch, plan)");
     }
   }
   if (!item.contains("batch")) throw InputError(field + ".batch", "missing");
@@ -56,41 +59,48 @@ PlannedBatch ParseItem(const json& item, size_t i, const PlannedBatch* first) {
     throw InputError(field + ".batch." + e.field(), WhatOf(e));
   }
   pb.plan = ParsePlanJson(item["plan"], pb.batch.request, field + ".plan");
-  if (first && (pb.batch.request.cluster.num_ranks != first->batch.request.cluster.num_ranks ||
+  if (first && (pb.batch.request.cluster.num_ranks !=
+                    first->batch.request.cluster.num_ranks ||
                 pb.batch.request.cluster.ranks_per_node !=
                     first->batch.request.cluster.ranks_per_node)) {
-    throw InputError(field + ".batch.cluster", "must be the same cluster as [0].batch.cluster");
+    throw InputError(field + ".batch.cluster",
+                     "must be the same cluster as [0].batch.cluster");
   }
   return pb;
 }
 
 // Refuses batches whose cluster is not the simulated one and plans with
 // all-to-all groups no runtime runs (degree not dividing the query heads).
-void CheckPlannedBatches(const std::vector<PlannedBatch>& batches, const ClusterPreset& cp,
-                         const ModelPreset& model) {
+void CheckPlannedBatches(const std::vector<PlannedBatch>& batches,
+                         const ClusterPreset& cp, const ModelPreset& model) {
   for (size_t i = 0; i < batches.size(); ++i) {
     const std::string field = "[" + std::to_string(i) + "]";
     const Cluster& c = batches[i].batch.request.cluster;
     if (c.num_ranks != cp.num_ranks) {
       throw InputError(field + ".batch.cluster.ranks",
                        std::to_string(c.num_ranks) +
-                           " ranks, but the simulated cluster (--cluster " + cp.name +
-                           ", --ranks) has " + std::to_string(cp.num_ranks));
+                           " ranks, but the simulated cluster (--cluster " +
+                           cp.name + ", --ranks) has " +
+                           std::to_string(cp.num_ranks));
     }
     if (c.ranks_per_node != cp.ranks_per_node) {
       throw InputError(field + ".batch.cluster.ranks_per_node",
-                       std::to_string(c.ranks_per_node) + " ranks per node, but --cluster " +
-                           cp.name + " has " + std::to_string(cp.ranks_per_node));
+                       std::to_string(c.ranks_per_node) +
+                           " ranks per node, but --cluster " + cp.name +
+                           " has " + std::to_string(cp.ranks_per_node));
     }
     const std::vector<MicroBatchPlan>& mbs = batches[i].plan.micro_batches;
     for (size_t m = 0; m < mbs.size(); ++m) {
       for (size_t g = 0; g < mbs[m].groups.size(); ++g) {
         const GroupPlan& gp = mbs[m].groups[g];
-        if (gp.comm != CommKind::kAllToAll || AllToAllDegreeRuns(model.shape, gp.degree()))
+        if (gp.comm != CommKind::kAllToAll ||
+            AllToAllDegreeRuns(model.shape, gp.degree()))
           continue;
         throw InputError(
-            fmt::format("{}.plan.micro_batches[{}].groups[{}].comm", field, m, g),
-            fmt::format("an all-to-all group of degree {} does not divide q_heads = {} of {} "
+            fmt::format("{}.plan.micro_batches[{}].groups[{}].comm", field, m,
+                        g),
+            fmt::format("an all-to-all group of degree {} does not divide "
+                        "q_heads = {} of {} "
                         "(no runtime pads heads)",
                         gp.degree(), model.shape.q_heads, model.shape.name));
       }
@@ -129,7 +139,8 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
   json batch;
   batch["cluster"] = {{"ranks", request.cluster.num_ranks},
                       {"ranks_per_node", request.cluster.ranks_per_node}};
-  if (request.model && FindModelPreset(request.model->name)) batch["model"] = request.model->name;
+  if (request.model && FindModelPreset(request.model->name))
+    batch["model"] = request.model->name;
   batch["cost_model"] = json::parse(CostModelToJson(request.cost, -1));
   // What the planner ranked by, so that `fcp plan` of the batch makes the plan.
   if (request.grad_sync) {
@@ -137,15 +148,17 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
                           {"buckets", request.grad_sync->buckets},
                           {"forward_share", request.grad_sync->forward_share}};
   }
-  if (request.group_time_sigma > 0) batch["group_time_sigma"] = request.group_time_sigma;
+  if (request.group_time_sigma > 0)
+    batch["group_time_sigma"] = request.group_time_sigma;
   if (request.communicators) {
     batch["communicators"] = {{"create_s", request.communicators->create_s},
                               {"existing", request.communicators->existing}};
   }
   json seqs = json::array();
   for (const Sequence& s : request.sequences) {
-    seqs.push_back(s.eta == 0 ? json(s.length_tokens)
-                              : json{{"length", s.length_tokens}, {"eta", s.eta}});
+    seqs.push_back(s.eta == 0
+                       ? json(s.length_tokens)
+                       : json{{"length", s.length_tokens}, {"eta", s.eta}});
   }
   batch["sequences"] = std::move(seqs);
   json out;
@@ -162,18 +175,22 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
   if (batches.empty()) throw InputError("plan", "no batches");
   if (cfg.warmup < 0) throw InputError("warmup", "must be >= 0");
   if (static_cast<size_t>(cfg.warmup) >= batches.size()) {
-    throw InputError("warmup", "must be smaller than the number of batches in the plan file (" +
-                                   std::to_string(batches.size()) + ")");
+    throw InputError(
+        "warmup",
+        "must be smaller than the number of batches in the plan file (" +
+            std::to_string(batches.size()) + ")");
   }
   const ModelPreset* model = FindModelPreset(cfg.model);
   if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
   const ClusterPreset* cluster = FindClusterPreset(cfg.cluster);
-  if (!cluster) throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
+  if (!cluster)
+    throw InputError("cluster", UnknownClusterPresetMessage(cfg.cluster));
   // The topology is the simulated hardware's (--cluster, --ranks), never the
   // batch's claim: a plan cannot buy faster links by declaring more ranks per
   // node. The rank count defaults to the batches'.
   ClusterPreset cp = *cluster;
-  cp.num_ranks = cfg.ranks > 0 ? cfg.ranks : batches[0].batch.request.cluster.num_ranks;
+  cp.num_ranks =
+      cfg.ranks > 0 ? cfg.ranks : batches[0].batch.request.cluster.num_ranks;
   cp.ranks_per_node = std::max(1, std::min(cp.ranks_per_node, cp.num_ranks));
   CheckPlannedBatches(batches, cp, *model);
   HardwareModel hw = MakeHardwareModel(*model, cp);
@@ -199,7 +216,8 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     so.noise_seed = cfg.seed * 1000003ULL + i;
     so.communicator_cache = &cache;
     const int before = static_cast<int>(cache.size());
-    const SimResult sim = SimulatePlan(hw, pb.plan, pb.batch.request.sequences, so);
+    const SimResult sim =
+        SimulatePlan(hw, pb.plan, pb.batch.request.sequences, so);
     if (cfg.progress) {
       cfg.progress("[simulate --plan] batch " + std::to_string(i + 1) + "/" +
                    std::to_string(batches.size()));
@@ -213,14 +231,17 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
     prev_iter_s = sim.iter_s;
     if (i < static_cast<size_t>(cfg.warmup)) continue;
     if (i == static_cast<size_t>(cfg.warmup) && cfg.on_first_measured_step)
-      cfg.on_first_measured_step(pb.plan, pb.batch.request.sequences, sim, cp.ranks_per_node);
+      cfg.on_first_measured_step(pb.plan, pb.batch.request.sequences, sim,
+                                 cp.ranks_per_node);
     double tokens = 0;
     for (const Sequence& seq : pb.batch.request.sequences) {
       tokens += static_cast<double>(seq.length_tokens);
     }
-    totals.Add(pb.plan, sim, hide_behind, static_cast<double>(cache.size()) - before,
-               hw.group_create_s, tokens, r);
-    bound_sum += PhysicalLowerBoundS(hw, pb.batch.request.sequences, cfg.overlap_grad_reduce, {});
+    totals.Add(pb.plan, sim, hide_behind,
+               static_cast<double>(cache.size()) - before, hw.group_create_s,
+               tokens, r);
+    bound_sum += PhysicalLowerBoundS(hw, pb.batch.request.sequences,
+                                     cfg.overlap_grad_reduce, {});
     gbs += static_cast<int64_t>(pb.batch.request.sequences.size());
     for (const auto& mb : pb.plan.micro_batches) {
       for (const auto& g : mb.groups) ++r.degree_histogram[g.degree()];

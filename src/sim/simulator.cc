@@ -1,5 +1,5 @@
-// The hardware simulator (docs/design.md §5). See include/fcp/simulator.h for the
-// contract and docs/simulator.md for the model in prose.
+// The hardware simulator (docs/design.md §5). See include/fcp/simulator.h for
+// the contract and docs/simulator.md for the model in prose.
 //
 // Per group of d ranks holding sequences s_k (all ranks symmetric). P = the
 // recompute policy's passes: forward-equivalent passes of the linear layers
@@ -59,6 +59,8 @@
 //    exposed, and the step ends with the latest rank.
 #include "fcp/simulator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -71,8 +73,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <unistd.h>
-
 #include "fcp/datasets.h"
 
 namespace fcp::sim {
@@ -80,34 +80,48 @@ namespace {
 
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
-constexpr double kAttnBackwardFactor = 2.5;  // backward FLOPs / forward (5 vs 2 GEMMs)
+constexpr double kAttnBackwardFactor =
+    2.5;  // backward FLOPs / forward (5 vs 2 GEMMs)
 constexpr double kMaxEfficiency = 0.95;
 constexpr double kMaxCausalSlowdown = 2.0;  // a causal block does half the work
 constexpr double kVisionChunkTiles = 16;
-// megatron-core DistributedDataParallel: bucket_size = max(40M, 1M · dp) params.
+// megatron-core DistributedDataParallel: bucket_size = max(40M, 1M · dp)
+// params.
 constexpr double kMinBucketParams = 40e6;
 constexpr double kBucketParamsPerRank = 1e6;
 
-double Dq(const ModelShape& s) { return static_cast<double>(s.q_heads) * s.head_dim; }
-double Dkv(const ModelShape& s) { return static_cast<double>(s.kv_heads) * s.head_dim; }
+double Dq(const ModelShape& s) {
+  return static_cast<double>(s.q_heads) * s.head_dim;
+}
+double Dkv(const ModelShape& s) {
+  return static_cast<double>(s.kv_heads) * s.head_dim;
+}
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Passes of the recompute policy (file comment).
 struct Passes {
-  double linear = 4;      // forward-equivalent passes of linear layers / elementwise
-  double attn_fwd = 2;    // attention forwards
-  double kernel = 3;      // passes of a layer's kernel launches
+  double linear =
+      4;  // forward-equivalent passes of linear layers / elementwise
+  double attn_fwd = 2;  // attention forwards
+  double kernel = 3;    // passes of a layer's kernel launches
 };
 
 Passes PassesOf(const HardwareModel& hw) {
   Passes p;
   switch (hw.recompute) {
-    case Recompute::kFull: p = {4, 2, 3}; break;
-    case Recompute::kSelective: p = {3, 2, 2}; break;
-    case Recompute::kNone: p = {3, 1, 2}; break;
+    case Recompute::kFull:
+      p = {4, 2, 3};
+      break;
+    case Recompute::kSelective:
+      p = {3, 2, 2};
+      break;
+    case Recompute::kNone:
+      p = {3, 1, 2};
+      break;
   }
-  if (hw.linear_recompute_fraction >= 0) p.linear = 3.0 + std::min(1.0, hw.linear_recompute_fraction);
+  if (hw.linear_recompute_fraction >= 0)
+    p.linear = 3.0 + std::min(1.0, hw.linear_recompute_fraction);
   return p;
 }
 
@@ -166,13 +180,15 @@ Placement Place(const HardwareModel& hw, std::span<const int> ranks) {
 }
 
 // All-to-all time for `bytes` sent by each rank, spread evenly over d-1 peers.
-double AllToAllS(const HardwareModel& hw, const Placement& p, int d, double bytes) {
+double AllToAllS(const HardwareModel& hw, const Placement& p, int d,
+                 double bytes) {
   if (d <= 1) return 0.0;
   const double per_peer = bytes / (d - 1);
   const double t_in = p.same_node_peers * per_peer / hw.bw_intra_node;
   const double t_out = p.other_node_peers * per_peer / hw.bw_inter_node;
   const double lat = p.one_node ? hw.latency_intra_s : hw.latency_inter_s;
-  return std::max(t_in, t_out) + lat * (1.0 + std::ceil(std::log2(static_cast<double>(d))));
+  return std::max(t_in, t_out) +
+         lat * (1.0 + std::ceil(std::log2(static_cast<double>(d))));
 }
 
 double TotalParamsForMemory(const HardwareModel& hw, double* vision_out) {
@@ -185,7 +201,8 @@ double StaticMemBytes(const HardwareModel& hw) {
   double vision = 0;
   const double backbone = TotalParamsForMemory(hw, &vision);
   const double n = std::max(1, hw.num_ranks);
-  double bytes = 4.0 * backbone + 12.0 * backbone / n + hw.framework_reserve_bytes;
+  double bytes =
+      4.0 * backbone + 12.0 * backbone / n + hw.framework_reserve_bytes;
   if (vision > 0) {
     bytes += hw.vision_frozen ? 2.0 * vision : 4.0 * vision + 12.0 * vision / n;
   }
@@ -208,10 +225,13 @@ GradSync GradSyncOf(const HardwareModel& hw) {
   const bool one_node = n <= hw.ranks_per_node;
   const double bw = one_node ? hw.bw_intra_node : hw.bw_inter_node;
   const double lat = one_node ? hw.latency_intra_s : hw.latency_inter_s;
-  if (n > 1) g.collective_s = kBf16 * params * (n - 1.0) / n / bw + (n - 1.0) * lat;
-  g.buckets = std::max(1.0, std::ceil(params / std::max(kMinBucketParams,
-                                                         kBucketParamsPerRank * n)));
-  g.optimizer_s = (12.0 + 12.0 + kBf16) * params / std::max(1, n) / hw.hbm_bytes_per_s;
+  if (n > 1)
+    g.collective_s = kBf16 * params * (n - 1.0) / n / bw + (n - 1.0) * lat;
+  g.buckets = std::max(
+      1.0,
+      std::ceil(params / std::max(kMinBucketParams, kBucketParamsPerRank * n)));
+  g.optimizer_s =
+      (12.0 + 12.0 + kBf16) * params / std::max(1, n) / hw.hbm_bytes_per_s;
   return g;
 }
 
@@ -247,9 +267,12 @@ Recompute ParseRecompute(std::string_view name) {
 
 std::string_view RecomputeName(Recompute policy) {
   switch (policy) {
-    case Recompute::kFull: return "full";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kNone: return "none";
+    case Recompute::kFull:
+      return "full";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kNone:
+      return "none";
   }
   return "full";
 }
@@ -260,11 +283,13 @@ double LayerParams(const ModelShape& s) {
 }
 
 double BackboneParams(const ModelShape& s) {
-  return s.layers * LayerParams(s) + 2.0 * s.hidden * static_cast<double>(s.vocab);
+  return s.layers * LayerParams(s) +
+         2.0 * s.hidden * static_cast<double>(s.vocab);
 }
 
 double VisionParams(const ModelShape& s) {
-  return 12.0 * s.vision_layers * static_cast<double>(s.vision_hidden) * s.vision_hidden;
+  return 12.0 * s.vision_layers * static_cast<double>(s.vision_hidden) *
+         s.vision_hidden;
 }
 
 double LayerGemmFlopsForward(const ModelShape& s, double tokens) {
@@ -277,30 +302,37 @@ double LayerAttentionFlopsForward(const ModelShape& s, double len, double eta) {
 
 double CausalSlowdown(const HardwareModel& hw, double tokens) {
   if (tokens <= 0) return kMaxCausalSlowdown;
-  return std::clamp(1.0 + hw.attn_causal_gain * std::pow(tokens / 512.0, -hw.attn_causal_exponent),
-                    1.0, kMaxCausalSlowdown);
+  return std::clamp(
+      1.0 + hw.attn_causal_gain *
+                std::pow(tokens / 512.0, -hw.attn_causal_exponent),
+      1.0, kMaxCausalSlowdown);
 }
 
-double AttentionForwardEfficiency(const HardwareModel& hw, double tokens, double eta) {
-  return MixedEfficiency(Hyperbolic(hw.attn_fwd_eff_max, hw.attn_fwd_half_tokens, tokens),
-                         CausalSlowdown(hw, tokens), eta);
+double AttentionForwardEfficiency(const HardwareModel& hw, double tokens,
+                                  double eta) {
+  return MixedEfficiency(
+      Hyperbolic(hw.attn_fwd_eff_max, hw.attn_fwd_half_tokens, tokens),
+      CausalSlowdown(hw, tokens), eta);
 }
 
-double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens, double eta) {
-  return MixedEfficiency(Hyperbolic(hw.attn_bwd_eff_max, hw.attn_bwd_half_tokens, tokens),
-                         CausalSlowdown(hw, tokens), eta);
+double AttentionBackwardEfficiency(const HardwareModel& hw, double tokens,
+                                   double eta) {
+  return MixedEfficiency(
+      Hyperbolic(hw.attn_bwd_eff_max, hw.attn_bwd_half_tokens, tokens),
+      CausalSlowdown(hw, tokens), eta);
 }
 
 double GemmEfficiency(const HardwareModel& hw, double rows) {
   return Hyperbolic(hw.gemm_eff_max, hw.gemm_eff_half_tokens, rows);
 }
 
-HardwareModel MakeHardwareModel(const ModelPreset& model, const ClusterPreset& cluster,
-                                int num_ranks) {
+HardwareModel MakeHardwareModel(const ModelPreset& model,
+                                const ClusterPreset& cluster, int num_ranks) {
   if (num_ranks < 0) throw InputError("ranks", "must be >= 1");
   HardwareModel hw;
   hw.num_ranks = num_ranks > 0 ? num_ranks : cluster.num_ranks;
-  hw.ranks_per_node = std::max(1, std::min(cluster.ranks_per_node, hw.num_ranks));
+  hw.ranks_per_node =
+      std::max(1, std::min(cluster.ranks_per_node, hw.num_ranks));
   hw.peak_flops = cluster.peak_flops;
   hw.mem_capacity_bytes = cluster.mem_bytes;
   hw.bw_intra_node = cluster.bw_intra_node;
@@ -323,11 +355,13 @@ HardwareModel MakeHardwareModel(const ModelPreset& model, const ClusterPreset& c
   return hw;
 }
 
-GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> sequences,
+GroupSimResult SimulateGroup(const HardwareModel& hw,
+                             std::span<const Sequence> sequences,
                              std::span<const int> ranks, CommKind comm,
                              std::span<const int64_t> vision_tokens) {
   if (ranks.empty()) throw InputError("ranks", "group has no ranks");
-  if (sequences.empty()) throw InputError("sequences", "group has no sequences");
+  if (sequences.empty())
+    throw InputError("sequences", "group has no sequences");
   if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -370,26 +404,32 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   // Linear layers and LM head.
   const double gemm_rate = hw.peak_flops * GemmEfficiency(hw, m);
   const double layer_gemm_fwd_s = L * LayerGemmFlopsForward(s, m) / gemm_rate;
-  const double head_fwd_s = 2.0 * m * h * static_cast<double>(s.vocab) / gemm_rate;
+  const double head_fwd_s =
+      2.0 * m * h * static_cast<double>(s.vocab) / gemm_rate;
   r.gemm_s = passes.linear * layer_gemm_fwd_s + 3.0 * head_fwd_s;
   // Elementwise, HBM-bound.
-  const double elementwise_pass_s =
-      L * m * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) / hw.hbm_bytes_per_s;
+  const double elementwise_pass_s = L * m * kBf16 *
+                                    (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) /
+                                    hw.hbm_bytes_per_s;
   r.elementwise_s = passes.linear * elementwise_pass_s;
   double launches = L * passes.kernel * hw.kernels_per_layer_pass;
   double launches_fwd = L * hw.kernels_per_layer_pass;
 
   // Attention (per layer, then × L).
-  double attn_compute_layer = 0, attn_wall_layer = 0, comm_layer = 0, bytes_layer = 0;
+  double attn_compute_layer = 0, attn_wall_layer = 0, comm_layer = 0,
+         bytes_layer = 0;
   double attn_fwd_wall_layer = 0;  // one forward pass
   if (d == 1) {
     double fwd = 0, bwd = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
-      const double flops = LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta);
+      const double flops =
+          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta);
       const double eta = sequences[k].eta;
-      fwd += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, padded_len[k], eta));
-      bwd += kAttnBackwardFactor * flops /
-             (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
+      fwd += flops / (hw.peak_flops *
+                      AttentionForwardEfficiency(hw, padded_len[k], eta));
+      bwd +=
+          kAttnBackwardFactor * flops /
+          (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
     }
     attn_compute_layer = passes.attn_fwd * fwd + bwd;
     attn_wall_layer = attn_compute_layer;
@@ -399,10 +439,13 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
     double fwd_diag = 0, fwd_off = 0, bwd_diag = 0, bwd_off = 0, kv_bytes = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
       const double flops =
-          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) / (double(d) * d);
+          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) /
+          (double(d) * d);
       const double c = chunk[k], eta = sequences[k].eta;
-      fwd_diag += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, eta));
-      fwd_off += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, 1.0));
+      fwd_diag +=
+          flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, eta));
+      fwd_off +=
+          flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, 1.0));
       bwd_diag += kAttnBackwardFactor * flops /
                   (hw.peak_flops * AttentionBackwardEfficiency(hw, c, eta));
       bwd_off += kAttnBackwardFactor * flops /
@@ -410,11 +453,12 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
       kv_bytes += c * 2.0 * dkv * kBf16;
     }
     const double x_fwd = kv_bytes / bw + lat;
-    const double x_bwd = kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;  // KV + dKV fp32
-    const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;          // dKV back home
+    const double x_bwd =
+        kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;          // KV + dKV fp32
+    const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;  // dKV back home
     // Steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
     auto pass = [&](double diag, double off, double x) {
-      double t = std::max(diag, x);            // step 0 (diagonal)
+      double t = std::max(diag, x);  // step 0 (diagonal)
       t += (d - 2) * std::max(off, x);
       t += off;  // last step: nothing left to receive
       return t;
@@ -422,8 +466,8 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
     attn_fwd_wall_layer = pass(fwd_diag, fwd_off, x_fwd);
     const double bwd_wall = pass(bwd_diag, bwd_off, x_bwd) + x_home;
     attn_wall_layer = passes.attn_fwd * attn_fwd_wall_layer + bwd_wall;
-    attn_compute_layer =
-        passes.attn_fwd * (fwd_diag + (d - 1) * fwd_off) + bwd_diag + (d - 1) * bwd_off;
+    attn_compute_layer = passes.attn_fwd * (fwd_diag + (d - 1) * fwd_off) +
+                         bwd_diag + (d - 1) * bwd_off;
     comm_layer = passes.attn_fwd * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
     bytes_layer = kv_bytes * (passes.attn_fwd * (d - 1) + 3.0 * (d - 1) + 2.0);
     launches += L * (2.0 * passes.attn_fwd * d + 3.0 * d + 1.0);
@@ -431,21 +475,26 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   } else {
     // Ulysses all-to-all.
     const double hq = static_cast<double>(CeilDiv(s.q_heads, d));
-    const double hkv = static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
+    const double hkv =
+        static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
     double fwd = 0, bwd = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
       const double flops =
-          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) * hq / s.q_heads;
+          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) * hq /
+          s.q_heads;
       const double eta = sequences[k].eta;
-      fwd += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, padded_len[k], eta));
-      bwd += kAttnBackwardFactor * flops /
-             (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
+      fwd += flops / (hw.peak_flops *
+                      AttentionForwardEfficiency(hw, padded_len[k], eta));
+      bwd +=
+          kAttnBackwardFactor * flops /
+          (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
     }
     attn_compute_layer = passes.attn_fwd * fwd + bwd;
     const double hd = s.head_dim;
     const double bytes_qkv = (d - 1) * m * (hq + 2.0 * hkv) * hd * kBf16;
     const double bytes_o = (d - 1) * m * hq * hd * kBf16;
-    const double t_pass = AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
+    const double t_pass =
+        AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
     comm_layer = (passes.attn_fwd + 1.0) * t_pass;
     bytes_layer = (passes.attn_fwd + 1.0) * (bytes_qkv + bytes_o);
     attn_wall_layer = attn_compute_layer + comm_layer;
@@ -464,10 +513,12 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
     double vt = 0;
     for (size_t k = 0; k < sequences.size(); ++k) {
       if (!vision_tokens.empty()) {
-        vt += static_cast<double>(std::min(vision_tokens[k], sequences[k].length_tokens));
+        vt += static_cast<double>(
+            std::min(vision_tokens[k], sequences[k].length_tokens));
       } else if (hw.vision_tokens_per_tile > 0) {
         const double len = static_cast<double>(sequences[k].length_tokens);
-        vt += std::min(len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
+        vt += std::min(
+            len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
       }
     }
     if (vt > 0) {
@@ -475,24 +526,29 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
       const double tokens_per_rank = vt / d;
       patches_per_rank = tokens_per_rank * hw.vision_patches_per_token;
       const double vit_gemm_fwd = 2.0 * 12.0 * vh * vh * vl * patches_per_rank;
-      const double vit_attn_fwd = 4.0 * vh * hw.vision_patches_per_tile * vl * patches_per_rank;
-      const double proj_fwd =
-          2.0 * tokens_per_rank * (vh * hw.vision_patches_per_token * h + h * h);
+      const double vit_attn_fwd =
+          4.0 * vh * hw.vision_patches_per_tile * vl * patches_per_rank;
+      const double proj_fwd = 2.0 * tokens_per_rank *
+                              (vh * hw.vision_patches_per_token * h + h * h);
       const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
       // Full attention inside a tile: forward rate for the forward passes, the
       // backward rate for the backward's 2.5× FLOPs.
       const double vit_attn_fwd_s =
           vit_attn_fwd /
-          (hw.peak_flops * AttentionForwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
+          (hw.peak_flops *
+           AttentionForwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
       const double vit_attn_bwd_s =
           kAttnBackwardFactor * vit_attn_fwd /
-          (hw.peak_flops * AttentionBackwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
+          (hw.peak_flops *
+           AttentionBackwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
       const double vit_gemm_s =
           vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, patches_per_rank));
-      const double proj_s = proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
+      const double proj_s =
+          proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
       vision_fwd_s = vit_gemm_s + vit_attn_fwd_s + proj_s;
       r.vision_s = vision_passes * vit_gemm_s +
-                   (hw.vision_frozen ? vit_attn_fwd_s : 2.0 * vit_attn_fwd_s + vit_attn_bwd_s) +
+                   (hw.vision_frozen ? vit_attn_fwd_s
+                                     : 2.0 * vit_attn_fwd_s + vit_attn_bwd_s) +
                    3.0 * proj_s;
       launches += vl * vision_passes * hw.kernels_per_layer_pass;
       launches_fwd += vl * hw.kernels_per_layer_pass;
@@ -500,9 +556,11 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
   }
   r.launch_s = launches * hw.launch_s;
 
-  r.time_s = r.gemm_s + r.elementwise_s + L * attn_wall_layer + r.launch_s + r.vision_s;
+  r.time_s = r.gemm_s + r.elementwise_s + L * attn_wall_layer + r.launch_s +
+             r.vision_s;
   r.forward_s = layer_gemm_fwd_s + head_fwd_s + elementwise_pass_s +
-                L * attn_fwd_wall_layer + launches_fwd * hw.launch_s + vision_fwd_s;
+                L * attn_fwd_wall_layer + launches_fwd * hw.launch_s +
+                vision_fwd_s;
   r.backward_s = std::max(0.0, r.time_s - r.forward_s);
 
   // Memory per rank.
@@ -515,8 +573,8 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
     // from its pixel inputs in the backward: memory is the pixel patches
     // (3·14² bf16 each) plus one chunk's working set of one ViT layer.
     const double vh = s.vision_hidden;
-    const double chunk_patches =
-        std::min(patches_per_rank, kVisionChunkTiles * hw.vision_patches_per_tile);
+    const double chunk_patches = std::min(
+        patches_per_rank, kVisionChunkTiles * hw.vision_patches_per_tile);
     act += patches_per_rank * 3.0 * 14.0 * 14.0;  // uint8 pixels
     act += chunk_patches * kBf16 * 16.0 * vh;
     if (!hw.vision_frozen) act += chunk_patches * kBf16 * s.vision_layers * vh;
@@ -529,14 +587,15 @@ GroupSimResult SimulateGroup(const HardwareModel& hw, std::span<const Sequence> 
 CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
   const ModelShape& s = hw.shape;
   const double dq = Dq(s), dkv = Dkv(s);
-  double per_token =
-      ActivationBytesPerToken(hw) + std::max(2.0 * dkv * kBf16, (dq + 2.0 * dkv) * kBf16);
+  double per_token = ActivationBytesPerToken(hw) +
+                     std::max(2.0 * dkv * kBf16, (dq + 2.0 * dkv) * kBf16);
   double fixed = StaticMemBytes(hw);
   if (hw.multimodal && s.vision_layers > 0) {
     per_token += hw.vision_patches_per_token * 3.0 * 14.0 * 14.0;
     const double chunk = kVisionChunkTiles * hw.vision_patches_per_tile;
     fixed += chunk * kBf16 * 16.0 * s.vision_hidden;
-    if (!hw.vision_frozen) fixed += chunk * kBf16 * s.vision_layers * s.vision_hidden;
+    if (!hw.vision_frozen)
+      fixed += chunk * kBf16 * s.vision_layers * s.vision_hidden;
   }
   cm.mem_per_token = per_token * 1.005;
   cm.mem_static = fixed;
@@ -544,29 +603,35 @@ CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
   return cm;
 }
 
-double SimulateGroupTimeS(const HardwareModel& hw, std::span<const Sequence> sequences,
+double SimulateGroupTimeS(const HardwareModel& hw,
+                          std::span<const Sequence> sequences,
                           std::span<const int> ranks, CommKind comm,
                           std::span<const int64_t> vision_tokens) {
   return SimulateGroup(hw, sequences, ranks, comm, vision_tokens).time_s;
 }
 
 SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
-                       std::span<const Sequence> sequences, const SimOptions& options) {
+                       std::span<const Sequence> sequences,
+                       const SimOptions& options) {
   if (plan.status != PlanStatus::kOk)
-    throw InputError("plan.status", "cannot simulate an infeasible plan: " + plan.message);
-  if (!options.vision_tokens.empty() && options.vision_tokens.size() != sequences.size())
+    throw InputError("plan.status",
+                     "cannot simulate an infeasible plan: " + plan.message);
+  if (!options.vision_tokens.empty() &&
+      options.vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   if (options.noise_rel < 0) throw InputError("noise", "must be >= 0");
   const int n = hw.num_ranks;
   SimResult res;
-  std::vector<double> ready(static_cast<size_t>(n), 0.0), busy(static_cast<size_t>(n), 0.0);
+  std::vector<double> ready(static_cast<size_t>(n), 0.0),
+      busy(static_cast<size_t>(n), 0.0);
   // Per rank: the backward phase of its last group, the forward of its first
   // (the windows a bucketed gradient sync hides behind).
   std::vector<double> last_backward(static_cast<size_t>(n), 0.0);
   std::vector<double> first_forward(static_cast<size_t>(n), -1.0);
   std::set<std::vector<int>> local_communicators;
-  std::set<std::vector<int>>& communicators =
-      options.communicator_cache ? *options.communicator_cache : local_communicators;
+  std::set<std::vector<int>>& communicators = options.communicator_cache
+                                                  ? *options.communicator_cache
+                                                  : local_communicators;
   DeterministicRng rng(options.noise_seed ^ 0x73696D6E6F697365ULL);
   std::vector<Sequence> group_seqs;
   std::vector<int64_t> group_vision;
@@ -576,29 +641,35 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
     const auto& groups = plan.micro_batches[mb].groups;
     for (size_t g = 0; g < groups.size(); ++g) {
       const GroupPlan& gp = groups[g];
-      const std::string where =
-          "plan.micro_batches[" + std::to_string(mb) + "].groups[" + std::to_string(g) + "]";
+      const std::string where = "plan.micro_batches[" + std::to_string(mb) +
+                                "].groups[" + std::to_string(g) + "]";
       group_seqs.clear();
       group_vision.clear();
       for (int idx : gp.sequences) {
         if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
-          throw InputError(where + ".sequences", "index " + std::to_string(idx) +
-                                                     " outside the batch");
+          throw InputError(
+              where + ".sequences",
+              "index " + std::to_string(idx) + " outside the batch");
         group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
         if (!options.vision_tokens.empty())
-          group_vision.push_back(options.vision_tokens[static_cast<size_t>(idx)]);
-        res.tokens += static_cast<double>(sequences[static_cast<size_t>(idx)].length_tokens);
+          group_vision.push_back(
+              options.vision_tokens[static_cast<size_t>(idx)]);
+        res.tokens += static_cast<double>(
+            sequences[static_cast<size_t>(idx)].length_tokens);
       }
       for (int rank : gp.ranks) {
         if (rank < 0 || rank >= n)
           throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
-                                                 " outside [0, " + std::to_string(n) + ")");
+                                                 " outside [0, " +
+                                                 std::to_string(n) + ")");
       }
       if (group_seqs.empty()) continue;  // an idle group does nothing
-      const GroupSimResult gr = SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
+      const GroupSimResult gr =
+          SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
       if (gr.oom) {
         char buf[160];
-        std::snprintf(buf, sizeof buf, "needs %.2f GB per rank > %.2f GB (simulated)",
+        std::snprintf(buf, sizeof buf,
+                      "needs %.2f GB per rank > %.2f GB (simulated)",
                       gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
         res = SimResult{};
         res.oom = true;
@@ -613,7 +684,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         dur *= noise;
       }
       double start = 0;
-      for (int rank : gp.ranks) start = std::max(start, ready[static_cast<size_t>(rank)]);
+      for (int rank : gp.ranks)
+        start = std::max(start, ready[static_cast<size_t>(rank)]);
       if (gp.ranks.size() > 1) {
         std::vector<int> key = gp.ranks;
         std::sort(key.begin(), key.end());
@@ -624,7 +696,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         }
       }
       const double end = start + dur;
-      res.group_spans.push_back({static_cast<int>(mb), static_cast<int>(g), start, end});
+      res.group_spans.push_back(
+          {static_cast<int>(mb), static_cast<int>(g), start, end});
       for (int rank : gp.ranks) {
         const auto r = static_cast<size_t>(rank);
         ready[r] = end;
@@ -637,7 +710,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
     }
     res.micro_batch_end_s.push_back(mb_end);
   }
-  res.compute_s = ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
+  res.compute_s =
+      ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
 
   if (options.include_grad_sync) {
     const GradSync gs = GradSyncOf(hw);
@@ -649,11 +723,12 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       // an idle rank lengthens it by at most that work.
       double end_s = 0;
       for (size_t r = 0; r < ready.size(); ++r) {
-        end_s = std::max(end_s,
-                         ExposedBucketed(gs.collective_s, gs.buckets,
-                                         std::max(0.0, first_forward[r])) +
-                             ready[r] +
-                             ExposedBucketed(gs.collective_s, gs.buckets, last_backward[r]));
+        end_s = std::max(
+            end_s,
+            ExposedBucketed(gs.collective_s, gs.buckets,
+                            std::max(0.0, first_forward[r])) +
+                ready[r] +
+                ExposedBucketed(gs.collective_s, gs.buckets, last_backward[r]));
       }
       res.grad_sync_s = end_s - res.compute_s + gs.optimizer_s;
     } else {
@@ -663,59 +738,76 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   res.iter_s = res.compute_s + res.grad_sync_s;
   res.tokens_per_s = res.iter_s > 0 ? res.tokens / res.iter_s : 0.0;
   const double total_busy = std::accumulate(busy.begin(), busy.end(), 0.0);
-  res.busy_fraction = res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
+  res.busy_fraction =
+      res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
   return res;
 }
 
-double PhysicalLowerBoundS(const HardwareModel& hw, std::span<const Sequence> sequences,
-                           bool overlap_grad_reduce, std::span<const int64_t> vision_tokens) {
+double PhysicalLowerBoundS(const HardwareModel& hw,
+                           std::span<const Sequence> sequences,
+                           bool overlap_grad_reduce,
+                           std::span<const int64_t> vision_tokens) {
   if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   const ModelShape& s = hw.shape;
   const Passes passes = PassesOf(hw);
   const double L = s.layers, h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
-  const double gemm_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.gemm_eff_max);
-  const double fwd_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.attn_fwd_eff_max);
-  const double bwd_rate = hw.peak_flops * std::min(kMaxEfficiency, hw.attn_bwd_eff_max);
+  const double gemm_rate =
+      hw.peak_flops * std::min(kMaxEfficiency, hw.gemm_eff_max);
+  const double fwd_rate =
+      hw.peak_flops * std::min(kMaxEfficiency, hw.attn_fwd_eff_max);
+  const double bwd_rate =
+      hw.peak_flops * std::min(kMaxEfficiency, hw.attn_bwd_eff_max);
   double work_s = 0;
   for (size_t k = 0; k < sequences.size(); ++k) {
     const double len = static_cast<double>(sequences[k].length_tokens);
     work_s += (passes.linear * L * LayerGemmFlopsForward(s, len) +
-               3.0 * 2.0 * len * h * static_cast<double>(s.vocab)) / gemm_rate;
-    work_s += passes.linear * L * len * kBf16 * (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) /
-              hw.hbm_bytes_per_s;
-    const double attn = L * LayerAttentionFlopsForward(s, len, sequences[k].eta);
-    work_s += passes.attn_fwd * attn / fwd_rate + kAttnBackwardFactor * attn / bwd_rate;
+               3.0 * 2.0 * len * h * static_cast<double>(s.vocab)) /
+              gemm_rate;
+    work_s += passes.linear * L * len * kBf16 *
+              (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) / hw.hbm_bytes_per_s;
+    const double attn =
+        L * LayerAttentionFlopsForward(s, len, sequences[k].eta);
+    work_s += passes.attn_fwd * attn / fwd_rate +
+              kAttnBackwardFactor * attn / bwd_rate;
     if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
       double vt = 0;
       if (!vision_tokens.empty()) {
-        vt = static_cast<double>(std::min(vision_tokens[k], sequences[k].length_tokens));
+        vt = static_cast<double>(
+            std::min(vision_tokens[k], sequences[k].length_tokens));
       } else if (hw.vision_tokens_per_tile > 0) {
-        vt = std::min(len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
+        vt = std::min(len,
+                      sequences[k].eta * len * len / hw.vision_tokens_per_tile);
       }
       const double vh = s.vision_hidden, vl = s.vision_layers;
       const double patches = vt * hw.vision_patches_per_token;
       const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
-      const double vit_attn = 4.0 * vh * hw.vision_patches_per_tile * vl * patches;
-      work_s += vision_passes * 2.0 * 12.0 * vh * vh * vl * patches / gemm_rate +
-                (hw.vision_frozen ? vit_attn / fwd_rate
-                                  : 2.0 * vit_attn / fwd_rate +
-                                        kAttnBackwardFactor * vit_attn / bwd_rate) +
-                3.0 * 2.0 * vt * (vh * hw.vision_patches_per_token * h + h * h) / gemm_rate;
+      const double vit_attn =
+          4.0 * vh * hw.vision_patches_per_tile * vl * patches;
+      work_s +=
+          vision_passes * 2.0 * 12.0 * vh * vh * vl * patches / gemm_rate +
+          (hw.vision_frozen ? vit_attn / fwd_rate
+                            : 2.0 * vit_attn / fwd_rate +
+                                  kAttnBackwardFactor * vit_attn / bwd_rate) +
+          3.0 * 2.0 * vt * (vh * hw.vision_patches_per_token * h + h * h) /
+              gemm_rate;
     }
   }
   const GradSync gs = GradSyncOf(hw);
   const double compute_s = work_s / std::max(1, hw.num_ranks);
-  if (!overlap_grad_reduce) return compute_s + 2.0 * gs.collective_s + gs.optimizer_s;
+  if (!overlap_grad_reduce)
+    return compute_s + 2.0 * gs.collective_s + gs.optimizer_s;
   // With overlap a rank r ends at AG_r + ready_r + RS_r (SimulatePlan), each
   // collective exposing one bucket b plus max(0, T - b - window), the windows
   // F_r (first forward) and B_r (last backward) lying within ready_r. So
-  //   end_r >= 2b + ready_r   and   end_r >= 2b + 2(T - b) + (ready_r - F_r - B_r),
+  //   end_r >= 2b + ready_r   and   end_r >= 2b + 2(T - b) + (ready_r - F_r -
+  //   B_r),
   // and some rank has ready_r >= compute_s: the step is at least
   // 2b + max(compute_s, 2(T - b)) — the last bucket of each collective, and
   // all of the sync that the compute cannot hide (docs/simulator.md).
   const double bucket_s = gs.collective_s / gs.buckets;
-  return 2.0 * bucket_s + std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
+  return 2.0 * bucket_s +
+         std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
          gs.optimizer_s;
 }
 
@@ -732,15 +824,17 @@ OverlapReport OverlapScheduling(std::span<const double> solver_s,
   return r;
 }
 
-std::vector<double> MeasuredGroupTimesS(const Plan& plan, const SimResult& result) {
+std::vector<double> MeasuredGroupTimesS(const Plan& plan,
+                                        const SimResult& result) {
   std::vector<size_t> first(plan.micro_batches.size() + 1, 0);
   for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb)
     first[mb + 1] = first[mb] + plan.micro_batches[mb].groups.size();
-  std::vector<double> out(first.back(), std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> out(first.back(),
+                          std::numeric_limits<double>::quiet_NaN());
   if (result.oom) return out;
   for (const SimResult::GroupSpan& span : result.group_spans)
-    out.at(first.at(static_cast<size_t>(span.micro_batch)) + static_cast<size_t>(span.group)) =
-        span.end_s - span.start_s;
+    out.at(first.at(static_cast<size_t>(span.micro_batch)) +
+           static_cast<size_t>(span.group)) = span.end_s - span.start_s;
   return out;
 }
 

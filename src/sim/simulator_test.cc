@@ -42,7 +42,8 @@ GroupPlan Group(std::vector<int> ranks, std::vector<int> seqs,
 TEST(Flops, LayerParamsByHand) {
   // qwen3-8b: h 4096, dq 32·128 = 4096, dkv 8·128 = 1024, f 12288.
   const HardwareModel hw = Hw();
-  const double want = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 12288;
+  const double want =
+      4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 12288;
   EXPECT_DOUBLE_EQ(LayerParams(hw.shape), want);
   EXPECT_DOUBLE_EQ(want, 192937984.0);
   EXPECT_DOUBLE_EQ(BackboneParams(hw.shape), 36 * want + 2.0 * 4096 * 151936);
@@ -53,8 +54,8 @@ TEST(Flops, AttentionByHand) {
   ModelShape s;
   s.q_heads = 2;
   s.head_dim = 3;  // dq = 6
-  // Causal, 10 tokens: 55 visible pairs incl. diagonal; the model uses s²/2 = 50
-  // pairs, 4·dq = 24 FLOPs each (QKᵀ 2·dq + PV 2·dq).
+  // Causal, 10 tokens: 55 visible pairs incl. diagonal; the model uses s²/2 =
+  // 50 pairs, 4·dq = 24 FLOPs each (QKᵀ 2·dq + PV 2·dq).
   EXPECT_DOUBLE_EQ(LayerAttentionFlopsForward(s, 10, 0.0), 24.0 * 50);
   // Full attention: 100 pairs.
   EXPECT_DOUBLE_EQ(LayerAttentionFlopsForward(s, 10, 1.0), 24.0 * 100);
@@ -71,8 +72,11 @@ TEST(Efficiency, CurvesMatchPublishedFlashAttention3Points) {
   // (arXiv 2407.08608 Fig. 5/6, TFLOPS/s over the 989 TFLOPS peak); the
   // preset's fit is within 5 % of each.
   const ModelPreset* m = FindModelPreset("llama3-8b");
-  const HardwareModel hw = MakeHardwareModel(*m, *FindClusterPreset("h100-8x8"));
-  auto near = [](double got, double tflops) { EXPECT_NEAR(got / (tflops / 989.0), 1.0, 0.05); };
+  const HardwareModel hw =
+      MakeHardwareModel(*m, *FindClusterPreset("h100-8x8"));
+  auto near = [](double got, double tflops) {
+    EXPECT_NEAR(got / (tflops / 989.0), 1.0, 0.05);
+  };
   near(AttentionForwardEfficiency(hw, 512, 0.0), 292);
   near(AttentionForwardEfficiency(hw, 16384, 0.0), 616);
   near(AttentionForwardEfficiency(hw, 512, 1.0), 467);
@@ -86,17 +90,20 @@ TEST(Efficiency, CurvesMatchPublishedFlashAttention3Points) {
   EXPECT_LE(CausalSlowdown(hw, 1), 2.0);
   // Backward slower than forward at every length (published 0.68-0.87x).
   for (double n : {512.0, 2048.0, 16384.0})
-    EXPECT_LT(AttentionBackwardEfficiency(hw, n, 0.0), AttentionForwardEfficiency(hw, n, 0.0));
+    EXPECT_LT(AttentionBackwardEfficiency(hw, n, 0.0),
+              AttentionForwardEfficiency(hw, n, 0.0));
   // Half-way mask factor: half the causal slow-down.
   const double s = CausalSlowdown(hw, 2048);
   EXPECT_NEAR(AttentionForwardEfficiency(hw, 2048, 0.5),
-              AttentionForwardEfficiency(hw, 2048, 1.0) / (1 + (s - 1) / 2), 1e-12);
+              AttentionForwardEfficiency(hw, 2048, 1.0) / (1 + (s - 1) / 2),
+              1e-12);
   EXPECT_NEAR(GemmEfficiency(hw, 256), hw.gemm_eff_max / 2, 1e-12);
   EXPECT_LT(GemmEfficiency(hw, 100), GemmEfficiency(hw, 1000));
 }
 
 TEST(Recompute, ParseAndName) {
-  for (Recompute r : {Recompute::kFull, Recompute::kSelective, Recompute::kNone})
+  for (Recompute r :
+       {Recompute::kFull, Recompute::kSelective, Recompute::kNone})
     EXPECT_EQ(ParseRecompute(RecomputeName(r)), r);
   EXPECT_THROW(ParseRecompute("some"), InputError);
 }
@@ -104,8 +111,10 @@ TEST(Recompute, ParseAndName) {
 // Attention time of one sequence on one rank, by hand: `fwd_passes` forwards
 // and one backward (2.5x the FLOPs), each at its own curve.
 double AttentionByHand(const HardwareModel& hw, double len, double fwd_passes) {
-  const double f = hw.shape.layers * LayerAttentionFlopsForward(hw.shape, len, 0);
-  return fwd_passes * f / (hw.peak_flops * AttentionForwardEfficiency(hw, len, 0)) +
+  const double f =
+      hw.shape.layers * LayerAttentionFlopsForward(hw.shape, len, 0);
+  return fwd_passes * f /
+             (hw.peak_flops * AttentionForwardEfficiency(hw, len, 0)) +
          2.5 * f / (hw.peak_flops * AttentionBackwardEfficiency(hw, len, 0));
 }
 
@@ -114,14 +123,16 @@ TEST(SimulateGroup, SingleRankGemmTimeIsHandFormula) {
   const std::vector<Sequence> seqs = {{3000, 0.0}, {1000, 0.0}};
   const auto r = SimulateGroup(hw, seqs, Range(0, 1), CommKind::kRing);
   const double m = 4000;
-  const double flops = 36 * 4 * 2 * m * LayerParams(hw.shape) + 3 * 2 * m * 4096.0 * 151936;
+  const double flops =
+      36 * 4 * 2 * m * LayerParams(hw.shape) + 3 * 2 * m * 4096.0 * 151936;
   EXPECT_NEAR(r.gemm_s, flops / (hw.peak_flops * GemmEfficiency(hw, m)), 1e-12);
   double attn = 0;
   for (const auto& s : seqs) attn += AttentionByHand(hw, s.length_tokens, 2);
   EXPECT_NEAR(r.attention_s, attn, 1e-12);
   EXPECT_EQ(r.comm_s, 0.0);
   EXPECT_EQ(r.comm_bytes_per_rank, 0.0);
-  EXPECT_NEAR(r.time_s, r.gemm_s + r.attention_s + r.elementwise_s + r.launch_s, 1e-12);
+  EXPECT_NEAR(r.time_s, r.gemm_s + r.attention_s + r.elementwise_s + r.launch_s,
+              1e-12);
   EXPECT_NEAR(r.forward_s + r.backward_s, r.time_s, 1e-12);
   EXPECT_GT(r.backward_s, r.forward_s);
 }
@@ -131,9 +142,12 @@ TEST(SimulateGroup, RecomputePoliciesByHand) {
   const std::vector<Sequence> seqs = {{4096, 0.0}};
   const double m = 4096, L = 36;
   const double h = 4096, dq = 4096, dkv = 1024, f = 12288;
-  const double gemm_fwd = L * 2 * m * LayerParams(hw.shape) / (hw.peak_flops * GemmEfficiency(hw, m));
-  const double head = 3 * 2 * m * h * 151936 / (hw.peak_flops * GemmEfficiency(hw, m));
-  const double working_set = 2.0 * (4 * h + 2 * dq + 2 * dkv + 4 * f);  // bytes / token / layer
+  const double gemm_fwd = L * 2 * m * LayerParams(hw.shape) /
+                          (hw.peak_flops * GemmEfficiency(hw, m));
+  const double head =
+      3 * 2 * m * h * 151936 / (hw.peak_flops * GemmEfficiency(hw, m));
+  const double working_set =
+      2.0 * (4 * h + 2 * dq + 2 * dkv + 4 * f);  // bytes / token / layer
   struct Case {
     Recompute policy;
     double linear_passes, attn_fwd_passes, act_bytes_per_token;
@@ -146,10 +160,13 @@ TEST(SimulateGroup, RecomputePoliciesByHand) {
     hw.recompute = c.policy;
     const auto r = SimulateGroup(hw, seqs, Range(0, 1), CommKind::kRing);
     EXPECT_NEAR(r.gemm_s, c.linear_passes * gemm_fwd + head, 1e-9 * r.gemm_s);
-    EXPECT_NEAR(r.attention_s, AttentionByHand(hw, m, c.attn_fwd_passes), 1e-12);
+    EXPECT_NEAR(r.attention_s, AttentionByHand(hw, m, c.attn_fwd_passes),
+                1e-12);
     const CostModel cm = CalibrateMemory(hw, CostModel{});
-    // Per token: activations + the larger of the ring / all-to-all buffers, +0.5 %.
-    EXPECT_NEAR(cm.mem_per_token, (c.act_bytes_per_token + (dq + 2 * dkv) * 2) * 1.005, 1e-6);
+    // Per token: activations + the larger of the ring / all-to-all buffers,
+    // +0.5 %.
+    EXPECT_NEAR(cm.mem_per_token,
+                (c.act_bytes_per_token + (dq + 2 * dkv) * 2) * 1.005, 1e-6);
     EXPECT_LT(r.time_s, prev_time);  // less recompute, less time
     prev_time = r.time_s;
   }
@@ -164,15 +181,19 @@ TEST(SimulateGroup, ZigzagPadding) {
   const HardwareModel hw = Hw();
   const std::vector<Sequence> seqs = {{1001, 0.0}};
   // 2d = 8 chunks of ceil(1001/8) = 126 tokens: 252 per rank.
-  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kRing).padded_tokens_per_rank, 252);
+  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kRing)
+                .padded_tokens_per_rank,
+            252);
   // Ulysses: d chunks of ceil(1001/4) = 251.
-  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kAllToAll).padded_tokens_per_rank,
+  EXPECT_EQ(SimulateGroup(hw, seqs, Range(0, 4), CommKind::kAllToAll)
+                .padded_tokens_per_rank,
             251);
 }
 
 TEST(SimulateGroup, RingCommBytesAndCommBoundTimeByHand) {
   HardwareModel hw = Hw();
-  // Make compute, launches and latency negligible so the ring is transfer-bound.
+  // Make compute, launches and latency negligible so the ring is
+  // transfer-bound.
   hw.peak_flops = 1e30;
   hw.hbm_bytes_per_s = 1e30;
   hw.launch_s = 0;
@@ -181,10 +202,10 @@ TEST(SimulateGroup, RingCommBytesAndCommBoundTimeByHand) {
   const int d = 4;
   const std::vector<Sequence> seqs = {{8000, 0.0}};
   const auto r = SimulateGroup(hw, seqs, Range(0, d), CommKind::kRing);
-  const double c = 2 * 1000;                        // 8000 / 8 chunks, 2 per rank
-  const double kv_step = c * 2 * 1024 * 2.0;        // K and V, bf16
-  // forward + recompute: (d-1) KV hops each; backward: (d-1) hops of KV + fp32 dKV
-  // (3× bytes) and one dKV hop home (2×).
+  const double c = 2 * 1000;                  // 8000 / 8 chunks, 2 per rank
+  const double kv_step = c * 2 * 1024 * 2.0;  // K and V, bf16
+  // forward + recompute: (d-1) KV hops each; backward: (d-1) hops of KV + fp32
+  // dKV (3× bytes) and one dKV hop home (2×).
   const double bytes = 36 * kv_step * (2 * (d - 1) + 3 * (d - 1) + 2);
   EXPECT_NEAR(r.comm_bytes_per_rank, bytes, 1e-6 * bytes);
   EXPECT_NEAR(r.time_s, bytes / hw.bw_intra_node, 1e-6 * r.time_s);
@@ -203,7 +224,9 @@ TEST(SimulateGroup, UlyssesBytesAndHeadPaddingByHand) {
     const double bytes = 36 * 3 * (d - 1) * m * (2 * hq + 2 * hkv) * 128 * 2.0;
     EXPECT_NEAR(r.comm_bytes_per_rank, bytes, 1e-6 * bytes) << d;
     // Each rank computes the whole sequence for ceil(32/d) heads.
-    EXPECT_NEAR(r.attention_s, one.attention_s * hq / 32.0, 1e-9 * one.attention_s) << d;
+    EXPECT_NEAR(r.attention_s, one.attention_s * hq / 32.0,
+                1e-9 * one.attention_s)
+        << d;
     // Nothing overlaps in Ulysses.
     EXPECT_NEAR(r.exposed_comm_s, r.comm_s, 1e-9 * r.comm_s);
   }
@@ -214,8 +237,9 @@ TEST(SimulateGroup, RingWithinNodeFasterThanAcrossNodes) {
   for (int64_t len : {2048, 16384, 65536}) {
     const std::vector<Sequence> seqs = {{len, 0.0}};
     const auto intra = SimulateGroup(hw, seqs, Range(0, 8), CommKind::kRing);
-    const auto inter = SimulateGroup(hw, seqs, std::vector<int>{0, 1, 2, 3, 16, 17, 18, 19},
-                                     CommKind::kRing);
+    const auto inter =
+        SimulateGroup(hw, seqs, std::vector<int>{0, 1, 2, 3, 16, 17, 18, 19},
+                      CommKind::kRing);
     EXPECT_LT(intra.time_s, inter.time_s) << len;
     EXPECT_LT(intra.comm_s, inter.comm_s) << len;
     EXPECT_DOUBLE_EQ(intra.comm_bytes_per_rank, inter.comm_bytes_per_rank);
@@ -226,12 +250,14 @@ TEST(SimulateGroup, RingHidesTransferBehindLongSequenceCompute) {
   // Attention per step grows with chunk², KV transfer with chunk: long
   // sequences hide the ring, short ones do not.
   const HardwareModel hw = Hw();
-  const auto long_seq =
-      SimulateGroup(hw, std::vector<Sequence>{{131072, 0.0}}, Range(0, 16), CommKind::kRing);
-  const auto short_seq =
-      SimulateGroup(hw, std::vector<Sequence>{{1024, 0.0}}, Range(0, 16), CommKind::kRing);
-  EXPECT_LT(long_seq.exposed_comm_s / long_seq.comm_s, short_seq.exposed_comm_s / short_seq.comm_s);
-  EXPECT_LT(long_seq.exposed_comm_s, 0.05 * long_seq.comm_s + 36 * 4 * 2 * 16 * hw.latency_intra_s);
+  const auto long_seq = SimulateGroup(hw, std::vector<Sequence>{{131072, 0.0}},
+                                      Range(0, 16), CommKind::kRing);
+  const auto short_seq = SimulateGroup(hw, std::vector<Sequence>{{1024, 0.0}},
+                                       Range(0, 16), CommKind::kRing);
+  EXPECT_LT(long_seq.exposed_comm_s / long_seq.comm_s,
+            short_seq.exposed_comm_s / short_seq.comm_s);
+  EXPECT_LT(long_seq.exposed_comm_s,
+            0.05 * long_seq.comm_s + 36 * 4 * 2 * 16 * hw.latency_intra_s);
 }
 
 TEST(SimulateGroup, MoreRanksHelpLongSequencesNotShortOnes) {
@@ -239,7 +265,8 @@ TEST(SimulateGroup, MoreRanksHelpLongSequencesNotShortOnes) {
   const std::vector<Sequence> long_seq = {{65536, 0.0}};
   EXPECT_LT(SimulateGroupTimeS(hw, long_seq, Range(0, 8)),
             SimulateGroupTimeS(hw, long_seq, Range(0, 4)));
-  // A 256-token sequence gains nothing from 16 ranks (launches, latency, tiny GEMMs).
+  // A 256-token sequence gains nothing from 16 ranks (launches, latency, tiny
+  // GEMMs).
   const std::vector<Sequence> short_seq = {{256, 0.0}};
   EXPECT_GT(SimulateGroupTimeS(hw, short_seq, Range(0, 16)),
             SimulateGroupTimeS(hw, short_seq, Range(0, 2)));
@@ -247,10 +274,10 @@ TEST(SimulateGroup, MoreRanksHelpLongSequencesNotShortOnes) {
 
 TEST(SimulateGroup, FullAttentionCostsMoreThanCausalByHand) {
   const HardwareModel hw = Hw();
-  const auto causal = SimulateGroup(hw, std::vector<Sequence>{{8192, 0.0}}, Range(0, 2),
-                                    CommKind::kRing);
-  const auto full = SimulateGroup(hw, std::vector<Sequence>{{8192, 1.0}}, Range(0, 2),
-                                  CommKind::kRing);
+  const auto causal = SimulateGroup(hw, std::vector<Sequence>{{8192, 0.0}},
+                                    Range(0, 2), CommKind::kRing);
+  const auto full = SimulateGroup(hw, std::vector<Sequence>{{8192, 1.0}},
+                                  Range(0, 2), CommKind::kRing);
   // d = 2: chunks of 4096 tokens, 2 steps of 1/4 of the pairs; the diagonal
   // step is causal (eta 0) or unmasked (eta 1), the other always unmasked.
   const double c = 4096, P = hw.peak_flops;
@@ -258,43 +285,53 @@ TEST(SimulateGroup, FullAttentionCostsMoreThanCausalByHand) {
     const double flops = LayerAttentionFlopsForward(hw.shape, 8192, eta) / 4;
     const double fwd = flops / (P * AttentionForwardEfficiency(hw, c, eta)) +
                        flops / (P * AttentionForwardEfficiency(hw, c, 1.0));
-    const double bwd = 2.5 * flops / (P * AttentionBackwardEfficiency(hw, c, eta)) +
-                       2.5 * flops / (P * AttentionBackwardEfficiency(hw, c, 1.0));
+    const double bwd =
+        2.5 * flops / (P * AttentionBackwardEfficiency(hw, c, eta)) +
+        2.5 * flops / (P * AttentionBackwardEfficiency(hw, c, 1.0));
     return 36 * (2 * fwd + bwd);
   };
   EXPECT_NEAR(causal.attention_s, by_hand(0.0), 1e-12);
   EXPECT_NEAR(full.attention_s, by_hand(1.0), 1e-12);
   EXPECT_GT(full.attention_s, causal.attention_s);
-  EXPECT_LT(full.attention_s, 2.0 * causal.attention_s);  // unmasked blocks run faster
+  EXPECT_LT(full.attention_s,
+            2.0 * causal.attention_s);  // unmasked blocks run faster
 }
 
 TEST(SimulateGroup, VisionEncoderFrozenIsCheaperAndTextModelsHaveNone) {
   HardwareModel hw = Hw("internvl3-8b");
   const std::vector<Sequence> seqs = {{8000, 0.0}};
   const std::vector<int64_t> vision = {7680};
-  const auto unfrozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  const auto unfrozen =
+      SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
   hw.vision_frozen = true;
-  const auto frozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  const auto frozen =
+      SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
   EXPECT_GT(unfrozen.vision_s, 0);
   EXPECT_LT(frozen.vision_s, unfrozen.vision_s);
   EXPECT_LT(frozen.mem_bytes_per_rank, unfrozen.mem_bytes_per_rank);
   // Vision tokens estimated from eta (one block of 256 tokens per frame).
   const double eta = 30 * 256.0 * 256.0 / (8000.0 * 8000.0);
-  const auto from_eta = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
-                                      CommKind::kRing);
-  const auto explicit_vt = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
-                                         CommKind::kRing, std::vector<int64_t>{30 * 256});
-  EXPECT_NEAR(from_eta.vision_s, explicit_vt.vision_s, 1e-9 * explicit_vt.vision_s);
-  EXPECT_EQ(SimulateGroup(Hw(), seqs, Range(0, 2), CommKind::kRing).vision_s, 0.0);
+  const auto from_eta = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}},
+                                      Range(0, 2), CommKind::kRing);
+  const auto explicit_vt =
+      SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
+                    CommKind::kRing, std::vector<int64_t>{30 * 256});
+  EXPECT_NEAR(from_eta.vision_s, explicit_vt.vision_s,
+              1e-9 * explicit_vt.vision_s);
+  EXPECT_EQ(SimulateGroup(Hw(), seqs, Range(0, 2), CommKind::kRing).vision_s,
+            0.0);
 }
 
 TEST(SimulateGroup, BadInput) {
   const HardwareModel hw = Hw("qwen3-8b", 8);
   const std::vector<Sequence> seqs = {{100, 0.0}};
-  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{}, CommKind::kRing), InputError);
-  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{8}, CommKind::kRing), InputError);
-  EXPECT_THROW(SimulateGroup(hw, std::vector<Sequence>{}, Range(0, 1), CommKind::kRing),
+  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{}, CommKind::kRing),
                InputError);
+  EXPECT_THROW(SimulateGroup(hw, seqs, std::vector<int>{8}, CommKind::kRing),
+               InputError);
+  EXPECT_THROW(
+      SimulateGroup(hw, std::vector<Sequence>{}, Range(0, 1), CommKind::kRing),
+      InputError);
 }
 
 TEST(SimulatePlan, OomIsReportedNotRun) {
@@ -305,7 +342,8 @@ TEST(SimulatePlan, OomIsReportedNotRun) {
   plan.micro_batches.push_back({{Group({0}, {0}), Group({1}, {1})}, 0});
   const SimResult r = SimulatePlan(hw, plan, seqs);
   EXPECT_TRUE(r.oom);
-  EXPECT_NE(r.oom_message.find("micro_batches[0].groups[0]"), std::string::npos);
+  EXPECT_NE(r.oom_message.find("micro_batches[0].groups[0]"),
+            std::string::npos);
   EXPECT_EQ(r.iter_s, 0.0);
   // The same sequence on 8 ranks fits.
   Plan ok;
@@ -319,9 +357,12 @@ TEST(SimulatePlan, OomIsReportedNotRun) {
 TEST(SimulatePlan, RanksProceedIndependentlyAndGroupsAreCached) {
   HardwareModel hw = Hw("qwen3-1.7b", 4);
   const std::vector<Sequence> seqs = {{4000, 0.0}, {1000, 0.0}, {2000, 0.0}};
-  const double a = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[0]}, Range(0, 2));
-  const double b = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[1]}, Range(2, 1));
-  const double c = SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[2]}, Range(1, 2));
+  const double a =
+      SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[0]}, Range(0, 2));
+  const double b =
+      SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[1]}, Range(2, 1));
+  const double c =
+      SimulateGroupTimeS(hw, std::vector<Sequence>{seqs[2]}, Range(1, 2));
   Plan plan;
   plan.num_ranks = 4;
   plan.micro_batches.push_back({{Group({0, 1}, {0}), Group({2}, {1})}, 0});
@@ -330,7 +371,8 @@ TEST(SimulatePlan, RanksProceedIndependentlyAndGroupsAreCached) {
   o.include_grad_sync = false;
   const SimResult r = SimulatePlan(hw, plan, seqs, o);
   // Group c needs ranks 1 (free at create + a) and 2 (free at b < a).
-  EXPECT_NEAR(r.compute_s, hw.group_create_s + a + hw.group_create_s + c, 1e-12);
+  EXPECT_NEAR(r.compute_s, hw.group_create_s + a + hw.group_create_s + c,
+              1e-12);
   EXPECT_EQ(r.new_groups, 2);
   EXPECT_DOUBLE_EQ(r.iter_s, r.compute_s);
   EXPECT_DOUBLE_EQ(r.tokens, 7000);
@@ -342,7 +384,8 @@ TEST(SimulatePlan, RanksProceedIndependentlyAndGroupsAreCached) {
   // plan order; an empty group did not run.
   Plan with_idle = plan;
   with_idle.micro_batches[1].groups.push_back(Group({0}, {}));
-  const std::vector<double> t = MeasuredGroupTimesS(with_idle, SimulatePlan(hw, with_idle, seqs, o));
+  const std::vector<double> t =
+      MeasuredGroupTimesS(with_idle, SimulatePlan(hw, with_idle, seqs, o));
   ASSERT_EQ(t.size(), 4u);
   EXPECT_NEAR(t[0], a, 1e-12);
   EXPECT_NEAR(t[1], b, 1e-12);
@@ -375,7 +418,8 @@ TEST(SimulatePlan, GradSyncOverlapByHand) {
   // params; Adam over P/64 params at HBM speed.
   HardwareModel hw = Hw("qwen3-8b", 64);
   const double P = BackboneParams(hw.shape);
-  const double collective = 2.0 * P * 63 / 64 / hw.bw_inter_node + 63 * hw.latency_inter_s;
+  const double collective =
+      2.0 * P * 63 / 64 / hw.bw_inter_node + 63 * hw.latency_inter_s;
   const double buckets = std::ceil(P / 64e6);
   const double optimizer = 26.0 * P / 64 / hw.hbm_bytes_per_s;
   // One long sequence on all 64 ranks: its backward hides everything but one
@@ -397,10 +441,15 @@ TEST(SimulatePlan, GradSyncOverlapByHand) {
   // reduce-scatter, which is exposed by all but w.
   const std::vector<Sequence> short_seq = {{1024, 0.0}};
   const SimResult t = SimulatePlan(hw, plan, short_seq, overlap);
-  const GroupSimResult g = SimulateGroup(hw, short_seq, Range(0, 64), CommKind::kRing);
+  const GroupSimResult g =
+      SimulateGroup(hw, short_seq, Range(0, 64), CommKind::kRing);
   ASSERT_LT(g.backward_s, collective);
-  const double exposed_rs = collective / buckets + std::max(0.0, collective - collective / buckets - g.backward_s);
-  const double exposed_ag = collective / buckets + std::max(0.0, collective - collective / buckets - g.forward_s);
+  const double exposed_rs =
+      collective / buckets +
+      std::max(0.0, collective - collective / buckets - g.backward_s);
+  const double exposed_ag =
+      collective / buckets +
+      std::max(0.0, collective - collective / buckets - g.forward_s);
   EXPECT_NEAR(t.grad_sync_s, exposed_rs + exposed_ag + optimizer, 1e-9);
 }
 
@@ -426,8 +475,9 @@ TEST(SimulatePlan, WorkOnAnIdleRankAddsAtMostItself) {
       while (!ranks.empty()) {
         const size_t d = 1 + rng() % ranks.size();
         seqs.push_back({static_cast<int64_t>(64 + rng() % 16000), 0.0});
-        mb.groups.push_back(Group({ranks.begin(), ranks.begin() + static_cast<long>(d)},
-                                  {static_cast<int>(seqs.size()) - 1}));
+        mb.groups.push_back(
+            Group({ranks.begin(), ranks.begin() + static_cast<long>(d)},
+                  {static_cast<int>(seqs.size()) - 1}));
         ranks.erase(ranks.begin(), ranks.begin() + static_cast<long>(d));
       }
     }
@@ -438,16 +488,18 @@ TEST(SimulatePlan, WorkOnAnIdleRankAddsAtMostItself) {
         SimulateGroup(hw, {&seqs.back(), 1}, idle_rank, CommKind::kRing).time_s;
     plan.micro_batches[rng() % plan.micro_batches.size()].groups.push_back(
         Group({idle}, {static_cast<int>(seqs.size()) - 1}));
-    EXPECT_LE(SimulatePlan(hw, plan, seqs).iter_s, before + work_s + 1e-9 * before)
+    EXPECT_LE(SimulatePlan(hw, plan, seqs).iter_s,
+              before + work_s + 1e-9 * before)
         << "trial " << trial;
   }
 }
 
-// Calls `visit` with every plan of `k` sequences on `n` ranks up to relabelling:
-// sequences into micro-batches and groups (restricted growth strings), each
-// group a degree in [1, n] on the next free ranks of its micro-batch, ring or
-// (degree dividing the query heads) all-to-all.
-void ForEachPlan(int k, int n, int q_heads, const std::function<void(const Plan&)>& visit) {
+// Calls `visit` with every plan of `k` sequences on `n` ranks up to
+// relabelling: sequences into micro-batches and groups (restricted growth
+// strings), each group a degree in [1, n] on the next free ranks of its
+// micro-batch, ring or (degree dividing the query heads) all-to-all.
+void ForEachPlan(int k, int n, int q_heads,
+                 const std::function<void(const Plan&)>& visit) {
   std::vector<int> mb(k), grp(k);
   std::function<void(int, int)> assign = [&](int i, int used) {
     if (i == k) {
@@ -458,7 +510,8 @@ void ForEachPlan(int k, int n, int q_heads, const std::function<void(const Plan&
         while (g < groups.size() &&
                !(group_mb[g] == mb[s] && grp[groups[g][0]] == grp[s]))
           ++g;
-        if (g == groups.size()) groups.emplace_back(), group_mb.push_back(mb[s]);
+        if (g == groups.size())
+          groups.emplace_back(), group_mb.push_back(mb[s]);
         groups[g].push_back(s);
       }
       std::vector<int> degree(groups.size(), 1), a2a(groups.size(), 0);
@@ -526,11 +579,14 @@ TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
     // By hand from the serial bound (spread work W + 2T + optimizer): one
     // collective T over the 4 ranks of one node, buckets of 40M params.
     const double P = BackboneParams(hw.shape);
-    const double T = 2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
+    const double T =
+        2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
     const double b = T / std::ceil(P / 40e6);
     const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
-    const double work = PhysicalLowerBoundS(hw, seqs, false) - 2 * T - optimizer;
-    EXPECT_NEAR(bound, 2 * b + std::max(work, 2 * (T - b)) + optimizer, 1e-9 * bound);
+    const double work =
+        PhysicalLowerBoundS(hw, seqs, false) - 2 * T - optimizer;
+    EXPECT_NEAR(bound, 2 * b + std::max(work, 2 * (T - b)) + optimizer,
+                1e-9 * bound);
     EXPECT_GE(bound, work + 2 * b + optimizer);
     // Tighter than the former bound (W + one bucket each way) where the sync
     // dominates: the short batch.
@@ -546,14 +602,17 @@ TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {
   const double len = 4096, L = sh.layers, h = sh.hidden, f = sh.ffn;
   const double dq = 16.0 * 128, dkv = 8.0 * 128;
   const std::vector<Sequence> seqs = {{4096, 0.0}};
-  const double gemm = (4 * L * 2 * len * LayerParams(sh) + 3 * 2 * len * h * sh.vocab) /
-                      (hw.peak_flops * hw.gemm_eff_max);
-  const double elementwise = 4 * L * len * 2 * (8 * h + 3 * f + 2 * dq + 2 * dkv) / hw.hbm_bytes_per_s;
+  const double gemm =
+      (4 * L * 2 * len * LayerParams(sh) + 3 * 2 * len * h * sh.vocab) /
+      (hw.peak_flops * hw.gemm_eff_max);
+  const double elementwise =
+      4 * L * len * 2 * (8 * h + 3 * f + 2 * dq + 2 * dkv) / hw.hbm_bytes_per_s;
   const double attn_flops = L * LayerAttentionFlopsForward(sh, len, 0);
   const double attn = 2 * attn_flops / (hw.peak_flops * hw.attn_fwd_eff_max) +
                       2.5 * attn_flops / (hw.peak_flops * hw.attn_bwd_eff_max);
   const double optimizer = 26.0 * BackboneParams(sh) / hw.hbm_bytes_per_s;
-  EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs), gemm + elementwise + attn + optimizer, 1e-12);
+  EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs),
+              gemm + elementwise + attn + optimizer, 1e-12);
   Plan plan;
   plan.num_ranks = 1;
   plan.micro_batches.push_back({{Group({0}, {0})}, 0});
@@ -563,7 +622,8 @@ TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {
 TEST(PhysicalLowerBound, BelowStaticPlansOfEveryDegree) {
   const HardwareModel hw = Hw("qwen3-4b", 16);
   std::vector<Sequence> seqs;
-  for (int i = 0; i < 16; ++i) seqs.push_back({1024 + 3000 * i, i % 3 == 0 ? 0.5 : 0.0});
+  for (int i = 0; i < 16; ++i)
+    seqs.push_back({1024 + 3000 * i, i % 3 == 0 ? 0.5 : 0.0});
   for (int cp : {1, 2, 4, 8, 16}) {
     for (bool overlap : {true, false}) {
       Plan plan;
@@ -577,7 +637,8 @@ TEST(PhysicalLowerBound, BelowStaticPlansOfEveryDegree) {
       plan.micro_batches.push_back(mb);
       SimOptions so;
       so.overlap_grad_reduce = overlap;
-      EXPECT_LT(PhysicalLowerBoundS(hw, seqs, overlap), SimulatePlan(hw, plan, seqs, so).iter_s)
+      EXPECT_LT(PhysicalLowerBoundS(hw, seqs, overlap),
+                SimulatePlan(hw, plan, seqs, so).iter_s)
           << cp << " " << overlap;
     }
   }
@@ -592,7 +653,8 @@ TEST(SimulatePlan, SameSeedSameResultOtherSeedOtherResult) {
     MicroBatchPlan m;
     for (int g = 0; g < 4; ++g) {
       seqs.push_back({1000 + 500 * g + 100 * mb, 0.0});
-      m.groups.push_back(Group(Range(2 * g, 2), {static_cast<int>(seqs.size()) - 1}));
+      m.groups.push_back(
+          Group(Range(2 * g, 2), {static_cast<int>(seqs.size()) - 1}));
     }
     plan.micro_batches.push_back(m);
   }
@@ -634,9 +696,12 @@ TEST(CalibrateMemory, PlannerFeasibleGroupsNeverOomInSimulator) {
     for (int64_t len = 1000; len <= 400000; len = len * 3 / 2) {
       for (int d : {1, 2, 3, 4, 8, 16}) {
         const std::vector<Sequence> seqs = {{len, 0.05}};
-        const bool fits = GroupMemBytes(cm, GroupLoad::Of(seqs[0]), d) <= cm.mem_capacity;
+        const bool fits =
+            GroupMemBytes(cm, GroupLoad::Of(seqs[0]), d) <= cm.mem_capacity;
         for (CommKind k : {CommKind::kRing, CommKind::kAllToAll}) {
-          if (fits) EXPECT_FALSE(SimulateGroup(hw, seqs, Range(0, d), k).oom) << model << len << d;
+          if (fits)
+            EXPECT_FALSE(SimulateGroup(hw, seqs, Range(0, d), k).oom)
+                << model << len << d;
         }
       }
     }

@@ -2,6 +2,8 @@
 // static plan (include/fcp/study.h). Every figure is simulated.
 #include "fcp/study.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -9,8 +11,6 @@
 #include <limits>
 #include <map>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
@@ -31,7 +31,8 @@ struct Case {
 
 // Text datasets run on an LLM, video datasets on an MLLM of the same size.
 std::string ModelFor(const std::string& dataset) {
-  if (dataset == "msrvtt" || dataset == "internvid" || dataset == "openvid") return "qwen3-vl-8b";
+  if (dataset == "msrvtt" || dataset == "internvid" || dataset == "openvid")
+    return "qwen3-vl-8b";
   return "qwen3-8b";
 }
 
@@ -43,32 +44,40 @@ std::vector<T> OrDefault(const std::vector<T>& given, std::vector<T> fallback) {
 // Bad axis values as InputError naming the flag's field.
 void CheckAxes(const StudyOptions& o) {
   for (const auto& c : o.clusters)
-    if (!FindClusterPreset(c)) throw InputError("cluster", UnknownClusterPresetMessage(c));
+    if (!FindClusterPreset(c))
+      throw InputError("cluster", UnknownClusterPresetMessage(c));
   for (const auto& m : o.models)
-    if (!FindModelPreset(m)) throw InputError("model", UnknownModelPresetMessage(m));
+    if (!FindModelPreset(m))
+      throw InputError("model", UnknownModelPresetMessage(m));
   for (int64_t b : o.global_batches)
     if (b < 1 || b > 1'000'000)
-      throw InputError("gbs", fmt::format("must be in [1, 1000000], got {}", b));
+      throw InputError("gbs",
+                       fmt::format("must be in [1, 1000000], got {}", b));
   for (int n : o.ranks)
-    if (n < 1 || n > 65536) throw InputError("ranks", fmt::format("must be in [1, 65536], got {}", n));
+    if (n < 1 || n > 65536)
+      throw InputError("ranks",
+                       fmt::format("must be in [1, 65536], got {}", n));
 }
 
 std::vector<Case> Grid(const StudyOptions& o) {
   const std::vector<std::string> clusters =
       OrDefault(o.clusters, {"h100-8x8", "ascend910c-4x16"});
   auto models_for = [&](const std::string& dataset) {
-    return o.models.empty() ? std::vector<std::string>{ModelFor(dataset)} : o.models;
+    return o.models.empty() ? std::vector<std::string>{ModelFor(dataset)}
+                            : o.models;
   };
   std::vector<std::string> datasets =
       o.quick ? std::vector<std::string>{"github", "commoncrawl"}
-              : std::vector<std::string>{"github", "commoncrawl", "wikipedia", "msrvtt",
-                                         "internvid", "openvid"};
+              : std::vector<std::string>{"github", "commoncrawl", "wikipedia",
+                                         "msrvtt", "internvid",   "openvid"};
   if (!o.lengths.empty()) datasets.push_back(o.lengths_label);
-  const std::vector<int64_t> batches = OrDefault(
-      o.global_batches,
-      o.quick ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{16, 64, 256, 1024, 2048});
-  const std::vector<int> scale_ranks = OrDefault(
-      o.ranks, o.quick ? std::vector<int>{16, 128} : std::vector<int>{8, 32, 128, 512, 1024});
+  const std::vector<int64_t> batches =
+      OrDefault(o.global_batches,
+                o.quick ? std::vector<int64_t>{16, 256}
+                        : std::vector<int64_t>{16, 64, 256, 1024, 2048});
+  const std::vector<int> scale_ranks =
+      OrDefault(o.ranks, o.quick ? std::vector<int>{16, 128}
+                                 : std::vector<int>{8, 32, 128, 512, 1024});
   std::vector<std::string> scale_sets = {"github"};
   if (!o.lengths.empty()) scale_sets.push_back(o.lengths_label);
 
@@ -76,21 +85,25 @@ std::vector<Case> Grid(const StudyOptions& o) {
   for (const auto& c : clusters)
     for (const auto& d : datasets)
       for (const auto& m : models_for(d))
-        for (int64_t b : batches) cases.push_back({"batch size", c, d, m, 64, b});
+        for (int64_t b : batches)
+          cases.push_back({"batch size", c, d, m, 64, b});
   for (const auto& c : clusters)
     for (const auto& d : scale_sets)
       for (const auto& m : models_for(d))
         for (int n : scale_ranks)
-          cases.push_back({"scale", c, d, m, n, std::max<int64_t>(16, 8LL * n)});
+          cases.push_back(
+              {"scale", c, d, m, n, std::max<int64_t>(16, 8LL * n)});
   for (const auto& c : clusters)
-    for (const auto& m : o.models.empty() ? std::vector<std::string>{"qwen3-8b"} : o.models)
+    for (const auto& m :
+         o.models.empty() ? std::vector<std::string>{"qwen3-8b"} : o.models)
       cases.push_back({"extreme", c, "extreme", m, 64, 128});
   return cases;
 }
 
 // The reference heuristics (src/baselines/heuristics.h), each tuned in
 // hindsight on the batch it plans; the study reports the best of them.
-const char* const kReferenceHeuristics[] = {"ref-share", "ref-bisect", "ref-grow"};
+const char* const kReferenceHeuristics[] = {"ref-share", "ref-bisect",
+                                            "ref-grow"};
 
 const StrategyResult* Find(const ExperimentResult& r, const std::string& name) {
   for (const auto& s : r.results)
@@ -98,7 +111,9 @@ const StrategyResult* Find(const ExperimentResult& r, const std::string& name) {
   return nullptr;
 }
 
-bool Ok(const StrategyResult* s) { return s && !s->oom && !s->infeasible && s->iter_s > 0; }
+bool Ok(const StrategyResult* s) {
+  return s && !s->oom && !s->infeasible && s->iter_s > 0;
+}
 
 // The better of megatron and deepspeed in `r`; nullptr when neither ran.
 const StrategyResult* BestStatic(const ExperimentResult& r) {
@@ -130,7 +145,8 @@ StudyResult RunStudy(const StudyOptions& o) {
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec || !fs::is_directory(o.out_dir))
-    throw InputError("out", "cannot create directory: " + (ec ? ec.message() : o.out_dir));
+    throw InputError(
+        "out", "cannot create directory: " + (ec ? ec.message() : o.out_dir));
 
   const std::vector<Case> cases = Grid(o);
   // One profile per (cluster, model); memory fields are the simulator's for
@@ -140,8 +156,9 @@ StudyResult RunStudy(const StudyOptions& o) {
     auto [it, inserted] = profiled.try_emplace({k.cluster, k.model});
     if (inserted) {
       if (o.progress)
-        o.progress(fmt::format("[eval study] profiling {} on sim:{} (fcp profile, simulated)",
-                               k.model, k.cluster));
+        o.progress(fmt::format(
+            "[eval study] profiling {} on sim:{} (fcp profile, simulated)",
+            k.model, k.cluster));
       ProfileOptions p;
       p.target = "sim:" + k.cluster;
       p.model = k.model;
@@ -176,7 +193,8 @@ StudyResult RunStudy(const StudyOptions& o) {
     row.ranks = k.ranks;
     row.global_batch = k.gbs;
     cfg.strategies = {"fcp", "megatron", "deepspeed", "fcp-ring"};
-    cfg.strategies.insert(cfg.strategies.end(), std::begin(kReferenceHeuristics),
+    cfg.strategies.insert(cfg.strategies.end(),
+                          std::begin(kReferenceHeuristics),
                           std::end(kReferenceHeuristics));
     cfg.dealing = Dealing::kBalanced;
     const ExperimentResult balanced = RunExperiment(cfg);
@@ -186,7 +204,8 @@ StudyResult RunStudy(const StudyOptions& o) {
     } else {
       row.failure = "fcp: " + (f ? f->message : std::string("not run"));
     }
-    if (const StrategyResult* f = Find(balanced, "fcp-ring"); Ok(f)) row.fcp_ring_s = f->iter_s;
+    if (const StrategyResult* f = Find(balanced, "fcp-ring"); Ok(f))
+      row.fcp_ring_s = f->iter_s;
     for (const char* name : kReferenceHeuristics) {
       const StrategyResult* h = Find(balanced, name);
       if (Ok(h) && (row.ref_s == 0 || h->iter_s < row.ref_s)) {
@@ -203,9 +222,11 @@ StudyResult RunStudy(const StudyOptions& o) {
     for (const char* name : {"megatron", "deepspeed"}) {
       const StrategyResult* s = Find(balanced, name);
       if (!s || s->warmup_iter_s <= 0) continue;
-      if (row.static_warmup_s > 0 && s->warmup_iter_s >= row.static_warmup_s) continue;
+      if (row.static_warmup_s > 0 && s->warmup_iter_s >= row.static_warmup_s)
+        continue;
       row.static_warmup_s = s->warmup_iter_s;
-      row.static_warmup_name = fmt::format("{} c={}", s->strategy, s->warmup_setting);
+      row.static_warmup_name =
+          fmt::format("{} c={}", s->strategy, s->warmup_setting);
     }
     cfg.strategies = {"megatron", "deepspeed"};
     cfg.dealing = Dealing::kLoader;
@@ -214,11 +235,13 @@ StudyResult RunStudy(const StudyOptions& o) {
     result.rows.push_back(row);
     ++done;
     if (o.progress)
-      o.progress(fmt::format("[eval study] {}/{} {} {} {} N={} gbs={}: fcp {} s, balanced static {} "
-                             "s ({:.2f}x), bound {} s (simulated)",
-                             done, cases.size(), k.part, k.cluster, k.dataset, k.ranks, k.gbs,
-                             Cell(row.fcp_s), Cell(row.static_s), row.speedup(),
-                             Cell(row.bound_s)));
+      o.progress(
+          fmt::format("[eval study] {}/{} {} {} {} N={} gbs={}: fcp {} s, "
+                      "balanced static {} "
+                      "s ({:.2f}x), bound {} s (simulated)",
+                      done, cases.size(), k.part, k.cluster, k.dataset, k.ranks,
+                      k.gbs, Cell(row.fcp_s), Cell(row.static_s), row.speedup(),
+                      Cell(row.bound_s)));
   }
 
   // Summary over the cases where both ran.
@@ -250,89 +273,119 @@ StudyResult RunStudy(const StudyOptions& o) {
     if (r.bound_s > 0 && r.fcp_s <= 1.05 * r.bound_s) ++near_bound;
   }
   auto name = [](const StudyRow* r) {
-    return r ? fmt::format("{} {} {} N={} gbs={} ({:.3f}x)", r->part, r->cluster, r->dataset,
-                           r->ranks, r->global_batch, r->speedup())
+    return r ? fmt::format("{} {} {} N={} gbs={} ({:.3f}x)", r->part,
+                           r->cluster, r->dataset, r->ranks, r->global_batch,
+                           r->speedup())
              : std::string("–");
   };
   result.summary = fmt::format(
       "cases {} (both ran: {}, failed: {})\n"
-      "fcp / best balanced static ({}): geometric mean {:.3f}x, worst {}, best {}\n"
-      "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the physical bound: {}\n"
+      "fcp / best balanced static ({}): geometric mean {:.3f}x, worst {}, best "
+      "{}\n"
+      "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the physical "
+      "bound: {}\n"
       "fcp-ring / best balanced static: geometric mean {:.3f}x, min {:.3f}x\n"
       "fcp / best reference heuristic: geometric mean {:.3f}x, min {:.3f}x\n"
       "(simulated; planner coefficients: {}{})",
       result.rows.size(), ratios.size(), failed,
-      o.tune_in_hindsight ? "tuned in hindsight" : "tuned on warm-up batches", GeoMean(ratios),
-      name(worst), name(best), wins20, losses, near_bound, GeoMean(ring_ratios),
-      min_of(ring_ratios), GeoMean(ref_ratios), min_of(ref_ratios),
+      o.tune_in_hindsight ? "tuned in hindsight" : "tuned on warm-up batches",
+      GeoMean(ratios), name(worst), name(best), wins20, losses, near_bound,
+      GeoMean(ring_ratios), min_of(ring_ratios), GeoMean(ref_ratios),
+      min_of(ref_ratios),
       o.profiled_coefficients ? "profiled on the simulated cluster" : "presets",
       o.learn ? ", learnt from the steps run" : "");
 
   std::string md =
       "# Where flexible CP pays (simulated)\n\n"
-      "Generated by `fcp eval study`. Every time is *simulated* on fcp's calibrated hardware "
-      "model (docs/simulator.md, docs/calibration.md), seconds per global batch, mean over the "
-      "measured batches. `static` is the best work-balanced static plan (megatron or "
-      "deepspeed, sequences dealt to replicas longest first onto the least-loaded replica), its "
+      "Generated by `fcp eval study`. Every time is *simulated* on fcp's "
+      "calibrated hardware "
+      "model (docs/simulator.md, docs/calibration.md), seconds per global "
+      "batch, mean over the "
+      "measured batches. `static` is the best work-balanced static plan "
+      "(megatron or "
+      "deepspeed, sequences dealt to replicas longest first onto the "
+      "least-loaded replica), its "
       "degree " +
-      std::string(o.tune_in_hindsight
-                      ? "tuned in hindsight: every degree run on the measured batches, the "
-                        "fastest kept, as a user who sweeps it on their workload would"
-                      : "tuned on the warm-up batches (`--tune warmup`)") +
-      "; `warm-up pick` is the better static plan with each degree picked on the warm-up "
-      "batches, timed on the measured ones; `loader` is the best static plan in data-loader order "
-      "(stock framework behaviour), shown for reference only. `bound` is the physical lower "
-      "bound (every token's work spread over all ranks at the best efficiencies, plus the "
-      "gradient sync no schedule can hide). `fcp-ring` is fcp with ring groups only. `ref` is "
-      "the best of three simple reference heuristics (ref-share, ref-bisect, ref-grow; "
-      "docs/planner.md), each with its one setting tuned in hindsight on the batch. Every strategy plans with the same coefficients: " +
+      std::string(
+          o.tune_in_hindsight
+              ? "tuned in hindsight: every degree run on the measured batches, "
+                "the "
+                "fastest kept, as a user who sweeps it on their workload would"
+              : "tuned on the warm-up batches (`--tune warmup`)") +
+      "; `warm-up pick` is the better static plan with each degree picked on "
+      "the warm-up "
+      "batches, timed on the measured ones; `loader` is the best static plan "
+      "in data-loader order "
+      "(stock framework behaviour), shown for reference only. `bound` is the "
+      "physical lower "
+      "bound (every token's work spread over all ranks at the best "
+      "efficiencies, plus the "
+      "gradient sync no schedule can hide). `fcp-ring` is fcp with ring groups "
+      "only. `ref` is "
+      "the best of three simple reference heuristics (ref-share, ref-bisect, "
+      "ref-grow; "
+      "docs/planner.md), each with its one setting tuned in hindsight on the "
+      "batch. Every strategy plans with the same coefficients: " +
       (o.profiled_coefficients
-           ? std::string("fitted by `fcp profile --target sim:CLUSTER --model MODEL` (its "
-                         "defaults: 2 % measurement noise, seed 1), once per cluster and model, as "
+           ? std::string("fitted by `fcp profile --target sim:CLUSTER --model "
+                         "MODEL` (its "
+                         "defaults: 2 % measurement noise, seed 1), once per "
+                         "cluster and model, as "
                          "a user profiles their cluster before planning")
-           : std::string("the presets', derived from hardware figures (`--coefficients preset`)")) +
-      (o.learn ? "; each strategy then learns from the steps it ran (`--learn`: after every "
-                 "step the coefficients are recalibrated from the group times measured so far)"
+           : std::string("the presets', derived from hardware figures "
+                         "(`--coefficients preset`)")) +
+      (o.learn ? "; each strategy then learns from the steps it ran "
+                 "(`--learn`: after every "
+                 "step the coefficients are recalibrated from the group times "
+                 "measured so far)"
                : "") +
-      ".\n\n## Summary\n\n```text\n" +
-      result.summary + "\n```\n";
+      ".\n\n## Summary\n\n```text\n" + result.summary + "\n```\n";
   std::string part;
   std::string csv =
-      "part,cluster,dataset,model,ranks,global_batch,bound_s,fcp_s,static_s,static,loader_s,"
-      "speedup,fcp_vs_bound,fcp_ring_s,ring_speedup,ref_s,ref,fcp_vs_ref,static_warmup_s,"
+      "part,cluster,dataset,model,ranks,global_batch,bound_s,fcp_s,static_s,"
+      "static,loader_s,"
+      "speedup,fcp_vs_bound,fcp_ring_s,ring_speedup,ref_s,ref,fcp_vs_ref,"
+      "static_warmup_s,"
       "static_warmup,failure\n";
   for (const StudyRow& r : result.rows) {
     if (r.part != part) {
       part = r.part;
       md += fmt::format(
-          "\n## {}\n\n| cluster | dataset | model | ranks | gbs | bound s | fcp s | static s "
-          "(best balanced) | fcp / static | fcp / bound | warm-up pick s | loader-order static s | "
-          "fcp-ring s | fcp-ring / static | ref s (best heuristic) | ref / fcp |\n"
+          "\n## {}\n\n| cluster | dataset | model | ranks | gbs | bound s | "
+          "fcp s | static s "
+          "(best balanced) | fcp / static | fcp / bound | warm-up pick s | "
+          "loader-order static s | "
+          "fcp-ring s | fcp-ring / static | ref s (best heuristic) | ref / fcp "
+          "|\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
           part);
     }
     md += fmt::format(
-        "| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} {} | {} | {} | {} | {} {} | {} "
+        "| {} | {} | {} | {} | {} | {} | {} | {} {} | {} | {} | {} {} | {} | "
+        "{} | {} | {} {} | {} "
         "|\n",
-        r.cluster,
-                      r.dataset, r.model, r.ranks, r.global_batch, Cell(r.bound_s),
-                      Cell(r.fcp_s), Cell(r.static_s), r.static_name,
-                      r.speedup() > 0 ? fmt::format("**{:.3f}x**", r.speedup()) : r.failure,
-                      r.fcp_s > 0 && r.bound_s > 0 ? fmt::format("{:.3f}", r.fcp_s / r.bound_s)
-                                                   : "–",
-                      Cell(r.static_warmup_s), r.static_warmup_name, Cell(r.loader_s),
-                      Cell(r.fcp_ring_s), Cell(r.ring_speedup(), "{:.3f}x"), Cell(r.ref_s),
-                      r.ref_name, Cell(r.vs_ref(), "{:.3f}x"));
+        r.cluster, r.dataset, r.model, r.ranks, r.global_batch, Cell(r.bound_s),
+        Cell(r.fcp_s), Cell(r.static_s), r.static_name,
+        r.speedup() > 0 ? fmt::format("**{:.3f}x**", r.speedup()) : r.failure,
+        r.fcp_s > 0 && r.bound_s > 0
+            ? fmt::format("{:.3f}", r.fcp_s / r.bound_s)
+            : "–",
+        Cell(r.static_warmup_s), r.static_warmup_name, Cell(r.loader_s),
+        Cell(r.fcp_ring_s), Cell(r.ring_speedup(), "{:.3f}x"), Cell(r.ref_s),
+        r.ref_name, Cell(r.vs_ref(), "{:.3f}x"));
     csv += fmt::format(
-        "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},"
+        "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.6f},"
+        "{:.6f},{:.6f},{},"
         "{:.6f},{:.6f},{},\"{}\"\n",
-        r.part, r.cluster, r.dataset, r.model, r.ranks, r.global_batch, r.bound_s, r.fcp_s,
-        r.static_s, r.static_name, r.loader_s, r.speedup(),
-        r.bound_s > 0 ? r.fcp_s / r.bound_s : 0.0, r.fcp_ring_s, r.ring_speedup(), r.ref_s,
-        r.ref_name, r.vs_ref(), r.static_warmup_s, r.static_warmup_name, r.failure);
+        r.part, r.cluster, r.dataset, r.model, r.ranks, r.global_batch,
+        r.bound_s, r.fcp_s, r.static_s, r.static_name, r.loader_s, r.speedup(),
+        r.bound_s > 0 ? r.fcp_s / r.bound_s : 0.0, r.fcp_ring_s,
+        r.ring_speedup(), r.ref_s, r.ref_name, r.vs_ref(), r.static_warmup_s,
+        r.static_warmup_name, r.failure);
   }
   result.markdown = md;
-  for (const auto& [file, text] : {std::pair{"study.md", &md}, std::pair{"study.csv", &csv}}) {
+  for (const auto& [file, text] :
+       {std::pair{"study.md", &md}, std::pair{"study.csv", &csv}}) {
     const fs::path p = fs::path(o.out_dir) / file;
     std::ofstream f(p, std::ios::binary | std::ios::trunc);
     f << *text;

@@ -16,13 +16,15 @@ StudyResult QuickStudy(bool profiled) {
   StudyOptions o;
   o.quick = true;
   o.profiled_coefficients = profiled;
-  o.out_dir = ::testing::TempDir() + (profiled ? "/study_profiled" : "/study_preset");
+  o.out_dir =
+      ::testing::TempDir() + (profiled ? "/study_profiled" : "/study_preset");
   return RunStudy(o);
 }
 
 // The case the study ran, rerun by hand: the quick grid measures one batch
 // after one warm-up batch, fcp against megatron and deepspeed dealt by work.
-double FcpSeconds(const StudyRow& row, const std::optional<CostModel>& coefficients) {
+double FcpSeconds(const StudyRow& row,
+                  const std::optional<CostModel>& coefficients) {
   ExperimentConfig cfg;
   cfg.cluster = row.cluster;
   cfg.model = row.model;
@@ -52,15 +54,18 @@ TEST(Study, ProfiledCoefficientsAreThoseFcpProfileFits) {
   // the first case it changes is rerun by hand with `fcp profile`'s fit (its
   // defaults) and with the presets.
   size_t changed = 0;
-  while (changed < preset.rows.size() && profiled.rows[changed].fcp_s == preset.rows[changed].fcp_s)
+  while (changed < preset.rows.size() &&
+         profiled.rows[changed].fcp_s == preset.rows[changed].fcp_s)
     ++changed;
-  ASSERT_LT(changed, preset.rows.size()) << "profiled coefficients changed no plan";
+  ASSERT_LT(changed, preset.rows.size())
+      << "profiled coefficients changed no plan";
   const StudyRow& row = profiled.rows[changed];
   ProfileOptions p;
   p.target = "sim:" + row.cluster;
   p.model = row.model;
   EXPECT_DOUBLE_EQ(row.fcp_s, FcpSeconds(row, RunProfile(p).cost_model));
-  EXPECT_DOUBLE_EQ(preset.rows[changed].fcp_s, FcpSeconds(preset.rows[changed], std::nullopt));
+  EXPECT_DOUBLE_EQ(preset.rows[changed].fcp_s,
+                   FcpSeconds(preset.rows[changed], std::nullopt));
 }
 
 TEST(Study, BadCountsNameTheField) {

@@ -1,7 +1,8 @@
-// The strategy table (docs/design.md §4): the one place that knows every strategy,
-// FCP's and the baselines'. It sits above src/planner and src/baselines so the
-// planner core includes no baseline; MakePlan looks the name up here and hands
-// the strategy to the planner core (planner::RunStrategy).
+// The strategy table (docs/design.md §4): the one place that knows every
+// strategy, FCP's and the baselines'. It sits above src/planner and
+// src/baselines so the planner core includes no baseline; MakePlan looks the
+// name up here and hands the strategy to the planner core
+// (planner::RunStrategy).
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,12 +32,14 @@ const std::vector<std::unique_ptr<Strategy>>& Registry() {
     out.push_back(std::make_unique<baselines::DeepSpeedStrategy>());
     out.push_back(std::make_unique<baselines::MegatronDcpStrategy>());
     out.push_back(std::make_unique<baselines::MegatronDcpDevStrategy>());
-#if FCP_HAVE_CBC  // FlexSP's MILP needs CBC; builds without it (the wheel) leave it out.
+#if FCP_HAVE_CBC  // FlexSP's MILP needs CBC; builds without it (the wheel)
+                  // leave it out.
     out.push_back(std::make_unique<baselines::FlexSpStrategy>());
 #endif
     out.push_back(std::make_unique<baselines::ByteScaleStrategy>());
     out.push_back(std::make_unique<baselines::OptimalStrategy>());
-    // Reference heuristics (issue 32): yardsticks for fcp's search, not planners.
+    // Reference heuristics (issue 32): yardsticks for fcp's search, not
+    // planners.
     out.push_back(std::make_unique<baselines::RefShareStrategy>());
     out.push_back(std::make_unique<baselines::RefBisectStrategy>());
     out.push_back(std::make_unique<baselines::RefGrowStrategy>());
@@ -63,18 +66,23 @@ const Strategy* FindStrategy(std::string_view name) {
 std::string UnknownStrategyMessage(std::string_view name) {
 #if !FCP_HAVE_CBC
   if (name == "flexsp") {
-    return "flexsp needs the CBC MILP solver, which this build of fcp leaves out (the pip "
-           "wheel does): build fcp from source with coinor-libcbc-dev installed";
+    return "flexsp needs the CBC MILP solver, which this build of fcp leaves "
+           "out (the pip "
+           "wheel does): build fcp from source with coinor-libcbc-dev "
+           "installed";
   }
 #endif
   std::string names;
-  for (const auto& n : StrategyNames()) names += (names.empty() ? "" : ", ") + n;
-  return "unknown strategy \"" + std::string(name) + "\" (known: " + names + ")";
+  for (const auto& n : StrategyNames())
+    names += (names.empty() ? "" : ", ") + n;
+  return "unknown strategy \"" + std::string(name) + "\" (known: " + names +
+         ")";
 }
 
 Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
   const Strategy* strategy = FindStrategy(options.strategy);
-  if (!strategy) throw InputError("strategy", UnknownStrategyMessage(options.strategy));
+  if (!strategy)
+    throw InputError("strategy", UnknownStrategyMessage(options.strategy));
   return planner::RunStrategy(*strategy, request, options);
 }
 

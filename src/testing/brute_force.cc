@@ -9,7 +9,8 @@ namespace fcp::testing {
 
 double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
                            const std::vector<Sequence>& sequences,
-                           const std::vector<int>& members, int first, int degree) {
+                           const std::vector<int>& members, int first,
+                           int degree) {
   double sum_s = 0, sum_attn = 0, sum_overhead = 0;
   for (int k : members) {
     const double s = static_cast<double>(sequences[k].length_tokens);
@@ -24,12 +25,13 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
   double tcp = a + lin + cm.beta1;
   double tcm = 0;
   if (degree > 1) {
-    const bool one_node =
-        first / cluster.ranks_per_node == (first + degree - 1) / cluster.ranks_per_node;
+    const bool one_node = first / cluster.ranks_per_node ==
+                          (first + degree - 1) / cluster.ranks_per_node;
     const double v = one_node ? cm.bw_intra_node : cm.bw_inter_node;
     const double step_latency = one_node ? cm.gamma_intra : cm.gamma_inter;
     tcp += (d - 1) * cm.gamma_serial;  // launches: not hidden
-    tcm = cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2 + (d - 1) * step_latency;
+    tcm =
+        cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2 + (d - 1) * step_latency;
   }
   // The last ring_tail_steps of the d attention steps have no transfer to hide.
   return tcp + tcm - std::min(a * (d - cm.ring_tail_steps) / d, tcm);
@@ -41,16 +43,17 @@ struct Search {
   explicit Search(const PlanRequest& r) : req(r), n(r.cluster.num_ranks) {}
   const PlanRequest& req;
   int n = 0;
-  std::vector<std::vector<int>> blocks;      // current partition
-  std::vector<int> order;                    // block placement order
-  std::vector<int> dmin;                     // per block
-  std::vector<int> first, degree;            // per block (placement)
-  std::vector<double> time;                  // per block
+  std::vector<std::vector<int>> blocks;  // current partition
+  std::vector<int> order;                // block placement order
+  std::vector<int> dmin;                 // per block
+  std::vector<int> first, degree;        // per block (placement)
+  std::vector<double> time;              // per block
   BruteForceResult best;
 
   bool Fits(const std::vector<int>& members, int d) const {
     double sum_s = 0;
-    for (int k : members) sum_s += static_cast<double>(req.sequences[k].length_tokens);
+    for (int k : members)
+      sum_s += static_cast<double>(req.sequences[k].length_tokens);
     return req.cost.mem_static + req.cost.mem_per_token * sum_s / d <=
            req.cost.mem_capacity;
   }
@@ -73,8 +76,8 @@ struct Search {
         if (used & (1u << (p + d - 1))) break;
         mask |= 1u << (p + d - 1);
         if (d < dmin[b]) continue;
-        const double t = ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
-                                             blocks[b], p, d);
+        const double t = ReferenceGroupTimeS(req.cost, req.cluster,
+                                             req.sequences, blocks[b], p, d);
         if (t >= best.makespan_s) continue;
         first[b] = p;
         degree[b] = d;
@@ -126,7 +129,8 @@ struct Search {
 
 BruteForceResult BruteForceOptimum(const PlanRequest& request) {
   FCP_CHECK(!request.sequences.empty());
-  FCP_CHECK(static_cast<int>(request.sequences.size()) <= kBruteForceMaxSequences);
+  FCP_CHECK(static_cast<int>(request.sequences.size()) <=
+            kBruteForceMaxSequences);
   FCP_CHECK(request.cluster.num_ranks >= 1 &&
             request.cluster.num_ranks <= kBruteForceMaxRanks);
   FCP_CHECK(request.cluster.ranks_per_node >= 1);

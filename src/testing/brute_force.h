@@ -30,11 +30,13 @@ namespace fcp::testing {
 inline constexpr int kBruteForceMaxSequences = 8;
 inline constexpr int kBruteForceMaxRanks = 16;
 
-// T(G, d) of docs/design.md §2 for the sequences `members` of `sequences` placed
-// on the contiguous ranks [first, first + degree) of `cluster` (seconds).
+// T(G, d) of docs/design.md §2 for the sequences `members` of `sequences`
+// placed on the contiguous ranks [first, first + degree) of `cluster`
+// (seconds).
 double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
                            const std::vector<Sequence>& sequences,
-                           const std::vector<int>& members, int first, int degree);
+                           const std::vector<int>& members, int first,
+                           int degree);
 
 struct BruteForceGroup {
   std::vector<int> sequences;  // indices into request.sequences, ascending

@@ -44,8 +44,8 @@ TEST(ReferenceGroupTime, MatchesCostModelLibrary) {
     const int degree = 1 + static_cast<int>(rng() % (n - first));
     std::vector<int> ranks;
     for (int r = first; r < first + degree; ++r) ranks.push_back(r);
-    const double mine =
-        ReferenceGroupTimeS(req.cost, req.cluster, req.sequences, members, first, degree);
+    const double mine = ReferenceGroupTimeS(
+        req.cost, req.cluster, req.sequences, members, first, degree);
     const double lib = GroupTimeOnRanksS(req.cost, req.cluster, load, ranks);
     EXPECT_NEAR(mine, lib, 1e-9 * std::abs(lib)) << "instance " << i;
   }
@@ -59,8 +59,9 @@ TEST(BruteForce, SingleSequencePicksBestDegreeAndPlacement) {
   double expect = INFINITY;
   for (int first = 0; first < 8; ++first) {
     for (int d = 3; first + d <= 8; ++d) {
-      expect = std::min(expect, ReferenceGroupTimeS(req.cost, req.cluster,
-                                                    req.sequences, {0}, first, d));
+      expect =
+          std::min(expect, ReferenceGroupTimeS(req.cost, req.cluster,
+                                               req.sequences, {0}, first, d));
     }
   }
   const BruteForceResult r = BruteForceOptimum(req);
@@ -137,22 +138,28 @@ TEST(BruteForce, SolutionIsConsistentAndBeatsRandomPlans) {
       }
       EXPECT_LE(req.cost.mem_static + req.cost.mem_per_token * sum_s / g.degree,
                 req.cost.mem_capacity);
-      EXPECT_DOUBLE_EQ(g.time_s, ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
-                                                     g.sequences, g.first_rank, g.degree));
+      EXPECT_DOUBLE_EQ(
+          g.time_s, ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
+                                        g.sequences, g.first_rank, g.degree));
       makespan = std::max(makespan, g.time_s);
     }
     for (int c : seen) EXPECT_EQ(c, 1);
     EXPECT_DOUBLE_EQ(makespan, r.makespan_s);
     // Random plan: each sequence alone, degrees d_min.., packed left to right.
     std::vector<int> members(req.sequences.size());
-    for (size_t k = 0; k < members.size(); ++k) members[k] = static_cast<int>(k);
+    for (size_t k = 0; k < members.size(); ++k)
+      members[k] = static_cast<int>(k);
     for (int d = 1; d <= req.cluster.num_ranks; ++d) {
       double sum_s = 0;
-      for (const auto& s : req.sequences) sum_s += static_cast<double>(s.length_tokens);
-      if (req.cost.mem_static + req.cost.mem_per_token * sum_s / d > req.cost.mem_capacity)
+      for (const auto& s : req.sequences)
+        sum_s += static_cast<double>(s.length_tokens);
+      if (req.cost.mem_static + req.cost.mem_per_token * sum_s / d >
+          req.cost.mem_capacity)
         continue;
-      EXPECT_LE(r.makespan_s, ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
-                                                  members, 0, d) * (1 + 1e-12));
+      EXPECT_LE(r.makespan_s,
+                ReferenceGroupTimeS(req.cost, req.cluster, req.sequences,
+                                    members, 0, d) *
+                    (1 + 1e-12));
     }
   }
 }

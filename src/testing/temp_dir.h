@@ -15,7 +15,8 @@ class TempDir {
  public:
   explicit TempDir(const std::string& prefix = "fcp-test") {
     std::string templ =
-        (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+        (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX"))
+            .string();
     if (!::mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
     path_ = templ;
   }

@@ -5,6 +5,7 @@ estimate from the docs/design.md §2 formula, and the error classes (exit 2/3 wi
 
 Usage: cli_test.py FCP_BINARY [--update]   (--update rewrites the golden files)
 """
+
 import csv
 import json
 import math
@@ -81,24 +82,34 @@ def check_formula(name, inp, plan):
             members = [seqs[i] for i in g["sequences"]]
             t = 1000 * group_time(cm, members, g["ranks"], per_node)
             check(f"{name} mb{m} est_ms formula", close(t, g["est_ms"]), f"{t} vs {g['est_ms']}")
-            mem = cm["mem_static"] + cm["mem_per_token"] * sum(s for s, _ in members) / len(g["ranks"])
+            mem = cm["mem_static"] + cm["mem_per_token"] * sum(s for s, _ in members) / len(
+                g["ranks"]
+            )
             check(f"{name} mb{m} memory", mem <= cm["mem_capacity"] * (1 + 1e-12), f"{mem}")
             check(f"{name} mb{m} mem_bytes", abs(g["mem_bytes"] - math.ceil(mem)) <= 1, f"{mem}")
             worst = max(worst, g["est_ms"])
             used += g["ranks"]
             seen += g["sequences"]
-        check(f"{name} mb{m} disjoint ranks", len(used) == len(set(used)) and all(0 <= r < n for r in used))
+        check(
+            f"{name} mb{m} disjoint ranks",
+            len(used) == len(set(used)) and all(0 <= r < n for r in used),
+        )
         check(f"{name} mb{m} max", close(worst, mb["est_ms"]))
         total += mb["est_ms"]
     check(f"{name} every sequence once", sorted(seen) == list(range(len(seqs))), str(sorted(seen)))
     # The plan's estimate is the list schedule's makespan: between the largest
     # micro-batch and the sum of all (equal to the sum only with a barrier).
     largest = max(mb["est_ms"] for mb in plan["micro_batches"])
-    check(f"{name} list schedule", close(list_schedule_ms(plan, n), plan["est_ms"]),
-          f"{list_schedule_ms(plan, n)} vs {plan['est_ms']}")
-    check(f"{name} between max and sum",
-          largest * (1 - 1e-12) <= plan["est_ms"] <= total * (1 + 1e-12),
-          f"{largest} <= {plan['est_ms']} <= {total}")
+    check(
+        f"{name} list schedule",
+        close(list_schedule_ms(plan, n), plan["est_ms"]),
+        f"{list_schedule_ms(plan, n)} vs {plan['est_ms']}",
+    )
+    check(
+        f"{name} between max and sum",
+        largest * (1 - 1e-12) <= plan["est_ms"] <= total * (1 + 1e-12),
+        f"{largest} <= {plan['est_ms']} <= {total}",
+    )
     check(f"{name} bound", plan["lower_bound_ms"] <= plan["est_ms"] * (1 + 1e-9))
 
 
@@ -125,20 +136,28 @@ def golden_tests():
                     f.write("\n")
                 continue
             expected = json.load(open(expected_path))
-            check(f"{name} golden", strip(plan) == expected,
-                  "output differs from " + os.path.basename(expected_path))
+            check(
+                f"{name} golden",
+                strip(plan) == expected,
+                "output differs from " + os.path.basename(expected_path),
+            )
         # Reading stdin gives the same plan as --input.
         code, out, _ = run(["plan"], stdin=open(path).read())
         code2, out2, _ = run(["plan", "-i", path])
-        check(f"{file} stdin == file", code == 0 and strip(json.loads(out)) == strip(json.loads(out2)))
+        check(
+            f"{file} stdin == file", code == 0 and strip(json.loads(out)) == strip(json.loads(out2))
+        )
         # The table format prints totals and the gap.
         code, out, _ = run(["plan", "-i", path, "-f", "table"])
         check(f"{file} table", code == 0 and "lower bound" in out and "gap" in out, out[-200:])
 
 
 def error_tests():
-    base = {"cluster": {"ranks": 8, "ranks_per_node": 4}, "model": "qwen3-8b",
-            "sequences": [1000, 2000]}
+    base = {
+        "cluster": {"ranks": 8, "ranks_per_node": 4},
+        "model": "qwen3-8b",
+        "sequences": [1000, 2000],
+    }
 
     def with_(**kw):
         d = json.loads(json.dumps(base))
@@ -146,15 +165,19 @@ def error_tests():
         return json.dumps(d)
 
     cases = [
-        ("malformed JSON", "{\"sequences\": [1, 2", 2, "input"),
+        ("malformed JSON", '{"sequences": [1, 2', 2, "input"),
         ("not an object", "[1, 2, 3]", 2, "input"),
         ("zero length", with_(sequences=[1000, 0]), 2, "sequences[1]"),
         ("negative length", with_(sequences=[-5]), 2, "sequences[0]"),
         ("fractional length", with_(sequences=[10.5]), 2, "sequences[0]"),
         ("string length", with_(sequences=["12"]), 2, "sequences[0]"),
         ("bad eta", with_(sequences=[{"length": 10, "eta": 2}]), 2, "sequences[0].eta"),
-        ("bad attention", with_(sequences=[{"length": 10, "attention": "sparse"}]), 2,
-         "sequences[0].attention"),
+        (
+            "bad attention",
+            with_(sequences=[{"length": 10, "attention": "sparse"}]),
+            2,
+            "sequences[0].attention",
+        ),
         ("empty batch", with_(sequences=[]), 2, "sequences"),
         ("missing sequences", json.dumps({"model": "qwen3-8b"}), 2, "sequences"),
         ("unknown model", with_(model="gpt-9"), 2, "model"),
@@ -162,8 +185,12 @@ def error_tests():
         ("zero ranks", with_(cluster={"ranks": 0}), 2, "cluster.ranks"),
         ("unknown key", with_(sequence=[1]), 2, "sequence"),
         ("bad coefficient", with_(cost_model={"alpha1": -1}), 2, "cost_model.alpha1"),
-        ("capacity below static", with_(cost_model={"mem_capacity": 1, "mem_static": 2}), 2,
-         "cost_model.mem_capacity"),
+        (
+            "capacity below static",
+            with_(cost_model={"mem_capacity": 1, "mem_static": 2}),
+            2,
+            "cost_model.mem_capacity",
+        ),
         ("unknown coefficient", with_(cost_model={"gamma": 1}), 2, "cost_model.gamma"),
         ("duplicate key", '{"sequences": [1], "sequences": [2]}', 2, "duplicate"),
         ("too long for the cluster", with_(sequences=[1000, 1 << 36]), 3, "sequences[1]"),
@@ -172,47 +199,94 @@ def error_tests():
         code, out, err = run(["plan"], stdin=text)
         check(f"error {name}: exit {want_code}", code == want_code, f"got {code}, stderr {err!r}")
         check(f"error {name}: no stdout", out == "", out[:200])
-        check(f"error {name}: error line", err.startswith("error:") and needle in err and
-              err.count("\n") == 1, repr(err))
+        check(
+            f"error {name}: error line",
+            err.startswith("error:") and needle in err and err.count("\n") == 1,
+            repr(err),
+        )
     code, out, err = run(["plan", "--input", "/nonexistent/batch.json"])
     check("missing file", code == 2 and out == "" and err.startswith("error:"), err)
-    code, out, err = run(["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")])
+    code, out, err = run(
+        ["plan", "--strategy", "nope", "-i", os.path.join(GOLDEN, "small_explicit.json")]
+    )
     check("unknown strategy", code == 2 and "strategy" in err and out == "", err)
     # Unknown names list the valid ones (the presets' and strategies' own lists).
-    check("unknown strategy lists the known", all(s in err for s in ("fcp", "megatron", "optimal")),
-          err)
+    check(
+        "unknown strategy lists the known",
+        all(s in err for s in ("fcp", "megatron", "optimal")),
+        err,
+    )
     code, out, err = run(["simulate", "--model", "nope", "--steps", "1", "--warmup", "0", "-q"])
-    check("unknown model lists the presets", code == 2 and err.count("\n") == 1 and
-          "unknown model preset 'nope' (known:" in err and "qwen3-8b" in err, err)
+    check(
+        "unknown model lists the presets",
+        code == 2
+        and err.count("\n") == 1
+        and "unknown model preset 'nope' (known:" in err
+        and "qwen3-8b" in err,
+        err,
+    )
     code, out, err = run(["simulate", "--cluster", "nope", "--steps", "1", "--warmup", "0", "-q"])
-    check("unknown cluster lists the presets", code == 2 and err.count("\n") == 1 and
-          "h100-8x8" in err and "ascend910c-4x16" in err, err)
+    check(
+        "unknown cluster lists the presets",
+        code == 2 and err.count("\n") == 1 and "h100-8x8" in err and "ascend910c-4x16" in err,
+        err,
+    )
     # A dataset where a length file belongs: one line naming `fcp lengths`.
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "docs.jsonl")
         with open(data, "w") as f:
             f.write('{"tokens": 5}\n')
         code, out, err = run(["simulate", "--lengths", data, "--steps", "1", "-q"])
-        check("--lengths on a JSONL dataset names fcp lengths", code == 2 and out == "" and
-              err.count("\n") == 1 and "fcp lengths" in err, err)
+        check(
+            "--lengths on a JSONL dataset names fcp lengths",
+            code == 2 and out == "" and err.count("\n") == 1 and "fcp lengths" in err,
+            err,
+        )
     # eval study: the grid's axes and the data's name come from the flags.
     with tempfile.TemporaryDirectory() as d:
         lengths = os.path.join(d, "mine.txt")
         with open(lengths, "w") as f:
             f.write("\n".join(str(300 + 97 * i) for i in range(200)) + "\n")
-        code, out, err = run(["eval", "study", "--quick", "--cluster", "h100-8x8", "--model",
-                              "qwen3-1.7b", "--gbs", "16,32", "--ranks", "16", "--lengths",
-                              lengths, "--out", d])
+        code, out, err = run(
+            [
+                "eval",
+                "study",
+                "--quick",
+                "--cluster",
+                "h100-8x8",
+                "--model",
+                "qwen3-1.7b",
+                "--gbs",
+                "16,32",
+                "--ranks",
+                "16",
+                "--lengths",
+                lengths,
+                "--out",
+                d,
+            ]
+        )
         with open(os.path.join(d, "study.csv")) as f:
             rows = list(csv.DictReader(f)) if code == 0 else []
         check("eval study flags: exit 0", code == 0, err)
-        check("eval study flags: only the given cluster, model, gbs and ranks", rows and all(
-            r["cluster"] == "h100-8x8" and r["model"] == "qwen3-1.7b" and
-            (r["part"] != "batch size" or r["global_batch"] in ("16", "32")) and
-            (r["part"] != "scale" or r["ranks"] == "16") for r in rows), rows[:2])
-        check("eval study flags: the data named after its file",
-              any(r["dataset"] == "mine (real)" for r in rows) and
-              not any("go-src" in r["dataset"] for r in rows), [r["dataset"] for r in rows])
+        check(
+            "eval study flags: only the given cluster, model, gbs and ranks",
+            rows
+            and all(
+                r["cluster"] == "h100-8x8"
+                and r["model"] == "qwen3-1.7b"
+                and (r["part"] != "batch size" or r["global_batch"] in ("16", "32"))
+                and (r["part"] != "scale" or r["ranks"] == "16")
+                for r in rows
+            ),
+            rows[:2],
+        )
+        check(
+            "eval study flags: the data named after its file",
+            any(r["dataset"] == "mine (real)" for r in rows)
+            and not any("go-src" in r["dataset"] for r in rows),
+            [r["dataset"] for r in rows],
+        )
     code, out, err = run(["plan", "--format", "xml"], stdin=with_())
     check("bad format flag", code == 2 and err.startswith("error:") and out == "", err)
     code, out, err = run(["plan", "--help"])

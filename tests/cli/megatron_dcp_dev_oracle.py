@@ -15,6 +15,7 @@ Dev is not a release: this check reads dev's file from a Megatron-LM checkout
 
 Checked at dev commit d48bd6be0a85 (docs/baselines.md).
 """
+
 import json
 import random
 import subprocess
@@ -30,6 +31,7 @@ def load_dev_scheduler(path):
     use are stood in for when this megatron-core lacks them."""
     import megatron.core.extensions.transformer_engine as mte
     import megatron.core.rerun_state_machine as rsm
+
     for mod, name in ((mte, "get_thd_partitioned_indices"), (rsm, "RerunDataIterator")):
         if not hasattr(mod, name):
             stub = types.ModuleType(mod.__name__)
@@ -72,9 +74,14 @@ def main(fcp, dev_file):
         k = rng.randint(1, 80)
         lengths = [max(1, min(131072, int(rng.lognormvariate(7.5, 1.6)))) for _ in range(k)]
         batch = {"cluster": {"ranks": n, "ranks_per_node": min(n, 8)}, "sequences": lengths}
-        p = subprocess.run([fcp, "plan", "--strategy", "megatron-dcp-dev", "--format", "json"],
-                           input=json.dumps(batch), capture_output=True, text=True, timeout=120,
-                           check=False)
+        p = subprocess.run(
+            [fcp, "plan", "--strategy", "megatron-dcp-dev", "--format", "json"],
+            input=json.dumps(batch),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if p.returncode == 3:
             continue  # no setting places every sequence within memory
         if p.returncode != 0:
@@ -98,7 +105,9 @@ def main(fcp, dev_file):
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        print("error: usage: megatron_dcp_dev_oracle.py FCP_BINARY DEV_DATA_SCHEDULE_UTILS_PY",
-              file=sys.stderr)
+        print(
+            "error: usage: megatron_dcp_dev_oracle.py FCP_BINARY DEV_DATA_SCHEDULE_UTILS_PY",
+            file=sys.stderr,
+        )
         sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2]))

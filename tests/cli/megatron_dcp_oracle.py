@@ -9,6 +9,7 @@ barrier-delimited steps (notes.hdp_groups).
 
 Usage: megatron_dcp_oracle.py FCP_BINARY
 """
+
 import json
 import random
 import subprocess
@@ -49,8 +50,13 @@ def main():
         k = rng.randint(1, 80)
         lengths = [max(1, min(131072, int(rng.lognormvariate(7.5, 1.6)))) for _ in range(k)]
         batch = {"cluster": {"ranks": n, "ranks_per_node": min(n, 8)}, "sequences": lengths}
-        p = subprocess.run([FCP, "plan", "--strategy", "megatron-dcp", "--format", "json"],
-                           input=json.dumps(batch), capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [FCP, "plan", "--strategy", "megatron-dcp", "--format", "json"],
+            input=json.dumps(batch),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if p.returncode == 3:
             continue  # a sequence needs more than N ranks: Megatron has no such group
         if p.returncode != 0:
@@ -69,8 +75,10 @@ def main():
         cases += 1
         if got != want or int(plan["notes"]["hdp_groups"]) != len(id_groups):
             failures += 1
-            print(f"FAIL case {case}: N={n} T={t} lengths={lengths}\n  megatron: {want}\n"
-                  f"  fcp:      {got}\n  steps {len(id_groups)} vs {plan['notes']['hdp_groups']}")
+            print(
+                f"FAIL case {case}: N={n} T={t} lengths={lengths}\n  megatron: {want}\n"
+                f"  fcp:      {got}\n  steps {len(id_groups)} vs {plan['notes']['hdp_groups']}"
+            )
     print(f"{cases} batches compared, {failures} failures")
     if cases < 40:
         print("FAIL: too few comparable batches")

@@ -6,6 +6,7 @@ and the shell-injection / temp-file reproducers of issue 18 against `--plot` and
 
 Usage: surface_test.py FCP_BINARY
 """
+
 import json
 import os
 import pathlib
@@ -25,8 +26,9 @@ EXAMPLE = str(ROOT / "examples" / "batch.json")
 
 
 def run(args, env=None, stdin=subprocess.DEVNULL, cwd=None):
-    p = subprocess.run([FCP] + args, capture_output=True, text=True, timeout=300, env=env,
-                       stdin=stdin, cwd=cwd)
+    p = subprocess.run(
+        [FCP] + args, capture_output=True, text=True, timeout=300, env=env, stdin=stdin, cwd=cwd
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -51,8 +53,9 @@ def test_defaults_in_every_help():
         for line in out.splitlines():
             # The type column ends at the first run of 2+ spaces (then the
             # description): "--steps INT:INT in [1 - 1000]=3   measured ...".
-            m = re.match(r"\s+(?:-\w,)?(--[\w-]+) (INT|UINT|FLOAT|UINT64|INT64)\b(.*?)(?:\s{2,}|$)",
-                         line)
+            m = re.match(
+                r"\s+(?:-\w,)?(--[\w-]+) (INT|UINT|FLOAT|UINT64|INT64)\b(.*?)(?:\s{2,}|$)", line
+            )
             if m:
                 check(f"{command} {m.group(1)} shows its default", "=" in m.group(3), line)
     rc, out, _ = run(["plan", "--help"])
@@ -103,19 +106,28 @@ def test_plan_trace(tmp):
     check("plan --trace", rc == 0 and json.loads(out) is not None, err)
     trace = json.load(open(path))
     slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    expected = sum(len(g["ranks"]) for mb in plan["micro_batches"] for g in mb["groups"]
-                   if g["sequences"])
-    check("trace: one slice per group and rank", len(slices) == expected,
-          f"{len(slices)} != {expected}")
+    expected = sum(
+        len(g["ranks"]) for mb in plan["micro_batches"] for g in mb["groups"] if g["sequences"]
+    )
+    check(
+        "trace: one slice per group and rank",
+        len(slices) == expected,
+        f"{len(slices)} != {expected}",
+    )
     ranks_per_node = 16  # ascend910c-4x16
-    check("trace: node processes",
-          all(e["pid"] == e["tid"] // ranks_per_node for e in slices))
+    check("trace: node processes", all(e["pid"] == e["tid"] // ranks_per_node for e in slices))
     last = max(e["ts"] + e["dur"] for e in slices)
-    check("trace: ends at the plan's estimate (us)",
-          abs(last - 1e3 * plan["est_ms"]) < 1e-6 * last, f"{last} vs {1e3 * plan['est_ms']}")
+    check(
+        "trace: ends at the plan's estimate (us)",
+        abs(last - 1e3 * plan["est_ms"]) < 1e-6 * last,
+        f"{last} vs {1e3 * plan['est_ms']}",
+    )
     rc, out, err = run(["plan", "-i", EXAMPLE, "--trace", os.path.join(tmp, "no", "t.json")])
-    check("plan --trace bad path: exit 2, one line, no stdout",
-          rc == 2 and one_error_line(err) and out == "", err)
+    check(
+        "plan --trace bad path: exit 2, one line, no stdout",
+        rc == 2 and one_error_line(err) and out == "",
+        err,
+    )
 
 
 def test_plan_plot(tmp):
@@ -125,20 +137,33 @@ def test_plan_plot(tmp):
     check("plot png", rc == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", err)
     rc, _, err = run(["plan", "-i", EXAMPLE, "--plot", svg])
     check("plot svg is SVG", rc == 0 and "<svg" in open(svg).read(), err)
-    for bad in [os.path.join(tmp, "missing", "p.png"), os.path.join(tmp, "p.pdf"), tmp,
-                os.path.join(tmp, "missing\nline", "p.png")]:
+    for bad in [
+        os.path.join(tmp, "missing", "p.png"),
+        os.path.join(tmp, "p.pdf"),
+        tmp,
+        os.path.join(tmp, "missing\nline", "p.png"),
+    ]:
         rc, out, err = run(["plan", "-i", EXAMPLE, "--plot", bad])
-        check(f"plot bad path {bad!r}: exit 2, one line", rc == 2 and one_error_line(err)
-              and "plot" in err and out == "", f"{rc} {err!r}")
+        check(
+            f"plot bad path {bad!r}: exit 2, one line",
+            rc == 2 and one_error_line(err) and "plot" in err and out == "",
+            f"{rc} {err!r}",
+        )
     env = dict(os.environ, PATH=os.path.join(tmp, "nothing-here"))
     rc, out, err = run(["plan", "-i", EXAMPLE, "--plot", os.path.join(tmp, "q.png")], env=env)
-    check("plot without gnuplot: exit 1, one line", rc == 1 and one_error_line(err)
-          and "gnuplot not found" in err, f"{rc} {err!r}")
+    check(
+        "plot without gnuplot: exit 1, one line",
+        rc == 1 and one_error_line(err) and "gnuplot not found" in err,
+        f"{rc} {err!r}",
+    )
 
 
 def markers(tmp):
-    return [m for m in ("pwned1", "pwned2", "pwned3", "pwned4")
-            if os.path.exists(os.path.join(tmp, m)) or os.path.exists(m)]
+    return [
+        m
+        for m in ("pwned1", "pwned2", "pwned3", "pwned4")
+        if os.path.exists(os.path.join(tmp, m)) or os.path.exists(m)
+    ]
 
 
 def test_no_shell_injection(tmp):
@@ -146,7 +171,7 @@ def test_no_shell_injection(tmp):
     # apostrophe in `eval paper --out` ran a shell command.
     hostile = [
         f"x';system('touch {tmp}/pwned1');'.png",
-        f"a\nsystem \"touch {tmp}/pwned2\"\n.png",
+        f'a\nsystem "touch {tmp}/pwned2"\n.png',
         f"$(touch {tmp}/pwned3)`touch {tmp}/pwned4`.svg",
     ]
     work = os.path.join(tmp, "plots")
@@ -162,24 +187,47 @@ def test_no_shell_injection(tmp):
     pngs = sorted(p.name for p in pathlib.Path(out_dir).glob("*.png"))
     check("hostile eval paper --out: figures drawn", len(pngs) == 4, str(pngs))
     report = (pathlib.Path(out_dir) / "report.md").read_text()
-    check("report links the figures, no failure notes",
-          "figure failed" not in report and "![fig3.png](fig3.png)" in report, "")
+    check(
+        "report links the figures, no failure notes",
+        "figure failed" not in report and "![fig3.png](fig3.png)" in report,
+        "",
+    )
     check("hostile eval paper ran nothing", markers(tmp) == [], str(markers(tmp)))
 
 
 def test_simulate_timelines(tmp):
     png = os.path.join(tmp, "sim.png")
     trace = os.path.join(tmp, "sim.json")
-    rc, out, err = run(["simulate", "--dataset", "github", "--steps", "1", "--warmup", "1",
-                        "--strategies", "fcp,megatron", "-q", "--plot", png, "--trace", trace])
+    rc, out, err = run(
+        [
+            "simulate",
+            "--dataset",
+            "github",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--strategies",
+            "fcp,megatron",
+            "-q",
+            "--plot",
+            png,
+            "--trace",
+            trace,
+        ]
+    )
     check("simulate --plot --trace", rc == 0 and os.path.getsize(png) > 1000, err)
     t = json.load(open(trace))
     names = {e["args"]["name"] for e in t["traceEvents"] if e["name"] == "process_name"}
-    check("simulate trace: a process per strategy and node",
-          {"fcp: node 0", "fcp: node 3", "megatron: node 0", "megatron: node 3"} <= names,
-          str(sorted(names)))
-    check("simulate trace labelled simulated",
-          all(e["args"]["source"] == "simulated" for e in t["traceEvents"] if e["ph"] == "X"))
+    check(
+        "simulate trace: a process per strategy and node",
+        {"fcp: node 0", "fcp: node 3", "megatron: node 0", "megatron: node 3"} <= names,
+        str(sorted(names)),
+    )
+    check(
+        "simulate trace labelled simulated",
+        all(e["args"]["source"] == "simulated" for e in t["traceEvents"] if e["ph"] == "X"),
+    )
 
 
 def test_no_shell_in_sources():

@@ -11,6 +11,7 @@ here automatically.
 Exit status: 0 when every command passed, 1 otherwise; prints one line per
 command and `N passed, M failed` at the end.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,9 +30,10 @@ COVERED_ELSEWHERE = {
     "pip install .": "ctest python_wheel (tests/python/test_wheel.py) builds, installs, plans",
     "python -m fcp --version": "ctest python_wheel checks `python -m fcp --version` installed",
     "scripts/figures.sh": "reruns every figure block: scripts/figures.py --check",
+    "scripts/lint.sh fix": "rewrites files; ctest -L lint checks the tree it leaves",
     "build/fcp eval paper --out results": "long (simulated paper evaluation); its figure "
-                                          "blocks in docs/simulator.md are rerun by "
-                                          "scripts/figures.py --check",
+    "blocks in docs/simulator.md are rerun by "
+    "scripts/figures.py --check",
 }
 TIMEOUT_S = 300
 
@@ -83,8 +85,13 @@ def main() -> int:
             continue
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(["bash", "-c", "set -eo pipefail\n" + bare], cwd=ROOT,
-                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+            proc = subprocess.run(
+                ["bash", "-c", "set -eo pipefail\n" + bare],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
             ok, why = proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr.strip()[-400:]}"
         except subprocess.TimeoutExpired:
             ok, why = False, f"still running after {TIMEOUT_S} s"

@@ -11,6 +11,7 @@ tokens over a causal rest: key j visible to query i iff j <= i or j < p.
 Writes DIR/grads_ref.bin (float32, the executor's flat layout) and
 DIR/loss_ref.txt. Usage: torch_oracle.py DIR
 """
+
 import math
 import sys
 
@@ -23,8 +24,9 @@ def main(d: str) -> None:
     D, H, L, F = int(dim), int(heads), int(layers), int(ffn)
     rope_base, eps = float(rope_base), float(eps)
     V, dh = 256, D // H
-    flat = torch.tensor(np.fromfile(f"{d}/params.bin", dtype=np.float32),
-                        dtype=torch.float64, requires_grad=True)
+    flat = torch.tensor(
+        np.fromfile(f"{d}/params.bin", dtype=np.float32), dtype=torch.float64, requires_grad=True
+    )
     # The flat layout: embed [V,D]; per layer g1 [D], wq, wk, wv, wo [D,D],
     # g2 [D], w1 [D,F], w2 [F,D]; gf [D]; wout [D,V]; matrices [in, out].
     at = 0
@@ -32,15 +34,25 @@ def main(d: str) -> None:
     def take(*shape):
         nonlocal at
         n = math.prod(shape)
-        t = flat[at:at + n].view(*shape)
+        t = flat[at : at + n].view(*shape)
         at += n
         return t
 
     embed = take(V, D)
     lay = []
     for _ in range(L):
-        lay.append(dict(g1=take(D), wq=take(D, D), wk=take(D, D), wv=take(D, D),
-                        wo=take(D, D), g2=take(D), w1=take(D, F), w2=take(F, D)))
+        lay.append(
+            dict(
+                g1=take(D),
+                wq=take(D, D),
+                wk=take(D, D),
+                wv=take(D, D),
+                wo=take(D, D),
+                g2=take(D),
+                w1=take(D, F),
+                w2=take(F, D),
+            )
+        )
     gf, wout = take(D), take(D, V)
     assert at == flat.numel(), (at, flat.numel())
 
@@ -65,7 +77,7 @@ def main(d: str) -> None:
     off = 0
     for n_str, eta_str in meta:
         n, eta = int(n_str), float(eta_str)
-        tok = torch.tensor(raw[off:off + n].astype(np.int64))
+        tok = torch.tensor(raw[off : off + n].astype(np.int64))
         off += n
         prefix = math.floor(math.sqrt(eta) * n + 0.5)
         i = torch.arange(n)
@@ -85,15 +97,18 @@ def main(d: str) -> None:
             x = x + (u * torch.sigmoid(u)) @ p["w2"]
         logits = rms(x, gf) @ wout
         loss_sum = loss_sum + torch.nn.functional.cross_entropy(
-            logits[:-1], tok[1:], reduction="sum")
+            logits[:-1], tok[1:], reduction="sum"
+        )
         num_targets += n - 1
     loss = loss_sum / num_targets
     loss.backward()
     flat.grad.to(torch.float32).numpy().tofile(f"{d}/grads_ref.bin")
     with open(f"{d}/loss_ref.txt", "w") as f:
         f.write(f"{loss.item():.17g}\n")
-    print(f"torch float64 oracle: {len(meta)} sequences, {num_targets} targets, "
-          f"loss {loss.item():.9f}")
+    print(
+        f"torch float64 oracle: {len(meta)} sequences, {num_targets} targets, "
+        f"loss {loss.item():.9f}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,10 +24,27 @@ WORLD = 4
 def run_example(*flags, nproc=WORLD):
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", str(EXAMPLE), "--lengths", str(LENGTHS), "--in-order",
-           "--global-batch", "4", "--ranks-per-node", "2", "--max-tokens", "256", "--steps", "3",
-           "--check", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(EXAMPLE),
+        "--lengths",
+        str(LENGTHS),
+        "--in-order",
+        "--global-batch",
+        "4",
+        "--ranks-per-node",
+        "2",
+        "--max-tokens",
+        "256",
+        "--steps",
+        "3",
+        "--check",
+        *flags,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -37,8 +54,13 @@ def micro_batches(stdout):
     """[[(degree, all_to_all), ...] per micro-batch] per step."""
     steps = re.findall(r"^step \d+: ((?:\[[0-9u,]+\] ?)+) ", stdout, re.M)
     assert len(steps) == 3, stdout
-    return [[[(int(g.rstrip("u")), g.endswith("u")) for g in mb.split(",")]
-             for mb in re.findall(r"\[([0-9u,]+)\]", s)] for s in steps]
+    return [
+        [
+            [(int(g.rstrip("u")), g.endswith("u")) for g in mb.split(",")]
+            for mb in re.findall(r"\[([0-9u,]+)\]", s)
+        ]
+        for s in steps
+    ]
 
 
 def assert_hard_plans(stdout):
@@ -60,40 +82,47 @@ def test_qwen3_fsdp2_trains_mixed_idle_all_to_all_plans_like_one_process_and_lea
     out = run_example("--model", "qwen3", "--wrap", "fsdp2", "--learn")
     assert_hard_plans(out)
     assert_check_passed(out)
-    learnt = re.findall(r"^learn: (\d+) groups, RMS log error of their estimates (\S+) -> (\S+)$",
-                        out, re.M)
+    learnt = re.findall(
+        r"^learn: (\d+) groups, RMS log error of their estimates (\S+) -> (\S+)$", out, re.M
+    )
     assert len(learnt) == 3 and int(learnt[-1][0]) >= 3, out
     assert float(learnt[-1][2]) < float(learnt[-1][1]), out
 
 
 def test_llama_ddp_with_activation_checkpointing_trains_ring_plans_like_one_process():
-    out = run_example("--model", "llama", "--wrap", "ddp", "--strategy", "fcp-ring",
-                      "--activation-checkpointing")
+    out = run_example(
+        "--model", "llama", "--wrap", "ddp", "--strategy", "fcp-ring", "--activation-checkpointing"
+    )
     mbs = [mb for step in micro_batches(out) for mb in step]
     assert any(len({d for d, _ in mb}) > 1 for mb in mbs), f"no mixed degrees: {mbs}"
     assert not any(a2a for mb in mbs for _, a2a in mb), mbs
     assert_check_passed(out)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--steps", "0"], "error: --steps: must be >= 1, got 0"),
-    (["--model", "gpt2"], "error: argument --model: invalid choice: 'gpt2'"),
-    (["--lengths", "/nonexistent/lengths.txt"], "error: --lengths: "),
-    (["--wrap", "zero3"], "error: argument --wrap: invalid choice: 'zero3'"),
-    (["--hardware", "tpu-v9"], "error: cluster.hardware: "),
-    (["--strategy", "best"], "error: strategy: "),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--steps", "0"], "error: --steps: must be >= 1, got 0"),
+        (["--model", "gpt2"], "error: argument --model: invalid choice: 'gpt2'"),
+        (["--lengths", "/nonexistent/lengths.txt"], "error: --lengths: "),
+        (["--wrap", "zero3"], "error: argument --wrap: invalid choice: 'zero3'"),
+        (["--hardware", "tpu-v9"], "error: cluster.hardware: "),
+        (["--strategy", "best"], "error: strategy: "),
+    ],
+)
 def test_bad_flags_give_one_error_line(flags, message):
-    proc = subprocess.run([sys.executable, str(EXAMPLE), *flags], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), *flags], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
 
 
 def test_help_shows_defaults():
-    proc = subprocess.run([sys.executable, str(EXAMPLE), "--help"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0
     assert "--max-tokens MAX_TOKENS" in proc.stdout and "(default: 1024)" in proc.stdout
 
@@ -109,9 +138,20 @@ def test_the_script_of_the_docs_page_runs(tmp_path):
     script.write_text(docs_script(), encoding="utf-8")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node=2", str(script)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     steps = re.findall(r"^step (\d+): (?:\[[0-9u,]+\] ?)+ loss (\S+)$", proc.stdout, re.M)
     assert [s for s, _ in steps] == ["0", "1", "2"], proc.stdout

@@ -43,9 +43,11 @@ def attention_cases(world):
     ]
     if world >= 3:
         # One rank idle; the others split into a pair and the rest.
-        mbs.append([(r[1:3][::-1], (29, 4, 2, "fp32", True)),
-                    (r[3:] or [r[0]], (13, 4, 2, "fp32", False))] if world >= 4 else
-                   [(r[1:][::-1], (29, 4, 2, "fp32", True))])
+        mbs.append(
+            [(r[1:3][::-1], (29, 4, 2, "fp32", True)), (r[3:] or [r[0]], (13, 4, 2, "fp32", False))]
+            if world >= 4
+            else [(r[1:][::-1], (29, 4, 2, "fp32", True))]
+        )
         mbs.append([(r[:-1], (58, 4, 2, "bf16", True))])
     if world >= 4:
         mbs.append([([0, 2], (31, 2, 2, "fp64", True)), ([3, 1], (24, 4, 1, "fp32", True))])
@@ -58,8 +60,12 @@ def attention_cases(world):
 def _full_inputs(case, seed):
     seq_len, heads, kv_heads, dtype, _ = case
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(2, heads, seq_len, HEAD_DIM), (2, kv_heads, seq_len, HEAD_DIM),
-              (2, kv_heads, seq_len, HEAD_DIM), (2, heads, seq_len, HEAD_DIM)]
+    shapes = [
+        (2, heads, seq_len, HEAD_DIM),
+        (2, kv_heads, seq_len, HEAD_DIM),
+        (2, kv_heads, seq_len, HEAD_DIM),
+        (2, heads, seq_len, HEAD_DIM),
+    ]
     return [torch.randn(*s, generator=gen, dtype=torch.float64).to(DTYPES[dtype]) for s in shapes]
 
 
@@ -70,7 +76,8 @@ def _max_err(a, b):
 def _sdpa(q, k, v, causal):
     """PyTorch's attention on the whole sequence (GQA via enable_gqa)."""
     return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3])
+        q, k, v, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3]
+    )
 
 
 def _attention_checks(rank, cache, world, kernel):
@@ -90,22 +97,38 @@ def _attention_checks(rank, cache, world, kernel):
         (ref * g.double()).sum().backward()
         same_dtype = _sdpa(q, k, v, causal)
         ql, kl, vl = (ft.shard(t, group, rank, dim=-2).requires_grad_() for t in (q, k, v))
-        out = ft.ring_attention(ql, kl, vl, group, causal=causal,
-                                seq_len=None if mb_index % 2 else seq_len, kernel=kernel)
+        out = ft.ring_attention(
+            ql,
+            kl,
+            vl,
+            group,
+            causal=causal,
+            seq_len=None if mb_index % 2 else seq_len,
+            kernel=kernel,
+        )
         (out * ft.shard(g, group, rank, dim=-2)).sum().backward()
         sh = lambda t: ft.shard(t, group, rank, dim=-2)  # noqa: E731
-        rows.append({
-            "micro_batch": mb_index, "idle": False, "degree": group.degree, "dtype": dtype,
-            "seq_len": seq_len, "heads": heads, "kv_heads": kv_heads, "causal": causal,
-            "local_tokens": ql.shape[-2], "out_dtype": str(out.dtype),
-            "out": _max_err(out.detach(), sh(ref.detach())),
-            "dq": _max_err(ql.grad, sh(q64.grad)),
-            "dk": _max_err(kl.grad, sh(k64.grad)),
-            "dv": _max_err(vl.grad, sh(v64.grad)),
-            "sdpa_same_dtype_out": _max_err(same_dtype, ref.detach()),
-            "scale_out": float(ref.detach().abs().max()),
-            "scale_grad": max(float(t.grad.abs().max()) for t in (q64, k64, v64)),
-        })
+        rows.append(
+            {
+                "micro_batch": mb_index,
+                "idle": False,
+                "degree": group.degree,
+                "dtype": dtype,
+                "seq_len": seq_len,
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "causal": causal,
+                "local_tokens": ql.shape[-2],
+                "out_dtype": str(out.dtype),
+                "out": _max_err(out.detach(), sh(ref.detach())),
+                "dq": _max_err(ql.grad, sh(q64.grad)),
+                "dk": _max_err(kl.grad, sh(k64.grad)),
+                "dv": _max_err(vl.grad, sh(v64.grad)),
+                "sdpa_same_dtype_out": _max_err(same_dtype, ref.detach()),
+                "scale_out": float(ref.detach().abs().max()),
+                "scale_grad": max(float(t.grad.abs().max()) for t in (q64, k64, v64)),
+            }
+        )
     return rows
 
 
@@ -126,9 +149,15 @@ def train_micro_batches(world):
 
 def _train_params():
     gen = torch.Generator().manual_seed(7)
-    shapes = [(EMBED, HEADS * HEAD_DIM), (EMBED, KV_HEADS * HEAD_DIM), (EMBED, KV_HEADS * HEAD_DIM),
-              (HEADS * HEAD_DIM,)]
-    return [(0.5 * torch.randn(*s, generator=gen, dtype=torch.float64)).requires_grad_() for s in shapes]
+    shapes = [
+        (EMBED, HEADS * HEAD_DIM),
+        (EMBED, KV_HEADS * HEAD_DIM),
+        (EMBED, KV_HEADS * HEAD_DIM),
+        (HEADS * HEAD_DIM,),
+    ]
+    return [
+        (0.5 * torch.randn(*s, generator=gen, dtype=torch.float64)).requires_grad_() for s in shapes
+    ]
 
 
 def _train_inputs(seq_id):
@@ -138,8 +167,10 @@ def _train_inputs(seq_id):
 
 def _token_losses(x, params, attend):
     wq, wk, wv, w = params
+
     def heads(t, n):
         return t.view(t.shape[0], n, HEAD_DIM).transpose(0, 1)
+
     out = attend(heads(x @ wq, HEADS), heads(x @ wk, KV_HEADS), heads(x @ wv, KV_HEADS))
     out = out.transpose(0, 1).reshape(x.shape[0], HEADS * HEAD_DIM)
     return (out @ w) ** 2
@@ -154,8 +185,10 @@ def _training_step(rank, world, cache):
     for mb in mbs:
         for ranks, ids in mb:
             if rank in ranks:
-                local_tokens += sum(ft.local_num_tokens(TRAIN_SEQUENCES[s][0], len(ranks),
-                                                        ranks.index(rank)) for s in ids)
+                local_tokens += sum(
+                    ft.local_num_tokens(TRAIN_SEQUENCES[s][0], len(ranks), ranks.index(rank))
+                    for s in ids
+                )
     total_tokens = ft.global_token_count(local_tokens)
     loss_value = torch.zeros((), dtype=torch.float64)
     idle_micro_batches = 0
@@ -173,7 +206,8 @@ def _training_step(rank, world, cache):
             length, causal = TRAIN_SEQUENCES[sid]
             x = ft.shard(_train_inputs(sid), group, rank, dim=0)
             attend = lambda q, k, v, c=causal, n=length: ft.ring_attention(  # noqa: E731
-                q, k, v, group, causal=c, seq_len=n)
+                q, k, v, group, causal=c, seq_len=n
+            )
             losses.append(_token_losses(x, params, attend))
         loss = ft.per_token_loss(torch.cat(losses), total_tokens)
         loss_value += loss.detach()
@@ -186,9 +220,10 @@ def _training_step(rank, world, cache):
     dist.all_reduce(loss_value)
 
     ref_params = _train_params()
-    ref_losses = [_token_losses(_train_inputs(sid), ref_params,
-                                lambda q, k, v, c=causal: _sdpa(q, k, v, c))
-                  for sid, (_, causal) in TRAIN_SEQUENCES.items()]
+    ref_losses = [
+        _token_losses(_train_inputs(sid), ref_params, lambda q, k, v, c=causal: _sdpa(q, k, v, c))
+        for sid, (_, causal) in TRAIN_SEQUENCES.items()
+    ]
     ref_loss = torch.cat(ref_losses).mean()
     ref_loss.backward()
     scale = max(float(p.grad.abs().max()) for p in ref_params)
@@ -225,11 +260,16 @@ def _memory_check(rank, world, cache):
     out = ft.ring_attention(q, k, v, group, causal=True, seq_len=MEMORY_SEQ_LEN)
     out.sum().backward()
     after = peak_rss()
-    finite = bool(torch.isfinite(out).all() and torch.isfinite(q.grad).all()
-                  and torch.isfinite(k.grad).all())
-    return {"seq_len": MEMORY_SEQ_LEN, "local_tokens": n, "peak_growth_bytes": after - before,
-            "finite": finite,
-            "score_block_bytes": MEMORY_HEADS * (MEMORY_SEQ_LEN // world) ** 2 * 4}
+    finite = bool(
+        torch.isfinite(out).all() and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    )
+    return {
+        "seq_len": MEMORY_SEQ_LEN,
+        "local_tokens": n,
+        "peak_growth_bytes": after - before,
+        "finite": finite,
+        "score_block_bytes": MEMORY_HEADS * (MEMORY_SEQ_LEN // world) ** 2 * 4,
+    }
 
 
 MAX_GROUPS = 2  # GroupCache bound: every run evicts and re-creates groups
@@ -243,9 +283,11 @@ def run(rank, world, out_dir, memory=False, max_groups=MAX_GROUPS, kernel="auto"
     result["training"] = _training_step(rank, world, cache)
     if memory:
         m = result["memory"] = _memory_check(rank, world, cache)
-        line = (f"rank {rank}: {m['seq_len']} tokens causal on {world} ranks, {m['local_tokens']} "
-                f"local: peak resident memory +{m['peak_growth_bytes'] / 2**20:.1f} MiB "
-                f"(one score block: {m['score_block_bytes'] / 2**20:.0f} MiB)")
+        line = (
+            f"rank {rank}: {m['seq_len']} tokens causal on {world} ranks, {m['local_tokens']} "
+            f"local: peak resident memory +{m['peak_growth_bytes'] / 2**20:.1f} MiB "
+            f"(one score block: {m['score_block_bytes'] / 2**20:.0f} MiB)"
+        )
         # Rank 0 prints every rank's line: lines written by several processes
         # to one pipe can run into each other.
         lines = [None] * world
@@ -266,8 +308,12 @@ def run(rank, world, out_dir, memory=False, max_groups=MAX_GROUPS, kernel="auto"
 def spawn_main(rank, world, out_dir, memory=False, kernel="auto"):
     """Entry point for torch.multiprocessing.spawn. The ranks meet through a file
     in OUT_DIR (no TCP port picked and released before they bind it)."""
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "rendezvous"),
-                            rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo",
+        init_method="file://" + os.path.join(out_dir, "rendezvous"),
+        rank=rank,
+        world_size=world,
+    )
     try:
         run(rank, world, out_dir, memory, kernel=kernel)
     finally:

@@ -35,8 +35,12 @@ def _cli():
 def _cli_plan(batch, tmp_path, *args):
     f = tmp_path / "batch.json"
     f.write_text(json.dumps(batch) if not isinstance(batch, str) else batch)
-    res = subprocess.run([_cli(), "plan", "--input", str(f), "--format", "json", *args],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [_cli(), "plan", "--input", str(f), "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout)
 
 
@@ -72,8 +76,12 @@ CASES = [
     dict(cluster="ascend910c-4x16", model="qwen3-8b", strategy="fcp"),
     dict(cluster="h100-8x8", model="llama3-8b", strategy="fcp-paper"),
     dict(cluster={"ranks": 12, "ranks_per_node": 5}, model="qwen3-1.7b", strategy="megatron"),
-    dict(cluster={"ranks": 8, "ranks_per_node": 4, "hardware": "h100-8x8"}, model=None,
-         cost_model={"beta1": 0.002}, strategy="fcp"),
+    dict(
+        cluster={"ranks": 8, "ranks_per_node": 4, "hardware": "h100-8x8"},
+        model=None,
+        cost_model={"beta1": 0.002},
+        strategy="fcp",
+    ),
 ]
 
 
@@ -85,8 +93,12 @@ def test_round_trip_equals_cli_json(case, tmp_path):
     batch = {k: case[k] for k in ("cluster", "model", "cost_model") if case.get(k) is not None}
     batch["sequences"] = [{"length": int(n), "eta": float(e)} for n, e in zip(lengths, eta)]
     expected = _cli_plan(batch, tmp_path, "--strategy", case["strategy"])
-    sched = fcp.Scheduler(cluster=case["cluster"], model=case["model"],
-                          cost_model=case.get("cost_model"), strategy=case["strategy"])
+    sched = fcp.Scheduler(
+        cluster=case["cluster"],
+        model=case["model"],
+        cost_model=case.get("cost_model"),
+        strategy=case["strategy"],
+    )
     plan = sched.plan(lengths, eta=eta)
     got = plan.to_dict()
     assert _without_solver_ms(got) == _without_solver_ms(expected)
@@ -104,7 +116,9 @@ def test_example_batch_round_trip(tmp_path):
     assert _without_solver_ms(fcp.plan_json(text).to_dict()) == _without_solver_ms(expected)
     batch = json.loads(text)
     lengths, eta = _lengths_and_eta(batch["sequences"])
-    plan = fcp.Scheduler(cluster=batch.get("cluster"), model=batch.get("model")).plan(lengths, eta=eta)
+    plan = fcp.Scheduler(cluster=batch.get("cluster"), model=batch.get("model")).plan(
+        lengths, eta=eta
+    )
     assert _without_solver_ms(plan.to_dict()) == _without_solver_ms(expected)
 
 
@@ -112,23 +126,33 @@ def test_lists_tuples_and_numpy_dtypes_agree():
     sched = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 4}, model="qwen3-4b")
     lengths = [30000, 9000, 4000, 4000, 1200, 800, 300, 64]
     ref = _without_solver_ms(sched.plan(lengths).to_dict())
-    for variant in (tuple(lengths), np.array(lengths, dtype=np.int32), np.array(lengths, dtype=np.uint32),
-                    np.array(lengths, dtype=np.int64), np.array(lengths, dtype=np.float64)):
+    for variant in (
+        tuple(lengths),
+        np.array(lengths, dtype=np.int32),
+        np.array(lengths, dtype=np.uint32),
+        np.array(lengths, dtype=np.int64),
+        np.array(lengths, dtype=np.float64),
+    ):
         assert _without_solver_ms(sched.plan(variant).to_dict()) == ref
-    every = sorted(s for mb in sched.plan(lengths).micro_batches for g in mb.groups for s in g.sequences)
+    every = sorted(
+        s for mb in sched.plan(lengths).micro_batches for g in mb.groups for s in g.sequences
+    )
     assert every == list(range(len(lengths)))
 
 
-@pytest.mark.parametrize("bad, field", [
-    ([100, 0, 5], r"sequences\[1\]"),
-    ([100, -7], r"sequences\[1\]"),
-    ([100, 2.5], r"sequences\[1\]"),
-    ([5, "a"], r"sequences\[1\]"),
-    ([5, None], r"sequences\[1\]"),
-    ([], r"sequences"),
-    ([[1, 2], [3, 4]], r"sequences"),
-    (17, r"sequences"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ([100, 0, 5], r"sequences\[1\]"),
+        ([100, -7], r"sequences\[1\]"),
+        ([100, 2.5], r"sequences\[1\]"),
+        ([5, "a"], r"sequences\[1\]"),
+        ([5, None], r"sequences\[1\]"),
+        ([], r"sequences"),
+        ([[1, 2], [3, 4]], r"sequences"),
+        (17, r"sequences"),
+    ],
+)
 def test_bad_lengths_raise_value_error_naming_the_field(bad, field):
     sched = fcp.Scheduler()
     with pytest.raises(ValueError, match="^" + field):
@@ -143,26 +167,31 @@ def test_bad_eta_names_the_field():
         sched.plan([100, 200], eta=[0.0])
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(cluster="no-such-cluster"), "cluster"),
-    (dict(model="no-such-model"), "model"),
-    (dict(strategy="no-such-strategy"), "strategy"),
-    (dict(cluster={"ranks": 0}), r"cluster\.ranks"),
-    (dict(cost_model={"alpha9": 1.0}), r"cost_model\.alpha9"),
-    (dict(cost_model={"alpha1": -1.0}), r"cost_model\.alpha1"),
-    (dict(cp_degree=-1), "cp_degree"),
-    (dict(grad_sync=0.3), "grad_sync"),
-    (dict(grad_sync={"collective_s": 0.3, "bucket": 2}), r"grad_sync\.bucket"),
-    (dict(grad_sync={"collective_s": float("nan")}), r"grad_sync\.collective_s"),
-    (dict(group_time_sigma=-0.1), "group_time_sigma"),
-    (dict(group_time_sigma=2.5), "group_time_sigma"),
-    (dict(group_time_sigma=float("nan")), "group_time_sigma"),
-    (dict(group_time_sigma="0.1"), "group_time_sigma"),
-    (dict(communicators=[[0, 1]]), "communicators"),
-    (dict(communicators={"create_s": -1}), r"communicators\.create_s"),
-    (dict(communicators={"create_s": 0.001, "existing": [[0, 1 << 20]]}),
-     r"communicators\.existing\[0\]\[1\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(cluster="no-such-cluster"), "cluster"),
+        (dict(model="no-such-model"), "model"),
+        (dict(strategy="no-such-strategy"), "strategy"),
+        (dict(cluster={"ranks": 0}), r"cluster\.ranks"),
+        (dict(cost_model={"alpha9": 1.0}), r"cost_model\.alpha9"),
+        (dict(cost_model={"alpha1": -1.0}), r"cost_model\.alpha1"),
+        (dict(cp_degree=-1), "cp_degree"),
+        (dict(grad_sync=0.3), "grad_sync"),
+        (dict(grad_sync={"collective_s": 0.3, "bucket": 2}), r"grad_sync\.bucket"),
+        (dict(grad_sync={"collective_s": float("nan")}), r"grad_sync\.collective_s"),
+        (dict(group_time_sigma=-0.1), "group_time_sigma"),
+        (dict(group_time_sigma=2.5), "group_time_sigma"),
+        (dict(group_time_sigma=float("nan")), "group_time_sigma"),
+        (dict(group_time_sigma="0.1"), "group_time_sigma"),
+        (dict(communicators=[[0, 1]]), "communicators"),
+        (dict(communicators={"create_s": -1}), r"communicators\.create_s"),
+        (
+            dict(communicators={"create_s": 0.001, "existing": [[0, 1 << 20]]}),
+            r"communicators\.existing\[0\]\[1\]",
+        ),
+    ],
+)
 def test_bad_config_raises_value_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match="^" + field):
         fcp.Scheduler(**kwargs)
@@ -187,8 +216,10 @@ def test_grad_sync_plans_as_the_cli(tmp_path):
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", grad_sync=sync)
     plan = sched.plan(lengths).to_dict()
     assert "step_ms" in plan["notes"]
-    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "grad_sync": sync,
-                     "sequences": lengths}, tmp_path)
+    cli = _cli_plan(
+        {"cluster": "h100-8x8", "model": "qwen3-8b", "grad_sync": sync, "sequences": lengths},
+        tmp_path,
+    )
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
 
 
@@ -199,8 +230,10 @@ def test_group_time_sigma_plans_as_the_cli(tmp_path):
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", group_time_sigma=0.3)
     plan = sched.plan(lengths).to_dict()
     assert "expected_step_ms" in plan["notes"]
-    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "group_time_sigma": 0.3,
-                     "sequences": lengths}, tmp_path)
+    cli = _cli_plan(
+        {"cluster": "h100-8x8", "model": "qwen3-8b", "group_time_sigma": 0.3, "sequences": lengths},
+        tmp_path,
+    )
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
 
 
@@ -213,11 +246,17 @@ def test_communicators_plan_as_the_cli(tmp_path):
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", communicators=comms)
     plan = sched.plan(lengths).to_dict()
     assert "step_ms" in plan["notes"]
-    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "communicators": comms,
-                     "sequences": lengths}, tmp_path)
+    cli = _cli_plan(
+        {"cluster": "h100-8x8", "model": "qwen3-8b", "communicators": comms, "sequences": lengths},
+        tmp_path,
+    )
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
-    held = {"create_s": 0.05, "existing": [g["ranks"] for mb in plan["micro_batches"]
-                                            for g in mb["groups"] if len(g["ranks"]) > 1]}
+    held = {
+        "create_s": 0.05,
+        "existing": [
+            g["ranks"] for mb in plan["micro_batches"] for g in mb["groups"] if len(g["ranks"]) > 1
+        ],
+    }
     again = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", communicators=held)
     assert again.plan(lengths).to_dict()["micro_batches"] == plan["micro_batches"]
 
@@ -225,12 +264,18 @@ def test_communicators_plan_as_the_cli(tmp_path):
 def test_existing_communicators_per_call(tmp_path):
     # plan(existing_communicators=...) is the CLI input with those sets.
     lengths = [65536, 16384] + [4096] * 6 + [1024] * 24 + [300] * 40
-    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b",
-                          communicators={"create_s": 0.05})
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", communicators={"create_s": 0.05})
     held = [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9]]
     plan = sched.plan(lengths, existing_communicators=held).to_dict()
-    cli = _cli_plan({"cluster": "h100-8x8", "model": "qwen3-8b", "sequences": lengths,
-                     "communicators": {"create_s": 0.05, "existing": held}}, tmp_path)
+    cli = _cli_plan(
+        {
+            "cluster": "h100-8x8",
+            "model": "qwen3-8b",
+            "sequences": lengths,
+            "communicators": {"create_s": 0.05, "existing": held},
+        },
+        tmp_path,
+    )
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
     with pytest.raises(ValueError, match=r"^communicators\.existing\[1\]\[1\]"):
         sched.plan(lengths, existing_communicators=[[0, 1], [2, 64]])
@@ -273,13 +318,17 @@ def test_plan_releases_the_gil():
     t.join()
     mid = (marks["start"] + marks["end"]) / 2
     during = [x for x in ticks if marks["start"] < x < mid]
-    assert during, f"no Python progress during a {1e3 * (marks['end'] - marks['start']):.1f} ms plan"
+    assert during, (
+        f"no Python progress during a {1e3 * (marks['end'] - marks['start']):.1f} ms plan"
+    )
 
 
 def test_group_cache_takes_a_planner_plan():
     import fcp.torch as ft
+
     plan = fcp.Scheduler(cluster={"ranks": 16, "ranks_per_node": 8}, model="qwen3-4b").plan(
-        [65536, 30000, 9000, 4000, 4000, 1200, 800, 300, 64, 64])
+        [65536, 30000, 9000, 4000, 4000, 1200, 800, 300, 64, 64]
+    )
     calls = []
     cache = ft.GroupCache(new_group=lambda r: calls.append(tuple(r)) or tuple(r))
     sets = {tuple(sorted(g.ranks)) for mb in plan.micro_batches for g in mb.groups}
@@ -294,37 +343,47 @@ def test_group_cache_takes_a_planner_plan():
 
 # --- issue 18: the promised ValueError, never OverflowError / TypeError -----
 
-@pytest.mark.parametrize("bad, field", [
-    ([100, 2 ** 70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
-    ([100, -2 ** 70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
-    ([100, float("nan")], r"sequences\[1\]: must be an integer"),
-    ([100, float("inf")], r"sequences\[1\]: must be an integer"),
-    ([100, 1e30], r"sequences\[1\]: must be in \[1, 2\^40\]"),
-    (np.array([100, 2 ** 63 + 5], dtype=np.uint64), r"sequences\[1\]: must be in"),
-    ([5, 2 ** 40 + 1], r"sequences\[1\]"),
-])
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ([100, 2**70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+        ([100, -(2**70)], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+        ([100, float("nan")], r"sequences\[1\]: must be an integer"),
+        ([100, float("inf")], r"sequences\[1\]: must be an integer"),
+        ([100, 1e30], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+        (np.array([100, 2**63 + 5], dtype=np.uint64), r"sequences\[1\]: must be in"),
+        ([5, 2**40 + 1], r"sequences\[1\]"),
+    ],
+)
 def test_huge_or_nan_lengths_are_value_errors(bad, field):
     with pytest.raises(ValueError, match="^" + field):
         fcp.Scheduler().plan(bad)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(cp_degree=2 ** 70), "cp_degree"),
-    (dict(cp_degree=1.5), "cp_degree"),
-    (dict(seed=2 ** 64), "seed"),
-    (dict(seed=-1), "seed"),
-    (dict(time_limit_s=10 ** 400), "time_limit_s"),
-    (dict(time_limit_s=float("nan")), "time_limit_s"),
-    (dict(time_limit_s="5"), "time_limit_s"),
-    (dict(strategy=7), "strategy"),
-    (dict(cost_model={"alpha1": float("nan")}), r"cost_model\.alpha1: must be a finite number"),
-    (dict(cost_model={"mem_static": float("inf")}), r"cost_model\.mem_static: must be a finite"),
-    (dict(cost_model={"alpha1": object()}), r"cost_model\.alpha1"),
-    (dict(cost_model={"alpha1": 10 ** 400}), r"cost_model\.alpha1"),
-    (dict(cluster={"ranks": 2 ** 70}), r"cluster\.ranks"),
-    (dict(cluster={"ranks": float("nan")}), r"cluster\.ranks"),
-    (dict(cluster=3.5), "cluster"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(cp_degree=2**70), "cp_degree"),
+        (dict(cp_degree=1.5), "cp_degree"),
+        (dict(seed=2**64), "seed"),
+        (dict(seed=-1), "seed"),
+        (dict(time_limit_s=10**400), "time_limit_s"),
+        (dict(time_limit_s=float("nan")), "time_limit_s"),
+        (dict(time_limit_s="5"), "time_limit_s"),
+        (dict(strategy=7), "strategy"),
+        (dict(cost_model={"alpha1": float("nan")}), r"cost_model\.alpha1: must be a finite number"),
+        (
+            dict(cost_model={"mem_static": float("inf")}),
+            r"cost_model\.mem_static: must be a finite",
+        ),
+        (dict(cost_model={"alpha1": object()}), r"cost_model\.alpha1"),
+        (dict(cost_model={"alpha1": 10**400}), r"cost_model\.alpha1"),
+        (dict(cluster={"ranks": 2**70}), r"cluster\.ranks"),
+        (dict(cluster={"ranks": float("nan")}), r"cluster\.ranks"),
+        (dict(cluster=3.5), "cluster"),
+    ],
+)
 def test_bad_options_are_value_errors(kwargs, field):
     with pytest.raises(ValueError, match="^" + field):
         fcp.Scheduler(**kwargs)
@@ -335,7 +394,7 @@ def test_eta_overflow_and_nan_are_value_errors():
     with pytest.raises(ValueError, match=r"^eta\[1\]"):
         sched.plan([100, 200], eta=[0.0, float("nan")])
     with pytest.raises(ValueError, match="^eta"):
-        sched.plan([100, 200], eta=[0.0, 10 ** 400])
+        sched.plan([100, 200], eta=[0.0, 10**400])
     with pytest.raises(ValueError, match="^eta"):
         sched.plan([100, 200], eta=object())
 
@@ -344,7 +403,7 @@ def test_plan_json_type_errors_are_value_errors():
     with pytest.raises(ValueError, match="^input"):
         fcp.plan_json(12)
     with pytest.raises(ValueError, match="^cp_degree"):
-        fcp.plan_json('{"sequences": [10]}', cp_degree=2 ** 40)
+        fcp.plan_json('{"sequences": [10]}', cp_degree=2**40)
     assert fcp.plan_json(b'{"sequences": [10]}').status == fcp.PlanStatus.OK
 
 
@@ -359,6 +418,7 @@ def test_sequence_cap_as_the_cli():
 
 # --- issue 16: Cluster carries its hardware; plans pickle and round-trip ------
 
+
 def test_cluster_carries_its_hardware_or_refuses_to_guess():
     with pytest.raises(ValueError, match=r"^cluster\.hardware: required"):
         fcp.Cluster(8, 4)
@@ -372,8 +432,9 @@ def test_cluster_carries_its_hardware_or_refuses_to_guess():
     # The hardware decides the cost model: the same shape on other hardware differs.
     on_h100 = fcp.Scheduler(cluster=h100, model="qwen3-8b")
     on_ascend = fcp.Scheduler(cluster=fcp.Cluster(8, 8, "ascend910c-4x16"), model="qwen3-8b")
-    as_dict = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 8, "hardware": "h100-8x8"},
-                            model="qwen3-8b")
+    as_dict = fcp.Scheduler(
+        cluster={"ranks": 8, "ranks_per_node": 8, "hardware": "h100-8x8"}, model="qwen3-8b"
+    )
     assert on_h100.cost_model.to_dict() == as_dict.cost_model.to_dict()
     assert on_h100.cost_model.to_dict() != on_ascend.cost_model.to_dict()
     assert on_h100.cluster == h100
@@ -395,7 +456,9 @@ def test_plans_pickle_and_round_trip_through_dicts(strategy):
     again = fcp.Plan.from_dict(d)
     assert again.to_dict() == d
     assert again == plan
-    assert list(again.micro_batches[0].groups[0].ranks) == list(plan.micro_batches[0].groups[0].ranks)
+    assert list(again.micro_batches[0].groups[0].ranks) == list(
+        plan.micro_batches[0].groups[0].ranks
+    )
     loaded = pickle.loads(pickle.dumps(plan))
     assert loaded.to_dict() == d and loaded.est_ms == plan.est_ms and loaded.notes == plan.notes
     cm = pickle.loads(pickle.dumps(sched.cost_model))
@@ -413,16 +476,23 @@ def test_infeasible_plan_round_trips_with_its_reason():
     assert fcp.Plan.from_dict(plan.to_dict()).to_dict() == plan.to_dict()
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda d: d.pop("strategy"), "strategy: missing"),
-    (lambda d: d.update(status="fine"), "status"),
-    (lambda d: d["micro_batches"][0]["groups"][0].update(ranks=[0, "x"]),
-     r"micro_batches\[0\]\.groups\[0\]\.ranks"),
-    (lambda d: d["micro_batches"][0]["groups"][0].update(comm="mesh"),
-     r"micro_batches\[0\]\.groups\[0\]\.comm"),
-    (lambda d: d["micro_batches"][0].pop("est_ms"), r"micro_batches\[0\]\.est_ms: missing"),
-    (lambda d: d.update(est_ms="fast"), "est_ms"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda d: d.pop("strategy"), "strategy: missing"),
+        (lambda d: d.update(status="fine"), "status"),
+        (
+            lambda d: d["micro_batches"][0]["groups"][0].update(ranks=[0, "x"]),
+            r"micro_batches\[0\]\.groups\[0\]\.ranks",
+        ),
+        (
+            lambda d: d["micro_batches"][0]["groups"][0].update(comm="mesh"),
+            r"micro_batches\[0\]\.groups\[0\]\.comm",
+        ),
+        (lambda d: d["micro_batches"][0].pop("est_ms"), r"micro_batches\[0\]\.est_ms: missing"),
+        (lambda d: d.update(est_ms="fast"), "est_ms"),
+    ],
+)
 def test_from_dict_names_the_bad_field(mutate, field):
     d = fcp.Scheduler(cluster="h100-8x8").plan([4096, 1024]).to_dict()
     mutate(d)
@@ -442,15 +512,28 @@ def test_python_dash_m_fcp_runs_the_packaged_cli(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FCP_CLI"}
     env["PYTHONPATH"] = str(pathlib.Path(fcp.__file__).resolve().parents[1])
     example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "batch.json"
-    via_module = subprocess.run([sys.executable, "-m", "fcp", "plan", "--input", str(example)],
-                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    via_module = subprocess.run(
+        [sys.executable, "-m", "fcp", "plan", "--input", str(example)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert via_module.returncode == 0, via_module.stderr
-    direct = subprocess.run([_cli(), "plan", "--input", str(example)], capture_output=True,
-                            text=True, timeout=60)
+    direct = subprocess.run(
+        [_cli(), "plan", "--input", str(example)], capture_output=True, text=True, timeout=60
+    )
     strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "solver_ms"}  # noqa: E731
     assert strip(via_module.stdout) == strip(direct.stdout)
-    bad = subprocess.run([sys.executable, "-m", "fcp", "plan", "--no-such-flag"], env=env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "fcp", "plan", "--no-such-flag"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
 
 
@@ -475,8 +558,10 @@ def test_observe_learns_the_true_coefficients():
     for _ in range(3):
         lengths = batch()
         plan = wrong.plan(lengths)
-        times = [[g.est_ms / 1000 for g in mb.groups]
-                 for mb in truth.estimate(lengths, plan).micro_batches]
+        times = [
+            [g.est_ms / 1000 for g in mb.groups]
+            for mb in truth.estimate(lengths, plan).micro_batches
+        ]
         got = wrong.observe(lengths, plan, times)
     assert got == wrong.calibration
     assert got["groups"] >= 8
@@ -486,8 +571,9 @@ def test_observe_learns_the_true_coefficients():
     assert list(got["scale"]) == list(fcp._fcp.timing_coefficients)
     lengths = batch()
     learnt, true_plan = wrong.plan(lengths), truth.plan(lengths)
-    for mine, right in zip(wrong.estimate(lengths, learnt).micro_batches,
-                           truth.estimate(lengths, learnt).micro_batches):
+    for mine, right in zip(
+        wrong.estimate(lengths, learnt).micro_batches, truth.estimate(lengths, learnt).micro_batches
+    ):
         for a, b in zip(mine.groups, right.groups):
             assert a.est_ms == pytest.approx(b.est_ms, rel=0.01)
     assert truth.estimate(lengths, learnt).est_ms == pytest.approx(true_plan.est_ms, rel=0.01)
@@ -510,10 +596,13 @@ def test_observe_rejects_bad_input_naming_the_field():
     # NaN: not measured; the measured groups are used.
     flat[0] = float("nan")
     assert sched.observe(lengths, plan, flat)["groups"] == len(flat) - 1
-    for learning, field in [({"prior_sigma": 0}, "learning.prior_sigma"),
-                            ({"measurement_sigma": "x"}, "learning.measurement_sigma"),
-                            ({"window_groups": 0}, "learning.window_groups"),
-                            ({"speed": 1}, "learning.speed"), (3, "learning")]:
+    for learning, field in [
+        ({"prior_sigma": 0}, "learning.prior_sigma"),
+        ({"measurement_sigma": "x"}, "learning.measurement_sigma"),
+        ({"window_groups": 0}, "learning.window_groups"),
+        ({"speed": 1}, "learning.speed"),
+        (3, "learning"),
+    ]:
         with pytest.raises(ValueError, match="^" + re.escape(field)):
             fcp.Scheduler(cluster="h100-8x8", learning=learning)
 
@@ -535,8 +624,13 @@ def test_cost_model_fields_come_from_the_cpp_table():
     assert list(fcp.CostModel().to_dict()) == names
     assert len(names) == len(set(names)) == 15
     v2 = {c["name"] for c in table if c["v2"]}
-    assert v2 == {"attn_overhead_tokens", "gamma_intra", "gamma_inter", "gamma_serial",
-                  "ring_tail_steps"}
+    assert v2 == {
+        "attn_overhead_tokens",
+        "gamma_intra",
+        "gamma_inter",
+        "gamma_serial",
+        "ring_tail_steps",
+    }
     fitted = [c["name"] for c in table if c["fitted"]]
     assert fitted == list(fcp._fcp.timing_coefficients)
     for c in table:
@@ -549,8 +643,14 @@ def test_unset_v2_terms_are_zero_beside_timing_coefficients(tmp_path):
     # preset's v2 terms. Python and the CLI resolve it alike.
     preset = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b").cost_model
     assert preset.gamma_intra > 0 and preset.gamma_serial > 0
-    given = {"alpha1": preset.alpha1, "alpha2": preset.alpha2, "beta1": preset.beta1,
-             "alpha3": preset.alpha3, "beta2": preset.beta2, "attn_overhead_tokens": 256.0}
+    given = {
+        "alpha1": preset.alpha1,
+        "alpha2": preset.alpha2,
+        "beta1": preset.beta1,
+        "alpha3": preset.alpha3,
+        "beta2": preset.beta2,
+        "attn_overhead_tokens": 256.0,
+    }
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=given)
     cm = sched.cost_model
     assert cm.attn_overhead_tokens == 256.0
@@ -560,16 +660,16 @@ def test_unset_v2_terms_are_zero_beside_timing_coefficients(tmp_path):
     explicit = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=zeros)
     lengths = [30000, 8000, 4000, 1000, 500]
     assert sched.plan(lengths).est_ms == explicit.plan(lengths).est_ms
-    memory_only = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b",
-                                cost_model={"mem_capacity": preset.mem_capacity * 2})
+    memory_only = fcp.Scheduler(
+        cluster="h100-8x8", model="qwen3-8b", cost_model={"mem_capacity": preset.mem_capacity * 2}
+    )
     assert memory_only.cost_model.gamma_intra == preset.gamma_intra
     # Where each coefficient came from: in the plan note, as the CLI writes it.
     note = sched.plan(lengths).notes["cost_model"]
     assert note.startswith("input: alpha1, alpha2, beta1, alpha3, beta2, attn_overhead_tokens")
     assert "preset: bw_intra_node" in note
     assert "0 (v2 term unset beside timing coefficients): gamma_intra" in note
-    batch = {"cluster": "h100-8x8", "model": "qwen3-8b", "cost_model": given,
-             "sequences": lengths}
+    batch = {"cluster": "h100-8x8", "model": "qwen3-8b", "cost_model": given, "sequences": lengths}
     cli = _cli_plan(batch, tmp_path)
     assert cli["notes"]["cost_model"] == note
 
@@ -580,4 +680,4 @@ def test_design_doc_lists_the_coefficients_of_the_table():
     design = pathlib.Path(__file__).resolve().parents[2] / "docs" / "design.md"
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| [^|]+ \| [^|]+ \|$", design.read_text(), re.MULTILINE)
     names = [c["name"] for c in fcp._fcp.cost_coefficients]
-    assert rows[:len(names)] == names
+    assert rows[: len(names)] == names

@@ -41,20 +41,21 @@ def test_shifted_labels_predict_the_next_token_and_keep_ignored_targets():
 def test_shards_of_all_ranks_rebuild_every_sequence_with_its_labels(degree):
     rng = random.Random(degree)
     batch = random_batch(rng, 6)
-    ranks = rng.sample(range(7), degree)          # ring order need not ascend
-    sequences = [4, 0, 5, 2]                       # the group's order, not sorted
+    ranks = rng.sample(range(7), degree)  # ring order need not ascend
+    sequences = [4, 0, 5, 2]  # the group's order, not sorted
     seen = {}
     for i, rank in enumerate(ranks):
         mb = fh.pack_micro_batch(batch, sequences, ranks, rank)
         assert mb.context.cu_seqlens == tuple(
-            [0] + [sum(len(batch[j]) for j in sequences[:k + 1]) for k in range(len(sequences))])
+            [0] + [sum(len(batch[j]) for j in sequences[: k + 1]) for k in range(len(sequences))]
+        )
         assert mb.context.group.ranks == tuple(ranks)
         offset = 0
         for j in sequences:
             s = len(batch[j])
             pos = oracle_positions(s, degree, i)
             n = len(pos)
-            assert mb.position_ids[0, offset:offset + n].tolist() == pos
+            assert mb.position_ids[0, offset : offset + n].tolist() == pos
             for t, p in enumerate(pos):
                 key = (j, p)
                 assert key not in seen, "a token on two ranks"
@@ -70,7 +71,7 @@ def test_shards_of_all_ranks_rebuild_every_sequence_with_its_labels(degree):
 
 
 def test_label_of_a_chunk_end_is_the_first_token_of_another_ranks_chunk():
-    seq = list(range(100, 112))                     # 12 tokens on 3 ranks: chunks of 2
+    seq = list(range(100, 112))  # 12 tokens on 3 ranks: chunks of 2
     mb0 = fh.pack_micro_batch([seq], [0], [0, 1, 2], 0)
     # ring index 0 holds positions 0, 1 (chunk 0) and 10, 11 (chunk 5); the
     # successor of position 1 (position 2) lives on ring index 1.
@@ -79,8 +80,10 @@ def test_label_of_a_chunk_end_is_the_first_token_of_another_ranks_chunk():
 
 
 def test_dict_examples_with_labels_and_plan_length():
-    batch = [{"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "plan_length": 4096},
-             {"input_ids": torch.tensor([7, 8])}]
+    batch = [
+        {"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "plan_length": 4096},
+        {"input_ids": torch.tensor([7, 8])},
+    ]
     ex = fh._examples(batch)
     assert [e.plan_length for e in ex] == [4096, 2]
     assert [e.num_targets for e in ex] == [2, 1]
@@ -88,15 +91,18 @@ def test_dict_examples_with_labels_and_plan_length():
     assert mb.labels[0].tolist() == [-100, 3, 4, -100, 8, -100]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ([], "batch: must not be empty"),
-    ([[1, 2], {"ids": [1]}], r"batch\[1\].input_ids: missing"),
-    ([[1, 2], []], r"batch\[1\]: empty sequence"),
-    ([[1, 2.5]], r"batch\[0\]\[1\]: must be an integer token id"),
-    ([{"input_ids": [1, 2], "labels": [1]}], r"batch\[0\].labels: has 1 entries"),
-    ([{"input_ids": [1, 2], "plan_length": 0}], r"batch\[0\].plan_length: must be an integer"),
-    (["abc"], r"batch\[0\]: must be a list of token ids"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([], "batch: must not be empty"),
+        ([[1, 2], {"ids": [1]}], r"batch\[1\].input_ids: missing"),
+        ([[1, 2], []], r"batch\[1\]: empty sequence"),
+        ([[1, 2.5]], r"batch\[0\]\[1\]: must be an integer token id"),
+        ([{"input_ids": [1, 2], "labels": [1]}], r"batch\[0\].labels: has 1 entries"),
+        ([{"input_ids": [1, 2], "plan_length": 0}], r"batch\[0\].plan_length: must be an integer"),
+        (["abc"], r"batch\[0\]: must be a list of token ids"),
+    ],
+)
 def test_bad_examples_name_the_field(bad, message):
     with pytest.raises(ValueError, match=message):
         fh._examples(bad)
@@ -110,10 +116,13 @@ def test_idle_micro_batch_is_one_token_without_target():
 
 def test_layout_marks_degrees_and_all_to_all():
     ring, a2a = fcp.CommKind.RING, fcp.CommKind.ALL_TO_ALL
-    plan = SimpleNamespace(micro_batches=[
-        SimpleNamespace(groups=[SimpleNamespace(degree=4, comm=ring)]),
-        SimpleNamespace(groups=[SimpleNamespace(degree=d, comm=ring) for d in (2, 1, 1)]),
-        SimpleNamespace(groups=[SimpleNamespace(degree=4, comm=a2a)])])
+    plan = SimpleNamespace(
+        micro_batches=[
+            SimpleNamespace(groups=[SimpleNamespace(degree=4, comm=ring)]),
+            SimpleNamespace(groups=[SimpleNamespace(degree=d, comm=ring) for d in (2, 1, 1)]),
+            SimpleNamespace(groups=[SimpleNamespace(degree=4, comm=a2a)]),
+        ]
+    )
     assert fh.layout(plan) == "[4] [2,1,1] [4u]"
 
 
@@ -125,8 +134,10 @@ def test_loader_covers_the_plan_on_every_rank():
     rng = random.Random(7)
     batches = [random_batch(rng, 9) for _ in range(3)]
     sched = fcp.Scheduler(cluster=fcp.Cluster(4, 2, "h100-8x8"), model="qwen3-1.7b")
-    per_rank = [list(fh.PackedLoader(batches, sched, rank=r, cache=no_groups(), verify=False))
-                for r in range(4)]
+    per_rank = [
+        list(fh.PackedLoader(batches, sched, rank=r, cache=no_groups(), verify=False))
+        for r in range(4)
+    ]
     for b, batch in enumerate(batches):
         plan = sched.plan([len(x) for x in batch])
         targets = sum(len(x) - 1 for x in batch)
@@ -148,8 +159,14 @@ def test_loader_plans_in_the_background_the_same_as_in_the_foreground():
     rng = random.Random(3)
     batches = [random_batch(rng, 5) for _ in range(4)]
     sched = fcp.Scheduler(cluster=fcp.Cluster(2, 2, "h100-8x8"), model="qwen3-1.7b")
-    runs = [list(fh.PackedLoader(iter(batches), sched, rank=1, cache=no_groups(), verify=False,
-                                 background=bg)) for bg in (True, False)]
+    runs = [
+        list(
+            fh.PackedLoader(
+                iter(batches), sched, rank=1, cache=no_groups(), verify=False, background=bg
+            )
+        )
+        for bg in (True, False)
+    ]
     assert len(runs[0]) == len(runs[1]) == 4
     for a, b in zip(*runs):
         assert a.plan.to_dict()["micro_batches"] == b.plan.to_dict()["micro_batches"]
@@ -172,9 +189,18 @@ def test_global_batches_groups_an_iterable():
 
 def tiny_qwen3(attn, **extra):
     from transformers import AutoModelForCausalLM, Qwen3Config
-    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         tie_word_embeddings=False, **extra)
+
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        tie_word_embeddings=False,
+        **extra,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn).double()
 
@@ -190,7 +216,7 @@ def test_packed_degree_one_micro_batch_matches_sdpa_per_sequence():
     offset = 0
     for j in [2, 0, 3, 1]:
         want = ref(input_ids=torch.tensor([batch[j]]), use_cache=False).logits[0]
-        got = logits[offset:offset + len(batch[j])]
+        got = logits[offset : offset + len(batch[j])]
         assert torch.allclose(got, want, rtol=1e-10, atol=1e-10)
         offset += len(batch[j])
 
@@ -201,8 +227,9 @@ def test_attention_refuses_what_it_does_not_implement():
     with pytest.raises(ValueError, match="fcp_context: the 'fcp' attention needs"):
         tiny_qwen3(name)(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False)
     with pytest.raises(ValueError, match="sliding_window"):
-        tiny_qwen3(name, use_sliding_window=True, sliding_window=2,
-                   layer_types=["sliding_attention"] * 2)(**mb.model_inputs())
+        tiny_qwen3(
+            name, use_sliding_window=True, sliding_window=2, layer_types=["sliding_attention"] * 2
+        )(**mb.model_inputs())
     model = tiny_qwen3(name, attention_dropout=0.1)
     model.train()
     with pytest.raises(ValueError, match="attention dropout: not supported"):
@@ -214,7 +241,7 @@ def test_attention_refuses_what_it_does_not_implement():
 def test_train_step_in_one_process_gives_the_global_per_token_loss_and_gradients():
     rng = random.Random(5)
     batch = random_batch(rng, 5, vocab=64)
-    batch[2] = [7]                                  # one token: no target at all
+    batch[2] = [7]  # one token: no target at all
     sched = fcp.Scheduler(cluster=fcp.Cluster(1, 1, "h100-8x8"), model="qwen3-1.7b")
     loader = fh.PackedLoader([batch], sched, rank=0, cache=no_groups(), verify=False)
     (gb,) = list(loader)
@@ -230,8 +257,12 @@ def test_train_step_in_one_process_gives_the_global_per_token_loss_and_gradients
     for seq in batch:
         logits = ref(input_ids=torch.tensor([seq]), use_cache=False).logits[0]
         if len(seq) > 1:
-            term = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(seq[1:]),
-                                                     reduction="sum") / targets
+            term = (
+                torch.nn.functional.cross_entropy(
+                    logits[:-1], torch.tensor(seq[1:]), reduction="sum"
+                )
+                / targets
+            )
             term.backward()
             want += float(term.detach())
     assert loss == pytest.approx(want, rel=1e-12)

@@ -5,6 +5,7 @@ Megatron indexed datasets written by megatron-core's own IndexedDatasetBuilder
 written with pyarrow. The C++ command and the Python module must agree byte for
 byte on the report and the length file.
 """
+
 import io
 import json
 import os
@@ -31,8 +32,9 @@ def _cli():
 
 def _run_cli(args, python_path=PACKAGE_PARENT, python=sys.executable):
     env = dict(os.environ, FCP_PYTHON=python, PYTHONPATH=python_path)
-    return subprocess.run([_cli(), "lengths"] + args, capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [_cli(), "lengths"] + args, capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def _run_module(args):
@@ -43,8 +45,11 @@ def _run_module(args):
 
 
 def _file_lengths(path):
-    return [int(line) for line in pathlib.Path(path).read_text().splitlines()
-            if line and not line.startswith("#")]
+    return [
+        int(line)
+        for line in pathlib.Path(path).read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
 
 
 def _without_wrote(text):
@@ -79,7 +84,9 @@ def test_idx_reader_matches_what_megatron_wrote(megatron_dataset):
     prefix, documents, sequences, reader = megatron_dataset
     assert fl.read_idx(prefix + ".idx") == documents
     assert fl.read_idx(prefix + ".bin", documents=False) == sequences
-    assert fl.read_idx(prefix + ".idx", documents=False) == [int(v) for v in reader.sequence_lengths]
+    assert fl.read_idx(prefix + ".idx", documents=False) == [
+        int(v) for v in reader.sequence_lengths
+    ]
 
 
 def test_cli_and_module_agree_on_megatron_idx(megatron_dataset, tmp_path):
@@ -113,8 +120,10 @@ def word_tokenizer(tmp_path_factory):
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     rng = np.random.default_rng(3)
-    texts = [" ".join(rng.choice(words + ["unknownword"], size=int(n)))
-             for n in rng.integers(1, 300, size=40)]
+    texts = [
+        " ".join(rng.choice(words + ["unknownword"], size=int(n)))
+        for n in rng.integers(1, 300, size=40)
+    ]
     return str(path), texts
 
 
@@ -163,7 +172,9 @@ def test_parquet_and_arrow_columns(word_tokenizer, tmp_path):
         assert fl.read_lengths([path], field="n") == ([5, 17, 4096], 1)
         assert fl.read_lengths([path], field="input_ids") == ([3, 9, 1], 1)
         assert fl.read_lengths([path], tokenizer=tokenizer) == (
-            [len(t.split()) for t in texts[:4]], 0)
+            [len(t.split()) for t in texts[:4]],
+            0,
+        )
         with pytest.raises(ValueError, match="no such column"):
             fl.read_lengths([path], field="missing")
     p = _run_cli([str(tmp_path / "d.parquet"), "--field", "n", "-o", str(tmp_path / "c.txt")])
@@ -175,8 +186,9 @@ def test_cli_without_the_python_package_says_so(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     (tmp_path / "d.parquet").write_bytes(b"")
-    p = _run_cli([str(tmp_path / "d.parquet"), "-o", str(tmp_path / "x.txt")],
-                 python_path=str(empty))
+    p = _run_cli(
+        [str(tmp_path / "d.parquet"), "-o", str(tmp_path / "x.txt")], python_path=str(empty)
+    )
     assert p.returncode == 2
     assert p.stderr.count("\n") == 1 and "error: lengths:" in p.stderr
     assert "import fcp.lengths" in p.stderr

@@ -22,9 +22,12 @@ LENGTHS = [150, 20, 33, 7, 90, 12, 40, 64, 5, 100]
 
 
 def toy_scheduler(ranks=4):
-    return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
-                         strategy="fcp-ring",
-                         cost_model=TOY_COST)
+    return fcp.Scheduler(
+        cluster={"ranks": ranks, "ranks_per_node": ranks},
+        model="qwen3-1.7b",
+        strategy="fcp-ring",
+        cost_model=TOY_COST,
+    )
 
 
 def test_supported_version_is_installed():
@@ -32,8 +35,19 @@ def test_supported_version_is_installed():
     assert fm.check_megatron_version(strict=True) == "0.19.2"
 
 
-@pytest.mark.parametrize("n,d,m,want", [(1, 1, 1, 1), (7, 1, 1, 7), (7, 1, 4, 8), (5, 2, 1, 8),
-                                        (8, 2, 1, 8), (9, 3, 1, 12), (9, 3, 2, 12), (13, 3, 2, 24)])
+@pytest.mark.parametrize(
+    "n,d,m,want",
+    [
+        (1, 1, 1, 1),
+        (7, 1, 1, 7),
+        (7, 1, 4, 8),
+        (5, 2, 1, 8),
+        (8, 2, 1, 8),
+        (9, 3, 1, 12),
+        (9, 3, 2, 12),
+        (13, 3, 2, 24),
+    ],
+)
 def test_padded_length(n, d, m, want):
     assert fm.padded_length(n, d, m) == want
 
@@ -70,13 +84,20 @@ def test_partition_rejects_undivisible_lengths():
 
 
 def _samples(lengths):
-    return [{"tokens": torch.arange(n) + 1000 * i, "labels": torch.arange(n) + 1,
-             "loss_mask": torch.ones(n)} for i, n in enumerate(lengths)]
+    return [
+        {
+            "tokens": torch.arange(n) + 1000 * i,
+            "labels": torch.arange(n) + 1,
+            "loss_mask": torch.ones(n),
+        }
+        for i, n in enumerate(lengths)
+    ]
 
 
 def test_packer_fills_megatron_packed_seq_params():
-    batch, p = fm.MicroBatchPacker(pad_token=7).pack(_samples([5, 9]), degree=2, cp_rank=1,
-                                                     cp_group="group-object")
+    batch, p = fm.MicroBatchPacker(pad_token=7).pack(
+        _samples([5, 9]), degree=2, cp_rank=1, cp_group="group-object"
+    )
     assert isinstance(p, PackedSeqParams) and isinstance(p, fm.FcpPackedSeqParams)
     assert p.qkv_format == "thd" and p.local_cp_size == 2 and p.cp_group == "group-object"
     assert p.cp_comm_type == "p2p" and p.pad_between_seqs is None
@@ -99,7 +120,7 @@ def test_packer_degree_one_carries_its_group_and_idle_is_masked():
     # Every micro-batch carries a cp_group (Megatron dev asserts it whenever
     # local_cp_size is set); a one-rank group runs TE without CP.
     assert p.cp_group == "one-rank-group" and p.local_cp_size == 1
-    assert batch["tokens"].shape == (1, 10)                     # padded to multiple=2 only
+    assert batch["tokens"].shape == (1, 10)  # padded to multiple=2 only
     assert p.cu_seqlens_q.tolist() == [0, 4, 10] == p.cu_seqlens_q_padded.tolist()
     assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 0, 1, 2, 3, 4, 5]]
     _, q1 = fm.MicroBatchPacker().pack(_samples([3, 5]))
@@ -161,11 +182,11 @@ def test_megatron_scheduler_interface_follows_the_plan():
 
 def test_groups_created_once_per_set_and_coordinate_in_plan_order():
     created = []
-    grid = fm.RankGrid([[0, 2, 4, 6], [1, 3, 5, 7]], 3)   # TP = 2: two coordinates
+    grid = fm.RankGrid([[0, 2, 4, 6], [1, 3, 5, 7]], 3)  # TP = 2: two coordinates
     sched = _scheduler_on(grid, created, background=False)
     plan = sched.take(LENGTHS)
     steps = sched.assignments(plan)
-    sets = [(p,) for p in range(grid.size)]                  # one-rank groups first
+    sets = [(p,) for p in range(grid.size)]  # one-rank groups first
     for mb in plan.micro_batches:
         for g in mb.groups:
             key = tuple(sorted(g.ranks))
@@ -173,17 +194,17 @@ def test_groups_created_once_per_set_and_coordinate_in_plan_order():
                 sets.append(key)
     assert created == [tuple(c[p] for p in key) for key in sets for c in grid.coordinates]
     sched.assignments(plan)
-    assert len(created) == 2 * len(sets)                       # cached on the second pass
+    assert len(created) == 2 * len(sets)  # cached on the second pass
     for a, mb in zip(steps, plan.micro_batches):
         g = [g for g in mb.groups if 1 in g.ranks]
         if not g:
             assert a.sequences == [] and a.degree == 1
-            assert a.cp_group == ("pg", (grid.global_ranks([1])[0],))   # idle: own group
+            assert a.cp_group == ("pg", (grid.global_ranks([1])[0],))  # idle: own group
             continue
         assert a.sequences == list(g[0].sequences) and a.plan_ranks == sorted(g[0].ranks)
         assert a.cp_rank == a.plan_ranks.index(1) and a.cp_comm_type == "p2p"
         want = ("pg", tuple(grid.global_ranks(a.plan_ranks)))
-        assert a.cp_group == want                              # this rank's TP coordinate
+        assert a.cp_group == want  # this rank's TP coordinate
 
 
 class _BlockingScheduler:
@@ -204,8 +225,9 @@ class _BlockingScheduler:
 def test_planning_runs_off_the_training_thread():
     blocking = _BlockingScheduler()
     grid = fm.RankGrid([[0, 1, 2, 3]], 0)
-    sched = fm.FcpCPScheduler(blocking, grid=grid, verify=False,
-                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    sched = fm.FcpCPScheduler(
+        blocking, grid=grid, verify=False, cache=fm.CPGroupCache(grid, new_group=lambda r: None)
+    )
     loader = fm.FcpMegatronLoader(sched, [fm.GlobalBatch.from_samples(_samples(LENGTHS))] * 2)
     # The constructor returned while batch 0 was still being planned.
     assert not blocking.release.is_set()
@@ -225,9 +247,13 @@ class _RecordingScheduler:
     each plan call was told the cache holds."""
 
     def __init__(self):
-        self.inner = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b",
-                                   strategy="fcp-ring", cost_model=TOY_COST,
-                                   communicators={"create_s": 0.001})
+        self.inner = fcp.Scheduler(
+            cluster={"ranks": 4, "ranks_per_node": 4},
+            model="qwen3-1.7b",
+            strategy="fcp-ring",
+            cost_model=TOY_COST,
+            communicators={"create_s": 0.001},
+        )
         self.cluster = self.inner.cluster
         self.charges_communicators = True
         self.held = []
@@ -240,11 +266,16 @@ class _RecordingScheduler:
 def test_plans_are_told_the_groups_the_cache_holds():
     grid = fm.RankGrid([[0, 1, 2, 3]], 0)
     rec = _RecordingScheduler()
-    sched = fm.FcpCPScheduler(rec, grid=grid, verify=False, background=False,
-                              cache=fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r))))
+    sched = fm.FcpCPScheduler(
+        rec,
+        grid=grid,
+        verify=False,
+        background=False,
+        cache=fm.CPGroupCache(grid, new_group=lambda r: ("pg", tuple(r))),
+    )
     sched.assignments(sched.take(LENGTHS))
     held_after_first = sched.cache.rank_sets()
-    assert held_after_first                                  # the first plan created groups
+    assert held_after_first  # the first plan created groups
     sched.take(LENGTHS[::-1])
     assert rec.held == [[], held_after_first]
     # A plain fcp.Scheduler (no communicators) is called as before.
@@ -261,8 +292,10 @@ def test_take_checks_submission_order():
 
 
 def test_loss_func_is_megatron_per_token_triple():
-    loss, n, report = fm.loss_func(torch.tensor([[1.0, 0.0, 1.0]]),
-                                   torch.tensor([[2.0, float("nan"), 3.0]], dtype=torch.float64))
+    loss, n, report = fm.loss_func(
+        torch.tensor([[1.0, 0.0, 1.0]]),
+        torch.tensor([[2.0, float("nan"), 3.0]], dtype=torch.float64),
+    )
     assert float(loss) == 5.0 and int(n) == 2 and report["lm loss"].tolist() == [5.0, 2.0]
 
 
@@ -283,7 +316,7 @@ def _plan_with_all_to_all(lengths):
 def test_all_to_all_groups_run_as_te_a2a():
     # strategy="fcp" puts some groups on all-to-all (Ulysses); each micro-batch
     # tells TE its comm type: "a2a" for those, "p2p" for ring groups.
-    lengths = [65536] * 8   # qwen3-8b on h100-8x8: ring and all-to-all groups of 8
+    lengths = [65536] * 8  # qwen3-8b on h100-8x8: ring and all-to-all groups of 8
     sched, plan = _plan_with_all_to_all(lengths)
     n = sched.cluster.num_ranks
     for me in range(0, n, 4):
@@ -297,13 +330,19 @@ def test_all_to_all_groups_run_as_te_a2a():
                 continue
             want = {"RING": "p2p", "ALL_TO_ALL": "a2a"}[g[0].comm.name]
             assert a.cp_comm_type == want
-            data, params = fm.MicroBatchPacker().pack(_samples([lengths[s] for s in a.sequences]),
-                                                      a.degree, a.cp_rank, a.cp_group,
-                                                      a.cp_comm_type)
+            data, params = fm.MicroBatchPacker().pack(
+                _samples([lengths[s] for s in a.sequences]),
+                a.degree,
+                a.cp_rank,
+                a.cp_group,
+                a.cp_comm_type,
+            )
             assert params.cp_comm_type == want and params.local_cp_size == a.degree
             # same THD layout as a ring group: TE's a2a reorders chunks itself
-            assert data["tokens"].shape[1] == sum(fm.padded_length(lengths[s], a.degree)
-                                                  for s in a.sequences) // a.degree
+            assert (
+                data["tokens"].shape[1]
+                == sum(fm.padded_length(lengths[s], a.degree) for s in a.sequences) // a.degree
+            )
 
 
 class _ObservingScheduler:
@@ -332,11 +371,19 @@ def test_observe_takes_each_groups_slowest_rank_over_every_coordinate():
 
     def gather(mine):
         sent.append(mine)
-        return [[float("nan") if r in (5, 7) else 1 + r / 10 + j for j in range(len(mine))]
-                for r in range(8)]
+        return [
+            [float("nan") if r in (5, 7) else 1 + r / 10 + j for j in range(len(mine))]
+            for r in range(8)
+        ]
 
-    sched = fm.FcpCPScheduler(rec, grid=grid, verify=False, background=False, gather_times=gather,
-                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
+    sched = fm.FcpCPScheduler(
+        rec,
+        grid=grid,
+        verify=False,
+        background=False,
+        gather_times=gather,
+        cache=fm.CPGroupCache(grid, new_group=lambda r: None),
+    )
     plan = sched.take(LENGTHS)
     n = len(plan.micro_batches)
     with pytest.raises(ValueError, match="^my_times_s"):
@@ -358,11 +405,18 @@ def test_loader_times_its_micro_batches_and_learns(monkeypatch):
     # keeps the coefficients it was submitted with.
     grid = fm.RankGrid([[0, 1, 2, 3]], 0)
     planner = toy_scheduler()
-    sched = fm.FcpCPScheduler(planner, grid=grid, verify=False, background=True,
-                              gather_times=lambda mine: [mine] * 4,
-                              cache=fm.CPGroupCache(grid, new_group=lambda r: None))
-    batches = [fm.GlobalBatch.from_samples(_samples(LENGTHS)),
-               fm.GlobalBatch.from_samples(_samples(LENGTHS[::-1]))]
+    sched = fm.FcpCPScheduler(
+        planner,
+        grid=grid,
+        verify=False,
+        background=True,
+        gather_times=lambda mine: [mine] * 4,
+        cache=fm.CPGroupCache(grid, new_group=lambda r: None),
+    )
+    batches = [
+        fm.GlobalBatch.from_samples(_samples(LENGTHS)),
+        fm.GlobalBatch.from_samples(_samples(LENGTHS[::-1])),
+    ]
     loader = fm.FcpMegatronLoader(sched, batches)
     with pytest.raises(RuntimeError, match="^observe"):
         loader.observe()
@@ -386,18 +440,24 @@ def test_loader_times_its_micro_batches_and_learns(monkeypatch):
     assert planner.cost_model.alpha2 != before.alpha2
     # The read-ahead batch was planned with the coefficients before observe().
     plan2 = sched.take(LENGTHS[::-1])
-    stale = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}, model="qwen3-1.7b",
-                          strategy="fcp-ring", cost_model=TOY_COST).plan(LENGTHS[::-1])
+    stale = fcp.Scheduler(
+        cluster={"ranks": 4, "ranks_per_node": 4},
+        model="qwen3-1.7b",
+        strategy="fcp-ring",
+        cost_model=TOY_COST,
+    ).plan(LENGTHS[::-1])
     assert plan2.to_dict()["micro_batches"] == stale.to_dict()["micro_batches"]
     sched.close()
 
 
 # --------------------------------------------------------------------------- TransformerEngine side
 
+
 def test_prepare_model_says_transformer_engine_is_missing():
     # This venv has no TransformerEngine: megatron-core defines its TE classes
     # on a MagicMock, and prepare_model must say so instead of an AttributeError.
     from megatron.core.extensions import transformer_engine as mte
+
     assert not mte.HAVE_TE
     with pytest.raises(RuntimeError, match="prepare_model: fcp.megatron needs TransformerEngine"):
         fm.prepare_model(torch.nn.Linear(2, 2))
@@ -423,6 +483,7 @@ class _FakeTEAttention(torch.nn.Module):
 
 def test_te_hook_sets_group_stream_and_comm_type_per_call(monkeypatch):
     import torch.distributed as dist
+
     sizes = {"g2": 2, "g4": 4, "g1": 1}
     monkeypatch.setattr(dist, "get_world_size", lambda g: sizes[g])
     monkeypatch.setattr(dist, "get_process_group_ranks", lambda g: list(range(sizes[g])))
@@ -447,6 +508,7 @@ def test_te_hook_sets_group_stream_and_comm_type_per_call(monkeypatch):
 
 def test_te_hook_refuses_a2a_when_heads_do_not_divide(monkeypatch):
     import torch.distributed as dist
+
     monkeypatch.setattr(dist, "get_world_size", lambda g: 3)
     monkeypatch.setattr(dist, "get_process_group_ranks", lambda g: [0, 1, 2])
     core = _FakeTEAttention(heads=12, kv_heads=4)
@@ -455,7 +517,7 @@ def test_te_hook_refuses_a2a_when_heads_do_not_divide(monkeypatch):
     with pytest.raises(ValueError, match="key/value heads per TP rank divisible by 3"):
         core(torch.zeros(1), packed_seq_params=params)
     _, ring = fm.MicroBatchPacker().pack(_samples([12]), 3, 0, "g3", "p2p")
-    core(torch.zeros(1), packed_seq_params=ring)             # a ring group does not care
+    core(torch.zeros(1), packed_seq_params=ring)  # a ring group does not care
     assert core.calls[-1][3] == "p2p"
 
 
@@ -465,6 +527,7 @@ def test_no_megatron_class_attribute_is_assigned():
 
 
 # --------------------------------------------------------------------------- dev's door
+
 
 def _dev_contract(sample_id_groups, sample_id_seqlens, n, min_cp=1):
     """What Megatron-LM dev (d48bd6be0a85) needs from get_groups_and_subsamples,
@@ -481,7 +544,7 @@ def _dev_contract(sample_id_groups, sample_id_seqlens, n, min_cp=1):
             d = len(holders)
             assert d >= min_cp and (d == n or (d & (d - 1) == 0 and holders[0] % d == 0))
             assert holders == list(range(holders[0], holders[0] + d)) and p in holders
-            assert all(mb[q] == ids for q in holders)   # one group per rank per micro-batch
+            assert all(mb[q] == ids for q in holders)  # one group per rank per micro-batch
         seen.update(i for ids in mb for i in ids)
     assert seen == {i for i, _ in sample_id_seqlens}
 
@@ -491,9 +554,15 @@ class _FixedPlanner:
 
     def __init__(self, n, micro_batches):
         from types import SimpleNamespace as NS
+
         self.cluster = NS(num_ranks=n)
-        self._plan = NS(status=NS(name="OK"), message="", micro_batches=[
-            NS(groups=[NS(ranks=r, sequences=s) for r, s in mb]) for mb in micro_batches])
+        self._plan = NS(
+            status=NS(name="OK"),
+            message="",
+            micro_batches=[
+                NS(groups=[NS(ranks=r, sequences=s) for r, s in mb]) for mb in micro_batches
+            ],
+        )
 
     def plan(self, lengths):
         return self._plan
@@ -501,8 +570,9 @@ class _FixedPlanner:
 
 def test_packing_scheduler_has_dev_constructor_and_answer():
     seqlens = [(100 + i, n) for i, n in enumerate([4000, 900, 800, 700, 600, 500])]
-    planner = _FixedPlanner(4, [[([0, 1, 2, 3], [0])],
-                                [([0, 1], [1]), ([2], [2, 3]), ([3], [4, 5])]])
+    planner = _FixedPlanner(
+        4, [[([0, 1, 2, 3], [0])], [([0, 1], [1]), ([2], [2, 3]), ([3], [4, 5])]]
+    )
     cls = fm.FcpPackingScheduler.bind(planner)
     # wrap_data_iterator's call: (max_seqlen_per_dp_cp_rank, cp_size, dp_size,
     # microbatch_group_size_per_vp_stage, max_num_seqs=..., min_cp_size=...)
@@ -512,11 +582,14 @@ def test_packing_scheduler_has_dev_constructor_and_answer():
     assert groups == [[[100]] * 4, [[101], [101], [102, 103], [104, 105]]]
 
 
-@pytest.mark.parametrize("mb,match", [
-    ([([1, 2], [0, 1, 2, 3, 4, 5])], "ranks \\[1, 2\\]"),          # not an aligned block
-    ([([0, 1, 2], [0, 1, 2, 3, 4, 5])], "degree 3"),               # not a power of two
-    ([([0, 1], [0, 1, 2, 3, 4, 5])], "idle"),                      # ranks 2, 3 idle
-])
+@pytest.mark.parametrize(
+    "mb,match",
+    [
+        ([([1, 2], [0, 1, 2, 3, 4, 5])], "ranks \\[1, 2\\]"),  # not an aligned block
+        ([([0, 1, 2], [0, 1, 2, 3, 4, 5])], "degree 3"),  # not a power of two
+        ([([0, 1], [0, 1, 2, 3, 4, 5])], "idle"),  # ranks 2, 3 idle
+    ],
+)
 def test_packing_scheduler_refuses_what_dev_cannot_run(mb, match):
     seqlens = [(i, 100) for i in range(6)]
     sched = fm.FcpPackingScheduler(2048, 4, 1, planner=_FixedPlanner(4, [mb]))
@@ -524,19 +597,24 @@ def test_packing_scheduler_refuses_what_dev_cannot_run(mb, match):
         sched.get_groups_and_subsamples(seqlens)
 
 
-@pytest.mark.parametrize("lengths", [[200, 60, 60, 60, 60, 60, 60, 60, 30, 30, 30, 30],
-                                     [200, 180, 250, 220], [64] * 8])
+@pytest.mark.parametrize(
+    "lengths", [[200, 60, 60, 60, 60, 60, 60, 60, 30, 30, 30, 30], [200, 180, 250, 220], [64] * 8]
+)
 def test_packing_scheduler_with_the_real_planner(lengths):
     # Oracle: from the fcp plan itself, whether dev could run it as planned
     # (aligned power-of-two groups or all ranks, no idle rank); then either
     # dev's contract holds or the refusal says why.
     plan = toy_scheduler(4).plan(lengths)
+
     def runnable(mb):
         busy = sorted(p for g in mb.groups for p in g.ranks)
-        blocks = all(len(g.ranks) == 4 or (len(g.ranks) & (len(g.ranks) - 1) == 0
-                                           and min(g.ranks) % len(g.ranks) == 0)
-                     for g in mb.groups)
+        blocks = all(
+            len(g.ranks) == 4
+            or (len(g.ranks) & (len(g.ranks) - 1) == 0 and min(g.ranks) % len(g.ranks) == 0)
+            for g in mb.groups
+        )
         return blocks and busy == [0, 1, 2, 3]
+
     seqlens = list(enumerate(lengths))
     sched = fm.FcpPackingScheduler(64, 2, 2, planner=toy_scheduler(4))
     if all(runnable(mb) for mb in plan.micro_batches):
@@ -553,5 +631,5 @@ def test_packing_scheduler_checks_its_inputs():
         fm.FcpPackingScheduler(64, 2, 4, planner=toy_scheduler(4))
     with pytest.raises(ValueError, match="planner"):
         fm.FcpPackingScheduler(64, 2, 2)
-    with pytest.raises(ImportError):   # 0.19.2 has no BasePackingScheduler door
+    with pytest.raises(ImportError):  # 0.19.2 has no BasePackingScheduler door
         fm.FcpPackingScheduler.megatron_class(toy_scheduler(4))

@@ -27,9 +27,12 @@ HEAD_DIM = 8
 
 
 def toy_scheduler(ranks):
-    return fcp.Scheduler(cluster={"ranks": ranks, "ranks_per_node": ranks}, model="qwen3-1.7b",
-                         strategy="fcp-ring",
-                         cost_model=TOY_COST)
+    return fcp.Scheduler(
+        cluster={"ranks": ranks, "ranks_per_node": ranks},
+        model="qwen3-1.7b",
+        strategy="fcp-ring",
+        cost_model=TOY_COST,
+    )
 
 
 def sample(batch, i, n):
@@ -53,12 +56,18 @@ def _rope_inputs(seq_id, padded_len, heads):
 
 def _worker(rank, out_dir):
     import warnings
+
     warnings.filterwarnings("ignore")
     import torch.distributed as dist
+
     # Rendezvous through a file in the test's own directory: no TCP port to pick
     # and release before the workers bind it (EADDRINUSE under load).
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(out_dir, "rendezvous"),
-                            rank=rank, world_size=WORLD)
+    dist.init_process_group(
+        "gloo",
+        init_method="file://" + os.path.join(out_dir, "rendezvous"),
+        rank=rank,
+        world_size=WORLD,
+    )
     from megatron.core import parallel_state as ps
     from megatron.core.models.common.embeddings.rope_utils import apply_rotary_pos_emb
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -78,44 +87,69 @@ def _worker(rank, out_dir):
     group = cache.get([0, 1])
     t = torch.tensor([rank])
     dist.all_reduce(t, group=group)
-    out["tp2"] = {"coordinates": grid.coordinates, "plan_rank": grid.plan_rank,
-                  "tp_rank": ps.get_tensor_model_parallel_rank(),
-                  "members": dist.get_process_group_ranks(group), "sum": int(t)}
+    out["tp2"] = {
+        "coordinates": grid.coordinates,
+        "plan_rank": grid.plan_rank,
+        "tp_rank": ps.get_tensor_model_parallel_rank(),
+        "members": dist.get_process_group_ranks(group),
+        "sum": int(t),
+    }
     ps.destroy_model_parallel()
 
     # --- B: TP = 1 -> 4 plan ranks; the loader over two global batches.
     ps.initialize_model_parallel(tensor_model_parallel_size=1, create_gloo_process_groups=False)
     sched = fm.FcpCPScheduler(toy_scheduler(WORLD), background=True, verify=True)
-    batches = [fm.GlobalBatch(lens, (lambda b, L: lambda i: sample(b, i, L[i]))(b, lens))
-               for b, lens in enumerate(BATCHES)]
+    batches = [
+        fm.GlobalBatch(lens, (lambda b, L: lambda i: sample(b, i, L[i]))(b, lens))
+        for b, lens in enumerate(BATCHES)
+    ]
     loader = fm.FcpMegatronLoader(sched, batches)
 
-    cfg = TransformerConfig(num_layers=1, hidden_size=4 * HEAD_DIM, num_attention_heads=4,
-                            use_cpu_initialization=True, calculate_per_token_loss=True,
-                            variable_seq_lengths=True, moe_token_dispatcher_type="alltoall",
-                            params_dtype=torch.float64)
+    cfg = TransformerConfig(
+        num_layers=1,
+        hidden_size=4 * HEAD_DIM,
+        num_attention_heads=4,
+        use_cpu_initialization=True,
+        calculate_per_token_loss=True,
+        variable_seq_lengths=True,
+        moe_token_dispatcher_type="alltoall",
+        params_dtype=torch.float64,
+    )
     # Megatron's own scheduler and fcp's on the same input, same interface.
     from megatron.core.pipeline_parallel.hybrid_cp_schedule import BalancedCPScheduler
-    balanced = BalancedCPScheduler(max_seq_len_per_rank=64,
-                                   dp_cp_group=ps.get_data_parallel_group(with_context_parallel=True))
+
+    balanced = BalancedCPScheduler(
+        max_seq_len_per_rank=64, dp_cp_group=ps.get_data_parallel_group(with_context_parallel=True)
+    )
     out["interface"] = {
         "megatron": balanced.get_groups_and_subsamples(list(enumerate(BATCHES[0])), cfg)[1],
-        "fcp": sched.get_groups_and_subsamples(list(enumerate(BATCHES[0])), cfg)[1]}
+        "fcp": sched.get_groups_and_subsamples(list(enumerate(BATCHES[0])), cfg)[1],
+    }
     rope = RotaryEmbedding(kv_channels=HEAD_DIM, rotary_percent=1.0, use_cpu_initialization=True)
 
     # A real SelfAttention from Megatron's local spec; its core attention (TE on
     # GPU) is replaced by a recorder of the query it receives after RoPE.
     torch.manual_seed(0)
-    attn = build_module(get_gpt_layer_local_spec().submodules.self_attention, config=cfg,
-                        layer_number=1).double()
+    attn = build_module(
+        get_gpt_layer_local_spec().submodules.self_attention, config=cfg, layer_number=1
+    ).double()
     recorded = []
 
     class Recorder(torch.nn.Module):
-        def forward(self, query, key, value, attention_mask, attn_mask_type=None,
-                    attention_bias=None, packed_seq_params=None):
+        def forward(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            attn_mask_type=None,
+            attention_bias=None,
+            packed_seq_params=None,
+        ):
             recorded.append(query.detach().clone())
-            return torch.zeros(query.shape[0], 1, query.shape[1] * query.shape[2],
-                               dtype=query.dtype)
+            return torch.zeros(
+                query.shape[0], 1, query.shape[1] * query.shape[2], dtype=query.dtype
+            )
 
     attn.core_attention = Recorder()
     try:  # no TransformerEngine here: one clear error, then the RoPE hook alone
@@ -135,18 +169,28 @@ def _worker(rank, out_dir):
         it, n = loader.next_global_batch()
         for j, mb in enumerate(it):
             p = mb["packed_seq_params"]
-            rec = {"batch": b, "micro_batch": j, "n": n, "local_cp_size": p.local_cp_size,
-                   "is_psp": isinstance(p, PackedSeqParams), "qkv_format": p.qkv_format,
-                   "cu": p.cu_seqlens_q.tolist(), "cu_padded": p.cu_seqlens_q_padded.tolist(),
-                   "max_seqlen": p.max_seqlen_q,
-                   "has_group": p.cp_group is not None,
-                   "members": dist.get_process_group_ranks(p.cp_group),
-                   "cp_rank": p.cp_group.rank(),
-                   "tokens": mb["tokens"][0].tolist(), "loss_mask": mb["loss_mask"][0].tolist(),
-                   "position_ids": mb["position_ids"][0].tolist()}
+            rec = {
+                "batch": b,
+                "micro_batch": j,
+                "n": n,
+                "local_cp_size": p.local_cp_size,
+                "is_psp": isinstance(p, PackedSeqParams),
+                "qkv_format": p.qkv_format,
+                "cu": p.cu_seqlens_q.tolist(),
+                "cu_padded": p.cu_seqlens_q_padded.tolist(),
+                "max_seqlen": p.max_seqlen_q,
+                "has_group": p.cp_group is not None,
+                "members": dist.get_process_group_ranks(p.cp_group),
+                "cp_rank": p.cp_group.rank(),
+                "tokens": mb["tokens"][0].tolist(),
+                "loss_mask": mb["loss_mask"][0].tolist(),
+                "position_ids": mb["position_ids"][0].tolist(),
+            }
             d = p.local_cp_size
-            padded = [p.cu_seqlens_q_padded[k + 1] - p.cu_seqlens_q_padded[k]
-                      for k in range(len(p.cu_seqlens_q_padded) - 1)]
+            padded = [
+                p.cu_seqlens_q_padded[k + 1] - p.cu_seqlens_q_padded[k]
+                for k in range(len(p.cu_seqlens_q_padded) - 1)
+            ]
             # RoPE on the shard with Megatron's THD RoPE and the micro-batch's
             # group vs. RoPE on whole sequences, then cut by TE's rule.
             if d > 1:
@@ -155,30 +199,55 @@ def _worker(rank, out_dir):
                 whole = torch.cat([_rope_whole(x, freqs) for x in full])
                 idx = fm.thd_partition_indices([int(L) for L in padded], d, p.cp_group.rank())
                 local = torch.cat(full).index_select(0, idx)
-                got = apply_rotary_pos_emb(local, freqs, cfg, cu_seqlens=p.cu_seqlens_q_padded,
-                                           cp_group=p.cp_group)
+                got = apply_rotary_pos_emb(
+                    local, freqs, cfg, cu_seqlens=p.cu_seqlens_q_padded, cp_group=p.cp_group
+                )
                 rec["rope_err"] = float((got - whole.index_select(0, idx)).abs().max())
                 # The real attention layer, hooked: its RoPE must follow the group.
-                hidden = torch.randn(int(p.cu_seqlens_q_padded[-1]), 1, cfg.hidden_size,
-                                     generator=torch.Generator().manual_seed(b * 100 + j),
-                                     dtype=torch.float64)
+                hidden = torch.randn(
+                    int(p.cu_seqlens_q_padded[-1]),
+                    1,
+                    cfg.hidden_size,
+                    generator=torch.Generator().manual_seed(b * 100 + j),
+                    dtype=torch.float64,
+                )
                 recorded.clear()
-                attn(hidden.index_select(0, idx), None, rotary_pos_emb=(freqs, freqs),
-                     packed_seq_params=p)
+                attn(
+                    hidden.index_select(0, idx),
+                    None,
+                    rotary_pos_emb=(freqs, freqs),
+                    packed_seq_params=p,
+                )
                 ref_params = PackedSeqParams(
-                    qkv_format="thd", cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_kv=p.cu_seqlens_kv,
+                    qkv_format="thd",
+                    cu_seqlens_q=p.cu_seqlens_q,
+                    cu_seqlens_kv=p.cu_seqlens_kv,
                     cu_seqlens_q_padded=p.cu_seqlens_q_padded,
-                    cu_seqlens_kv_padded=p.cu_seqlens_kv_padded, max_seqlen_q=p.max_seqlen_q,
-                    max_seqlen_kv=p.max_seqlen_kv, local_cp_size=1, cp_group=None)
+                    cu_seqlens_kv_padded=p.cu_seqlens_kv_padded,
+                    max_seqlen_q=p.max_seqlen_q,
+                    max_seqlen_kv=p.max_seqlen_kv,
+                    local_cp_size=1,
+                    cp_group=None,
+                )
                 attn(hidden, None, rotary_pos_emb=(freqs, freqs), packed_seq_params=ref_params)
                 rec["attn_rope_err"] = float(
-                    (recorded[0] - recorded[1].index_select(0, idx)).abs().max())
+                    (recorded[0] - recorded[1].index_select(0, idx)).abs().max()
+                )
                 rec["pg_restored"] = attn.pg_collection.cp is ps.get_context_parallel_group()
             # Loss through Megatron's own loss bookkeeping (per-token mode).
             out_tensor = token_loss(mb["tokens"][0]).requires_grad_()
             loss, num_tokens = forward_step_calc_loss(
-                attn, out_tensor, lambda o: fm.loss_func(mb["loss_mask"], o), cfg, None, False,
-                n, [], cp_group_size=1, is_last_stage=True)
+                attn,
+                out_tensor,
+                lambda o: fm.loss_func(mb["loss_mask"], o),
+                cfg,
+                None,
+                False,
+                n,
+                [],
+                cp_group_size=1,
+                is_last_stage=True,
+            )
             rec["loss"], rec["num_tokens"] = float(loss), int(num_tokens)
             loss_sum = loss_sum + loss.detach().double()
             token_sum += int(num_tokens)
@@ -197,8 +266,9 @@ def _worker(rank, out_dir):
     out["global_tokens"] = int(totals[1])
 
     # Ranks that plan different batches are stopped, all of them.
-    odd = fm.FcpCPScheduler(toy_scheduler(WORLD), grid=sched.grid, cache=sched.cache,
-                            background=False)
+    odd = fm.FcpCPScheduler(
+        toy_scheduler(WORLD), grid=sched.grid, cache=sched.cache, background=False
+    )
     try:
         odd.take(BATCHES[0] if rank else BATCHES[0][::-1])
         out["disagreement_raised"] = False
@@ -207,8 +277,9 @@ def _worker(rank, out_dir):
 
     # Without fcp's hook the layer applies RoPE with the group it was built
     # with (size 1): Megatron's THD RoPE cannot even split the shard.
-    bare = build_module(get_gpt_layer_local_spec().submodules.self_attention, config=cfg,
-                        layer_number=1).double()
+    bare = build_module(
+        get_gpt_layer_local_spec().submodules.self_attention, config=cfg, layer_number=1
+    ).double()
     bare.core_attention = Recorder()
     multi = [s for s in steps if s["local_cp_size"] > 1]
     out["unhooked_fails"] = None
@@ -220,8 +291,12 @@ def _worker(rank, out_dir):
             if p.local_cp_size > 1:
                 T = mb["tokens"].shape[1]
                 try:
-                    bare(torch.randn(T, 1, cfg.hidden_size, dtype=torch.float64), None,
-                         rotary_pos_emb=(emb(p.max_seqlen_q).double(),) * 2, packed_seq_params=p)
+                    bare(
+                        torch.randn(T, 1, cfg.hidden_size, dtype=torch.float64),
+                        None,
+                        rotary_pos_emb=(emb(p.max_seqlen_q).double(),) * 2,
+                        packed_seq_params=p,
+                    )
                     out["unhooked_fails"] = False
                 except RuntimeError:
                     out["unhooked_fails"] = True
@@ -233,7 +308,8 @@ def _worker(rank, out_dir):
 
 def _rope_whole(x, freqs):
     from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
-    return _apply_rotary_pos_emb_bshd(x.unsqueeze(1), freqs[:x.shape[0]]).squeeze(1)
+
+    return _apply_rotary_pos_emb_bshd(x.unsqueeze(1), freqs[: x.shape[0]]).squeeze(1)
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +326,11 @@ def _plan(b):
 def test_tp2_grid_keeps_tp_coordinates_apart(results):
     for r in results:
         a = r["tp2"]
-        assert a["coordinates"] == [(0, 2), (1, 3)]       # Megatron order tp-cp-ep-dp-pp
+        assert a["coordinates"] == [(0, 2), (1, 3)]  # Megatron order tp-cp-ep-dp-pp
         assert a["plan_rank"] == r["rank"] // 2
         expected = [0, 2] if a["tp_rank"] == 0 else [1, 3]
-        assert a["members"] == expected                   # CP group never mixes TP ranks
-        assert a["sum"] == sum(expected)                  # and it works (all-reduce)
+        assert a["members"] == expected  # CP group never mixes TP ranks
+        assert a["sum"] == sum(expected)  # and it works (all-reduce)
 
 
 def test_micro_batch_count_and_membership_follow_the_plan(results):
@@ -273,9 +349,9 @@ def test_micro_batch_count_and_membership_follow_the_plan(results):
                     assert s["members"] == [r["rank"]] and s["cp_rank"] == 0
                     continue
                 ranks = sorted(g[0].ranks)
-                assert s["members"] == ranks                       # cp_group membership
+                assert s["members"] == ranks  # cp_group membership
                 assert s["local_cp_size"] == len(ranks)
-                assert s["cp_rank"] == ranks.index(r["rank"])      # rank within the group
+                assert s["cp_rank"] == ranks.index(r["rank"])  # rank within the group
                 lens = [BATCHES[b][i] for i in g[0].sequences]
                 # Megatron 0.19.2's convention (pretrain_gpt.py, forward_step):
                 # cu_seqlens_q holds the padded boundaries as well.
@@ -283,9 +359,11 @@ def test_micro_batch_count_and_membership_follow_the_plan(results):
                 padded = [s["cu_padded"][k + 1] - s["cu_padded"][k] for k in range(len(lens))]
                 d = len(ranks)
                 if d == 1:
-                    assert padded == lens                          # no padding without CP
-                else:                                              # TE's divisibility, minimal
-                    assert all(p % (2 * d) == 0 and 0 <= p - n < 2 * d for p, n in zip(padded, lens))
+                    assert padded == lens  # no padding without CP
+                else:  # TE's divisibility, minimal
+                    assert all(
+                        p % (2 * d) == 0 and 0 <= p - n < 2 * d for p, n in zip(padded, lens)
+                    )
                 assert s["max_seqlen"] == max(padded)
 
 
@@ -316,12 +394,12 @@ def test_shard_layout_is_te_thd_rule(results):
             for k in range(len(s["cu_padded"]) - 1):
                 n = s["cu_padded"][k + 1] - s["cu_padded"][k]
                 if d == 1:
-                    assert s["position_ids"][off:off + n] == list(range(n))
+                    assert s["position_ids"][off : off + n] == list(range(n))
                     off += n
                     continue
                 rows = torch.arange(n).view(2 * d, n // (2 * d))
                 want = torch.cat([rows[s["cp_rank"]], rows[2 * d - 1 - s["cp_rank"]]]).tolist()
-                assert s["position_ids"][off:off + n // d] == want
+                assert s["position_ids"][off : off + n // d] == want
                 off += n // d
 
 
@@ -330,7 +408,7 @@ def test_rope_positions_follow_the_micro_batch_group(results):
     assert checked and min(s["local_cp_size"] for s in checked) >= 2
     for s in checked:
         assert s["rope_err"] < 1e-12
-        assert s["attn_rope_err"] < 1e-12     # the real SelfAttention, hooked
+        assert s["attn_rope_err"] < 1e-12  # the real SelfAttention, hooked
         assert s["pg_restored"]
 
 
@@ -344,8 +422,9 @@ def test_attention_layers_hooked_and_needed(results):
 def test_per_token_loss_over_the_global_batch(results):
     """Oracle: the mean per-token loss over all real tokens of all global
     batches, computed in one process."""
-    tokens = torch.cat([sample(b, i, n)["tokens"] for b, lens in enumerate(BATCHES)
-                        for i, n in enumerate(lens)])
+    tokens = torch.cat(
+        [sample(b, i, n)["tokens"] for b, lens in enumerate(BATCHES) for i, n in enumerate(lens)]
+    )
     expected = float(token_loss(tokens).mean())
     for r in results:
         assert r["global_tokens"] == sum(map(sum, BATCHES))

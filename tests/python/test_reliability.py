@@ -48,8 +48,10 @@ def _group(d, m=0, g=0):
 
 # --- one plan validator (items 1, 14) -------------------------------------
 
+
 def _mutations():
     """(name, mutate(dict), lengths, field the ValueError must start with)."""
+
     def set_seq(d, v):
         _group(d)["sequences"][0] = v
 
@@ -66,32 +68,61 @@ def _mutations():
         return groups
 
     return [
-        ("sequence index 10^6 (the issue's reproducer)", lambda d: set_seq(d, 10 ** 6),
-         LENGTHS, "plan.micro_batches[0].groups[0].sequences[0]"),
-        ("negative sequence index", lambda d: set_seq(d, -1), LENGTHS,
-         "plan.micro_batches[0].groups[0].sequences[0]"),
-        ("rank out of range", lambda d: set_rank(d, 10 ** 6), LENGTHS,
-         "plan.micro_batches[0].groups[0].ranks[0]"),
-        ("negative rank", lambda d: set_rank(d, -3), LENGTHS,
-         "plan.micro_batches[0].groups[0].ranks[0]"),
+        (
+            "sequence index 10^6 (the issue's reproducer)",
+            lambda d: set_seq(d, 10**6),
+            LENGTHS,
+            "plan.micro_batches[0].groups[0].sequences[0]",
+        ),
+        (
+            "negative sequence index",
+            lambda d: set_seq(d, -1),
+            LENGTHS,
+            "plan.micro_batches[0].groups[0].sequences[0]",
+        ),
+        (
+            "rank out of range",
+            lambda d: set_rank(d, 10**6),
+            LENGTHS,
+            "plan.micro_batches[0].groups[0].ranks[0]",
+        ),
+        (
+            "negative rank",
+            lambda d: set_rank(d, -3),
+            LENGTHS,
+            "plan.micro_batches[0].groups[0].ranks[0]",
+        ),
         ("rank twice in a micro-batch", dup_rank, LENGTHS, "plan.micro_batches[0].groups["),
-        ("plan of another cluster", lambda d: d.__setitem__("ranks", 64), LENGTHS,
-         "plan.ranks"),
+        ("plan of another cluster", lambda d: d.__setitem__("ranks", 64), LENGTHS, "plan.ranks"),
         ("too few lengths", lambda d: None, LENGTHS[:2], "plan.micro_batches["),
         ("too many lengths", lambda d: None, LENGTHS + [7], "plan.micro_batches"),
-        ("empty group", lambda d: _group(d).__setitem__("ranks", []), LENGTHS,
-         "plan.micro_batches[0].groups[0].ranks"),
-        ("no micro-batches", lambda d: d.__setitem__("micro_batches", []), LENGTHS,
-         "plan.micro_batches"),
-        ("infeasible status", lambda d: d.__setitem__("status", "infeasible"), LENGTHS,
-         "plan.status"),
+        (
+            "empty group",
+            lambda d: _group(d).__setitem__("ranks", []),
+            LENGTHS,
+            "plan.micro_batches[0].groups[0].ranks",
+        ),
+        (
+            "no micro-batches",
+            lambda d: d.__setitem__("micro_batches", []),
+            LENGTHS,
+            "plan.micro_batches",
+        ),
+        (
+            "infeasible status",
+            lambda d: d.__setitem__("status", "infeasible"),
+            LENGTHS,
+            "plan.status",
+        ),
     ]
 
 
-@pytest.mark.parametrize("name,mutate,lengths,field", _mutations(),
-                         ids=[m[0] for m in _mutations()])
-def test_every_entry_point_rejects_a_bad_plan_naming_the_field(sched, plan_dict, name, mutate,
-                                                               lengths, field):
+@pytest.mark.parametrize(
+    "name,mutate,lengths,field", _mutations(), ids=[m[0] for m in _mutations()]
+)
+def test_every_entry_point_rejects_a_bad_plan_naming_the_field(
+    sched, plan_dict, name, mutate, lengths, field
+):
     mutate(plan_dict)
     bad = fcp.Plan.from_dict(plan_dict)
     times = [[0.01] * len(mb.groups) for mb in bad.micro_batches]
@@ -112,12 +143,13 @@ def test_every_entry_point_rejects_a_bad_plan_naming_the_field(sched, plan_dict,
 
 def test_the_issue_reproducer_in_a_subprocess_exits_cleanly():
     # Before the fix: SIGSEGV (exit 139). A crash cannot be caught in-process.
-    code = ("import fcp; s=fcp.Scheduler(); d=s.plan([100,200]).to_dict(); "
-            "d['micro_batches'][0]['groups'][0]['sequences']=[10**6]\n"
-            "try:\n s.estimate([100,200], fcp.Plan.from_dict(d))\n"
-            "except ValueError as e:\n print('ValueError', e)")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import fcp; s=fcp.Scheduler(); d=s.plan([100,200]).to_dict(); "
+        "d['micro_batches'][0]['groups'][0]['sequences']=[10**6]\n"
+        "try:\n s.estimate([100,200], fcp.Plan.from_dict(d))\n"
+        "except ValueError as e:\n print('ValueError', e)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("ValueError plan.micro_batches[0].groups[0].sequences[0]")
 
@@ -141,7 +173,7 @@ def test_bad_arguments_are_value_errors_naming_the_field(sched):
     with pytest.raises(ValueError, match=r"^cost_model.alpha1: must be a number"):
         fcp.CostModel.from_dict(dict(sched.cost_model.to_dict(), alpha1="1"))
     d = sched.plan(LENGTHS).to_dict()
-    _group(d)["ranks"][0] = 2 ** 40
+    _group(d)["ranks"][0] = 2**40
     with pytest.raises(ValueError, match=r"^micro_batches\[0\].groups\[0\].ranks\[0\]"):
         fcp.Plan.from_dict(d)
     with pytest.raises(ValueError, match=r"^communicators.existing\[0\]"):
@@ -156,6 +188,7 @@ def test_deepcopy_of_a_scheduler_is_independent(sched):
 
     def without_time(d):
         return {k: v for k, v in d.items() if k != "solver_ms"}
+
     assert without_time(plan.to_dict()) == without_time(sched.plan(LENGTHS).to_dict())
     times = [[g.est_ms / 1e3 * 2 for g in mb.groups] for mb in plan.micro_batches]
     twin.observe(LENGTHS, plan, times)
@@ -172,6 +205,7 @@ def test_a_model_that_does_not_fit_names_the_model_and_ranks():
 
 
 # --- one output-file policy (item 2) --------------------------------------
+
 
 def test_length_writer_writes_devices_in_place_and_files_atomically(tmp_path):
     if os.geteuid() == 0:  # the issue's case: a device node must stay one
@@ -197,7 +231,8 @@ def test_length_writer_writes_devices_in_place_and_files_atomically(tmp_path):
     assert target.read_text() == "keep" and not link2.is_symlink()
     assert link2.read_text().splitlines()[1:] == ["3"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["fifo", "link", "to-null", "victim"] + (["null"] if os.geteuid() == 0 else []))
+        ["fifo", "link", "to-null", "victim"] + (["null"] if os.geteuid() == 0 else [])
+    )
 
 
 def test_length_writer_leaves_nothing_behind_on_errors(tmp_path):
@@ -210,13 +245,20 @@ def test_length_writer_leaves_nothing_behind_on_errors(tmp_path):
     # A file-size limit: the C++ writers fail with EFBIG, so must this one.
     out = tmp_path / "limited.txt"
     out.write_text("old\n")
-    code = ("import resource, sys, fcp.lengths as fl\n"
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))\n"
-            "sys.exit(fl.main(['-o', sys.argv[1], sys.argv[2]]))")
+    code = (
+        "import resource, sys, fcp.lengths as fl\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))\n"
+        "sys.exit(fl.main(['-o', sys.argv[1], sys.argv[2]]))"
+    )
     src = tmp_path / "in.txt"
     src.write_text("".join(f"{i + 1000}\n" for i in range(2000)))
-    res = subprocess.run([sys.executable, "-c", code, str(out), str(src)], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT), timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(out), str(src)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT),
+        timeout=60,
+    )
     assert res.returncode == 2 and res.stderr.startswith("error: out: cannot write"), res.stderr
     assert res.stderr.count("\n") == 1
     assert out.read_text() == "old\n"
@@ -225,9 +267,28 @@ def test_length_writer_leaves_nothing_behind_on_errors(tmp_path):
 
 # --- one grammar, caps, usage errors (items 12, 13, 17) ---------------------
 
-GRAMMAR_CASES = ["5", "  7\t", "007", "0", "-0", "-5", "+5", "1_000", "\u0663", "1e3", "5.0",
-                 "0x10", " 1 2", "\v5", "1099511627776", "1099511627777",
-                 "99999999999999999999", "", "#comment", "5\r"]
+GRAMMAR_CASES = [
+    "5",
+    "  7\t",
+    "007",
+    "0",
+    "-0",
+    "-5",
+    "+5",
+    "1_000",
+    "\u0663",
+    "1e3",
+    "5.0",
+    "0x10",
+    " 1 2",
+    "\v5",
+    "1099511627776",
+    "1099511627777",
+    "99999999999999999999",
+    "",
+    "#comment",
+    "5\r",
+]
 
 
 @pytest.mark.parametrize("text", GRAMMAR_CASES, ids=[ascii(t) for t in GRAMMAR_CASES])
@@ -235,11 +296,19 @@ def test_cpp_and_python_readers_share_one_grammar(tmp_path, text):
     for suffix, body in ((".txt", f"3\n{text}\n"), (".csv", f"id,tokens\n1,3\n2,{text}\n")):
         src = tmp_path / f"in{suffix}"
         src.write_bytes(body.encode("utf-8"))
-        cpp = subprocess.run([_cli(), "lengths", str(src), "--out", str(tmp_path / "c.txt")],
-                             capture_output=True, text=True, timeout=60)
-        py = subprocess.run([sys.executable, "-m", "fcp.lengths", str(src), "--out",
-                             str(tmp_path / "p.txt")], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT), timeout=60)
+        cpp = subprocess.run(
+            [_cli(), "lengths", str(src), "--out", str(tmp_path / "c.txt")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        py = subprocess.run(
+            [sys.executable, "-m", "fcp.lengths", str(src), "--out", str(tmp_path / "p.txt")],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT),
+            timeout=60,
+        )
         assert (cpp.returncode == 0) == (py.returncode == 0), (suffix, cpp.stderr, py.stderr)
         if cpp.returncode == 0:
             assert (tmp_path / "c.txt").read_text() == (tmp_path / "p.txt").read_text()
@@ -267,21 +336,38 @@ def test_python_reader_caps_name_the_cap(tmp_path):
 
 
 def test_python_reader_of_dev_zero_stops_at_the_line_cap():
-    code = ("import resource, fcp.lengths as fl\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            "raise SystemExit(fl.main(['/dev/zero', '-o', '/dev/null']))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT), timeout=120)
+    code = (
+        "import resource, fcp.lengths as fl\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "raise SystemExit(fl.main(['/dev/zero', '-o', '/dev/null']))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT),
+        timeout=120,
+    )
     assert res.returncode == 2, res.stderr
-    assert res.stderr.startswith("error: /dev/zero line 1: longer than") and \
-        res.stderr.count("\n") == 1
+    assert (
+        res.stderr.startswith("error: /dev/zero line 1: longer than")
+        and res.stderr.count("\n") == 1
+    )
 
 
-@pytest.mark.parametrize("args", [[], ["x.txt"], ["x.txt", "-o", "y", "--bogus"],
-                                  ["x.txt", "-o", "y", "--idx-unit", "page"]])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["x.txt"], ["x.txt", "-o", "y", "--bogus"], ["x.txt", "-o", "y", "--idx-unit", "page"]],
+)
 def test_module_usage_errors_are_one_line(args):
-    res = subprocess.run([sys.executable, "-m", "fcp.lengths", *args], capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT), timeout=60)
-    assert res.returncode == 2 and res.stderr.startswith("error: ") and \
-        res.stderr.count("\n") == 1, res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "fcp.lengths", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=PACKAGE_PARENT),
+        timeout=60,
+    )
+    assert (
+        res.returncode == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+    ), res.stderr
     assert res.stdout == ""

@@ -19,9 +19,17 @@ from fcp import replay
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 core = fcp._core()
 
-TRUE = dict(alpha1=2.5e-8, alpha2=3.0e-5, beta1=1.0e-3, alpha3=3000.0, beta2=5.0e-4,
-            attn_overhead_tokens=50.0, gamma_intra=1.0e-4, gamma_inter=3.0e-4,
-            gamma_serial=2.0e-4)
+TRUE = dict(
+    alpha1=2.5e-8,
+    alpha2=3.0e-5,
+    beta1=1.0e-3,
+    alpha3=3000.0,
+    beta2=5.0e-4,
+    attn_overhead_tokens=50.0,
+    gamma_intra=1.0e-4,
+    gamma_inter=3.0e-4,
+    gamma_serial=2.0e-4,
+)
 
 
 def _formula(c, seqs, d, bw, inter, tail=1.0):
@@ -40,15 +48,24 @@ def _synthetic_samples(bw=2e10):
     samples, what = [], []
     for length in (1024, 2048, 4096, 8192, 16384):
         for d in (1, 2, 3, 4, 8):
-            for inter in ((False, True) if d > 1 else (False,)):
+            for inter in (False, True) if d > 1 else (False,):
                 for seqs in ([(length, 0.0)], [(length // 4, float(k % 2)) for k in range(4)]):
                     comp, comm, total = _formula(TRUE, seqs, d, bw, inter)
                     load = core.GroupLoad()
                     for n, e in seqs:
                         load.add(core.Sequence(n, e))
-                    samples.append(core.make_fit_sample(
-                        load, d, bw, inter, compute_s=comp, comm_s=comm if d > 1 else math.nan,
-                        total_s=total, label="synthetic"))
+                    samples.append(
+                        core.make_fit_sample(
+                            load,
+                            d,
+                            bw,
+                            inter,
+                            compute_s=comp,
+                            comm_s=comm if d > 1 else math.nan,
+                            total_s=total,
+                            label="synthetic",
+                        )
+                    )
                     what.append(f"d={d} {len(seqs)}x{seqs[0][0]}")
     return samples, what
 
@@ -66,8 +83,9 @@ def test_fit_measured_profile_reports_and_writes_a_readable_cost_model():
     base = core.CostModel()
     base.bw_intra_node = base.bw_inter_node = 2e10
     base.mem_per_token, base.mem_static, base.mem_capacity = 1e4, 1e8, 1e10
-    table, report, cm = core.fit_measured_profile("torch:cpu", "synthetic", "measured: test",
-                                                  "none", samples, what, base, 0.25, 1, 0.0)
+    table, report, cm = core.fit_measured_profile(
+        "torch:cpu", "synthetic", "measured: test", "none", samples, what, base, 0.25, 1, 0.0
+    )
     assert "held-out relative error of T(G, d)" in table
     j = json.loads(report)
     assert j["heldout_error"]["max"] < 1e-6
@@ -102,6 +120,7 @@ def _fake_clock():
         if key not in draws:
             draws[key] = rng.uniform(0.001, 0.5)
         return draws[key]
+
     return time_group, draws
 
 
@@ -109,8 +128,11 @@ def _plans_file(tmp_path, strategy="fcp", gbs=48, ranks=16, seed=3):
     """{batch, plan} lines made by the planner for a long-tailed batch."""
     rng = random.Random(seed)
     lengths = [int(min(65536, 256 * rng.paretovariate(1.1))) for _ in range(gbs)]
-    batch = {"cluster": {"ranks": ranks, "ranks_per_node": 8}, "model": "qwen3-8b",
-             "sequences": lengths}
+    batch = {
+        "cluster": {"ranks": ranks, "ranks_per_node": 8},
+        "model": "qwen3-8b",
+        "sequences": lengths,
+    }
     request = core.parse_batch_json(json.dumps(batch)).request
     options = core.PlanOptions()
     options.strategy = strategy
@@ -136,13 +158,28 @@ def test_replay_with_a_fake_clock_is_the_list_schedule(tmp_path, strategy):
 def test_replay_overlapping_micro_batches_do_not_wait_at_boundaries(tmp_path):
     # Two micro-batches: ranks 0-1 (slow) and 2-3 (fast), then 2-3 again; the
     # second group on 2-3 starts when 2-3 are free, not when the slow one ends.
-    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "model": "qwen3-8b",
-             "sequences": [4096, 1024, 1024]}
-    g = lambda ranks, seqs: {"ranks": ranks, "sequences": seqs, "est_ms": 1.0,  # noqa: E731
-                             "mem_bytes": 1}
-    plan = {"strategy": "hand", "ranks": 4, "status": "ok", "est_ms": 2.0, "lower_bound_ms": 0.0,
-            "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2, 3], [1])]},
-                              {"est_ms": 1.0, "groups": [g([2, 3], [2])]}]}
+    batch = {
+        "cluster": {"ranks": 4, "ranks_per_node": 4},
+        "model": "qwen3-8b",
+        "sequences": [4096, 1024, 1024],
+    }
+    g = lambda ranks, seqs: {
+        "ranks": ranks,
+        "sequences": seqs,
+        "est_ms": 1.0,  # noqa: E731
+        "mem_bytes": 1,
+    }
+    plan = {
+        "strategy": "hand",
+        "ranks": 4,
+        "status": "ok",
+        "est_ms": 2.0,
+        "lower_bound_ms": 0.0,
+        "micro_batches": [
+            {"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2, 3], [1])]},
+            {"est_ms": 1.0, "groups": [g([2, 3], [2])]},
+        ],
+    }
     path = tmp_path / "hand.jsonl"
     path.write_text(json.dumps({"batch": batch, "plan": plan}) + "\n")
     b = replay.read_plans(str(path))[0]
@@ -156,8 +193,14 @@ def _run(args, env=None, timeout=300):
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         e.pop(k, None)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "fcp", *args], capture_output=True, text=True,
-                          env=e, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "fcp", *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def _one_error_line(res, *words):
@@ -175,20 +218,37 @@ def test_profile_one_process_asked_for_degree_4():
 
 def test_profile_without_a_process_group():
     # torchrun's variables without its rendezvous: init_process_group fails.
-    res = _run(["profile", "--target", "torch", "--device", "cpu"],
-               env={"WORLD_SIZE": "2", "RANK": "0"}, timeout=120)
+    res = _run(
+        ["profile", "--target", "torch", "--device", "cpu"],
+        env={"WORLD_SIZE": "2", "RANK": "0"},
+        timeout=120,
+    )
     _one_error_line(res, "no process group")
 
 
 def test_profile_bad_model_and_config(tmp_path):
-    _one_error_line(_run(["profile", "--target", "torch", "--device", "cpu", "--model", "nope"]),
-                    "--model", "nope")
+    _one_error_line(
+        _run(["profile", "--target", "torch", "--device", "cpu", "--model", "nope"]),
+        "--model",
+        "nope",
+    )
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4,
-                               "num_key_value_heads": 3, "intermediate_size": 128,
-                               "num_hidden_layers": 2}))
-    _one_error_line(_run(["profile", "--target", "torch", "--device", "cpu", "--hf-config",
-                          str(cfg)]), "--hf-config", "num_key_value_heads")
+    cfg.write_text(
+        json.dumps(
+            {
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 3,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+            }
+        )
+    )
+    _one_error_line(
+        _run(["profile", "--target", "torch", "--device", "cpu", "--hf-config", str(cfg)]),
+        "--hf-config",
+        "num_key_value_heads",
+    )
 
 
 def test_cpp_cli_points_to_python():
@@ -204,26 +264,60 @@ def test_replay_bad_input(tmp_path):
     bad.write_text('{"batch": {}}\n')
     prof = tmp_path / "p.json"
     prof.write_text("{}")
-    _one_error_line(_run(["replay", str(bad), "--cost-model", str(prof), "--model", "cpu-tiny"]),
-                    "bad.jsonl[0]")
-    _one_error_line(_run(["replay", str(tmp_path / "missing.jsonl"), "--cost-model", str(prof),
-                          "--model", "cpu-tiny"]), "missing.jsonl")
+    _one_error_line(
+        _run(["replay", str(bad), "--cost-model", str(prof), "--model", "cpu-tiny"]), "bad.jsonl[0]"
+    )
+    _one_error_line(
+        _run(
+            [
+                "replay",
+                str(tmp_path / "missing.jsonl"),
+                "--cost-model",
+                str(prof),
+                "--model",
+                "cpu-tiny",
+            ]
+        ),
+        "missing.jsonl",
+    )
 
 
 def test_all_to_all_degree_must_divide_heads():
     from fcp import _torch_work as tw
     import torch
-    work = tw.LayerWork(tw.shape_from_preset("cpu-tiny"), torch.device("cpu"), torch.float32,
-                        repeats=1)
+
+    work = tw.LayerWork(
+        tw.shape_from_preset("cpu-tiny"), torch.device("cpu"), torch.float32, repeats=1
+    )
     with pytest.raises(ValueError, match="divide the 4 query heads"):
         work.all_to_all_attn_s([(64, 0.0)], 3)
 
 
 def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     prof = tmp_path / "cost_model.json"
-    res = _run(["profile", "--target", "torch", "--device", "cpu", "--in-process", "--model",
-                "cpu-tiny", "--lengths", "256,512,1024", "--degrees", "1,2,4", "--repeats", "1",
-                "--min-chunk", "64", "-q", "--out", str(prof)])
+    res = _run(
+        [
+            "profile",
+            "--target",
+            "torch",
+            "--device",
+            "cpu",
+            "--in-process",
+            "--model",
+            "cpu-tiny",
+            "--lengths",
+            "256,512,1024",
+            "--degrees",
+            "1,2,4",
+            "--repeats",
+            "1",
+            "--min-chunk",
+            "64",
+            "-q",
+            "--out",
+            str(prof),
+        ]
+    )
     assert res.returncode == 0, res.stderr
     assert "held-out relative error" in res.stdout
     j = json.loads(prof.read_text())
@@ -235,15 +329,35 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     assert sched.cost_model.alpha1 == cm.alpha1
     assert sched.plan([1024, 512, 256, 256]).status == core.PlanStatus.OK
     # The planner reads it, and the replay runs a plan made with it.
-    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256, 256],
-             "cost_model": j["cost_model"]}
+    batch = {
+        "cluster": {"ranks": 4, "ranks_per_node": 4},
+        "sequences": [1024, 512, 256, 256],
+        "cost_model": j["cost_model"],
+    }
     request = core.parse_batch_json(json.dumps(batch)).request
     plan = core.make_plan(request, core.PlanOptions())
     plans = tmp_path / "fcp.jsonl"
     plans.write_text(json.dumps({"batch": batch, "plan": json.loads(plan.to_json(-1))}) + "\n")
-    res = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
-                "-q", "--format", "json", "--sim-model", "qwen3-8b", "--sim-cluster", "h100-8x8",
-                "--links", "plan"])
+    res = _run(
+        [
+            "replay",
+            str(plans),
+            str(plans),
+            "--cost-model",
+            str(prof),
+            "--repeats",
+            "1",
+            "-q",
+            "--format",
+            "json",
+            "--sim-model",
+            "qwen3-8b",
+            "--sim-cluster",
+            "h100-8x8",
+            "--links",
+            "plan",
+        ]
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     rows = out["files"][0]["plans"]
@@ -254,40 +368,107 @@ def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     # The step is the list schedule of the printed group times.
     k = iter(g["measured_ms"] for g in groups)
     assert rows[0]["measured_ms"] == pytest.approx(
-        _list_schedule_oracle(4, plan, [next(k) for _ in groups]), rel=1e-12)
-    table = _run(["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1",
-                  "-q"])
+        _list_schedule_oracle(4, plan, [next(k) for _ in groups]), rel=1e-12
+    )
+    table = _run(
+        ["replay", str(plans), str(plans), "--cost-model", str(prof), "--repeats", "1", "-q"]
+    )
     assert table.returncode == 0 and "step ratio" in table.stdout
 
 
 def test_profile_and_replay_on_two_processes_measure_the_ring_over_gloo(tmp_path):
     out = tmp_path / "cm.json"
-    e = {k: v for k, v in os.environ.items()
-         if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     e["OMP_NUM_THREADS"] = "1"
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "-m", "fcp", "profile", "--target", "torch", "--device", "cpu",
-                          "--lengths", "256,512,1024", "--degrees", "1,2", "--repeats", "1",
-                          "--min-chunk", "64", "-q", "--format", "json", "--out", str(out)],
-                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "fcp",
+            "profile",
+            "--target",
+            "torch",
+            "--device",
+            "cpu",
+            "--lengths",
+            "256,512,1024",
+            "--degrees",
+            "1,2",
+            "--repeats",
+            "1",
+            "--min-chunk",
+            "64",
+            "-q",
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     j = json.loads(out.read_text())
     assert j["transport"] == "torch.distributed gloo, 2 processes"
     assert j["torch"]["processes"] == 2 and j["samples"] == 12
     # Replay under torchrun: ring groups of degree <= 2 run on the two processes.
-    batch = {"cluster": {"ranks": 4, "ranks_per_node": 4}, "sequences": [1024, 512, 256],
-             "cost_model": j["cost_model"]}
-    g = lambda ranks, seqs: {"ranks": ranks, "sequences": seqs, "est_ms": 1.0,  # noqa: E731
-                             "mem_bytes": 1}
-    plan = {"strategy": "hand", "ranks": 4, "status": "ok", "est_ms": 1.0, "lower_bound_ms": 0.0,
-            "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2], [1]),
-                                                         g([3], [2])]}]}
+    batch = {
+        "cluster": {"ranks": 4, "ranks_per_node": 4},
+        "sequences": [1024, 512, 256],
+        "cost_model": j["cost_model"],
+    }
+    g = lambda ranks, seqs: {
+        "ranks": ranks,
+        "sequences": seqs,
+        "est_ms": 1.0,  # noqa: E731
+        "mem_bytes": 1,
+    }
+    plan = {
+        "strategy": "hand",
+        "ranks": 4,
+        "status": "ok",
+        "est_ms": 1.0,
+        "lower_bound_ms": 0.0,
+        "micro_batches": [{"est_ms": 1.0, "groups": [g([0, 1], [0]), g([2], [1]), g([3], [2])]}],
+    }
     plans = tmp_path / "hand.jsonl"
     plans.write_text(json.dumps({"batch": batch, "plan": plan}) + "\n")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "-m", "fcp", "replay", str(plans), "--cost-model", str(out),
-                          "--repeats", "1", "-q", "--format", "json"],
-                         capture_output=True, text=True, env=e, timeout=300, cwd=ROOT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "fcp",
+            "replay",
+            str(plans),
+            "--cost-model",
+            str(out),
+            "--repeats",
+            "1",
+            "-q",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     rep = json.loads(res.stdout)
     assert "1 ring groups on 2 processes" in rep["header"]
@@ -295,4 +476,5 @@ def test_profile_and_replay_on_two_processes_measure_the_ring_over_gloo(tmp_path
     assert [gr["degree"] for gr in groups] == [2, 1, 1]
     assert all(gr["measured_ms"] > 0 for gr in groups)
     assert rep["files"][0]["plans"][0]["measured_ms"] == pytest.approx(
-        max(gr["measured_ms"] for gr in groups), rel=1e-12)
+        max(gr["measured_ms"] for gr in groups), rel=1e-12
+    )

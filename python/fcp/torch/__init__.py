@@ -31,13 +31,37 @@ training thread, like ``torch.distributed`` itself.
 
 from .context import MicroBatchContext, plan_micro_batch
 from .dispatch import attention
-from .groups import (COMMS, DEFAULT_TIMEOUT, CPGroup, GroupCache, comm_name, group_times,
-                     plan_group_comms, plan_groups)
-from .kernels import (KERNELS, _ChunkedKernel, _GuardedKernel, _select_kernel,  # noqa: F401
-                      attention_reference, block_kernel_name)
-from .layout import (local_cu_seqlens, local_num_tokens, normalize_cu_seqlens, packed_index,
-                     packed_positions, packed_shard, packed_unshard, shard, unshard,
-                     zigzag_chunk_bounds, zigzag_positions)
+from .groups import (
+    COMMS,
+    DEFAULT_TIMEOUT,
+    CPGroup,
+    GroupCache,
+    comm_name,
+    group_times,
+    plan_group_comms,
+    plan_groups,
+)
+from .kernels import (
+    KERNELS,
+    _ChunkedKernel,  # noqa: F401 (tests reach the kernels through fcp.torch)
+    _GuardedKernel,  # noqa: F401
+    _select_kernel,  # noqa: F401
+    attention_reference,
+    block_kernel_name,
+)
+from .layout import (
+    local_cu_seqlens,
+    local_num_tokens,
+    normalize_cu_seqlens,
+    packed_index,
+    packed_positions,
+    packed_shard,
+    packed_unshard,
+    shard,
+    unshard,
+    zigzag_chunk_bounds,
+    zigzag_positions,
+)
 from .loss import global_token_count, per_token_loss, reduce_gradients
 from .ring import blockwise_attention, ring_attention
 from .ulysses import ulysses_attention

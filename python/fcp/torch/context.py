@@ -69,8 +69,10 @@ class _Ring:
 
     def exchange(self, send: torch.Tensor, recv: torch.Tensor, tag: int):
         """Starts send to next / receive from previous; returns the handles."""
-        ops = [dist.P2POp(dist.isend, send, self.next_rank, self.pg, tag),
-               dist.P2POp(dist.irecv, recv, self.prev_rank, self.pg, tag)]
+        ops = [
+            dist.P2POp(dist.isend, send, self.next_rank, self.pg, tag),
+            dist.P2POp(dist.irecv, recv, self.prev_rank, self.pg, tag),
+        ]
         return dist.batch_isend_irecv(ops)
 
     def pieces(self, src: int, causal: bool):
@@ -80,8 +82,10 @@ class _Ring:
         key = (src, bool(causal))
         if key not in self._pieces:
             self._pieces[key] = [
-                p for mine, theirs in zip(self.geo.chunks[self.index], self.geo.chunks[src])
-                for p in self._sequence_pieces(mine, theirs, src, causal)]
+                p
+                for mine, theirs in zip(self.geo.chunks[self.index], self.geo.chunks[src])
+                for p in self._sequence_pieces(mine, theirs, src, causal)
+            ]
         return self._pieces[key]
 
     def _sequence_pieces(self, mine, theirs, src, causal):
@@ -121,8 +125,9 @@ class MicroBatchContext:
         self.cu_seqlens = tuple(cu_seqlens)
         self.causal = bool(causal)
         self.packed = packed
-        self.geometry = _Geometry([cu_seqlens[j + 1] - cu_seqlens[j]
-                                   for j in range(len(cu_seqlens) - 1)], len(self.ranks))
+        self.geometry = _Geometry(
+            [cu_seqlens[j + 1] - cu_seqlens[j] for j in range(len(cu_seqlens) - 1)], len(self.ranks)
+        )
         self.ring = _Ring(self.geometry, self.ranks, index, process_group)
         self._cache: Dict[object, object] = {}
 
@@ -146,9 +151,11 @@ class MicroBatchContext:
         return self._cache[key]
 
     def __repr__(self) -> str:
-        return (f"MicroBatchContext(ranks={list(self.ranks)}, index={self.index}, "
-                f"sequences={len(self.cu_seqlens) - 1}, tokens={self.cu_seqlens[-1]}, "
-                f"local_tokens={self.local_tokens}, causal={self.causal})")
+        return (
+            f"MicroBatchContext(ranks={list(self.ranks)}, index={self.index}, "
+            f"sequences={len(self.cu_seqlens) - 1}, tokens={self.cu_seqlens[-1]}, "
+            f"local_tokens={self.local_tokens}, causal={self.causal})"
+        )
 
 
 def _process_group(group):
@@ -191,18 +198,29 @@ def _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected_local
     width = dist.get_world_size(pg)
     order = list(ranks)[:width] + [-1] * max(0, width - len(ranks))
     cu_fields = [len(cu) - 1, cu[-1], _digest(cu)] if cu is not None else [-1, -1, -1]
-    vec = order + cu_fields + [int(causal), -1 if local_tokens is None else int(local_tokens),
-                               -1 if expected_local is None else int(expected_local)]
+    vec = (
+        order
+        + cu_fields
+        + [
+            int(causal),
+            -1 if local_tokens is None else int(local_tokens),
+            -1 if expected_local is None else int(expected_local),
+        ]
+    )
     rows = _gather_rows(vec, pg, device)
     pg_ranks = list(dist.get_process_group_ranks(pg)) if pg is not None else list(range(width))
     w = width
     checks = [
-        ("group", [tuple(r[:w]) for r in rows],
-         lambda v: f"ring order {[x for x in v if x >= 0]}"),
-        ("cu_seqlens" if packed else "seq_len",
-         [tuple(r[w:w + 3]) for r in rows],
-         lambda v: f"{v[0]} sequence(s) of {v[1]} tokens in all (digest {v[2]:x})"
-         if v[0] >= 0 else "no length (to be summed over the group)"),
+        ("group", [tuple(r[:w]) for r in rows], lambda v: f"ring order {[x for x in v if x >= 0]}"),
+        (
+            "cu_seqlens" if packed else "seq_len",
+            [tuple(r[w : w + 3]) for r in rows],
+            lambda v: (
+                f"{v[0]} sequence(s) of {v[1]} tokens in all (digest {v[2]:x})"
+                if v[0] >= 0
+                else "no length (to be summed over the group)"
+            ),
+        ),
         ("causal", [bool(r[w + 3]) for r in rows], lambda v: f"causal={v}"),
     ]
     for name, values, describe in checks:
@@ -216,16 +234,27 @@ def _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected_local
 def _raise_wrong_tokens(held_needed) -> None:
     """Raises on every rank of the group when some rank (any) holds another
     token count than its zigzag shard needs: [(rank, held, needed)]."""
-    wrong = [(g, have, need) for g, have, need in held_needed
-             if have >= 0 and need >= 0 and have != need]
+    wrong = [
+        (g, have, need) for g, have, need in held_needed if have >= 0 and need >= 0 and have != need
+    ]
     if wrong:
         detail = ", ".join(f"rank {g} holds {have}, needs {need}" for g, have, need in wrong)
-        raise ValueError(f"q: tokens (dim -2) do not match the zigzag shard of the lengths ({detail})")
+        raise ValueError(
+            f"q: tokens (dim -2) do not match the zigzag shard of the lengths ({detail})"
+        )
 
 
-def plan_micro_batch(group, cu_seqlens=None, causal: bool = True, *, seq_len: Optional[int] = None,
-                     local_tokens: Optional[int] = None, rank: Optional[int] = None,
-                     check: bool = True, device: Optional[torch.device] = None) -> MicroBatchContext:
+def plan_micro_batch(
+    group,
+    cu_seqlens=None,
+    causal: bool = True,
+    *,
+    seq_len: Optional[int] = None,
+    local_tokens: Optional[int] = None,
+    rank: Optional[int] = None,
+    check: bool = True,
+    device: Optional[torch.device] = None,
+) -> MicroBatchContext:
     """Resolves one micro-batch's attention layout once, for every layer.
 
     ``group``: a :class:`CPGroup`, a ring-ordered rank list or a
@@ -278,8 +307,12 @@ def plan_micro_batch(group, cu_seqlens=None, causal: bool = True, *, seq_len: Op
     pg_ranks, held = _check_agreement(ranks, pg, cu, packed, causal, local_tokens, expected, dev)
     if cu is None:  # one sequence, its length summed over the group
         ctx = MicroBatchContext(ranks, index, pg, (0, sum(held)), causal, packed)
-        _raise_wrong_tokens([(g, n, ctx.geometry.lengths[ranks.index(g)] if g in ranks else -1)
-                             for g, n in zip(pg_ranks, held)])
+        _raise_wrong_tokens(
+            [
+                (g, n, ctx.geometry.lengths[ranks.index(g)] if g in ranks else -1)
+                for g, n in zip(pg_ranks, held)
+            ]
+        )
         return ctx
     return MicroBatchContext(ranks, index, pg, cu, causal, packed)
 
@@ -287,12 +320,21 @@ def plan_micro_batch(group, cu_seqlens=None, causal: bool = True, *, seq_len: Op
 def _check_local(ctx: MicroBatchContext, local_tokens: Optional[int]) -> None:
     if local_tokens is not None and int(local_tokens) != ctx.local_tokens:
         what = "cu_seqlens" if ctx.packed else f"a {ctx.cu_seqlens[-1]}-token sequence"
-        raise ValueError(f"q: holds {local_tokens} tokens, the zigzag shard of ring index "
-                         f"{ctx.index} of {what} on {ctx.degree} ranks has {ctx.local_tokens}")
+        raise ValueError(
+            f"q: holds {local_tokens} tokens, the zigzag shard of ring index "
+            f"{ctx.index} of {what} on {ctx.degree} ranks has {ctx.local_tokens}"
+        )
 
 
-def context_for(group, cu_seqlens, causal: bool, seq_len: Optional[int], rank: Optional[int],
-                local_tokens: int, device: torch.device) -> MicroBatchContext:
+def context_for(
+    group,
+    cu_seqlens,
+    causal: bool,
+    seq_len: Optional[int],
+    rank: Optional[int],
+    local_tokens: int,
+    device: torch.device,
+) -> MicroBatchContext:
     """The context of an attention call: ``group`` itself when it is one,
     else the one this CPGroup made for the same arguments (one per
     micro-batch: the first layer plans and checks, the others reuse it)."""
@@ -304,15 +346,21 @@ def context_for(group, cu_seqlens, causal: bool, seq_len: Optional[int], rank: O
         _check_local(group, local_tokens)
         return group
     cu_key = normalize_cu_seqlens(cu_seqlens) if cu_seqlens is not None else None
-    key = (cu_key, seq_len, bool(causal), rank,
-           local_tokens if cu_key is None and seq_len is None else None)
+    key = (
+        cu_key,
+        seq_len,
+        bool(causal),
+        rank,
+        local_tokens if cu_key is None and seq_len is None else None,
+    )
     cache = group._contexts if isinstance(group, CPGroup) else None
     if cache is not None and key in cache:
         ctx = cache[key]
         _check_local(ctx, local_tokens)
         return ctx
-    ctx = plan_micro_batch(group, cu_key, causal, seq_len=seq_len, local_tokens=local_tokens,
-                           rank=rank, device=device)
+    ctx = plan_micro_batch(
+        group, cu_key, causal, seq_len=seq_len, local_tokens=local_tokens, rank=rank, device=device
+    )
     if cache is not None:
         if len(cache) >= _MAX_CONTEXTS_PER_GROUP:
             cache.clear()

@@ -11,10 +11,20 @@ from .ring import ring_attention
 from .ulysses import ulysses_attention
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, comm=None,
-              causal: bool = True, softmax_scale: Optional[float] = None, cu_seqlens=None, *,
-              seq_len: Optional[int] = None, rank: Optional[int] = None,
-              kernel: str = "auto") -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group,
+    comm=None,
+    causal: bool = True,
+    softmax_scale: Optional[float] = None,
+    cu_seqlens=None,
+    *,
+    seq_len: Optional[int] = None,
+    rank: Optional[int] = None,
+    kernel: str = "auto",
+) -> torch.Tensor:
     """Attention on a plan group: :func:`ring_attention` when ``comm`` is
     ``"ring"``, :func:`ulysses_attention` when it is ``"all-to-all"`` (the
     plan JSON's spellings; ``fcp.CommKind`` values too). ``comm=None`` takes
@@ -26,7 +36,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, comm=Non
         if comm is None:
             raise ValueError("comm: needed unless group is a CPGroup (which carries its comm)")
     if comm_name(comm) == "ring":
-        return ring_attention(q, k, v, group, causal, softmax_scale, cu_seqlens, kernel,
-                              seq_len=seq_len, rank=rank)
-    return ulysses_attention(q, k, v, group, causal, softmax_scale, cu_seqlens,
-                             seq_len=seq_len, rank=rank)
+        return ring_attention(
+            q, k, v, group, causal, softmax_scale, cu_seqlens, kernel, seq_len=seq_len, rank=rank
+        )
+    return ulysses_attention(
+        q, k, v, group, causal, softmax_scale, cu_seqlens, seq_len=seq_len, rank=rank
+    )

@@ -129,16 +129,26 @@ def plan_group_comms(plan) -> List[List[str]]:
     out = []
     for mb in mbs:
         groups = mb["groups"] if isinstance(mb, dict) else getattr(mb, "groups", mb)
-        out.append([comm_name(g.get("comm", "ring") if isinstance(g, dict)
-                              else getattr(g, "comm", "ring")) for g in groups])
+        out.append(
+            [
+                comm_name(
+                    g.get("comm", "ring") if isinstance(g, dict) else getattr(g, "comm", "ring")
+                )
+                for g in groups
+            ]
+        )
     return out
 
 
 def _is_flat(plan) -> bool:
     """True for a flat list of rank lists ([[0, 1], [2]])."""
-    return (isinstance(plan, (list, tuple)) and len(plan) > 0
-            and isinstance(plan[0], (list, tuple)) and len(plan[0]) > 0
-            and isinstance(plan[0][0], int))
+    return (
+        isinstance(plan, (list, tuple))
+        and len(plan) > 0
+        and isinstance(plan[0], (list, tuple))
+        and len(plan[0]) > 0
+        and isinstance(plan[0][0], int)
+    )
 
 
 class GroupCache:
@@ -172,9 +182,14 @@ class GroupCache:
     ``timeout=None`` leaves torch's default.
     """
 
-    def __init__(self, max_groups: Optional[int] = 64, backend: Optional[str] = None,
-                 timeout=DEFAULT_TIMEOUT, new_group: Optional[Callable] = None,
-                 destroy_group: Optional[Callable] = None):
+    def __init__(
+        self,
+        max_groups: Optional[int] = 64,
+        backend: Optional[str] = None,
+        timeout=DEFAULT_TIMEOUT,
+        new_group: Optional[Callable] = None,
+        destroy_group: Optional[Callable] = None,
+    ):
         if max_groups is not None and int(max_groups) < 1:
             raise ValueError(f"max_groups: must be >= 1 or None, got {max_groups}")
         self.max_groups = None if max_groups is None else int(max_groups)
@@ -207,9 +222,14 @@ class GroupCache:
     def stats(self) -> Dict[str, float]:
         """{"groups": cached now, "hits", "misses", "created", "evicted",
         "create_s": seconds spent creating groups (wall clock)}."""
-        return {"groups": len(self._groups), "hits": self.hits, "misses": self.misses,
-                "created": len(self.created), "evicted": len(self.evicted),
-                "create_s": self.create_seconds}
+        return {
+            "groups": len(self._groups),
+            "hits": self.hits,
+            "misses": self.misses,
+            "created": len(self.created),
+            "evicted": len(self.evicted),
+            "create_s": self.create_seconds,
+        }
 
     def _create(self, key: Tuple[int, ...]):
         start = time.perf_counter()
@@ -317,8 +337,9 @@ def _collective_device(group, like: Optional[torch.Tensor] = None) -> torch.devi
     return torch.device("cpu")
 
 
-def group_times(plan, my_times_s: Sequence[float], group=None,
-                device: Optional[torch.device] = None) -> List[List[float]]:
+def group_times(
+    plan, my_times_s: Sequence[float], group=None, device: Optional[torch.device] = None
+) -> List[List[float]]:
     """Each group's measured time (s) for ``fcp.Scheduler.observe``.
 
     ``my_times_s``: this rank's time in each micro-batch of ``plan`` (e.g. from
@@ -334,8 +355,9 @@ def group_times(plan, my_times_s: Sequence[float], group=None,
     groups = plan_groups(plan)
     mine = [float(t) for t in my_times_s]
     if len(mine) != len(groups):
-        raise ValueError(f"my_times_s: needs one time per micro-batch ({len(groups)}), "
-                         f"got {len(mine)}")
+        raise ValueError(
+            f"my_times_s: needs one time per micro-batch ({len(groups)}), got {len(mine)}"
+        )
     if dist.is_initialized():
         dev = torch.device(device) if device is not None else _collective_device(group)
         t = torch.tensor(mine, dtype=torch.float64, device=dev)
@@ -348,9 +370,9 @@ def group_times(plan, my_times_s: Sequence[float], group=None,
     for j, mb in enumerate(groups):
         times = []
         for ranks in mb:
-            seen = [by_rank[r][j] for r in ranks if r < len(by_rank) and not math.isnan(by_rank[r][j])]
+            seen = [
+                by_rank[r][j] for r in ranks if r < len(by_rank) and not math.isnan(by_rank[r][j])
+            ]
             times.append(max(seen) if seen else float("nan"))
         out.append(times)
     return out
-
-

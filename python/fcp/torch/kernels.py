@@ -59,8 +59,9 @@ class _Kernel:
 
     def backward(self, dout, q, k, v, out, lse, causal, scale):
         group = 1 if self.native_gqa(q.dtype) else q.shape[1] // k.shape[1]
-        dq, dk, dv = self._backward(dout, q, _expand_heads(k, group), _expand_heads(v, group),
-                                    out, lse, causal, scale)
+        dq, dk, dv = self._backward(
+            dout, q, _expand_heads(k, group), _expand_heads(v, group), out, lse, causal, scale
+        )
         return dq, _reduce_heads(dk, group), _reduce_heads(dv, group)
 
 
@@ -141,18 +142,22 @@ class _CpuFlashKernel(_Kernel):
 
     @staticmethod
     def available(device, dtype) -> bool:
-        return (device.type == "cpu"
-                and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
-                and dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        return (
+            device.type == "cpu"
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+            and dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+        )
 
     def _forward(self, q, k, v, causal, scale):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, scale=scale)
+            q, k, v, 0.0, causal, scale=scale
+        )
         return out, lse.to(_acc_dtype(q.dtype))
 
     def _backward(self, dout, q, k, v, out, lse, causal, scale):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, k, v, out, lse, 0.0, causal, scale=scale)
+            dout, q, k, v, out, lse, 0.0, causal, scale=scale
+        )
 
 
 class _CudaFlashKernel(_Kernel):
@@ -163,21 +168,42 @@ class _CudaFlashKernel(_Kernel):
 
     @staticmethod
     def available(device, dtype, head_dim) -> bool:
-        return (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
-                and head_dim % 8 == 0 and head_dim <= 256)
+        return (
+            device.type == "cuda"
+            and dtype in (torch.float16, torch.bfloat16)
+            and head_dim % 8 == 0
+            and head_dim <= 256
+        )
 
     def _forward(self, q, k, v, causal, scale):
         res = torch.ops.aten._scaled_dot_product_flash_attention(
-            q, k, v, 0.0, causal, False, scale=scale)
+            q, k, v, 0.0, causal, False, scale=scale
+        )
         # RNG state: unused without dropout, but the backward asks for it.
         self._rng = (res[6], res[7])
         return res[0], res[1].float()
 
     def _backward(self, dout, q, k, v, out, lse, causal, scale):
-        seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
+        seed, offset = getattr(
+            self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2
+        )
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-            dout, q, k, v, out, lse.contiguous(), None, None, q.shape[-2], k.shape[-2], 0.0,
-            causal, seed, offset, scale=scale)
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse.contiguous(),
+            None,
+            None,
+            q.shape[-2],
+            k.shape[-2],
+            0.0,
+            causal,
+            seed,
+            offset,
+            scale=scale,
+        )
         return dq, dk, dv
 
 
@@ -198,19 +224,34 @@ class _CudaEfficientKernel(_Kernel):
 
     def _forward(self, q, k, v, causal, scale):
         out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, None, True, 0.0, causal, scale=scale)
+            q, k, v, None, True, 0.0, causal, scale=scale
+        )
         self._rng = (seed, offset)
-        return out, lse[..., :q.shape[-2]].float()
+        return out, lse[..., : q.shape[-2]].float()
 
     def _backward(self, dout, q, k, v, out, lse, causal, scale):
         rows = (q.shape[-2] + 31) // 32 * 32  # the forward's padded length for these rows
         if rows > lse.shape[-1]:
             lse = torch.nn.functional.pad(lse, (0, rows - lse.shape[-1]))
-        seed, offset = getattr(self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2)
+        seed, offset = getattr(
+            self, "_rng", (torch.empty((), dtype=torch.int64, device=q.device),) * 2
+        )
         out, dout = _rows_heads_layout(out), _rows_heads_layout(dout)
         dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
-            dout, q, k, v, None, out,
-            lse.contiguous(), seed, offset, 0.0, [True, True, True, False], causal, scale=scale)
+            dout,
+            q,
+            k,
+            v,
+            None,
+            out,
+            lse.contiguous(),
+            seed,
+            offset,
+            0.0,
+            [True, True, True, False],
+            causal,
+            scale=scale,
+        )
         return dq, dk, dv
 
 
@@ -225,14 +266,19 @@ class _CudnnKernel(_Kernel):
 
     @staticmethod
     def available(device, dtype, head_dim) -> bool:
-        return (device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
-                and head_dim % 8 == 0 and head_dim <= 128
-                and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention")
-                and torch.backends.cudnn.is_available())
+        return (
+            device.type == "cuda"
+            and dtype in (torch.float16, torch.bfloat16)
+            and head_dim % 8 == 0
+            and head_dim <= 128
+            and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention")
+            and torch.backends.cudnn.is_available()
+        )
 
     def _forward(self, q, k, v, causal, scale):
         res = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            q, k, v, None, True, 0.0, causal, False, scale=scale)
+            q, k, v, None, True, 0.0, causal, False, scale=scale
+        )
         self._aux = (res[2], res[3], res[4], res[5], res[6], res[7])
         return res[0], res[1].reshape(q.shape[:-1]).float()
 
@@ -242,8 +288,23 @@ class _CudnnKernel(_Kernel):
         cum_q, cum_k, _, _, seed, offset = getattr(self, "_aux", (empty, empty, 0, 0, zero, zero))
         out, dout = _rows_heads_layout(out), _rows_heads_layout(dout)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-            dout, q, k, v, out, lse.reshape(*lse.shape, 1).contiguous(), seed, offset, None,
-            cum_q, cum_k, q.shape[-2], k.shape[-2], 0.0, causal, scale=scale)
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse.reshape(*lse.shape, 1).contiguous(),
+            seed,
+            offset,
+            None,
+            cum_q,
+            cum_k,
+            q.shape[-2],
+            k.shape[-2],
+            0.0,
+            causal,
+            scale=scale,
+        )
         return dq, dk, dv
 
 
@@ -295,8 +356,12 @@ class _GuardedKernel:
                 key = (self.primary.name, type(e).__name__, str(e).split("\n")[0][:200])
                 if key not in self._warned:
                     self._warned.add(key)
-                    warnings.warn(f"fcp.torch: {self.primary.name} {method} failed "
-                                  f"({key[2]}); using the chunked kernel", RuntimeWarning)
+                    warnings.warn(
+                        f"fcp.torch: {self.primary.name} {method} failed "
+                        f"({key[2]}); using the chunked kernel",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 self.fallback = _ChunkedKernel()
                 self.name = f"{self.primary.name}->chunked"
         return getattr(self.fallback, method)(*args)
@@ -316,16 +381,22 @@ def _select_kernel(name, device, dtype, head_dim: int):
     if name == "auto":
         if _CpuFlashKernel.available(device, dtype):
             return _GuardedKernel(_CpuFlashKernel())
-        if (_CudnnKernel.available(device, dtype, head_dim)
-                and _CudaFlashKernel.available(device, dtype, head_dim)):
+        if _CudnnKernel.available(device, dtype, head_dim) and _CudaFlashKernel.available(
+            device, dtype, head_dim
+        ):
             return _GuardedKernel(_CudaBySizeKernel())
         if _CudaFlashKernel.available(device, dtype, head_dim):
             return _GuardedKernel(_CudaFlashKernel())
         if _CudaEfficientKernel.available(device, dtype, head_dim):
             return _GuardedKernel(_CudaEfficientKernel())
         return _ChunkedKernel()
-    return {"cpu_flash": _CpuFlashKernel, "cuda_cudnn": _CudnnKernel, "cuda_flash": _CudaFlashKernel,
-            "cuda_efficient": _CudaEfficientKernel, "chunked": _ChunkedKernel}[name]()
+    return {
+        "cpu_flash": _CpuFlashKernel,
+        "cuda_cudnn": _CudnnKernel,
+        "cuda_flash": _CudaFlashKernel,
+        "cuda_efficient": _CudaEfficientKernel,
+        "chunked": _ChunkedKernel,
+    }[name]()
 
 
 def block_kernel_name(q: torch.Tensor, kernel: str = "auto") -> str:
@@ -333,10 +404,13 @@ def block_kernel_name(q: torch.Tensor, kernel: str = "auto") -> str:
     return _select_kernel(kernel, q.device, q.dtype, q.shape[-1]).name
 
 
-
-
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        causal: bool = True, softmax_scale: Optional[float] = None) -> torch.Tensor:
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = True,
+    softmax_scale: Optional[float] = None,
+) -> torch.Tensor:
     """Single-process ``torch.nn.functional.scaled_dot_product_attention`` on
     ``(..., heads, s, head_dim)`` with grouped-query K/V expanded: the oracle
     of the tests (an independent implementation: PyTorch's own)."""
@@ -345,26 +419,44 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         k = k.repeat_interleave(group, dim=-3)
         v = v.repeat_interleave(group, dim=-3)
     return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, scale=softmax_scale)
+        q, k, v, is_causal=causal, scale=softmax_scale
+    )
 
 
 def exact_attention(q, k, v, cu, causal: bool, scale: float):
     """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
     varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
     PyTorch's scaled_dot_product_attention per sequence."""
-    if (_flash_varlen is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and q.shape[0] == 1):
+    if (
+        _flash_varlen is not None
+        and q.is_cuda
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and q.shape[0] == 1
+    ):
         cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
         longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
-        out = _flash_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
-                            cu_t, cu_t, longest, longest, softmax_scale=scale, causal=causal)
+        out = _flash_varlen(
+            q[0].transpose(0, 1),
+            k[0].transpose(0, 1),
+            v[0].transpose(0, 1),
+            cu_t,
+            cu_t,
+            longest,
+            longest,
+            softmax_scale=scale,
+            causal=causal,
+        )
         return out.transpose(0, 1)[None]
     gqa = q.shape[1] != k.shape[1]
     # torch.split, not slicing: its backward is one concatenation, where every
     # slice's backward would write a gradient the size of the whole batch.
     lengths = [cu[j + 1] - cu[j] for j in range(len(cu) - 1)]
-    outs = [torch.nn.functional.scaled_dot_product_attention(
-        qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa) if n else qs.new_zeros(
-            *qs.shape[:-1], vs.shape[-1])
-        for n, qs, ks, vs in zip(lengths, *(torch.split(t, lengths, dim=2) for t in (q, k, v)))]
+    outs = [
+        torch.nn.functional.scaled_dot_product_attention(
+            qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa
+        )
+        if n
+        else qs.new_zeros(*qs.shape[:-1], vs.shape[-1])
+        for n, qs, ks, vs in zip(lengths, *(torch.split(t, lengths, dim=2) for t in (q, k, v)))
+    ]
     return torch.cat(outs, dim=2)

@@ -9,6 +9,7 @@ import torch
 
 from .groups import _ring_index, _ring_ranks
 
+
 def _check_layout_args(seq_len: int, degree: int) -> None:
     if int(seq_len) < 0:
         raise ValueError(f"seq_len: must be >= 0, got {seq_len}")
@@ -41,16 +42,17 @@ def local_num_tokens(seq_len: int, degree: int, index: int) -> int:
     return (a1 - a0) + (b1 - b0)
 
 
-def zigzag_positions(seq_len: int, degree: int, index: int,
-                     device: Optional[torch.device] = None) -> torch.Tensor:
+def zigzag_positions(
+    seq_len: int, degree: int, index: int, device: Optional[torch.device] = None
+) -> torch.Tensor:
     """Global token positions (int64, ascending) held by ring index ``index``."""
     (a0, a1), (b0, b1) = _index_chunks(seq_len, degree, index)
-    return torch.cat([torch.arange(a0, a1, device=device),
-                      torch.arange(b0, b1, device=device)])
+    return torch.cat([torch.arange(a0, a1, device=device), torch.arange(b0, b1, device=device)])
 
 
-def shard(sequence_tensor: torch.Tensor, group, rank: Optional[int] = None,
-          dim: int = 0) -> torch.Tensor:
+def shard(
+    sequence_tensor: torch.Tensor, group, rank: Optional[int] = None, dim: int = 0
+) -> torch.Tensor:
     """This rank's zigzag shard of a full sequence along ``dim``.
 
     ``group`` is a :class:`CPGroup`, a list of global ranks in ring order, or a
@@ -62,8 +64,10 @@ def shard(sequence_tensor: torch.Tensor, group, rank: Optional[int] = None,
     index = _ring_index(ranks, rank)
     seq_len = sequence_tensor.shape[dim]
     (a0, a1), (b0, b1) = _index_chunks(seq_len, len(ranks), index)
-    return torch.cat([sequence_tensor.narrow(dim, a0, a1 - a0),
-                      sequence_tensor.narrow(dim, b0, b1 - b0)], dim=dim)
+    return torch.cat(
+        [sequence_tensor.narrow(dim, a0, a1 - a0), sequence_tensor.narrow(dim, b0, b1 - b0)],
+        dim=dim,
+    )
 
 
 def unshard(shards: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
@@ -77,13 +81,13 @@ def unshard(shards: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
     for i, t in enumerate(shards):
         (a0, a1), (b0, b1) = bounds[i], bounds[2 * degree - 1 - i]
         if t.shape[dim] != (a1 - a0) + (b1 - b0):
-            raise ValueError(f"shards[{i}]: has {t.shape[dim]} tokens, zigzag "
-                             f"layout of {seq_len} on {degree} needs {(a1 - a0) + (b1 - b0)}")
+            raise ValueError(
+                f"shards[{i}]: has {t.shape[dim]} tokens, zigzag "
+                f"layout of {seq_len} on {degree} needs {(a1 - a0) + (b1 - b0)}"
+            )
         pieces[i] = t.narrow(dim, 0, a1 - a0)
         pieces[2 * degree - 1 - i] = t.narrow(dim, a1 - a0, b1 - b0)
     return torch.cat(pieces, dim=dim)
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -114,8 +118,10 @@ def normalize_cu_seqlens(cu_seqlens) -> Tuple[int, ...]:
         raise ValueError(f"cu_seqlens[0]: must be 0, got {values[0]}")
     for i in range(1, len(values)):
         if values[i] < values[i - 1]:
-            raise ValueError(f"cu_seqlens[{i}]: must be >= cu_seqlens[{i - 1}] "
-                             f"({values[i - 1]}), got {values[i]}")
+            raise ValueError(
+                f"cu_seqlens[{i}]: must be >= cu_seqlens[{i - 1}] "
+                f"({values[i - 1]}), got {values[i]}"
+            )
     return tuple(values)
 
 
@@ -133,19 +139,23 @@ def local_cu_seqlens(cu_seqlens, degree: int, index: int) -> List[int]:
     return out
 
 
-def packed_index(cu_seqlens, degree: int, index: int,
-                 device: Optional[torch.device] = None) -> torch.Tensor:
+def packed_index(
+    cu_seqlens, degree: int, index: int, device: Optional[torch.device] = None
+) -> torch.Tensor:
     """Indices (int64) into the whole packed batch of the tokens ring index
     ``index`` holds, in its local order: for every sequence ``j``,
     ``cu_seqlens[j] + zigzag_positions(s_j, degree, index)``."""
     cu = normalize_cu_seqlens(cu_seqlens)
-    parts = [cu[j] + zigzag_positions(s, degree, index, device=device)
-             for j, s in enumerate(_seq_lens(cu))]
+    parts = [
+        cu[j] + zigzag_positions(s, degree, index, device=device)
+        for j, s in enumerate(_seq_lens(cu))
+    ]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
 
 
-def packed_positions(cu_seqlens, degree: int, index: int,
-                     device: Optional[torch.device] = None) -> torch.Tensor:
+def packed_positions(
+    cu_seqlens, degree: int, index: int, device: Optional[torch.device] = None
+) -> torch.Tensor:
     """Position ids (int64) of ring index ``index``'s packed shard: each
     token's global position *within its own sequence* (for rotary
     embeddings), the concatenation of :func:`zigzag_positions` per sequence."""
@@ -154,8 +164,9 @@ def packed_positions(cu_seqlens, degree: int, index: int,
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
 
 
-def packed_shard(packed_tensor: torch.Tensor, cu_seqlens, group, rank: Optional[int] = None,
-                 dim: int = 0) -> torch.Tensor:
+def packed_shard(
+    packed_tensor: torch.Tensor, cu_seqlens, group, rank: Optional[int] = None, dim: int = 0
+) -> torch.Tensor:
     """This rank's packed shard of a whole packed batch (sequences
     concatenated along ``dim`` as ``cu_seqlens`` says): every sequence's
     zigzag shard (:func:`shard`), concatenated in sequence order. The layout
@@ -163,8 +174,10 @@ def packed_shard(packed_tensor: torch.Tensor, cu_seqlens, group, rank: Optional[
     ``cu_seqlens``. Differentiable."""
     cu = normalize_cu_seqlens(cu_seqlens)
     if packed_tensor.shape[dim] != cu[-1]:
-        raise ValueError(f"packed_tensor: has {packed_tensor.shape[dim]} tokens along dim {dim}, "
-                         f"cu_seqlens[-1] is {cu[-1]}")
+        raise ValueError(
+            f"packed_tensor: has {packed_tensor.shape[dim]} tokens along dim {dim}, "
+            f"cu_seqlens[-1] is {cu[-1]}"
+        )
     ranks = _ring_ranks(group)
     idx = packed_index(cu, len(ranks), _ring_index(ranks, rank), device=packed_tensor.device)
     return packed_tensor.index_select(dim, idx)
@@ -181,8 +194,10 @@ def packed_unshard(shards: Sequence[torch.Tensor], cu_seqlens, dim: int = 0) -> 
     for i, t in enumerate(shards):
         expected = local_cu_seqlens(cu, degree, i)[-1]
         if t.shape[dim] != expected:
-            raise ValueError(f"shards[{i}]: has {t.shape[dim]} tokens, the packed zigzag shard "
-                             f"of ring index {i} on {degree} ranks has {expected}")
+            raise ValueError(
+                f"shards[{i}]: has {t.shape[dim]} tokens, the packed zigzag shard "
+                f"of ring index {i} on {degree} ranks has {expected}"
+            )
         idx.append(packed_index(cu, degree, i, device=t.device))
     order = torch.argsort(torch.cat(idx))
     return torch.cat(list(shards), dim=dim).index_select(dim, order)

@@ -10,8 +10,10 @@ import torch.distributed as dist
 
 from .groups import _collective_device
 
-def global_token_count(local_num_tokens_: int, group=None,
-                       device: Optional[torch.device] = None) -> int:
+
+def global_token_count(
+    local_num_tokens_: int, group=None, device: Optional[torch.device] = None
+) -> int:
     """Loss-bearing tokens of the whole global batch: the sum over all ranks
     (``group``: default world) of the tokens each rank holds across all of its
     micro-batches (0 on a rank idle in every micro-batch). Zigzag shards are
@@ -25,8 +27,12 @@ def global_token_count(local_num_tokens_: int, group=None,
     return int(t.item())
 
 
-def per_token_loss(token_losses: torch.Tensor, global_num_tokens: int,
-                   grad_reduction: str = "sum", world_size: Optional[int] = None) -> torch.Tensor:
+def per_token_loss(
+    token_losses: torch.Tensor,
+    global_num_tokens: int,
+    grad_reduction: str = "sum",
+    world_size: Optional[int] = None,
+) -> torch.Tensor:
     """This rank's share of the global-batch per-token mean loss.
 
     Returns ``token_losses.sum() / global_num_tokens`` (times ``world_size``
@@ -71,5 +77,5 @@ def reduce_gradients(parameters: Iterable[torch.Tensor], group=None) -> None:
         dist.all_reduce(flat, group=group)
         offset = 0
         for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()

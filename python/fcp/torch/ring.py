@@ -21,8 +21,8 @@ def _pack(k, v, max_len, dtype):
     """k, v (B, Hkv, L, D*) -> one flat buffer of (B, Hkv, max_len, Dk + Dv)."""
     b, h, n, _ = k.shape
     buf = torch.zeros(b, h, max_len, k.shape[-1] + v.shape[-1], dtype=dtype, device=k.device)
-    buf[:, :, :n, :k.shape[-1]] = k
-    buf[:, :, :n, k.shape[-1]:] = v
+    buf[:, :, :n, : k.shape[-1]] = k
+    buf[:, :, :n, k.shape[-1] :] = v
     return buf
 
 
@@ -44,8 +44,10 @@ def _merge(out_acc, lse_acc, rows, o, lse, first):
 
 
 def _kv_piece(kv, cols, dk_):
-    return (kv[:, :, cols[0]:cols[1], :dk_].contiguous(),
-            kv[:, :, cols[0]:cols[1], dk_:].contiguous())
+    return (
+        kv[:, :, cols[0] : cols[1], :dk_].contiguous(),
+        kv[:, :, cols[0] : cols[1], dk_:].contiguous(),
+    )
 
 
 def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
@@ -55,7 +57,9 @@ def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
     dk_ = q.shape[-1]
     for rows, cols, piece_causal in ring.pieces(src, causal):
         kb, vb = _kv_piece(kv, cols, dk_)
-        o, lse = kernel.forward(q[:, :, rows[0]:rows[1]].contiguous(), kb, vb, piece_causal, scale)
+        o, lse = kernel.forward(
+            q[:, :, rows[0] : rows[1]].contiguous(), kb, vb, piece_causal, scale
+        )
         _merge(out_acc, lse_acc, rows, o, lse, first=src == ring.index)
 
 
@@ -68,8 +72,15 @@ def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq)
     for (r0, r1), cols, piece_causal in ring.pieces(src, causal):
         kb, vb = _kv_piece(kv, cols, dk_)
         gq, gk, gv = kernel.backward(
-            dout[:, :, r0:r1].contiguous(), q[:, :, r0:r1].contiguous(), kb, vb,
-            out[:, :, r0:r1].contiguous(), lse[..., r0:r1].contiguous(), piece_causal, scale)
+            dout[:, :, r0:r1].contiguous(),
+            q[:, :, r0:r1].contiguous(),
+            kb,
+            vb,
+            out[:, :, r0:r1].contiguous(),
+            lse[..., r0:r1].contiguous(),
+            piece_causal,
+            scale,
+        )
         dq[:, :, r0:r1] += gq.to(acc)
         grads.append((cols, gk.to(acc), gv.to(acc)))
     return grads
@@ -120,15 +131,19 @@ class _RingAttention(torch.autograd.Function):
             if step + 1 < ring.degree:
                 nxt = torch.empty_like(kv)
                 reqs = ring.exchange(kv, nxt, _KV_TAG)
-            grads = _block_backward(dout, q, out, lse, kv, ring.origin(step), ring, causal, scale,
-                                    kernel, dq)
+            grads = _block_backward(
+                dout, q, out, lse, kv, ring.origin(step), ring, causal, scale, kernel, dq
+            )
             # The fp32 accumulator travels with its block: take the one that
             # came with this block (sent by the previous rank last step), add,
             # pass it on; after d steps each is back at its owner.
             for r in dkv_reqs:
                 r.wait()
-            dkv = dkv_incoming if dkv_incoming is not None else torch.zeros(
-                kv.shape, dtype=acc, device=q.device)
+            dkv = (
+                dkv_incoming
+                if dkv_incoming is not None
+                else torch.zeros(kv.shape, dtype=acc, device=q.device)
+            )
             _add_grads(dkv, grads, dk_)
             if ring.degree > 1:
                 dkv_incoming = torch.empty_like(dkv)
@@ -142,8 +157,15 @@ class _RingAttention(torch.autograd.Function):
                 r.wait()
             dkv = dkv_incoming
         n = ring.length(ring.index)
-        return (dq.to(q.dtype), dkv[:, :, :n, :dk_].to(k.dtype), dkv[:, :, :n, dk_:].to(v.dtype),
-                None, None, None, None)
+        return (
+            dq.to(q.dtype),
+            dkv[:, :, :n, :dk_].to(k.dtype),
+            dkv[:, :, :n, dk_:].to(v.dtype),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 class _InProcessRing(torch.autograd.Function):
@@ -153,8 +175,9 @@ class _InProcessRing(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens, degree: int, causal: bool, scale: float, kernel):
-        geometry = _Geometry([cu_seqlens[j + 1] - cu_seqlens[j]
-                              for j in range(len(cu_seqlens) - 1)], degree)
+        geometry = _Geometry(
+            [cu_seqlens[j + 1] - cu_seqlens[j] for j in range(len(cu_seqlens) - 1)], degree
+        )
         rings = [_Ring(geometry, tuple(range(degree)), i, None) for i in range(degree)]
         pos = [packed_index(cu_seqlens, degree, i, device=q.device) for i in range(degree)]
         acc = _acc_dtype(q.dtype)
@@ -184,18 +207,25 @@ class _InProcessRing(torch.autograd.Function):
         dkvs = [torch.zeros(kv.shape, dtype=acc, device=q.device) for kv in kvs]
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         for ring, p in zip(rings, pos):
-            dqi = torch.zeros(q.shape[0], q.shape[1], len(p), q.shape[-1], dtype=acc, device=q.device)
+            dqi = torch.zeros(
+                q.shape[0], q.shape[1], len(p), q.shape[-1], dtype=acc, device=q.device
+            )
             qi, oi, li, di = (t[:, :, p].contiguous() for t in (q, out, lse, dout))
             for step in range(len(rings)):
                 src = ring.origin(step)
-                _add_grads(dkvs[src], _block_backward(di, qi, oi, li, kvs[src], src, ring, causal,
-                                                      scale, kernel, dqi), dk_)
+                _add_grads(
+                    dkvs[src],
+                    _block_backward(
+                        di, qi, oi, li, kvs[src], src, ring, causal, scale, kernel, dqi
+                    ),
+                    dk_,
+                )
             dq[:, :, p] = dqi
         dk = torch.zeros(k.shape, dtype=acc, device=q.device)
         dv = torch.zeros(v.shape, dtype=acc, device=q.device)
         for p, dkv in zip(pos, dkvs):
-            dk[:, :, p] = dkv[:, :, :len(p), :dk_]
-            dv[:, :, p] = dkv[:, :, :len(p), dk_:]
+            dk[:, :, p] = dkv[:, :, : len(p), :dk_]
+            dv[:, :, p] = dkv[:, :, : len(p), dk_:]
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 
@@ -222,8 +252,10 @@ def _as_batched(q, k, v, packed: bool):
     leading dims. Packed batches: (H, T, D) or (1, H, T, D)."""
     _check_qkv(q, k, v)
     if packed and (q.dim() < 3 or q.dim() > 4 or (q.dim() == 4 and q.shape[0] != 1)):
-        raise ValueError("q: with cu_seqlens must be (heads, tokens, head_dim) or "
-                         f"(1, heads, tokens, head_dim), got {tuple(q.shape)}")
+        raise ValueError(
+            "q: with cu_seqlens must be (heads, tokens, head_dim) or "
+            f"(1, heads, tokens, head_dim), got {tuple(q.shape)}"
+        )
     if q.dim() == 2:
         return q[None, None], k[None, None], v[None, None], lambda o: o[0, 0]
     lead = q.shape[:-3]
@@ -231,6 +263,7 @@ def _as_batched(q, k, v, packed: bool):
 
     def flat(t):
         return t.reshape(batch, *t.shape[-3:])
+
     return flat(q), flat(k), flat(v), lambda o: o.reshape(*lead, *o.shape[-3:])
 
 
@@ -238,10 +271,19 @@ def _scale(q, softmax_scale):
     return float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
-                   causal: bool = True, softmax_scale: Optional[float] = None,
-                   cu_seqlens=None, kernel: str = "auto", *, seq_len: Optional[int] = None,
-                   rank: Optional[int] = None) -> torch.Tensor:
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group,
+    causal: bool = True,
+    softmax_scale: Optional[float] = None,
+    cu_seqlens=None,
+    kernel: str = "auto",
+    *,
+    seq_len: Optional[int] = None,
+    rank: Optional[int] = None,
+) -> torch.Tensor:
     """Exact attention over zigzag-sharded sequences, ring P2P over ``group``.
 
     *Packed* (``cu_seqlens`` given: an int tensor or list of the *global*
@@ -284,8 +326,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
     if ctx.cu_seqlens[-1] == 0:  # nothing to attend; every rank knows it: no messages
         out = qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum())
-    elif ctx.degree == 1 and kernel == "auto" and (
-            q.is_cuda or q.dtype in (torch.float32, torch.float64)):
+    elif (
+        ctx.degree == 1
+        and kernel == "auto"
+        and (q.is_cuda or q.dtype in (torch.float32, torch.float64))
+    ):
         # No ring: PyTorch's own attention (flash-attn varlen when installed)
         # per sequence is the fastest exact path; no block merge needed. (CPU
         # fp16/bf16 keep the blocks: PyTorch's CPU kernel would sum grouped
@@ -296,9 +341,16 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     return restore(out)
 
 
-def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, degree: int,
-                        causal: bool = True, softmax_scale: Optional[float] = None,
-                        kernel: str = "auto", cu_seqlens=None) -> torch.Tensor:
+def blockwise_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    degree: int,
+    causal: bool = True,
+    softmax_scale: Optional[float] = None,
+    kernel: str = "auto",
+    cu_seqlens=None,
+) -> torch.Tensor:
     """The in-process multi-block path: attention over *whole* sequences
     ``(..., heads, s, head_dim)`` (or, with ``cu_seqlens``, a whole packed
     batch ``(heads, tokens, head_dim)``) computed exactly as ``degree`` ring

@@ -16,6 +16,7 @@ from .kernels import exact_attention
 from .layout import packed_index
 from .ring import _as_batched, _scale
 
+
 class _AllToAll(torch.autograd.Function):
     """``all_to_all_single`` on flat buffers; its gradient is the reverse
     all-to-all (the split sizes swapped)."""
@@ -44,9 +45,15 @@ def _kv_head_slices(heads: int, kv_heads: int, degree: int) -> List[List[int]]:
     per, ratio = heads // degree, heads // kv_heads
     slices = [sorted({h // ratio for h in range(g * per, (g + 1) * per)}) for g in range(degree)]
     n = len(slices[0])
-    if all(len(s) == n for s in slices) and per % n == 0 and all(
+    if (
+        all(len(s) == n for s in slices)
+        and per % n == 0
+        and all(
             s[i // (per // n)] == (g * per + i) // ratio
-            for g, s in enumerate(slices) for i in range(per)):
+            for g, s in enumerate(slices)
+            for i in range(per)
+        )
+    ):
         return slices
     return [[(g * per + i) // ratio for i in range(per)] for g in range(degree)]
 
@@ -88,16 +95,28 @@ def _gather_heads(t, degree, pg, local_sizes, my_tokens):
     (B, d*h, T, D), this rank's tokens of every slot's head slice."""
     b, h, _, dim = t.shape
     send = torch.cat([p.reshape(-1) for p in torch.split(t, local_sizes, dim=2)])
-    got = _AllToAll.apply(send, [b * h * my_tokens * dim] * degree,
-                          [b * h * m * dim for m in local_sizes], pg)
-    return got.view(degree, b, h, my_tokens, dim).permute(1, 0, 2, 3, 4).reshape(
-        b, degree * h, my_tokens, dim)
+    got = _AllToAll.apply(
+        send, [b * h * my_tokens * dim] * degree, [b * h * m * dim for m in local_sizes], pg
+    )
+    return (
+        got.view(degree, b, h, my_tokens, dim)
+        .permute(1, 0, 2, 3, 4)
+        .reshape(b, degree * h, my_tokens, dim)
+    )
 
 
-def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
-                      causal: bool = True, softmax_scale: Optional[float] = None,
-                      cu_seqlens=None, *, seq_len: Optional[int] = None,
-                      rank: Optional[int] = None) -> torch.Tensor:
+def ulysses_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group,
+    causal: bool = True,
+    softmax_scale: Optional[float] = None,
+    cu_seqlens=None,
+    *,
+    seq_len: Optional[int] = None,
+    rank: Optional[int] = None,
+) -> torch.Tensor:
     """Exact attention over zigzag-sharded sequences, all-to-all over ``group``.
 
     Same arguments, shapes and token layout as :func:`ring_attention` (so
@@ -119,8 +138,10 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     degree = group.degree if isinstance(group, MicroBatchContext) else len(_ring_ranks(group))
     heads, kv_heads = qb.shape[1], kb.shape[1]
     if heads % degree:
-        raise ValueError(f"group: all-to-all over {degree} ranks needs the query heads (dim -3) "
-                         f"to be a multiple of the degree, q has {heads}")
+        raise ValueError(
+            f"group: all-to-all over {degree} ranks needs the query heads (dim -3) "
+            f"to be a multiple of the degree, q has {heads}"
+        )
     ctx = context_for(group, cu_seqlens, causal, seq_len, rank, qb.shape[-2], qb.device)
     scale = _scale(q, softmax_scale)
     cu = ctx.cu_seqlens
@@ -132,22 +153,29 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
     pg_ranks = _group_ranks(ctx)
     slots = [ctx.ranks.index(r) for r in pg_ranks]  # ring index of each all-to-all slot
     sizes = [ctx.geometry.lengths[ri] for ri in slots]
-    perm = ctx.cached(("ulysses_perm", str(qb.device)),
-                      lambda: _gathered_to_global(ctx, slots, qb.device))
+    perm = ctx.cached(
+        ("ulysses_perm", str(qb.device)), lambda: _gathered_to_global(ctx, slots, qb.device)
+    )
     inverse = ctx.cached(("ulysses_inv", str(qb.device)), lambda: torch.argsort(perm))
-    kv_slices = ctx.cached(("ulysses_kv", heads, kv_heads),
-                           lambda: _kv_head_slices(heads, kv_heads, degree))
+    kv_slices = ctx.cached(
+        ("ulysses_kv", heads, kv_heads), lambda: _kv_head_slices(heads, kv_heads, degree)
+    )
     b, t = qb.shape[0], qb.shape[2]
     per = heads // degree
     q_slots = qb.reshape(b, degree, per, t, qb.shape[-1])
-    kv_index = ctx.cached(("ulysses_kv_index", heads, kv_heads, str(qb.device)),
-                          lambda: torch.tensor([h for s in kv_slices for h in s], device=qb.device))
+    kv_index = ctx.cached(
+        ("ulysses_kv_index", heads, kv_heads, str(qb.device)),
+        lambda: torch.tensor([h for s in kv_slices for h in s], device=qb.device),
+    )
     n = len(kv_slices[0])
 
     def kv_slots(x):
         return x.index_select(1, kv_index).reshape(b, degree, n, t, x.shape[-1])
+
     pg = ctx.process_group
-    qg, kg, vg = (_scatter_heads(x, degree, pg, sizes).index_select(2, perm)
-                  for x in (q_slots, kv_slots(kb), kv_slots(vb)))
+    qg, kg, vg = (
+        _scatter_heads(x, degree, pg, sizes).index_select(2, perm)
+        for x in (q_slots, kv_slots(kb), kv_slots(vb))
+    )
     out = exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
     return restore(_gather_heads(out.contiguous(), degree, pg, sizes, t))
