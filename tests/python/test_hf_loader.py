@@ -7,13 +7,12 @@ import random
 from types import SimpleNamespace
 
 import pytest
+import torch  # the project venv has torch and transformers: missing = failure
+import transformers  # noqa: F401
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-import fcp  # noqa: E402
-import fcp.hf as fh  # noqa: E402
-import fcp.torch as ft  # noqa: E402
+import fcp
+import fcp.hf as fh
+import fcp.torch as ft
 
 
 def chunk(s, d, c):

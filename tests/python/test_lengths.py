@@ -59,8 +59,9 @@ def _without_wrote(text):
 @pytest.fixture(scope="module")
 def megatron_dataset(tmp_path_factory):
     """Documents of 1-3 sequences (some empty), written by Megatron-Core."""
-    torch = pytest.importorskip("torch")
-    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    import torch
+    from megatron.core.datasets import indexed_dataset as indexed
+
     prefix = str(tmp_path_factory.mktemp("megatron") / "corpus_text_document")
     rng = np.random.default_rng(42)
     builder = indexed.IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
@@ -108,7 +109,7 @@ def test_cli_and_module_agree_on_megatron_idx(megatron_dataset, tmp_path):
 
 @pytest.fixture(scope="module")
 def word_tokenizer(tmp_path_factory):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
 
@@ -153,7 +154,7 @@ def test_text_without_tokenizer_is_a_one_line_error(tmp_path):
 
 
 def test_parquet_and_arrow_columns(word_tokenizer, tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     tokenizer, texts = word_tokenizer
