@@ -53,8 +53,6 @@ def main():
                 a.model,
                 "--warmup",
                 "0",
-                "--steps",
-                "1",
                 "-q",
                 "--format",
                 "json",

@@ -174,8 +174,6 @@ def main() -> int:
                             MODEL,
                             "--warmup",
                             "0",
-                            "--steps",
-                            "1",
                             "-q",
                             "--format",
                             "json",
