@@ -11,16 +11,6 @@
 #include "planner/refine.h"
 
 namespace fcp::planner {
-namespace {
-
-const ModelShape* ShapeOf(const PlanRequest& request) {
-  return request.model && request.model->q_heads > 0 &&
-                 request.model->kv_heads > 0
-             ? &*request.model
-             : nullptr;
-}
-
-}  // namespace
 
 std::vector<std::vector<std::vector<int>>> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual) {

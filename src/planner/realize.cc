@@ -19,6 +19,13 @@ std::vector<AllocGroup> MakeAllocGroups(
   return out;
 }
 
+const ModelShape* ShapeOf(const PlanRequest& request) {
+  return request.model && request.model->q_heads > 0 &&
+                 request.model->kv_heads > 0
+             ? &*request.model
+             : nullptr;
+}
+
 bool AllToAllAllowed(const ModelShape* shape, int degree) {
   return shape && shape->kv_heads > 0 && degree > 1 &&
          AllToAllDegreeRuns(*shape, degree);

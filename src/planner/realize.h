@@ -23,6 +23,10 @@ std::vector<AllocGroup> MakeAllocGroups(
 // head counts, d > 1, and d dividing the query heads (no runtime pads heads).
 bool AllToAllAllowed(const ModelShape* shape, int degree);
 
+// The request's model shape when it has head counts (all-to-all groups can be
+// priced), else nullptr: what RingOrAllToAllS and the grouping stages take.
+const ModelShape* ShapeOf(const PlanRequest& request);
+
 // T(G, d) of a group on [first, first + degree) (s): the ring, or with a
 // model shape (`shape` non-null) the cheaper of ring and all-to-all.
 double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,

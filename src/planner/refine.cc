@@ -26,13 +26,6 @@ constexpr int kLongTries = 16;
 // model shape, an all-to-all where the degree allows one (realize.h). The
 // grouping stages priced rings only, so a long sequence that an all-to-all
 // group runs far faster across nodes was given a ring's degree (issue 32).
-const ModelShape* ShapeOf(const PlanRequest& request) {
-  return request.model && request.model->q_heads > 0 &&
-                 request.model->kv_heads > 0
-             ? &*request.model
-             : nullptr;
-}
-
 double BestTimeS(const PlanRequest& request, const GroupLoad& load,
                  int degree) {
   const double ring =
