@@ -26,6 +26,8 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
+from fcp._cli import OneLineErrorParser
+
 DEFAULT_LENGTHS = (512, 1024, 2048, 3072, 4096)
 
 
@@ -42,16 +44,8 @@ def _parse_ints(text: str, flag: str, lo: int, hi: int) -> List[int]:
     return values
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags: one `error:` line and exit status 2, like the C++ CLI."""
-
-    def error(self, message):
-        sys.stderr.write(f"error: {message}\n")
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineErrorParser(
         prog="python -m fcp profile --target torch",
         description="Measure one CP rank's step time of a transformer layer on PyTorch kernels "
         "(ring attention through fcp.torch, packed sequences) over lengths x "

@@ -28,6 +28,8 @@ import math
 import sys
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from fcp._cli import OneLineErrorParser
+
 #: (lengths and etas of the group's sequences, degree, all_to_all) -> seconds
 GroupTimer = Callable[[Sequence[Tuple[int, float]], Sequence[int], bool], float]
 
@@ -232,16 +234,8 @@ def replay_file(
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad flags: one `error:` line and exit status 2, like the C++ CLI."""
-
-    def error(self, message):
-        sys.stderr.write(f"error: {message}\n")
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineErrorParser(
         prog="python -m fcp replay",
         description="Replay plans ({batch, plan} JSON lines from fcp simulate --save-plans) on "
         "this device's kernels: every group's real forward + backward, ranks one at "
