@@ -32,14 +32,17 @@ namespace py = pybind11;
 
 namespace {
 
+// The lengths and eta arrays every binding takes, converted by pybind11.
+using LengthArray =
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using EtaArray = std::optional<
+    py::array_t<double, py::array::c_style | py::array::forcecast>>;
+
 // Builds request.sequences from int64/float64 arrays (already converted and
 // range-checked by pybind11's array_t casters). Validation of the values is
 // MakePlan's (InputError "sequences[i]: ...").
-std::vector<fcp::Sequence> SequencesFromArrays(
-    py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-    std::optional<
-        py::array_t<double, py::array::c_style | py::array::forcecast>>
-        etas) {
+std::vector<fcp::Sequence> SequencesFromArrays(LengthArray lengths,
+                                               EtaArray etas) {
   if (lengths.ndim() != 1)
     throw fcp::InputError("sequences", "lengths must be one-dimensional");
   const auto n = static_cast<size_t>(lengths.shape(0));
@@ -55,6 +58,17 @@ std::vector<fcp::Sequence> SequencesFromArrays(
     out[i].eta = eta ? eta[i] : 0.0;
   }
   return out;
+}
+
+// Sets the sequences from the arrays, validates the request and checks `plan`
+// against it before anything is indexed by the plan: a plan from outside
+// (from_dict, unpickling) with out-of-range ranks must be a ValueError, not a
+// crash.
+void CheckPlanFor(fcp::PlanRequest& request, const LengthArray& lengths,
+                  const EtaArray& etas, const fcp::Plan& plan) {
+  request.sequences = SequencesFromArrays(lengths, etas);
+  fcp::ValidateRequest(request);
+  fcp::CheckPlanShape(request, plan);
 }
 
 }  // namespace
@@ -267,11 +281,7 @@ PYBIND11_MODULE(_fcp, m) {
   m.def(
       "make_plan_lengths",
       [](fcp::PlanRequest request, const fcp::PlanOptions& options,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
-             lengths,
-         std::optional<
-             py::array_t<double, py::array::c_style | py::array::forcecast>>
-             etas,
+         LengthArray lengths, EtaArray etas,
          std::optional<std::vector<std::vector<int>>> existing_communicators) {
         request.sequences = SequencesFromArrays(lengths, etas);
         // The rank sets the runtime holds now (per call); what creating one
@@ -295,12 +305,7 @@ PYBIND11_MODULE(_fcp, m) {
   // by the arrays.
   m.def(
       "measured_group_samples",
-      [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
-             lengths,
-         std::optional<
-             py::array_t<double, py::array::c_style | py::array::forcecast>>
-             etas,
+      [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
          const fcp::Plan& plan, const std::vector<double>& group_times_s) {
         request.sequences = SequencesFromArrays(lengths, etas);
         fcp::ValidateRequest(request);
@@ -324,18 +329,9 @@ PYBIND11_MODULE(_fcp, m) {
       py::arg("measurement_sigma"), py::arg("model") = py::none());
   m.def(
       "evaluate_plan",
-      [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
-             lengths,
-         std::optional<
-             py::array_t<double, py::array::c_style | py::array::forcecast>>
-             etas,
+      [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
          fcp::Plan plan) {
-        request.sequences = SequencesFromArrays(lengths, etas);
-        // A plan from outside (from_dict, unpickling) is checked before
-        // anything is indexed by it (issue 30: out-of-range ranks crashed).
-        fcp::ValidateRequest(request);
-        fcp::CheckPlanShape(request, plan);
+        CheckPlanFor(request, lengths, etas, plan);
         fcp::EvaluatePlan(request, plan);
         return plan;
       },
@@ -343,21 +339,11 @@ PYBIND11_MODULE(_fcp, m) {
       "The plan with every estimate recomputed under request's cost model.");
   m.def(
       "check_plan",
-      [](fcp::PlanRequest request,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
-             lengths,
-         std::optional<
-             py::array_t<double, py::array::c_style | py::array::forcecast>>
-             etas,
-         const fcp::Plan& plan) {
-        request.sequences = SequencesFromArrays(lengths, etas);
-        fcp::ValidateRequest(request);
-        fcp::CheckPlanShape(request, plan);
-      },
+      [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
+         const fcp::Plan& plan) { CheckPlanFor(request, lengths, etas, plan); },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
       "CheckPlanShape of `plan` for `request` with these sequences: ValueError "
-      "naming "
-      "the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
+      "naming the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
 
   // --- Measured profiles and plan replay (fcp.profile_torch, fcp.replay) ---
   py::class_<fcp::GroupLoad>(m, "GroupLoad")
@@ -459,11 +445,7 @@ PYBIND11_MODULE(_fcp, m) {
       "simulate_plan",
       [](const std::string& model, const std::string& cluster, int num_ranks,
          const std::string& recompute, const fcp::Plan& plan,
-         py::array_t<int64_t, py::array::c_style | py::array::forcecast>
-             lengths,
-         std::optional<
-             py::array_t<double, py::array::c_style | py::array::forcecast>>
-             etas) {
+         LengthArray lengths, EtaArray etas) {
         const fcp::ModelPreset* mp = fcp::FindModelPreset(model);
         if (!mp)
           throw fcp::InputError("model",
