@@ -27,7 +27,7 @@ CLOSE = re.compile(r"^<!-- /figure -->\s*$")
 COVERED_ELSEWHERE = {
     "make run": "the README's entry point; CI runs `make test`, which builds the same CLI",
     "make test": "the suite this test is part of",
-    "pip install .": "ctest python_wheel (tests/python/test_wheel.py) builds, installs, plans",
+    "pip install -v .": "ctest python_wheel (tests/python/test_wheel.py) builds, installs, plans",
     "python -m fcp --version": "ctest python_wheel checks `python -m fcp --version` installed",
     "scripts/figures.sh": "reruns every figure block: scripts/figures.py --check",
     "scripts/lint.sh fix": "rewrites files; ctest -L lint checks the tree it leaves",
