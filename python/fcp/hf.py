@@ -485,7 +485,10 @@ class PackedLoader:
         return self._build(examples, plan, spent, exposed)
 
     def _build(self, examples, plan, spent, exposed) -> GlobalBatch:
-        self.cache.prepare(plan)  # collective: every rank, same order
+        # Collective: every rank, same order; the plan checked first (the
+        # scheduler may be any object with fcp.Scheduler's plan()).
+        plan_lengths = [e.plan_length for e in examples]
+        self.cache.prepare(plan, lengths=plan_lengths, cluster=self.scheduler.cluster)
         mbs = []
         for mb in plan.micro_batches:
             mine = next((g for g in mb.groups if self.rank in g.ranks), None)
@@ -510,7 +513,7 @@ class PackedLoader:
             mbs,
             total,
             [len(e.input_ids) for e in examples],
-            [e.plan_length for e in examples],
+            plan_lengths,
             spent,
             exposed,
         )

@@ -431,3 +431,75 @@ def test_group_cache_timeout_defaults_to_five_minutes():
     assert ft.GroupCache(timeout=15)._timeout.total_seconds() == 15
     with pytest.raises(ValueError, match="timeout"):
         ft.GroupCache(timeout=0)
+
+
+def test_group_cache_over_coordinates_keeps_this_copy():
+    # fcp.megatron's rank grid: plan ranks 0..1 repeat over two copies
+    # (global ranks [0, 2] and [1, 3]); each set gets one group per copy, in
+    # copy order, and the cache keeps the group of this process's copy.
+    made = []
+    cache = ft.GroupCache(
+        max_groups=None,
+        coordinates=[[0, 2], [1, 3]],
+        rank=3,
+        new_group=lambda r: made.append(tuple(r)) or ("pg", tuple(r)),
+    )
+    cache.prepare([[[1, 0]], [[0], [1]]])
+    assert made == [(0,), (1,), (2,), (3,), (0, 2), (1, 3)]
+    assert cache.get([1]).process_group == ("pg", (3,))
+    assert cache.get([1, 0]).process_group == ("pg", (1, 3))
+    assert cache.get([1, 0]).ranks == (1, 0) and cache.rank_sets() == [[0, 1]]
+    with pytest.raises(ValueError, match="^rank"):
+        ft.GroupCache(coordinates=[[0, 2]], rank=1)
+
+
+def test_group_times_over_coordinates_takes_the_slowest_copy():
+    plan = [[[0, 1]], [[0], [1]]]
+    rows = {0: [1.0, 5.0], 1: [2.0, float("nan")], 2: [3.0, 4.0], 3: [0.5, float("nan")]}
+    seen = []
+    times = ft.group_times(
+        plan,
+        [9.0, 9.0],
+        coordinates=[[0, 2], [1, 3]],
+        gather=lambda mine: seen.append(mine) or [rows[r] for r in range(4)],
+    )
+    assert seen == [[9.0, 9.0]]
+    assert times == [[3.0], [5.0, 4.0]]  # max over both copies; plan rank 1 = ranks 2, 3
+
+
+# --- plans from outside the planner: the one validator ------------------------
+
+
+def _bad_plans():
+    """(plan dict, field the error names): out-of-range rank, out-of-range
+    sequence index, a plan of another (8-rank) cluster, for a 4-rank world."""
+    import copy
+
+    import fcp
+
+    lengths = [4096, 2048, 1024, 512, 300, 200, 100]
+    good = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}).plan(lengths).to_dict()
+    rank = copy.deepcopy(good)
+    rank["micro_batches"][0]["groups"][0]["ranks"][0] = 10**6
+    seq = copy.deepcopy(good)
+    seq["micro_batches"][0]["groups"][0]["sequences"][0] = 10**6
+    other = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 8}).plan(lengths).to_dict()
+    return lengths, good, [(rank, "ranks"), (seq, "sequences"), (other, "num_ranks|ranks")]
+
+
+def test_group_cache_checks_a_plan_from_outside_before_creating_groups():
+    lengths, good, bad = _bad_plans()
+    for plan, field in bad:
+        made = []
+        cache = ft.GroupCache(new_group=lambda r: made.append(r))
+        with pytest.raises(ValueError, match=rf"^plan.*({field})"):
+            cache.prepare(plan, lengths=lengths, cluster=4)
+        assert made == []  # nothing created from a bad plan
+        with pytest.raises(ValueError, match="^plan"):
+            ft.check_plan(plan, lengths, 4)
+    cache = ft.GroupCache(new_group=lambda r: tuple(r))
+    assert cache.prepare(good, lengths=lengths, cluster=4) > 0
+    with pytest.raises(ValueError, match="^plan"):  # the same plan on a batch one shorter
+        ft.check_plan(good, lengths[:-1], 4)
+    with pytest.raises(ValueError, match="^cluster"):  # no world to default to
+        ft.check_plan(good, lengths)

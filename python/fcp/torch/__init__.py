@@ -7,7 +7,9 @@ Modules (docs/python.md):
   eviction order on every rank, a bounded default timeout);
   :class:`CPGroup` is one group in ring order with the plan's ``comm``;
   :func:`plan_groups` / :func:`group_times` read a plan and gather measured
-  group times for ``fcp.Scheduler.observe``.
+  group times for ``fcp.Scheduler.observe``; :func:`check_plan` is the one
+  check of a plan from outside the planner (``fcp.validate_plan``), used by
+  fcp.torch, fcp.hf and fcp.megatron.
 * :mod:`.layout` — the zigzag layout of the C++ executor: a sequence of
   ``s`` tokens on a group of degree ``d`` is cut into ``2d`` chunks, chunk
   ``c`` covering ``[floor(c*s/(2d)), floor((c+1)*s/(2d)))``; ring index ``i``
@@ -36,7 +38,9 @@ from .groups import (
     DEFAULT_TIMEOUT,
     CPGroup,
     GroupCache,
+    check_plan,
     comm_name,
+    gather_times,
     group_times,
     plan_group_comms,
     plan_groups,
@@ -97,5 +101,7 @@ __all__ = [
     "reduce_gradients",
     "plan_groups",
     "plan_group_comms",
+    "check_plan",
+    "gather_times",
     "group_times",
 ]
