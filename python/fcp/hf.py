@@ -447,15 +447,16 @@ class PackedLoader:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-hf-plan") if background else None
         self._next = None
 
-    def _prepare(self, planner):
-        """Reads the next global batch and plans it (worker thread)."""
+    def _prepare(self, planner, held):
+        """Reads the next global batch and plans it (worker thread), telling
+        the planner the rank sets ``held`` (see :meth:`_submit`)."""
         try:
             raw = next(self._source)
         except StopIteration:
             return None
         examples = _examples(raw)
         t0 = time.perf_counter()
-        plan = planner.plan([e.plan_length for e in examples])
+        plan = ft.plan_with_held(planner, [e.plan_length for e in examples], held)
         spent = time.perf_counter() - t0
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
@@ -463,9 +464,13 @@ class PackedLoader:
 
     def _submit(self):
         planner = copy.copy(self.scheduler)  # observe() later does not change this plan
+        # The groups the cache holds, taken here on the training thread (the
+        # same sets on every rank): a Scheduler made with communicators=
+        # charges only the groups this batch would have to create.
+        held = ft.held_rank_sets(self.scheduler, self.cache)
         if self._pool is None:
-            return self._prepare(planner)
-        return self._pool.submit(self._prepare, planner)
+            return self._prepare(planner, held)
+        return self._pool.submit(self._prepare, planner, held)
 
     def __iter__(self):
         return self
@@ -478,11 +483,14 @@ class PackedLoader:
         if ready is None:
             self._next = None
             raise StopIteration
-        self._next = self._submit()  # plan the next batch while this one trains
         examples, plan, spent = ready
         if self.verify:
             _check_agreement(plan, self.device)
-        return self._build(examples, plan, spent, exposed)
+        batch = self._build(examples, plan, spent, exposed)
+        # Plan the next batch while this one trains, told the groups this
+        # one made.
+        self._next = self._submit()
+        return batch
 
     def _build(self, examples, plan, spent, exposed) -> GlobalBatch:
         # Collective: every rank, same order; the plan checked first (the

@@ -344,9 +344,9 @@ class FcpCPScheduler:
         new communicators (made with ``communicators={"create_s": S}``), else
         None. Taken on the training thread, where the cache grows, so every
         rank passes the same sets."""
-        if getattr(self.scheduler, "charges_communicators", False):
-            return self.cache.rank_sets()
-        return None
+        from .torch.groups import held_rank_sets
+
+        return held_rank_sets(self.scheduler, self.cache)
 
     def _planner_now(self):
         """The fcp.Scheduler as it is now: a copy when it can learn
@@ -355,13 +355,11 @@ class FcpCPScheduler:
         return copy.copy(self.scheduler) if hasattr(self.scheduler, "observe") else self.scheduler
 
     def _plan_timed(self, lengths, held=None, planner=None):
+        from .torch.groups import plan_with_held
+
         planner = planner or self.scheduler
         t0 = time.perf_counter()
-        plan = (
-            planner.plan(list(lengths))
-            if held is None
-            else planner.plan(list(lengths), existing_communicators=held)
-        )
+        plan = plan_with_held(planner, lengths, held)
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
         plan = _checked(plan, lengths, planner)

@@ -42,7 +42,9 @@ from .groups import (
     comm_name,
     gather_times,
     group_times,
+    held_rank_sets,
     plan_group_comms,
+    plan_with_held,
     plan_groups,
 )
 from .kernels import (
@@ -102,6 +104,8 @@ __all__ = [
     "plan_groups",
     "plan_group_comms",
     "check_plan",
+    "held_rank_sets",
+    "plan_with_held",
     "gather_times",
     "group_times",
 ]

@@ -166,6 +166,26 @@ def check_plan(plan, lengths, cluster=None):
     return plan
 
 
+def held_rank_sets(scheduler, cache: "GroupCache") -> Optional[List[List[int]]]:
+    """The rank sets ``cache`` holds now (:meth:`GroupCache.rank_sets`) when
+    ``scheduler`` charges new communicators (an ``fcp.Scheduler`` made with
+    ``communicators={"create_s": S}``), else None. Take it on the training
+    thread, where the cache changes, so every rank passes the same sets."""
+    if getattr(scheduler, "charges_communicators", False):
+        return cache.rank_sets()
+    return None
+
+
+def plan_with_held(scheduler, lengths: Sequence[int], held: Optional[List[List[int]]]):
+    """``scheduler.plan(lengths)``, told the communicators the runtime holds
+    (``existing_communicators=held``) unless ``held`` is None: the one way
+    fcp.hf and fcp.megatron ask for a plan, so the planner prefers groups
+    that exist over new ones it would have to pay for."""
+    if held is None:
+        return scheduler.plan(list(lengths))
+    return scheduler.plan(list(lengths), existing_communicators=held)
+
+
 def _is_flat(plan) -> bool:
     """True for a flat list of rank lists ([[0, 1], [2]])."""
     return (
