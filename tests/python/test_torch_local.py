@@ -503,3 +503,40 @@ def test_group_cache_checks_a_plan_from_outside_before_creating_groups():
         ft.check_plan(good, lengths[:-1], 4)
     with pytest.raises(ValueError, match="^cluster"):  # no world to default to
         ft.check_plan(good, lengths)
+
+
+def test_layers_of_a_micro_batch_resolve_nothing_again(monkeypatch):
+    # FlashInfer's plan/run split: the layout (plan_micro_batch) and the block
+    # kernel are resolved once per micro-batch; every later layer's call
+    # reuses them. Counted by wrapping the two resolvers.
+    import fcp.torch.context as fctx
+    import fcp.torch.kernels as fk
+
+    calls = {"plan": 0, "kernel": 0}
+    plan, select = fctx.plan_micro_batch, fk._select_kernel
+
+    def counting_plan(*a, **kw):
+        calls["plan"] += 1
+        return plan(*a, **kw)
+
+    def counting_select(*a, **kw):
+        calls["kernel"] += 1
+        return select(*a, **kw)
+
+    monkeypatch.setattr(fctx, "plan_micro_batch", counting_plan)
+    monkeypatch.setattr(fk, "_select_kernel", counting_select)
+    torch.manual_seed(0)
+    group = ft.CPGroup([0])
+    for mb, lengths in enumerate(([5, 9, 2], [7, 7])):
+        cu = _cu(lengths)
+        q, k, v = (torch.randn(2, cu[-1], 8, dtype=torch.float64) for _ in range(3))
+        x = q.clone().requires_grad_()
+        for _layer in range(4):
+            x = ft.ring_attention(x, k, v, group, cu_seqlens=cu, kernel="chunked")
+        x.sum().backward()
+        assert calls == {"plan": mb + 1, "kernel": mb + 1}
+    ctx = fctx.plan_micro_batch([0], cu_seqlens=_cu([3, 4]))  # explicit: counted too
+    q = torch.randn(2, 7, 8, dtype=torch.float64)
+    for _layer in range(3):
+        ft.ring_attention(q, q, q, ctx, kernel="chunked")
+    assert calls == {"plan": 3, "kernel": 3}

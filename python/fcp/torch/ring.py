@@ -323,7 +323,7 @@ def ring_attention(
     qb, kb, vb, restore = _as_batched(q, k, v, packed)
     ctx = context_for(group, cu_seqlens, causal, seq_len, rank, qb.shape[-2], qb.device)
     scale = _scale(q, softmax_scale)
-    impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
+    impl = ctx.block_kernel(kernel, q)  # chosen once per micro-batch
     if ctx.cu_seqlens[-1] == 0:  # nothing to attend; every rank knows it: no messages
         out = qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum())
     elif (
