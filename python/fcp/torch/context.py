@@ -60,6 +60,7 @@ class _Ring:
         self.next_rank = self.ranks[(index + 1) % self.degree]
         self.prev_rank = self.ranks[(index - 1) % self.degree]
         self._pieces: Dict[Tuple[int, bool], list] = {}
+        self._varlen: Dict[tuple, object] = {}  # ring._varlen_block's, per device
 
     def origin(self, step: int) -> int:
         """Ring index whose key/value block this rank holds at ``step``."""
