@@ -540,6 +540,10 @@ def test_layers_of_a_micro_batch_resolve_nothing_again(monkeypatch):
     for _layer in range(3):
         ft.ring_attention(q, q, q, ctx, kernel="chunked")
     assert calls == {"plan": 3, "kernel": 3}
+    # The varlen kernels' int32 cu_seqlens: one tensor per micro-batch and device.
+    made = ctx.cu_tensor(q.device)
+    assert made.tolist() == [0, 3, 7] and made.dtype == torch.int32
+    assert ctx.cu_tensor(q.device) is made
 
 
 class _ReferenceVarlen:

@@ -152,6 +152,14 @@ class MicroBatchContext:
             self._cache[key] = make()
         return self._cache[key]
 
+    def cu_tensor(self, device) -> torch.Tensor:
+        """``cu_seqlens`` as an int32 tensor on ``device`` (varlen kernels'
+        argument), made once per micro-batch and device."""
+        return self.cached(
+            ("cu_int32", str(device)),
+            lambda: torch.tensor(self.cu_seqlens, dtype=torch.int32, device=device),
+        )
+
     def block_kernel(self, kernel, q: torch.Tensor):
         """The block kernel for ``kernel`` (a name of :data:`KERNELS` or a
         kernel object) and ``q``'s device, dtype and head size, chosen once

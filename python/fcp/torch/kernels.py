@@ -589,17 +589,23 @@ def attention_reference(
     )
 
 
-def exact_attention(q, k, v, cu, causal: bool, scale: float):
+def exact_attention(q, k, v, cu, causal: bool, scale: float, cu_tensor=None):
     """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
     varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
-    PyTorch's scaled_dot_product_attention per sequence."""
+    PyTorch's scaled_dot_product_attention per sequence. ``cu_tensor``: ``cu``
+    as an int32 tensor on q's device, made once per micro-batch by the caller
+    (made here when None)."""
     if (
         _flash_varlen is not None
         and q.is_cuda
         and q.dtype in (torch.float16, torch.bfloat16)
         and q.shape[0] == 1
     ):
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
+        cu_t = (
+            cu_tensor
+            if cu_tensor is not None
+            else torch.tensor(cu, dtype=torch.int32, device=q.device)
+        )
         longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
         out = _flash_varlen(
             q[0].transpose(0, 1),

@@ -461,7 +461,9 @@ def ring_attention(
         # per sequence is the fastest exact path; no block merge needed. (CPU
         # fp16/bf16 keep the blocks: PyTorch's CPU kernel would sum grouped
         # dK/dV in the input dtype.)
-        out = exact_attention(qb, kb, vb, ctx.cu_seqlens, ctx.causal, scale)
+        out = exact_attention(
+            qb, kb, vb, ctx.cu_seqlens, ctx.causal, scale, ctx.cu_tensor(qb.device)
+        )
     else:
         out = _RingAttention.apply(qb, kb, vb, ctx.ring, ctx.causal, scale, impl)
     return restore(out)
