@@ -36,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
-import hashlib
 import numbers
 import time
 from dataclasses import dataclass
@@ -394,15 +393,6 @@ def global_batches(dataset: Iterable, size: int, drop_last: bool = False) -> Ite
         yield batch
 
 
-def _plan_digest(plan) -> int:
-    h = hashlib.sha256()
-    for mb in plan.micro_batches:
-        for g in mb.groups:
-            h.update(repr((list(g.ranks), list(g.sequences), _is_all_to_all(g.comm))).encode())
-        h.update(b"|")
-    return int.from_bytes(h.digest()[:7], "little")
-
-
 class PackedLoader:
     """Iterates over ``batches`` (an iterable of global batches, each a list
     of token lists, 1-D tensors or dicts with ``input_ids`` and optional
@@ -485,7 +475,7 @@ class PackedLoader:
             raise StopIteration
         examples, plan, spent = ready
         if self.verify:
-            _check_agreement(plan, self.device)
+            ft.check_same_plan(plan, device=self.device)
         batch = self._build(examples, plan, spent, exposed)
         # Plan the next batch while this one trains, told the groups this
         # one made.
@@ -550,19 +540,6 @@ def _default_device() -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def _check_agreement(plan, device) -> None:
-    if not dist.is_initialized():
-        return
-    d = _plan_digest(plan)
-    t = torch.tensor([d, -d], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if int(t[0]) != d or int(t[1]) != -d:
-        raise RuntimeError(
-            "fcp: ranks planned different global batches (pass the same "
-            "batches and Scheduler settings on every rank)"
-        )
 
 
 # ---------------------------------------------------------------------------

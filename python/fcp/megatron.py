@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -254,15 +253,6 @@ class Assignment:
     cp_comm_type: str = "p2p"
 
 
-def _plan_digest(plan) -> int:
-    h = hashlib.sha256()
-    for mb in plan.micro_batches:
-        for g in mb.groups:
-            h.update(repr((list(g.ranks), list(g.sequences))).encode())
-        h.update(b"|")
-    return int.from_bytes(h.digest()[:7], "little")
-
-
 class FcpCPScheduler:
     """fcp as a Megatron-Core CP scheduler.
 
@@ -430,18 +420,11 @@ class FcpCPScheduler:
 
     def _check_agreement(self, plan) -> None:
         import torch
-        import torch.distributed as dist
 
-        if not dist.is_initialized():
-            return
-        d = _plan_digest(plan)
-        t = torch.tensor([d, -d], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._verify_group)
-        if int(t[0]) != d or int(t[1]) != -d:
-            raise RuntimeError(
-                "fcp: ranks planned different global batches (planning is not "
-                "deterministic here: pass the same lengths and seed everywhere)"
-            )
+        from .torch.groups import check_same_plan
+
+        # CPU tensors: verify_group must run them (gloo), as documented.
+        check_same_plan(plan, self._verify_group, torch.device("cpu"))
 
     def assignments(self, plan, lengths: Optional[Sequence[int]] = None) -> List[Assignment]:
         """This rank's :class:`Assignment` in every micro-batch of ``plan``.

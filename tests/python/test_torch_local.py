@@ -667,3 +667,29 @@ def test_varlen_kernels_are_refused_off_cuda():
     for name in ("flash_attn_varlen", "cuda_flash_varlen"):
         with pytest.raises(ValueError, match=f"^kernel: {name} needs CUDA"):
             ft.ring_attention(q, q, q, [0], kernel=name)
+
+
+def test_plan_digest_sees_ranks_sequences_and_comm():
+    # check_same_plan's digest (fcp.hf and fcp.megatron compare it across
+    # ranks): equal for equal plans, different when any group's ring order,
+    # sequences or comm differs, or a group moves to another micro-batch.
+    import copy
+
+    import fcp
+
+    lengths = [65536] * 8
+    d = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b").plan(lengths).to_dict()
+    base = ft.plan_digest(fcp.Plan.from_dict(d))
+    assert ft.plan_digest(fcp.Plan.from_dict(copy.deepcopy(d))) == base
+    g = d["micro_batches"][0]["groups"][0]
+    assert len(g["ranks"]) > 1
+    changes = [
+        lambda x: x["ranks"].reverse(),
+        lambda x: x["sequences"].append(99),
+        lambda x: x.update(comm="all-to-all" if x.get("comm", "ring") == "ring" else "ring"),
+    ]
+    for change in changes:
+        other = copy.deepcopy(d)
+        change(other["micro_batches"][0]["groups"][0])
+        assert ft.plan_digest(fcp.Plan.from_dict(other)) != base
+    ft.check_same_plan(fcp.Plan.from_dict(d))  # no process group: nothing to compare

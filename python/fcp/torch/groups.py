@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import hashlib
 import math
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -164,6 +165,41 @@ def check_plan(plan, lengths, cluster=None):
         cluster = dist.get_world_size()
     fcp.validate_plan(lengths, plan, cluster)
     return plan
+
+
+def plan_digest(plan) -> int:
+    """A 56-bit digest (fits int64) of what a plan makes ranks do: every
+    group's ranks (ring order), sequences and comm, per micro-batch."""
+    h = hashlib.sha256()
+    for ranks, sequences, comm in _plan_rows(plan):
+        h.update(repr((ranks, sequences, comm)).encode() if ranks is not None else b"|")
+    return int.from_bytes(h.digest()[:7], "little")
+
+
+def _plan_rows(plan):
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            yield [int(r) for r in g.ranks], [int(s) for s in g.sequences], comm_name(g.comm)
+        yield None, None, None
+
+
+def check_same_plan(plan, group=None, device: Optional[torch.device] = None) -> None:
+    """Collective over ``group`` (default world): one all-reduce of the
+    :func:`plan_digest` (MAX of d and -d), so every rank learns whether all
+    ranks hold the same plan; raises RuntimeError on every rank when not.
+    The check of fcp.hf and fcp.megatron before a global batch runs. No-op
+    without ``torch.distributed``."""
+    if not dist.is_initialized():
+        return
+    d = plan_digest(plan)
+    dev = torch.device(device) if device is not None else _collective_device(group)
+    t = torch.tensor([d, -d], dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    if int(t[0]) != d or int(t[1]) != -d:
+        raise RuntimeError(
+            "fcp: ranks planned different global batches (pass the same batches, "
+            "Scheduler settings and seed on every rank)"
+        )
 
 
 def held_rank_sets(scheduler, cache: "GroupCache") -> Optional[List[List[int]]]:
