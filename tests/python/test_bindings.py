@@ -256,7 +256,7 @@ def test_every_plan_option_reaches_the_planner(strategy, kwargs, flags, note, tm
     cli = _cli_plan(batch, tmp_path, "--strategy", strategy, *flags)
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
     default = fcp.Scheduler(**made).plan(lengths).to_dict()
-    assert plan["micro_batches"] != default["micro_batches"] or plan["notes"] != default["notes"]
+    assert plan["micro_batches"] != default["micro_batches"]  # this batch: another schedule
     if note == "max_seqlen":
         assert plan["notes"]["max_seqlen_per_dp_cp_rank"] == "6000"
         assert plan["notes"]["max_seqlen_source"] == "fixed (--max-seqlen)"
