@@ -266,10 +266,11 @@ class GroupCache:
 
     ``new_group`` / ``destroy_group`` may be replaced (testing without a
     process group; ``new_group`` receives global ranks); ``backend`` and
-    ``timeout`` are passed to ``torch.distributed.new_group``. ``timeout`` (a ``datetime.timedelta`` or
-    seconds) defaults to :data:`DEFAULT_TIMEOUT`, 5 minutes: a collective on a
-    group whose peer died or exited early fails with torch's timeout error
-    after that long instead of hanging for torch's 30-minute default.
+    ``timeout`` are passed to ``torch.distributed.new_group``. ``timeout``
+    (a ``datetime.timedelta`` or seconds) defaults to :data:`DEFAULT_TIMEOUT`,
+    5 minutes: a collective on a group whose peer died or exited early fails
+    with torch's timeout error after that long instead of hanging for torch's
+    30-minute default.
     ``timeout=None`` leaves torch's default.
     """
 
