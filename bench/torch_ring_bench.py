@@ -17,8 +17,10 @@ of --packed-sequences sequences of --packed-min..--packed-max tokens (uniform,
 seeded) three ways, forward + backward: the per-sequence loop (one
 ring_attention call and one backward per sequence, the loop fcp.torch
 documented before packing), one packed ring_attention call (cu_seqlens) and
-one packed ulysses_attention call; plus the cost of the once-per-micro-batch
-agreement check (plan_micro_batch with and without it).
+one packed ulysses_attention call; at degree 1 also PyTorch's SDPA alone per
+sequence (the kernel work both paths share: what no packing can remove); plus
+the cost of the once-per-micro-batch agreement check (plan_micro_batch with
+and without it).
 
 CUDA (--device cuda): one device; degree 1 of ring_attention, the in-process
 multi-block path (blockwise_attention: the blocks d ranks would compute, all
@@ -333,7 +335,25 @@ def _packed_paths(args, world, rank, pg, cu):
     ]
     if args.heads % world == 0:
         paths.append(("packed Ulysses", packed(ft.ulysses_attention)))
+    if world == 1:
+        paths.append(("SDPA per sequence, no fcp", _sdpa_per_sequence(split, args.kv_heads)))
     return paths
+
+
+def _sdpa_per_sequence(split, kv_heads):
+    """Degree 1's floor: PyTorch's SDPA alone on each sequence (the kernel
+    calls both fcp paths make at degree 1, without fcp's layout, checks or
+    split/concatenation), forward + backward."""
+    gqa = split[0][0].shape[0] != kv_heads
+
+    def step():
+        for parts in zip(*split):
+            a, b, c = (t.detach().requires_grad_()[None] for t in parts)
+            torch.nn.functional.scaled_dot_product_attention(
+                a, b, c, is_causal=True, enable_gqa=gqa
+            ).sum().backward()
+
+    return step
 
 
 def _check_cost_us(args, world, rank, pg, cu):

@@ -95,6 +95,9 @@ PYBIND11_MODULE(_fcp, m) {
   py::enum_<fcp::PlanStatus>(m, "PlanStatus")
       .value("OK", fcp::PlanStatus::kOk)
       .value("INFEASIBLE", fcp::PlanStatus::kInfeasible);
+  py::enum_<fcp::Dealing>(m, "Dealing")
+      .value("BALANCED", fcp::Dealing::kBalanced)
+      .value("LOADER", fcp::Dealing::kLoader);
 
   py::class_<fcp::Sequence>(m, "Sequence")
       .def(py::init<>())
@@ -214,8 +217,12 @@ PYBIND11_MODULE(_fcp, m) {
       .def(py::init<>())
       .def_readwrite("strategy", &fcp::PlanOptions::strategy)
       .def_readwrite("cp_degree", &fcp::PlanOptions::cp_degree)
+      .def_readwrite("max_seqlen_per_rank",
+                     &fcp::PlanOptions::max_seqlen_per_rank)
+      .def_readwrite("capacity_tokens", &fcp::PlanOptions::capacity_tokens)
       .def_readwrite("time_limit_s", &fcp::PlanOptions::time_limit_s)
-      .def_readwrite("seed", &fcp::PlanOptions::seed);
+      .def_readwrite("seed", &fcp::PlanOptions::seed)
+      .def_readwrite("dealing", &fcp::PlanOptions::dealing);
 
   py::class_<fcp::BatchInput>(m, "BatchInput")
       .def_readwrite("request", &fcp::BatchInput::request)

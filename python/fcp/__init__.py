@@ -19,8 +19,12 @@ Errors: bad input raises ValueError whose message starts with the field
 ("sequences[3]: must be >= 1", "cluster: unknown preset ..."); an internal
 failure raises RuntimeError. A batch that cannot fit is not an error: the plan's
 ``status`` is ``PlanStatus.INFEASIBLE`` and ``message`` says why.
-Thread-safety: a Scheduler is immutable after construction; ``plan`` releases
-the GIL while planning, so several threads may plan concurrently.
+Thread-safety: a Scheduler's cluster, model and planning options are fixed at
+construction. Only ``observe`` changes it: it replaces the learnt coefficients
+(a new request object, never the old one modified), so a ``plan`` running
+meanwhile on another thread plans with the coefficients before or after, never
+a mix; call ``observe`` from one thread at a time. ``plan`` releases the GIL
+while planning, so several threads may plan concurrently.
 """
 
 from __future__ import annotations
@@ -355,7 +359,19 @@ def _json_value(value, field):
     raise ValueError(f"{field}: must be JSON data, got {type(value).__name__}")
 
 
-def _plan_options(strategy, cp_degree, time_limit_s, seed):
+_DEALINGS = ("balanced", "loader")
+
+
+def _plan_options(
+    strategy,
+    cp_degree,
+    time_limit_s,
+    seed,
+    max_seqlen_per_rank=0,
+    capacity_tokens=0,
+    dealing="balanced",
+):
+    """The C++ PlanOptions, every field checked; ValueError naming it."""
     core = _core()
     names = list(core.strategy_names())
     if not isinstance(strategy, str) or strategy not in names:
@@ -375,7 +391,27 @@ def _plan_options(strategy, cp_degree, time_limit_s, seed):
         raise ValueError(f"time_limit_s: must be in (0, 86400] s, got {time_limit_s}")
     opts.time_limit_s = limit
     opts.seed = _check_int(seed, "seed", 0, 2**64 - 1)
+    opts.max_seqlen_per_rank = _check_int(
+        max_seqlen_per_rank, "max_seqlen_per_rank", 0, _MAX_LENGTH
+    )
+    opts.capacity_tokens = _check_int(capacity_tokens, "capacity_tokens", 0, _MAX_LENGTH)
+    name = getattr(dealing, "name", dealing)
+    if not isinstance(name, str) or name.lower() not in _DEALINGS:
+        raise ValueError(f"dealing: must be 'balanced' or 'loader', got {dealing!r}")
+    opts.dealing = getattr(core.Dealing, name.upper())
     return opts
+
+
+def _options_copy(o):
+    return _plan_options(
+        o.strategy,
+        o.cp_degree,
+        o.time_limit_s,
+        o.seed,
+        o.max_seqlen_per_rank,
+        o.capacity_tokens,
+        o.dealing,
+    )
 
 
 def _cluster_spec(cluster):
@@ -552,7 +588,12 @@ class Scheduler:
     ``cost_model``: a dict of coefficient overrides (SI units, docs/design.md §2),
     or an ``fcp.CostModel``, e.g. the output of ``fcp profile``.
     ``strategy``: one of ``fcp.strategies()``. ``cp_degree``, ``time_limit_s``,
-    ``seed``: the CLI's options of the same names. ``grad_sync``: optional dict
+    ``seed``: the CLI's options of the same names. ``max_seqlen_per_rank``
+    (megatron-dcp's ``max_seqlen_per_dp_cp_rank``, ``--max-seqlen``) and
+    ``capacity_tokens`` (bytescale's per-rank token capacity, ``--capacity``):
+    tokens, 0 = the strategy tunes it per batch. ``dealing`` (megatron,
+    deepspeed; ``--dealing``): ``"balanced"`` deals the sequences to the
+    data-parallel replicas by work, ``"loader"`` in data-loader order. ``grad_sync``: optional dict
     ``{"collective_s": S, "buckets": B, "forward_share": F}``, the step's
     data-parallel gradient sync (one reduce-scatter in seconds, its buckets, the
     forward share of a group's time; the input JSON's ``grad_sync``): with it
@@ -593,6 +634,9 @@ class Scheduler:
         group_time_sigma: float = 0.0,
         communicators=None,
         learning=None,
+        max_seqlen_per_rank: int = 0,
+        capacity_tokens: int = 0,
+        dealing: str = "balanced",
     ):
         core = _core()
         config = {}
@@ -623,7 +667,9 @@ class Scheduler:
         self.model_name = batch.model_name
         # Where each coefficient came from (the plan note cost_model of `fcp plan`).
         self.cost_model_sources = batch.cost_model_sources
-        self._options = _plan_options(strategy, cp_degree, time_limit_s, seed)
+        self._options = _plan_options(
+            strategy, cp_degree, time_limit_s, seed, max_seqlen_per_rank, capacity_tokens, dealing
+        )
         # Whether plans charge new communicators (plan(existing_communicators=...)).
         self.charges_communicators = communicators is not None
         self._hardware = (
@@ -761,8 +807,7 @@ class Scheduler:
         # The bound option struct does not pickle; everything else is values.
         new = _copy.copy(self)
         new._request = _copy.copy(self._request)
-        o = self._options
-        new._options = _plan_options(o.strategy, o.cp_degree, o.time_limit_s, o.seed)
+        new._options = _options_copy(self._options)
         new._prior_cost = _copy.copy(self._prior_cost)
         new._learning = dict(self._learning)
         new._observed = list(self._observed)  # FitSample is read-only
@@ -783,22 +828,35 @@ def validate_plan(lengths, plan, cluster, eta=None) -> None:
     and the cluster it will run on, before anything indexes by it:
     :meth:`Scheduler.validate` on ``cluster`` (a preset name, an
     :class:`fcp.Cluster`, a dict as in ``Scheduler``, or the number of
-    ranks). Raises ValueError naming the field."""
+    ranks). Raises ValueError naming the field. The check reads no
+    cost-model coefficient, so no model is asked to fit the cluster: a plan
+    for 1 or 2 ranks is checked as one for 64."""
     if isinstance(cluster, _numbers.Integral) and not isinstance(cluster, bool):
         cluster = {"ranks": _check_int(cluster, "cluster.ranks", 1, 1 << 20)}
-    Scheduler(cluster=cluster).validate(lengths, plan, eta)
+    # mem_static 0: the default model's states need not fit a small cluster.
+    Scheduler(cluster=cluster, cost_model={"mem_static": 0}).validate(lengths, plan, eta)
 
 
 def plan_json(
-    text: str, strategy: str = "fcp", cp_degree: int = 0, time_limit_s: float = 10.0, seed: int = 0
+    text: str,
+    strategy: str = "fcp",
+    cp_degree: int = 0,
+    time_limit_s: float = 10.0,
+    seed: int = 0,
+    max_seqlen_per_rank: int = 0,
+    capacity_tokens: int = 0,
+    dealing: str = "balanced",
 ):
-    """Plans a batch given as `fcp plan`'s input JSON text. Returns an fcp.Plan.
-    Raises ValueError naming the field."""
+    """Plans a batch given as `fcp plan`'s input JSON text; the options are
+    :class:`Scheduler`'s. Returns an fcp.Plan. Raises ValueError naming the
+    field."""
     core = _core()
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise ValueError(f"input: must be JSON text, got {type(text).__name__}")
-    opts = _plan_options(strategy, cp_degree, time_limit_s, seed)
+    opts = _plan_options(
+        strategy, cp_degree, time_limit_s, seed, max_seqlen_per_rank, capacity_tokens, dealing
+    )
     batch = core.parse_batch_json(text)
     return _with_cost_note(core.make_plan(batch.request, opts), batch.cost_model_sources)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
-import hashlib
 import numbers
 import time
 from dataclasses import dataclass
@@ -394,15 +393,6 @@ def global_batches(dataset: Iterable, size: int, drop_last: bool = False) -> Ite
         yield batch
 
 
-def _plan_digest(plan) -> int:
-    h = hashlib.sha256()
-    for mb in plan.micro_batches:
-        for g in mb.groups:
-            h.update(repr((list(g.ranks), list(g.sequences), _is_all_to_all(g.comm))).encode())
-        h.update(b"|")
-    return int.from_bytes(h.digest()[:7], "little")
-
-
 class PackedLoader:
     """Iterates over ``batches`` (an iterable of global batches, each a list
     of token lists, 1-D tensors or dicts with ``input_ids`` and optional
@@ -447,15 +437,16 @@ class PackedLoader:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-hf-plan") if background else None
         self._next = None
 
-    def _prepare(self, planner):
-        """Reads the next global batch and plans it (worker thread)."""
+    def _prepare(self, planner, held):
+        """Reads the next global batch and plans it (worker thread), telling
+        the planner the rank sets ``held`` (see :meth:`_submit`)."""
         try:
             raw = next(self._source)
         except StopIteration:
             return None
         examples = _examples(raw)
         t0 = time.perf_counter()
-        plan = planner.plan([e.plan_length for e in examples])
+        plan = ft.plan_with_held(planner, [e.plan_length for e in examples], held)
         spent = time.perf_counter() - t0
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
@@ -463,9 +454,13 @@ class PackedLoader:
 
     def _submit(self):
         planner = copy.copy(self.scheduler)  # observe() later does not change this plan
+        # The groups the cache holds, taken here on the training thread (the
+        # same sets on every rank): a Scheduler made with communicators=
+        # charges only the groups this batch would have to create.
+        held = ft.held_rank_sets(self.scheduler, self.cache)
         if self._pool is None:
-            return self._prepare(planner)
-        return self._pool.submit(self._prepare, planner)
+            return self._prepare(planner, held)
+        return self._pool.submit(self._prepare, planner, held)
 
     def __iter__(self):
         return self
@@ -478,14 +473,20 @@ class PackedLoader:
         if ready is None:
             self._next = None
             raise StopIteration
-        self._next = self._submit()  # plan the next batch while this one trains
         examples, plan, spent = ready
         if self.verify:
-            _check_agreement(plan, self.device)
-        return self._build(examples, plan, spent, exposed)
+            ft.check_same_plan(plan, device=self.device)
+        batch = self._build(examples, plan, spent, exposed)
+        # Plan the next batch while this one trains, told the groups this
+        # one made.
+        self._next = self._submit()
+        return batch
 
     def _build(self, examples, plan, spent, exposed) -> GlobalBatch:
-        self.cache.prepare(plan)  # collective: every rank, same order
+        # Collective: every rank, same order; the plan checked first (the
+        # scheduler may be any object with fcp.Scheduler's plan()).
+        plan_lengths = [e.plan_length for e in examples]
+        self.cache.prepare(plan, lengths=plan_lengths, cluster=self.scheduler.cluster)
         mbs = []
         for mb in plan.micro_batches:
             mine = next((g for g in mb.groups if self.rank in g.ranks), None)
@@ -510,7 +511,7 @@ class PackedLoader:
             mbs,
             total,
             [len(e.input_ids) for e in examples],
-            [e.plan_length for e in examples],
+            plan_lengths,
             spent,
             exposed,
         )
@@ -539,19 +540,6 @@ def _default_device() -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def _check_agreement(plan, device) -> None:
-    if not dist.is_initialized():
-        return
-    d = _plan_digest(plan)
-    t = torch.tensor([d, -d], dtype=torch.int64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    if int(t[0]) != d or int(t[1]) != -d:
-        raise RuntimeError(
-            "fcp: ranks planned different global batches (pass the same "
-            "batches and Scheduler settings on every rank)"
-        )
 
 
 # ---------------------------------------------------------------------------

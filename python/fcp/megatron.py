@@ -62,9 +62,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
-import hashlib
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -75,6 +73,7 @@ __all__ = [
     "padded_length",
     "thd_partition_indices",
     "RankGrid",
+    "grid_group_cache",
     "CPGroupCache",
     "Assignment",
     "FcpCPScheduler",
@@ -205,52 +204,32 @@ class RankGrid:
         return [coord[p] for p in plan_ranks]
 
 
-class CPGroupCache:
-    """torch.distributed groups of plan-rank sets, one per grid coordinate.
+def grid_group_cache(grid: RankGrid, new_group: Optional[Callable] = None, **kwargs):
+    """The one group cache of fcp.torch and fcp.megatron, ``fcp.torch.GroupCache``,
+    over a :class:`RankGrid`.
 
-    ``new_group`` is collective over the world, so every process creates the
-    same groups in the same order: first the N one-rank sets (degree-1 and idle
-    micro-batches carry a one-rank group too), then the others in plan order
-    (micro-batch, then group); for each set, coordinates in grid order. Groups
-    are kept for the whole run (fcp plans reuse few distinct contiguous ranges:
-    at most N*(N+1)/2). Training thread only."""
+    Keys are plan-rank sets; each set gets one ``torch.distributed`` group per
+    grid coordinate (``new_group`` is collective over the world, so every
+    process creates the same groups in the same order: the cache's canonical
+    order, degree-1 sets first) and the cache keeps this process's.
+    ``kwargs`` go to ``GroupCache``: ``max_groups`` defaults to None here
+    (every group kept for the whole run: fcp plans reuse few distinct
+    contiguous ranges, at most N*(N+1)/2), ``timeout`` to its 5 minutes.
+    Training thread only."""
+    from .torch.groups import GroupCache
 
-    def __init__(self, grid: RankGrid, new_group: Optional[Callable] = None):
-        import torch.distributed as dist
+    kwargs.setdefault("max_groups", None)
+    return GroupCache(new_group=new_group, coordinates=grid.coordinates, rank=grid.rank, **kwargs)
 
-        self.grid = grid
-        self._new_group = new_group or (lambda ranks: dist.new_group(ranks))
-        self._mine: Dict[Tuple[int, ...], object] = {}
 
-    def __len__(self) -> int:
-        return len(self._mine)
+# Kept importable: the name earlier fcp.megatron releases gave the cache.
+CPGroupCache = grid_group_cache
 
-    def rank_sets(self) -> List[List[int]]:
-        """The plan-rank sets of two or more ranks that have groups, in
-        creation order (the same on every rank): what the planner charges
-        nothing to reuse."""
-        return [list(k) for k in self._mine if len(k) > 1]
 
-    def ensure_singletons(self) -> None:
-        """Creates the one-rank group of every plan rank (collective, once)."""
-        for p in range(self.grid.size):
-            self.get([p])
-
-    def get(self, plan_ranks: Sequence[int]):
-        """This rank's process group for the set ``plan_ranks`` (None when the
-        set does not contain this rank). Collective on a miss."""
-        key = tuple(sorted(int(p) for p in plan_ranks))
-        if not key:
-            raise ValueError("plan_ranks: need at least one rank")
-        if key not in self._mine:
-            mine = None
-            for ci in range(len(self.grid.coordinates)):
-                ranks = self.grid.global_ranks(key, ci)
-                pg = self._new_group(ranks)
-                if self.grid.rank in ranks:
-                    mine = pg
-            self._mine[key] = mine
-        return self._mine[key] if self.grid.plan_rank in key else None
+def _process_group_of(cache, plan_ranks: Sequence[int]):
+    """This rank's process group for the set (its one-rank group included);
+    the cache already holds it (prepared)."""
+    return cache.get(sorted(int(p) for p in plan_ranks)).process_group
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -272,15 +251,6 @@ class Assignment:
     cp_rank: int
     cp_group: object = None
     cp_comm_type: str = "p2p"
-
-
-def _plan_digest(plan) -> int:
-    h = hashlib.sha256()
-    for mb in plan.micro_batches:
-        for g in mb.groups:
-            h.update(repr((list(g.ranks), list(g.sequences))).encode())
-        h.update(b"|")
-    return int.from_bytes(h.digest()[:7], "little")
 
 
 class FcpCPScheduler:
@@ -312,14 +282,14 @@ class FcpCPScheduler:
         self,
         scheduler,
         grid: Optional[RankGrid] = None,
-        cache: Optional[CPGroupCache] = None,
+        cache=None,
         background: bool = True,
         verify: bool = True,
         verify_group=None,
         gather_times: Optional[Callable[[List[float]], List[List[float]]]] = None,
     ):
         self.scheduler = scheduler
-        self._gather_times = gather_times or _all_gather_times
+        self._gather_times = gather_times
         self.grid = grid if grid is not None else RankGrid.from_parallel_state()
         n = int(scheduler.cluster.num_ranks)
         if n != self.grid.size:
@@ -327,7 +297,7 @@ class FcpCPScheduler:
                 f"cluster.ranks: the fcp cluster has {n} ranks but Megatron's DP x CP "
                 f"group has {self.grid.size}"
             )
-        self.cache = cache if cache is not None else CPGroupCache(self.grid)
+        self.cache = cache if cache is not None else grid_group_cache(self.grid)
         self.verify = verify
         self._verify_group = verify_group
         self._pool = concurrent.futures.ThreadPoolExecutor(1, "fcp-plan") if background else None
@@ -364,9 +334,9 @@ class FcpCPScheduler:
         new communicators (made with ``communicators={"create_s": S}``), else
         None. Taken on the training thread, where the cache grows, so every
         rank passes the same sets."""
-        if getattr(self.scheduler, "charges_communicators", False):
-            return self.cache.rank_sets()
-        return None
+        from .torch.groups import held_rank_sets
+
+        return held_rank_sets(self.scheduler, self.cache)
 
     def _planner_now(self):
         """The fcp.Scheduler as it is now: a copy when it can learn
@@ -375,15 +345,14 @@ class FcpCPScheduler:
         return copy.copy(self.scheduler) if hasattr(self.scheduler, "observe") else self.scheduler
 
     def _plan_timed(self, lengths, held=None, planner=None):
+        from .torch.groups import plan_with_held
+
         planner = planner or self.scheduler
         t0 = time.perf_counter()
-        plan = (
-            planner.plan(list(lengths))
-            if held is None
-            else planner.plan(list(lengths), existing_communicators=held)
-        )
+        plan = plan_with_held(planner, lengths, held)
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
+        plan = _checked(plan, lengths, planner)
         for mb in plan.micro_batches:
             for g in mb.groups:
                 _te_comm_type(g)  # a kind TE cannot run stops here, not in attention
@@ -441,60 +410,46 @@ class FcpCPScheduler:
         submitted after this call plan with what was learnt; one already
         submitted keeps the coefficients it started with. Collective; call it
         at the same point on every rank. Returns the Scheduler's calibration."""
-        mine = [float(t) for t in my_times_s]
-        if len(mine) != len(plan.micro_batches):
-            raise ValueError(
-                f"my_times_s: needs one time per micro-batch "
-                f"({len(plan.micro_batches)}), got {len(mine)}"
-            )
-        by_rank = self._gather_times(mine)
-        times = []
-        for j, mb in enumerate(plan.micro_batches):
-            row = []
-            for g in mb.groups:
-                seen = [
-                    by_rank[coord[p]][j]
-                    for coord in self.grid.coordinates
-                    for p in g.ranks
-                    if not math.isnan(by_rank[coord[p]][j])
-                ]
-                row.append(max(seen) if seen else float("nan"))
-            times.append(row)
+        from .torch.groups import group_times
+
+        plan = _checked(plan, lengths, self.scheduler)
+        times = group_times(
+            plan, my_times_s, coordinates=self.grid.coordinates, gather=self._gather_times
+        )
         return self.scheduler.observe(list(lengths), plan, times)
 
     def _check_agreement(self, plan) -> None:
         import torch
-        import torch.distributed as dist
 
-        if not dist.is_initialized():
-            return
-        d = _plan_digest(plan)
-        t = torch.tensor([d, -d], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._verify_group)
-        if int(t[0]) != d or int(t[1]) != -d:
-            raise RuntimeError(
-                "fcp: ranks planned different global batches (planning is not "
-                "deterministic here: pass the same lengths and seed everywhere)"
-            )
+        from .torch.groups import check_same_plan
 
-    def assignments(self, plan) -> List[Assignment]:
+        # CPU tensors: verify_group must run them (gloo), as documented.
+        check_same_plan(plan, self._verify_group, torch.device("cpu"))
+
+    def assignments(self, plan, lengths: Optional[Sequence[int]] = None) -> List[Assignment]:
         """This rank's :class:`Assignment` in every micro-batch of ``plan``.
-        Collective the first time a rank set occurs (creates its groups)."""
+        Collective the first time a rank set occurs (creates its groups).
+        ``lengths``: the batch of a plan that :meth:`take` did not return
+        (e.g. read from JSON); the plan is checked against it first
+        (``fcp.torch.check_plan``, ValueError naming the field)."""
+        if lengths is not None:
+            plan = _checked(plan, lengths, self.scheduler)
         out = []
         me = self.grid.plan_rank
-        self.cache.ensure_singletons()
+        # Every rank creates every group (one-rank ones included), same order.
+        self.cache.prepare([[p] for p in range(self.grid.size)])
+        self.cache.prepare(plan)
         for mb in plan.micro_batches:
-            mine = Assignment([], [me], 1, 0, self.cache.get([me]))
+            mine = Assignment([], [me], 1, 0, _process_group_of(self.cache, [me]))
             for g in mb.groups:
                 ranks = sorted(int(p) for p in g.ranks)
-                pg = self.cache.get(ranks)  # every rank creates every group, same order
                 if me in ranks:
                     mine = Assignment(
                         [int(s) for s in g.sequences],
                         ranks,
                         len(ranks),
                         ranks.index(me),
-                        pg,
+                        _process_group_of(self.cache, ranks),
                         _te_comm_type(g),
                     )
             out.append(mine)
@@ -503,6 +458,16 @@ class FcpCPScheduler:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _checked(plan, lengths, planner):
+    """``plan`` checked by fcp's one plan validator (``fcp.torch.check_plan``)
+    against the batch and ``planner``'s cluster: a custom scheduler's, or a
+    JSON plan's, bad rank or sequence index is a ValueError here, not an
+    IndexError (or a wrong group) later."""
+    from .torch.groups import check_plan
+
+    return check_plan(plan, [int(x) for x in lengths], planner.cluster)
 
 
 _TE_COMM_TYPES = {"RING": "p2p", "ALL_TO_ALL": "a2a"}
@@ -518,22 +483,6 @@ def _te_comm_type(group) -> str:
             f"cp_comm_type (known: {sorted(_TE_COMM_TYPES)})"
         )
     return _TE_COMM_TYPES[name]
-
-
-def _all_gather_times(mine: List[float]) -> List[List[float]]:
-    """Every global rank's list (all the same length), by global rank."""
-    import torch
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return [mine]
-    device = torch.device("cpu")
-    if "nccl" in str(dist.get_backend()).lower() and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    t = torch.tensor(mine, dtype=torch.float64, device=device)
-    rows = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(rows, t)
-    return [r.tolist() for r in rows]
 
 
 # --------------------------------------------------------------------------- dev's door

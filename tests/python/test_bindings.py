@@ -237,6 +237,70 @@ def test_group_time_sigma_plans_as_the_cli(tmp_path):
     assert _without_solver_ms(plan) == _without_solver_ms(cli)
 
 
+@pytest.mark.parametrize(
+    "strategy, kwargs, flags, note",
+    [
+        ("megatron-dcp", dict(max_seqlen_per_rank=6000), ["--max-seqlen", "6000"], "max_seqlen"),
+        ("bytescale", dict(capacity_tokens=9000), ["--capacity", "9000"], "capacity"),
+        ("megatron", dict(dealing="loader"), ["--dealing", "loader"], "dealing"),
+        ("deepspeed", dict(dealing="loader"), ["--dealing", "loader"], "dealing"),
+    ],
+)
+def test_every_plan_option_reaches_the_planner(strategy, kwargs, flags, note, tmp_path):
+    # Each PlanOptions field the Scheduler takes plans as the CLI flag that
+    # sets it, and changes the plan from the default (tuned / balanced).
+    lengths = [20000, 9000, 7000] + [3000] * 6 + [900] * 20 + [200] * 30
+    batch = {"cluster": "h100-8x8", "model": "qwen3-8b", "sequences": lengths}
+    made = dict(cluster="h100-8x8", model="qwen3-8b", strategy=strategy)
+    plan = fcp.Scheduler(**made, **kwargs).plan(lengths).to_dict()
+    cli = _cli_plan(batch, tmp_path, "--strategy", strategy, *flags)
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
+    default = fcp.Scheduler(**made).plan(lengths).to_dict()
+    assert plan["micro_batches"] != default["micro_batches"]  # this batch: another schedule
+    if note == "max_seqlen":
+        assert plan["notes"]["max_seqlen_per_dp_cp_rank"] == "6000"
+        assert plan["notes"]["max_seqlen_source"] == "fixed (--max-seqlen)"
+    elif note == "capacity":
+        assert plan["notes"]["capacity_tokens"] == "9000"
+        assert plan["notes"]["capacity_source"] == "fixed (--capacity)"
+    else:
+        assert plan["notes"]["dealing"] == "data-loader order"
+        assert default["notes"]["dealing"] != "data-loader order"
+    assert _without_solver_ms(fcp.plan_json(json.dumps(batch), strategy, **kwargs).to_dict()) == (
+        _without_solver_ms(plan)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(max_seqlen_per_rank=-1), "max_seqlen_per_rank"),
+        (dict(max_seqlen_per_rank=1.5), "max_seqlen_per_rank"),
+        (dict(capacity_tokens=-3), "capacity_tokens"),
+        (dict(capacity_tokens=True), "capacity_tokens"),
+        (dict(dealing="random"), "dealing"),
+        (dict(dealing=1), "dealing"),
+    ],
+)
+def test_plan_option_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"^{field}"):
+        fcp.Scheduler(**kwargs)
+
+
+def test_deepcopy_keeps_every_plan_option():
+    import copy
+
+    s = fcp.Scheduler(
+        strategy="megatron", dealing="loader", capacity_tokens=5, max_seqlen_per_rank=7
+    )
+    o = copy.deepcopy(s)._options
+    assert (o.dealing, o.capacity_tokens, o.max_seqlen_per_rank) == (
+        fcp._fcp.Dealing.LOADER,
+        5,
+        7,
+    )
+
+
 def test_communicators_plan_as_the_cli(tmp_path):
     # Charged for new communicators, through the CLI and the binding alike;
     # with every communicator of that plan held, nothing is charged and the

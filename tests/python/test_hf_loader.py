@@ -173,6 +173,59 @@ def test_loader_plans_in_the_background_the_same_as_in_the_foreground():
             assert torch.equal(x.input_ids, y.input_ids) and torch.equal(x.labels, y.labels)
 
 
+class _Recording:
+    """fcp.Scheduler that records the communicators each plan is told."""
+
+    def __init__(self, inner, plan=None):
+        self.inner, self.cluster, self.told, self._plan = inner, inner.cluster, [], plan
+        self.charges_communicators = inner.charges_communicators
+
+    def plan(self, lengths, existing_communicators=None):
+        self.told.append(existing_communicators)
+        if self._plan is not None:
+            return self._plan
+        return self.inner.plan(lengths, existing_communicators=existing_communicators)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_loader_tells_the_planner_the_groups_its_cache_holds(background):
+    # With communicators= the Scheduler charges new groups; the loader tells
+    # each plan the rank sets its GroupCache holds when the plan is asked for:
+    # none for the first batch, then what the batches before made.
+    batches = [
+        [[7] * n for n in lengths]
+        for lengths in ([60000, 4000, 300, 200, 100], [30000, 30000, 500, 20], [120000, 10, 10])
+    ]
+    cluster = fcp.Cluster(4, 2, "h100-8x8")
+    rec = _Recording(
+        fcp.Scheduler(cluster=cluster, model="qwen3-1.7b", communicators={"create_s": 0.001})
+    )
+    cache = no_groups()
+    held_after = []
+    for _ in fh.PackedLoader(
+        batches, rec, rank=0, cache=cache, verify=False, background=background
+    ):
+        held_after.append(cache.rank_sets())
+    assert rec.told[0] == [] and rec.told[1:] == held_after[:2]
+    assert any(held_after), "the batches must make groups of degree > 1"
+    plain = _Recording(fcp.Scheduler(cluster=cluster, model="qwen3-1.7b"))
+    list(fh.PackedLoader(batches, plain, rank=0, cache=no_groups(), verify=False))
+    assert plain.told == [None] * 3  # a Scheduler without communicators: as before
+
+
+def test_loader_checks_a_plan_it_did_not_make():
+    # A custom scheduler's plan (e.g. read from JSON) is checked by the one
+    # validator before any sequence is indexed: a ValueError naming the field.
+    rng = random.Random(2)
+    batch = random_batch(rng, 6)
+    sched = fcp.Scheduler(cluster=fcp.Cluster(4, 2, "h100-8x8"), model="qwen3-1.7b")
+    d = sched.plan([len(x) for x in batch]).to_dict()
+    d["micro_batches"][0]["groups"][0]["sequences"][0] = 99
+    bad = _Recording(sched, fcp.Plan.from_dict(d))
+    with pytest.raises(ValueError, match=r"^plan\.micro_batches\[0\]\.groups\[0\]\.sequences"):
+        next(iter(fh.PackedLoader([batch], bad, rank=0, cache=no_groups(), verify=False)))
+
+
 def test_loader_refuses_a_rank_outside_the_plan():
     sched = fcp.Scheduler(cluster=fcp.Cluster(2, 2, "h100-8x8"), model="qwen3-1.7b")
     with pytest.raises(ValueError, match="rank: 2 is not a rank of the 2-rank plan"):

@@ -5,6 +5,7 @@ megatron-core or fcp module fails here, it is never skipped. Multi-process
 checks (process groups, RoPE, loss) are in test_megatron_dist.py.
 """
 
+import copy
 import inspect
 import threading
 
@@ -186,12 +187,11 @@ def test_groups_created_once_per_set_and_coordinate_in_plan_order():
     sched = _scheduler_on(grid, created, background=False)
     plan = sched.take(LENGTHS)
     steps = sched.assignments(plan)
-    sets = [(p,) for p in range(grid.size)]  # one-rank groups first
-    for mb in plan.micro_batches:
-        for g in mb.groups:
-            key = tuple(sorted(g.ranks))
-            if key not in sets:
-                sets.append(key)
+    # fcp.torch.GroupCache's canonical order, the same on every rank: the
+    # one-rank groups first, then the plan's sets by degree, then by ranks.
+    sets = {(p,) for p in range(grid.size)}
+    sets |= {tuple(sorted(g.ranks)) for mb in plan.micro_batches for g in mb.groups}
+    sets = sorted(sets, key=lambda k: (len(k), k))
     assert created == [tuple(c[p] for p in key) for key in sets for c in grid.coordinates]
     sched.assignments(plan)
     assert len(created) == 2 * len(sets)  # cached on the second pass
@@ -633,3 +633,52 @@ def test_packing_scheduler_checks_its_inputs():
         fm.FcpPackingScheduler(64, 2, 2)
     with pytest.raises(ImportError):  # 0.19.2 has no BasePackingScheduler door
         fm.FcpPackingScheduler.megatron_class(toy_scheduler(4))
+
+
+def _bad_plans():
+    """Plans from outside the planner for LENGTHS on 4 plan ranks: an
+    out-of-range rank, an out-of-range sequence index, an 8-rank plan."""
+    good = toy_scheduler().plan(LENGTHS).to_dict()
+    rank = copy.deepcopy(good)
+    rank["micro_batches"][0]["groups"][0]["ranks"][0] = 10**6
+    seq = copy.deepcopy(good)
+    seq["micro_batches"][0]["groups"][0]["sequences"][0] = 10**6
+    other = toy_scheduler(8).plan(LENGTHS).to_dict()
+    return [(fcp.Plan.from_dict(p), f) for p, f in ((rank, "ranks"), (seq, "sequences"))] + [
+        (fcp.Plan.from_dict(other), "ranks")
+    ]
+
+
+class _PlanFromElsewhere:
+    """A custom scheduler (e.g. plans read from JSON) that returns a given plan."""
+
+    def __init__(self, plan):
+        self.plan_to_return = plan
+        self.cluster = toy_scheduler().cluster
+
+    def plan(self, lengths):
+        return self.plan_to_return
+
+
+def test_megatron_checks_every_plan_it_is_given():
+    # The one validator (fcp.torch.check_plan -> C++ CheckPlanShape): a bad
+    # plan is one ValueError naming the field before any group or sample is
+    # looked up, in take() (a custom scheduler's plan), assignments() and
+    # observe() (a plan the caller passes).
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    for plan, field in _bad_plans():
+        created = []
+        sched = fm.FcpCPScheduler(
+            _PlanFromElsewhere(plan),
+            grid=grid,
+            verify=False,
+            background=False,
+            cache=fm.grid_group_cache(grid, new_group=lambda r: created.append(r)),
+        )
+        with pytest.raises(ValueError, match=rf"^plan\..*{field}"):
+            sched.take(LENGTHS)
+        with pytest.raises(ValueError, match=rf"^plan\..*{field}"):
+            sched.assignments(plan, LENGTHS)
+        with pytest.raises(ValueError, match=rf"^plan\..*{field}"):
+            sched.observe(plan, LENGTHS, [0.1] * len(plan.micro_batches))
+        assert created == []

@@ -83,8 +83,8 @@ def _worker(rank, out_dir):
     # --- A: TP = 2 -> plan ranks are DP x CP = 2; TP coordinates kept apart.
     ps.initialize_model_parallel(tensor_model_parallel_size=2, create_gloo_process_groups=False)
     grid = fm.RankGrid.from_parallel_state()
-    cache = fm.CPGroupCache(grid)
-    group = cache.get([0, 1])
+    cache = fm.grid_group_cache(grid)
+    group = cache.get([0, 1]).process_group
     t = torch.tensor([rank])
     dist.all_reduce(t, group=group)
     out["tp2"] = {

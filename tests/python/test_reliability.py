@@ -161,6 +161,18 @@ def test_a_valid_plan_passes_and_estimates_as_planned(sched, plan_dict):
     assert sched.estimate(LENGTHS, plan).est_ms == pytest.approx(plan.est_ms, rel=1e-9)
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_validate_plan_checks_plans_of_small_clusters(ranks):
+    # The shape check reads no coefficient: the default model (which does not
+    # fit 1 or 2 ranks) is no reason to refuse a plan for them.
+    lengths = [300, 200, 100]
+    cluster = {"ranks": ranks, "ranks_per_node": ranks}
+    plan = fcp.Scheduler(cluster=cluster, model="qwen3-1.7b").plan(lengths)
+    fcp.validate_plan(lengths, plan, ranks)
+    with pytest.raises(ValueError, match=r"^plan\.ranks"):
+        fcp.validate_plan(lengths, plan, ranks + 1)
+
+
 def test_bad_arguments_are_value_errors_naming_the_field(sched):
     with pytest.raises(ValueError, match=r"^sequences\[1\]"):
         sched.plan([5, True])

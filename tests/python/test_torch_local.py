@@ -431,3 +431,265 @@ def test_group_cache_timeout_defaults_to_five_minutes():
     assert ft.GroupCache(timeout=15)._timeout.total_seconds() == 15
     with pytest.raises(ValueError, match="timeout"):
         ft.GroupCache(timeout=0)
+
+
+def test_group_cache_over_coordinates_keeps_this_copy():
+    # fcp.megatron's rank grid: plan ranks 0..1 repeat over two copies
+    # (global ranks [0, 2] and [1, 3]); each set gets one group per copy, in
+    # copy order, and the cache keeps the group of this process's copy.
+    made = []
+    cache = ft.GroupCache(
+        max_groups=None,
+        coordinates=[[0, 2], [1, 3]],
+        rank=3,
+        new_group=lambda r: made.append(tuple(r)) or ("pg", tuple(r)),
+    )
+    cache.prepare([[[1, 0]], [[0], [1]]])
+    assert made == [(0,), (1,), (2,), (3,), (0, 2), (1, 3)]
+    assert cache.get([1]).process_group == ("pg", (3,))
+    assert cache.get([1, 0]).process_group == ("pg", (1, 3))
+    assert cache.get([1, 0]).ranks == (1, 0) and cache.rank_sets() == [[0, 1]]
+    with pytest.raises(ValueError, match="^rank"):
+        ft.GroupCache(coordinates=[[0, 2]], rank=1)
+
+
+def test_group_times_over_coordinates_takes_the_slowest_copy():
+    plan = [[[0, 1]], [[0], [1]]]
+    rows = {0: [1.0, 5.0], 1: [2.0, float("nan")], 2: [3.0, 4.0], 3: [0.5, float("nan")]}
+    seen = []
+    times = ft.group_times(
+        plan,
+        [9.0, 9.0],
+        coordinates=[[0, 2], [1, 3]],
+        gather=lambda mine: seen.append(mine) or [rows[r] for r in range(4)],
+    )
+    assert seen == [[9.0, 9.0]]
+    assert times == [[3.0], [5.0, 4.0]]  # max over both copies; plan rank 1 = ranks 2, 3
+
+
+# --- plans from outside the planner: the one validator ------------------------
+
+
+def _bad_plans():
+    """(plan dict, field the error names): out-of-range rank, out-of-range
+    sequence index, a plan of another (8-rank) cluster, for a 4-rank world."""
+    import copy
+
+    import fcp
+
+    lengths = [4096, 2048, 1024, 512, 300, 200, 100]
+    good = fcp.Scheduler(cluster={"ranks": 4, "ranks_per_node": 4}).plan(lengths).to_dict()
+    rank = copy.deepcopy(good)
+    rank["micro_batches"][0]["groups"][0]["ranks"][0] = 10**6
+    seq = copy.deepcopy(good)
+    seq["micro_batches"][0]["groups"][0]["sequences"][0] = 10**6
+    other = fcp.Scheduler(cluster={"ranks": 8, "ranks_per_node": 8}).plan(lengths).to_dict()
+    return lengths, good, [(rank, "ranks"), (seq, "sequences"), (other, "num_ranks|ranks")]
+
+
+def test_group_cache_checks_a_plan_from_outside_before_creating_groups():
+    lengths, good, bad = _bad_plans()
+    for plan, field in bad:
+        made = []
+        cache = ft.GroupCache(new_group=lambda r: made.append(r))
+        with pytest.raises(ValueError, match=rf"^plan.*({field})"):
+            cache.prepare(plan, lengths=lengths, cluster=4)
+        assert made == []  # nothing created from a bad plan
+        with pytest.raises(ValueError, match="^plan"):
+            ft.check_plan(plan, lengths, 4)
+    cache = ft.GroupCache(new_group=lambda r: tuple(r))
+    assert cache.prepare(good, lengths=lengths, cluster=4) > 0
+    with pytest.raises(ValueError, match="^plan"):  # the same plan on a batch one shorter
+        ft.check_plan(good, lengths[:-1], 4)
+    with pytest.raises(ValueError, match="^cluster"):  # no world to default to
+        ft.check_plan(good, lengths)
+
+
+def test_layers_of_a_micro_batch_resolve_nothing_again(monkeypatch):
+    # FlashInfer's plan/run split: the layout (plan_micro_batch) and the block
+    # kernel are resolved once per micro-batch; every later layer's call
+    # reuses them. Counted by wrapping the two resolvers.
+    import fcp.torch.context as fctx
+    import fcp.torch.kernels as fk
+
+    calls = {"plan": 0, "kernel": 0}
+    plan, select = fctx.plan_micro_batch, fk._select_kernel
+
+    def counting_plan(*a, **kw):
+        calls["plan"] += 1
+        return plan(*a, **kw)
+
+    def counting_select(*a, **kw):
+        calls["kernel"] += 1
+        return select(*a, **kw)
+
+    monkeypatch.setattr(fctx, "plan_micro_batch", counting_plan)
+    monkeypatch.setattr(fk, "_select_kernel", counting_select)
+    torch.manual_seed(0)
+    group = ft.CPGroup([0])
+    for mb, lengths in enumerate(([5, 9, 2], [7, 7])):
+        cu = _cu(lengths)
+        q, k, v = (torch.randn(2, cu[-1], 8, dtype=torch.float64) for _ in range(3))
+        x = q.clone().requires_grad_()
+        for _layer in range(4):
+            x = ft.ring_attention(x, k, v, group, cu_seqlens=cu, kernel="chunked")
+        x.sum().backward()
+        assert calls == {"plan": mb + 1, "kernel": mb + 1}
+    ctx = fctx.plan_micro_batch([0], cu_seqlens=_cu([3, 4]))  # explicit: counted too
+    q = torch.randn(2, 7, 8, dtype=torch.float64)
+    for _layer in range(3):
+        ft.ring_attention(q, q, q, ctx, kernel="chunked")
+    assert calls == {"plan": 3, "kernel": 3}
+    # The varlen kernels' int32 cu_seqlens: one tensor per micro-batch and device.
+    made = ctx.cu_tensor(q.device)
+    assert made.tolist() == [0, 3, 7] and made.dtype == torch.int32
+    assert ctx.cu_tensor(q.device) is made
+
+
+class _ReferenceVarlen:
+    """A varlen block kernel with flash-attn's interface (THD layout,
+    cumulative lengths, log-sum-exp (heads, tokens)), written out in plain
+    float64 torch: what the CUDA varlen kernels do, runnable on CPU. Counts
+    its varlen calls; single pieces go to the chunked kernel."""
+
+    varlen = True
+    name = "reference_varlen"
+
+    def __init__(self):
+        self.blocks = ft._ChunkedKernel()
+        self.calls = {"forward_varlen": 0, "backward_varlen": 0, "pieces": 0}
+
+    def forward(self, *a):
+        self.calls["pieces"] += 1
+        return self.blocks.forward(*a)
+
+    def backward(self, *a):
+        self.calls["pieces"] += 1
+        return self.blocks.backward(*a)
+
+    @staticmethod
+    def _scores(q, k, a, b, c, d, causal, scale):
+        group = q.shape[1] // k.shape[1]
+        kk = k[c:d].repeat_interleave(group, 1)
+        s = torch.einsum("qhd,khd->hqk", q[a:b], kk) * scale
+        if causal:  # the own block: square, top-left
+            s = s.masked_fill(torch.ones(b - a, d - c, dtype=torch.bool).triu(1), float("-inf"))
+        return s
+
+    def forward_varlen(self, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+        self.calls["forward_varlen"] += 1
+        group = q.shape[1] // k.shape[1]
+        out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=q.dtype)
+        lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float64)
+        bounds = list(
+            zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist())
+        )
+        assert max_q == max(b - a for a, b, _, _ in bounds)
+        for a, b, c, d in bounds:
+            s = self._scores(q, k, a, b, c, d, causal, scale)
+            lse[:, a:b] = torch.logsumexp(s, -1)
+            vv = v[c:d].repeat_interleave(group, 1)
+            out[a:b] = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), vv)
+        return out, lse
+
+    def backward_varlen(self, dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+        self.calls["backward_varlen"] += 1
+        group = q.shape[1] // k.shape[1]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for a, b, c, d in zip(
+            cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist()
+        ):
+            p = torch.exp(self._scores(q, k, a, b, c, d, causal, scale) - lse[:, a:b, None])
+            vv = v[c:d].repeat_interleave(group, 1)
+            kk = k[c:d].repeat_interleave(group, 1)
+            dp = torch.einsum("qhd,khd->hqk", dout[a:b], vv)
+            rowsum = (dout[a:b] * out[a:b]).sum(-1).transpose(0, 1)[..., None]
+            ds = p * (dp - rowsum) * scale
+            dq[a:b] = torch.einsum("hqk,khd->qhd", ds, kk)
+            dkk = torch.einsum("hqk,qhd->khd", ds, q[a:b])
+            dvv = torch.einsum("hqk,qhd->khd", p, dout[a:b])
+            dk[c:d] += dkk.view(d - c, k.shape[1], group, -1).sum(2)
+            dv[c:d] += dvv.view(d - c, v.shape[1], group, -1).sum(2)
+        return dq, dk, dv
+
+
+@pytest.mark.parametrize("degree,causal,kv_heads", [(2, True, 1), (3, True, 2), (4, False, 4)])
+def test_varlen_block_kernel_runs_each_ring_step_in_one_call(degree, causal, kv_heads):
+    # The CUDA varlen path (flash-attn's flash_attn_varlen_func, PyTorch's
+    # varlen flash) at degree > 1: every ring step's pieces (all sequences)
+    # in one call, gathered into the THD layout and merged back. Injected
+    # here as a float64 kernel with the same interface; against the float64
+    # softmax on whole sequences, forward and gradients.
+    cu = _cu(PACKED_LENGTHS)
+    gen = torch.Generator().manual_seed(degree)
+    q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    k, v = (
+        torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
+    g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
+    kernel = _ReferenceVarlen()
+    out = ft.blockwise_attention(q, k, v, degree, causal=causal, cu_seqlens=cu, kernel=kernel)
+    grads = torch.autograd.grad((out * g).sum(), (q, k, v))
+    ref = _softmax_per_sequence(q, k, v, cu, causal)
+    ref_grads = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    # At most one call per (rank, step); steps without a piece make none.
+    assert kernel.calls["pieces"] == 0
+    assert 0 < kernel.calls["forward_varlen"] <= degree * degree
+    assert kernel.calls["backward_varlen"] == kernel.calls["forward_varlen"]
+
+
+def test_a_varlen_kernel_that_fails_falls_back_to_one_call_per_piece():
+    # A guarded varlen kernel whose varlen call raises (e.g. a build without
+    # it, or a log-sum-exp layout it does not return) warns once and runs
+    # the step's pieces one by one: the result stays exact.
+    from fcp.torch.kernels import _GuardedKernel
+
+    class Broken(_ReferenceVarlen):
+        def forward_varlen(self, *a):
+            raise NotImplementedError("no varlen here")
+
+    cu = _cu(PACKED_LENGTHS)
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, cu[-1], 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    guarded = _GuardedKernel(Broken())
+    with pytest.warns(RuntimeWarning, match="one call per piece"):
+        out = ft.blockwise_attention(q, k, v, 2, cu_seqlens=cu, kernel=guarded)
+    torch.testing.assert_close(out, _softmax_per_sequence(q, k, v, cu, True), rtol=0, atol=1e-12)
+    assert guarded.varlen is False and guarded.primary.calls["pieces"] > 0
+
+
+def test_varlen_kernels_are_refused_off_cuda():
+    q = torch.zeros(2, 4, 8)
+    for name in ("flash_attn_varlen", "cuda_flash_varlen"):
+        with pytest.raises(ValueError, match=f"^kernel: {name} needs CUDA"):
+            ft.ring_attention(q, q, q, [0], kernel=name)
+
+
+def test_plan_digest_sees_ranks_sequences_and_comm():
+    # check_same_plan's digest (fcp.hf and fcp.megatron compare it across
+    # ranks): equal for equal plans, different when any group's ring order,
+    # sequences or comm differs, or a group moves to another micro-batch.
+    import copy
+
+    import fcp
+
+    lengths = [65536] * 8
+    d = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b").plan(lengths).to_dict()
+    base = ft.plan_digest(fcp.Plan.from_dict(d))
+    assert ft.plan_digest(fcp.Plan.from_dict(copy.deepcopy(d))) == base
+    g = d["micro_batches"][0]["groups"][0]
+    assert len(g["ranks"]) > 1
+    changes = [
+        lambda x: x["ranks"].reverse(),
+        lambda x: x["sequences"].append(99),
+        lambda x: x.update(comm="all-to-all" if x.get("comm", "ring") == "ring" else "ring"),
+    ]
+    for change in changes:
+        other = copy.deepcopy(d)
+        change(other["micro_batches"][0]["groups"][0])
+        assert ft.plan_digest(fcp.Plan.from_dict(other)) != base
+    ft.check_same_plan(fcp.Plan.from_dict(d))  # no process group: nothing to compare

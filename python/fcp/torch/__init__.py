@@ -7,7 +7,9 @@ Modules (docs/python.md):
   eviction order on every rank, a bounded default timeout);
   :class:`CPGroup` is one group in ring order with the plan's ``comm``;
   :func:`plan_groups` / :func:`group_times` read a plan and gather measured
-  group times for ``fcp.Scheduler.observe``.
+  group times for ``fcp.Scheduler.observe``; :func:`check_plan` is the one
+  check of a plan from outside the planner (``fcp.validate_plan``), used by
+  fcp.torch, fcp.hf and fcp.megatron.
 * :mod:`.layout` — the zigzag layout of the C++ executor: a sequence of
   ``s`` tokens on a group of degree ``d`` is cut into ``2d`` chunks, chunk
   ``c`` covering ``[floor(c*s/(2d)), floor((c+1)*s/(2d)))``; ring index ``i``
@@ -36,10 +38,16 @@ from .groups import (
     DEFAULT_TIMEOUT,
     CPGroup,
     GroupCache,
+    check_plan,
+    check_same_plan,
     comm_name,
+    gather_times,
     group_times,
+    held_rank_sets,
+    plan_digest,
     plan_group_comms,
     plan_groups,
+    plan_with_held,
 )
 from .kernels import (
     KERNELS,
@@ -97,5 +105,11 @@ __all__ = [
     "reduce_gradients",
     "plan_groups",
     "plan_group_comms",
+    "check_plan",
+    "check_same_plan",
+    "plan_digest",
+    "held_rank_sets",
+    "plan_with_held",
+    "gather_times",
     "group_times",
 ]

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
+from . import kernels as _kernels
 from .groups import CPGroup, _collective_device, _ring_index, _ring_ranks
 from .layout import normalize_cu_seqlens
 
@@ -59,6 +60,7 @@ class _Ring:
         self.next_rank = self.ranks[(index + 1) % self.degree]
         self.prev_rank = self.ranks[(index - 1) % self.degree]
         self._pieces: Dict[Tuple[int, bool], list] = {}
+        self._varlen: Dict[tuple, object] = {}  # ring._varlen_block's, per device
 
     def origin(self, step: int) -> int:
         """Ring index whose key/value block this rank holds at ``step``."""
@@ -149,6 +151,25 @@ class MicroBatchContext:
         if key not in self._cache:
             self._cache[key] = make()
         return self._cache[key]
+
+    def cu_tensor(self, device) -> torch.Tensor:
+        """``cu_seqlens`` as an int32 tensor on ``device`` (varlen kernels'
+        argument), made once per micro-batch and device."""
+        return self.cached(
+            ("cu_int32", str(device)),
+            lambda: torch.tensor(self.cu_seqlens, dtype=torch.int32, device=device),
+        )
+
+    def block_kernel(self, kernel, q: torch.Tensor):
+        """The block kernel for ``kernel`` (a name of :data:`KERNELS` or a
+        kernel object) and ``q``'s device, dtype and head size, chosen once
+        per micro-batch: every layer's call reuses the same object (and an
+        ``"auto"`` kernel that fell back to the chunked one stays there)."""
+        name = kernel if isinstance(kernel, str) else id(kernel)
+        key = ("kernel", name, q.device, q.dtype, q.shape[-1])
+        return self.cached(
+            key, lambda: _kernels._select_kernel(kernel, q.device, q.dtype, q.shape[-1])
+        )
 
     def __repr__(self) -> str:
         return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import hashlib
 import math
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -140,6 +141,87 @@ def plan_group_comms(plan) -> List[List[str]]:
     return out
 
 
+def check_plan(plan, lengths, cluster=None):
+    """The plan, checked before anything indexes by it, as an ``fcp.Plan``.
+
+    The one door through which fcp.torch, fcp.hf and fcp.megatron take a plan
+    they did not make themselves (``Plan.from_dict``, unpickled, another
+    process's, a custom scheduler's): ``fcp.validate_plan`` (C++
+    ``CheckPlanShape``, what ``Scheduler.estimate`` / ``observe`` and
+    ``fcp simulate --plan`` use). ``plan``: an ``fcp.Plan`` or its
+    ``to_dict()`` form; ``lengths``: the batch it was made for; ``cluster``:
+    what ``fcp.validate_plan`` takes (a preset, an ``fcp.Cluster``, a dict, a
+    rank count), default the ``torch.distributed`` world's size. Raises
+    ValueError naming the field (``plan.micro_batches[0].groups[1].ranks[0]:
+    ...``): an out-of-range rank or sequence index, or a plan of another
+    cluster, never an IndexError later."""
+    import fcp
+
+    if isinstance(plan, dict):
+        plan = fcp.Plan.from_dict(plan)
+    if cluster is None:
+        if not dist.is_initialized():
+            raise ValueError("cluster: needed to check a plan outside torch.distributed")
+        cluster = dist.get_world_size()
+    fcp.validate_plan(lengths, plan, cluster)
+    return plan
+
+
+def plan_digest(plan) -> int:
+    """A 56-bit digest (fits int64) of what a plan makes ranks do: every
+    group's ranks (ring order), sequences and comm, per micro-batch."""
+    h = hashlib.sha256()
+    for ranks, sequences, comm in _plan_rows(plan):
+        h.update(repr((ranks, sequences, comm)).encode() if ranks is not None else b"|")
+    return int.from_bytes(h.digest()[:7], "little")
+
+
+def _plan_rows(plan):
+    for mb in plan.micro_batches:
+        for g in mb.groups:
+            yield [int(r) for r in g.ranks], [int(s) for s in g.sequences], comm_name(g.comm)
+        yield None, None, None
+
+
+def check_same_plan(plan, group=None, device: Optional[torch.device] = None) -> None:
+    """Collective over ``group`` (default world): one all-reduce of the
+    :func:`plan_digest` (MAX of d and -d), so every rank learns whether all
+    ranks hold the same plan; raises RuntimeError on every rank when not.
+    The check of fcp.hf and fcp.megatron before a global batch runs. No-op
+    without ``torch.distributed``."""
+    if not dist.is_initialized():
+        return
+    d = plan_digest(plan)
+    dev = torch.device(device) if device is not None else _collective_device(group)
+    t = torch.tensor([d, -d], dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    if int(t[0]) != d or int(t[1]) != -d:
+        raise RuntimeError(
+            "fcp: ranks planned different global batches (pass the same batches, "
+            "Scheduler settings and seed on every rank)"
+        )
+
+
+def held_rank_sets(scheduler, cache: "GroupCache") -> Optional[List[List[int]]]:
+    """The rank sets ``cache`` holds now (:meth:`GroupCache.rank_sets`) when
+    ``scheduler`` charges new communicators (an ``fcp.Scheduler`` made with
+    ``communicators={"create_s": S}``), else None. Take it on the training
+    thread, where the cache changes, so every rank passes the same sets."""
+    if getattr(scheduler, "charges_communicators", False):
+        return cache.rank_sets()
+    return None
+
+
+def plan_with_held(scheduler, lengths: Sequence[int], held: Optional[List[List[int]]]):
+    """``scheduler.plan(lengths)``, told the communicators the runtime holds
+    (``existing_communicators=held``) unless ``held`` is None: the one way
+    fcp.hf and fcp.megatron ask for a plan, so the planner prefers groups
+    that exist over new ones it would have to pay for."""
+    if held is None:
+        return scheduler.plan(list(lengths))
+    return scheduler.plan(list(lengths), existing_communicators=held)
+
+
 def _is_flat(plan) -> bool:
     """True for a flat list of rank lists ([[0, 1], [2]])."""
     return (
@@ -173,12 +255,22 @@ class GroupCache:
     sets in creation / destruction order; :meth:`stats` reports hits, misses,
     evictions and the seconds spent in ``new_group``.
 
+    ``coordinates`` / ``rank`` (fcp.megatron's rank grid): when the plan's
+    ranks are positions in a group that repeats over other parallel
+    dimensions (tensor, pipeline), ``coordinates`` lists each copy's global
+    ranks (plan rank ``p`` of copy ``c`` is global rank ``coordinates[c][p]``)
+    and ``rank`` is this process's global rank. Each rank set then gets one
+    group per copy, created in copy order (``new_group`` is collective over
+    the world), and the cache keeps the group of this process's copy. The
+    keys, :meth:`rank_sets` and the :class:`CPGroup` ranks stay plan ranks.
+
     ``new_group`` / ``destroy_group`` may be replaced (testing without a
-    process group); ``backend`` and ``timeout`` are passed to
-    ``torch.distributed.new_group``. ``timeout`` (a ``datetime.timedelta`` or
-    seconds) defaults to :data:`DEFAULT_TIMEOUT`, 5 minutes: a collective on a
-    group whose peer died or exited early fails with torch's timeout error
-    after that long instead of hanging for torch's 30-minute default.
+    process group; ``new_group`` receives global ranks); ``backend`` and
+    ``timeout`` are passed to ``torch.distributed.new_group``. ``timeout``
+    (a ``datetime.timedelta`` or seconds) defaults to :data:`DEFAULT_TIMEOUT`,
+    5 minutes: a collective on a group whose peer died or exited early fails
+    with torch's timeout error after that long instead of hanging for torch's
+    30-minute default.
     ``timeout=None`` leaves torch's default.
     """
 
@@ -189,6 +281,8 @@ class GroupCache:
         timeout=DEFAULT_TIMEOUT,
         new_group: Optional[Callable] = None,
         destroy_group: Optional[Callable] = None,
+        coordinates: Optional[Sequence[Sequence[int]]] = None,
+        rank: Optional[int] = None,
     ):
         if max_groups is not None and int(max_groups) < 1:
             raise ValueError(f"max_groups: must be >= 1 or None, got {max_groups}")
@@ -202,6 +296,12 @@ class GroupCache:
         self._timeout = timeout
         self._new_group = new_group
         self._destroy_group = destroy_group
+        self._coordinates = None
+        if coordinates is not None:
+            self._coordinates = [tuple(int(r) for r in c) for c in coordinates]
+            if rank is None or not any(int(rank) in c for c in self._coordinates):
+                raise ValueError(f"rank: {rank} is in none of the coordinates")
+            self._own = next(i for i, c in enumerate(self._coordinates) if int(rank) in c)
         self._groups: "collections.OrderedDict[Tuple[int, ...], object]" = collections.OrderedDict()
         self.created: List[Tuple[int, ...]] = []
         self.evicted: List[Tuple[int, ...]] = []
@@ -231,17 +331,25 @@ class GroupCache:
             "create_s": self.create_seconds,
         }
 
+    def _new(self, global_ranks: List[int]):
+        if self._new_group is not None:
+            return self._new_group(global_ranks)
+        kwargs = {}
+        if self._backend is not None:
+            kwargs["backend"] = self._backend
+        if self._timeout is not None:
+            kwargs["timeout"] = self._timeout
+        return dist.new_group(ranks=global_ranks, **kwargs)
+
     def _create(self, key: Tuple[int, ...]):
         start = time.perf_counter()
-        if self._new_group is not None:
-            pg = self._new_group(list(key))
-        else:
-            kwargs = {}
-            if self._backend is not None:
-                kwargs["backend"] = self._backend
-            if self._timeout is not None:
-                kwargs["timeout"] = self._timeout
-            pg = dist.new_group(ranks=list(key), **kwargs)
+        if self._coordinates is None:
+            pg = self._new(list(key))
+        else:  # one group per copy, every process in the same order
+            for i, coord in enumerate(self._coordinates):
+                made = self._new([coord[p] for p in key])
+                if i == self._own:
+                    pg = made
         self.create_seconds += time.perf_counter() - start
         self.created.append(key)
         self.misses += 1
@@ -265,12 +373,22 @@ class GroupCache:
             raise ValueError(f"ranks: duplicate rank in {list(key)}")
         return key
 
-    def prepare(self, plan) -> int:
+    def rank_sets(self) -> List[List[int]]:
+        """The rank sets of two or more ranks cached now, the same list on
+        every rank: what ``fcp.Scheduler.plan(existing_communicators=...)``
+        charges nothing to reuse."""
+        return [list(k) for k in self._groups if len(k) > 1]
+
+    def prepare(self, plan, *, lengths=None, cluster=None) -> int:
         """Collective: creates every missing group of ``plan`` (any form
         :func:`plan_groups` accepts, or a flat list of rank lists), marks the
         plan's groups most recently used and evicts beyond ``max_groups``.
         All ranks must call it with the same plan. Returns the number created
-        now."""
+        now. With ``lengths`` (the batch the plan was made for), the plan is
+        first checked by :func:`check_plan` on ``cluster`` (default: the
+        world's size): pass them for a plan from outside the planner."""
+        if lengths is not None:
+            plan = check_plan(plan, lengths, cluster)
         rank_sets = set()
         for mb in plan_groups(plan) if not _is_flat(plan) else [plan]:
             for ranks in mb:
@@ -337,8 +455,30 @@ def _collective_device(group, like: Optional[torch.Tensor] = None) -> torch.devi
     return torch.device("cpu")
 
 
+def gather_times(
+    mine: Sequence[float], group=None, device: Optional[torch.device] = None
+) -> List[List[float]]:
+    """Every rank's list of floats (all the same length), by rank of
+    ``group`` (default world): one all-gather on ``device``. Without a
+    process group: ``[mine]``."""
+    mine = [float(t) for t in mine]
+    if not dist.is_initialized():
+        return [mine]
+    dev = torch.device(device) if device is not None else _collective_device(group)
+    t = torch.tensor(mine, dtype=torch.float64, device=dev)
+    rows = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(rows, t, group=group)
+    return [row.tolist() for row in rows]
+
+
 def group_times(
-    plan, my_times_s: Sequence[float], group=None, device: Optional[torch.device] = None
+    plan,
+    my_times_s: Sequence[float],
+    group=None,
+    device: Optional[torch.device] = None,
+    *,
+    coordinates: Optional[Sequence[Sequence[int]]] = None,
+    gather: Optional[Callable[[List[float]], List[List[float]]]] = None,
 ) -> List[List[float]]:
     """Each group's measured time (s) for ``fcp.Scheduler.observe``.
 
@@ -350,28 +490,27 @@ def group_times(
     the slowest of the group's ranks (NaN when none of them measured).
     Every rank gets the same lists, so every rank learns the same
     coefficients. Collective; without a process group ``my_times_s`` are the
-    times of every rank (a one-rank world). Raises ValueError when the count
-    is not the plan's micro-batch count."""
+    times of every rank (a one-rank world). ``coordinates`` (as in
+    :class:`GroupCache`): the plan repeats over copies, plan rank ``p`` of
+    copy ``c`` is rank ``coordinates[c][p]`` of the gather, and a group's time
+    is the slowest of its ranks over every copy. ``gather``: replaces the
+    all-gather (a function of this rank's list returning every rank's).
+    Raises ValueError when the count is not the plan's micro-batch count."""
     groups = plan_groups(plan)
     mine = [float(t) for t in my_times_s]
     if len(mine) != len(groups):
         raise ValueError(
             f"my_times_s: needs one time per micro-batch ({len(groups)}), got {len(mine)}"
         )
-    if dist.is_initialized():
-        dev = torch.device(device) if device is not None else _collective_device(group)
-        t = torch.tensor(mine, dtype=torch.float64, device=dev)
-        rows = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(rows, t, group=group)
-        by_rank = [row.tolist() for row in rows]
-    else:
-        by_rank = [mine]
+    by_rank = gather(mine) if gather is not None else gather_times(mine, group, device)
+    copies = [tuple(c) for c in coordinates] if coordinates is not None else [None]
     out = []
     for j, mb in enumerate(groups):
         times = []
         for ranks in mb:
+            members = [r if c is None else c[r] for c in copies for r in ranks]
             seen = [
-                by_rank[r][j] for r in ranks if r < len(by_rank) and not math.isnan(by_rank[r][j])
+                by_rank[r][j] for r in members if r < len(by_rank) and not math.isnan(by_rank[r][j])
             ]
             times.append(max(seen) if seen else float("nan"))
         out.append(times)

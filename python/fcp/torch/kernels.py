@@ -332,14 +332,139 @@ class _CudaBySizeKernel:
         return self._pick(q, k).backward(dout, q, k, v, out, lse, causal, scale)
 
 
-KERNELS = ("auto", "cpu_flash", "cuda_cudnn", "cuda_flash", "cuda_efficient", "chunked")
+class _VarlenKernel:
+    """A block kernel that also runs all pieces of a ring step in one varlen
+    call (``varlen = True``; ring.py gathers the pieces' rows and columns into
+    flash-attn's THD layout, ``(tokens, heads, head_dim)`` with cumulative
+    lengths). ``forward_varlen`` returns the output and the log-sum-exp
+    ``(heads, tokens)``; ``backward_varlen`` takes the merged output and
+    log-sum-exp (as every block kernel's backward does). ``blocks``: the
+    kernel for single pieces (unpacked calls). ``backend``: ``"flash_attn"``
+    (flash-attn's ``flash_attn_varlen_func`` and its backward) or ``"aten"``
+    (PyTorch's own varlen FlashAttention-2, ``aten::_flash_attention_forward``
+    with cumulative lengths). CUDA, fp16/bf16. A backend whose log-sum-exp
+    comes in another layout raises NotImplementedError (the guard then runs
+    the pieces one by one): the backward must get the layout the forward gave.
+    """
+
+    varlen = True
+
+    def __init__(self, blocks, backend: str):
+        self.blocks, self.backend = blocks, backend
+        self.name = {"flash_attn": "flash_attn_varlen", "aten": "cuda_flash_varlen"}[backend]
+
+    def forward(self, *args):
+        return self.blocks.forward(*args)
+
+    def backward(self, *args):
+        return self.blocks.backward(*args)
+
+    def forward_varlen(self, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+        if self.backend == "flash_attn":
+            out, lse, _ = _flash_varlen(
+                q, k, v, cu_q, cu_k, max_q, max_k, 0.0, scale, causal, return_attn_probs=True
+            )
+        else:
+            out, lse, self._rng, self._unused, _ = torch.ops.aten._flash_attention_forward(
+                q, k, v, cu_q, cu_k, max_q, max_k, 0.0, causal, False, scale=scale
+            )
+        if tuple(lse.shape) != (q.shape[1], q.shape[0]):
+            raise NotImplementedError(
+                f"{self.name}: log-sum-exp of shape {tuple(lse.shape)}, not (heads, tokens)"
+            )
+        return out, lse.float()
+
+    def backward_varlen(self, dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+        if self.backend == "flash_attn":
+            return _flash_varlen_backward(
+                dout, q, k, v, out, lse.float(), cu_q, cu_k, max_q, max_k, causal, scale
+            )
+        zero = torch.zeros((), dtype=torch.int64, device=q.device)
+        return torch.ops.aten._flash_attention_backward(
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse.float().contiguous(),
+            cu_q,
+            cu_k,
+            max_q,
+            max_k,
+            0.0,
+            causal,
+            getattr(self, "_rng", zero),
+            getattr(self, "_unused", zero),
+            scale=scale,
+        )
+
+
+def _flash_varlen_backward(dout, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale):
+    """flash-attn's varlen backward, its arguments passed by name: their
+    list changed across flash-attn 2.x releases (window_size, softcap...)."""
+    import inspect
+
+    from flash_attn import flash_attn_interface as fai
+
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    given = {
+        "dout": dout,
+        "q": q,
+        "k": k,
+        "v": v,
+        "out": out,
+        "softmax_lse": lse,
+        "dq": dq,
+        "dk": dk,
+        "dv": dv,
+        "cu_seqlens_q": cu_q,
+        "cu_seqlens_k": cu_k,
+        "max_seqlen_q": max_q,
+        "max_seqlen_k": max_k,
+        "dropout_p": 0.0,
+        "softmax_scale": scale,
+        "causal": causal,
+        "window_size": (-1, -1),
+        "window_size_left": -1,
+        "window_size_right": -1,
+        "softcap": 0.0,
+        "alibi_slopes": None,
+        "deterministic": False,
+        "rng_state": None,
+    }
+    fn = fai._flash_attn_varlen_backward
+    params = inspect.signature(fn).parameters
+    fn(**{name: given[name] for name in params if name in given})
+    return dq, dk, dv
+
+
+def _varlen_available(backend: str, device, dtype, head_dim) -> bool:
+    if not _CudaFlashKernel.available(device, dtype, head_dim):
+        return False
+    if backend == "flash_attn":
+        return _flash_varlen is not None
+    return hasattr(torch.ops.aten, "_flash_attention_forward")
+
+
+KERNELS = (
+    "auto",
+    "cpu_flash",
+    "cuda_cudnn",
+    "cuda_flash",
+    "cuda_efficient",
+    "flash_attn_varlen",
+    "cuda_flash_varlen",
+    "chunked",
+)
 
 
 class _GuardedKernel:
     """``kernel="auto"``: PyTorch's kernel, and the chunked fallback for the
     rest of the call (with one warning per kernel and error) when PyTorch's
     refuses a shape or build. Mixing is exact: any kernel's backward is
-    correct given the merged output and log-sum-exp."""
+    correct given the merged output and log-sum-exp. A varlen primary that
+    fails stops being varlen: the pieces then run one by one, through its
+    block kernel (itself guarded)."""
 
     _warned = set()
 
@@ -347,21 +472,40 @@ class _GuardedKernel:
         self.primary = primary
         self.fallback = None
         self.name = primary.name
+        self.varlen = getattr(primary, "varlen", False)
+
+    def _varlen(self, method, *args):
+        try:
+            return getattr(self.primary, method)(*args)
+        except (RuntimeError, NotImplementedError) as e:
+            self._warn(method, e)
+            self.varlen = False
+            self.name = f"{self.primary.name}->per piece"
+            raise _VarlenRefused() from e
+
+    def forward_varlen(self, *args):
+        return self._varlen("forward_varlen", *args)
+
+    def backward_varlen(self, *args):
+        return self._varlen("backward_varlen", *args)
+
+    def _warn(self, method, e):
+        key = (self.primary.name, type(e).__name__, str(e).split("\n")[0][:200])
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(
+                f"fcp.torch: {self.primary.name} {method} failed ({key[2]}); "
+                f"using {'one call per piece' if 'varlen' in method else 'the chunked kernel'}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _run(self, method, *args):
         if self.fallback is None:
             try:
                 return getattr(self.primary, method)(*args)
             except (RuntimeError, NotImplementedError) as e:
-                key = (self.primary.name, type(e).__name__, str(e).split("\n")[0][:200])
-                if key not in self._warned:
-                    self._warned.add(key)
-                    warnings.warn(
-                        f"fcp.torch: {self.primary.name} {method} failed "
-                        f"({key[2]}); using the chunked kernel",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
+                self._warn(method, e)
                 self.fallback = _ChunkedKernel()
                 self.name = f"{self.primary.name}->chunked"
         return getattr(self.fallback, method)(*args)
@@ -373,23 +517,45 @@ class _GuardedKernel:
         return self._run("backward", *args)
 
 
+class _VarlenRefused(Exception):
+    """A guarded varlen kernel failed: run this step's pieces one by one."""
+
+
+def _cuda_blocks(device, dtype, head_dim: int):
+    """``"auto"``'s kernel for single pieces off CPU: cuDNN + flash by block
+    size, else flash, else memory-efficient, else the chunked kernel."""
+    if _CudnnKernel.available(device, dtype, head_dim) and _CudaFlashKernel.available(
+        device, dtype, head_dim
+    ):
+        return _GuardedKernel(_CudaBySizeKernel())
+    if _CudaFlashKernel.available(device, dtype, head_dim):
+        return _GuardedKernel(_CudaFlashKernel())
+    if _CudaEfficientKernel.available(device, dtype, head_dim):
+        return _GuardedKernel(_CudaEfficientKernel())
+    return _ChunkedKernel()
+
+
 def _select_kernel(name, device, dtype, head_dim: int):
     if not isinstance(name, str) and hasattr(name, "forward") and hasattr(name, "backward"):
         return name  # a kernel object (tests pass a small-tile chunked kernel)
     if name not in KERNELS:
         raise ValueError(f"kernel: must be one of {', '.join(KERNELS)}, got {name!r}")
+    if name in ("flash_attn_varlen", "cuda_flash_varlen"):
+        backend = "flash_attn" if name == "flash_attn_varlen" else "aten"
+        if not _varlen_available(backend, device, dtype, head_dim):
+            raise ValueError(
+                f"kernel: {name} needs CUDA, fp16/bf16, head_dim a multiple of 8 up to 256"
+                + (" and flash-attn installed" if backend == "flash_attn" else "")
+            )
+        return _GuardedKernel(_VarlenKernel(_GuardedKernel(_CudaFlashKernel()), backend))
     if name == "auto":
         if _CpuFlashKernel.available(device, dtype):
             return _GuardedKernel(_CpuFlashKernel())
-        if _CudnnKernel.available(device, dtype, head_dim) and _CudaFlashKernel.available(
-            device, dtype, head_dim
-        ):
-            return _GuardedKernel(_CudaBySizeKernel())
-        if _CudaFlashKernel.available(device, dtype, head_dim):
-            return _GuardedKernel(_CudaFlashKernel())
-        if _CudaEfficientKernel.available(device, dtype, head_dim):
-            return _GuardedKernel(_CudaEfficientKernel())
-        return _ChunkedKernel()
+        blocks = _cuda_blocks(device, dtype, head_dim)
+        if _varlen_available("flash_attn", device, dtype, head_dim):
+            # One flash-attn varlen call per ring step (pieces of all sequences).
+            return _GuardedKernel(_VarlenKernel(blocks, "flash_attn"))
+        return blocks
     return {
         "cpu_flash": _CpuFlashKernel,
         "cuda_cudnn": _CudnnKernel,
@@ -423,17 +589,23 @@ def attention_reference(
     )
 
 
-def exact_attention(q, k, v, cu, causal: bool, scale: float):
+def exact_attention(q, k, v, cu, causal: bool, scale: float, cu_tensor=None):
     """Attention per sequence on whole sequences (B, H, N, D): flash-attn's
     varlen kernel in one call when installed (CUDA, fp16/bf16, B == 1), else
-    PyTorch's scaled_dot_product_attention per sequence."""
+    PyTorch's scaled_dot_product_attention per sequence. ``cu_tensor``: ``cu``
+    as an int32 tensor on q's device, made once per micro-batch by the caller
+    (made here when None)."""
     if (
         _flash_varlen is not None
         and q.is_cuda
         and q.dtype in (torch.float16, torch.bfloat16)
         and q.shape[0] == 1
     ):
-        cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
+        cu_t = (
+            cu_tensor
+            if cu_tensor is not None
+            else torch.tensor(cu, dtype=torch.int32, device=q.device)
+        )
         longest = max(cu[j + 1] - cu[j] for j in range(len(cu) - 1))
         out = _flash_varlen(
             q[0].transpose(0, 1),

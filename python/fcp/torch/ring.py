@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from .context import MicroBatchContext, _Geometry, _Ring, context_for
-from .kernels import _acc_dtype, _select_kernel, exact_attention
+from .kernels import _acc_dtype, _select_kernel, _VarlenRefused, exact_attention
 from .layout import normalize_cu_seqlens, packed_index
 
 _KV_TAG = 0
@@ -50,10 +50,125 @@ def _kv_piece(kv, cols, dk_):
     )
 
 
+class _VarlenBlock:
+    """A step's pieces as one varlen call (THD, flash-attn's layout): the
+    query rows and key/value columns of every piece gathered in piece order,
+    their cumulative lengths, and the one causal flag all pieces of a step
+    share (the own block is causal, every other block full). Resolved once
+    per (block, device) and reused by every layer."""
+
+    def __init__(self, pieces, device):
+        def index(ranges):
+            return torch.cat(
+                [torch.arange(a, b, device=device) for a, b in ranges]
+                or [torch.zeros(0, dtype=torch.int64, device=device)]
+            )
+
+        def cumulative(ranges):
+            cu = [0]
+            for a, b in ranges:
+                cu.append(cu[-1] + b - a)
+            return torch.tensor(cu, dtype=torch.int32, device=device)
+
+        rows, cols = [p[0] for p in pieces], [p[1] for p in pieces]
+        self.rows, self.cols = index(rows), index(cols)
+        self.cu_q, self.cu_k = cumulative(rows), cumulative(cols)
+        self.max_q = max((b - a for a, b in rows), default=0)
+        self.max_k = max((b - a for a, b in cols), default=0)
+        self.causal = pieces[0][2] if pieces else False
+
+
+def _varlen_block(ring, src, causal, kernel, q):
+    """The step's :class:`_VarlenBlock` when ``kernel`` runs varlen blocks
+    (``kernel.varlen``) on a packed batch (batch dim 1) and the step's pieces
+    share one causal flag; else None (one kernel call per piece)."""
+    if not getattr(kernel, "varlen", False) or q.shape[0] != 1:
+        return None
+    pieces = ring.pieces(src, causal)
+    if not pieces or len({c for _, _, c in pieces}) != 1:
+        return None
+    key = ("varlen", src, bool(causal), q.device)
+    if key not in ring._varlen:
+        ring._varlen[key] = _VarlenBlock(pieces, q.device)
+    return ring._varlen[key]
+
+
+def _thd(t, index):
+    """Rows ``index`` of (1, H, T, D) as (len(index), H, D), contiguous."""
+    return t[0].index_select(1, index).transpose(0, 1).contiguous()
+
+
+def _merge_rows(out_acc, lse_acc, rows, o, lse, first):
+    """:func:`_merge` for gathered rows (an index tensor)."""
+    o = o.to(out_acc.dtype)
+    if first:
+        out_acc.index_copy_(2, rows, o)
+        lse_acc.index_copy_(-1, rows, lse)
+        return
+    old_lse = lse_acc.index_select(-1, rows)
+    new_lse = torch.logaddexp(old_lse, lse)
+    merged = out_acc.index_select(2, rows) * torch.exp(old_lse - new_lse).unsqueeze(-1)
+    merged += o * torch.exp(lse - new_lse).unsqueeze(-1)
+    out_acc.index_copy_(2, rows, merged)
+    lse_acc.index_copy_(-1, rows, new_lse)
+
+
+def _varlen_forward(q, kv, block, ring, src, scale, kernel, out_acc, lse_acc):
+    dk_ = q.shape[-1]
+    o, lse = kernel.forward_varlen(
+        _thd(q, block.rows),
+        _thd(kv[..., :dk_], block.cols),
+        _thd(kv[..., dk_:], block.cols),
+        block.cu_q,
+        block.cu_k,
+        block.max_q,
+        block.max_k,
+        block.causal,
+        scale,
+    )
+    _merge_rows(
+        out_acc,
+        lse_acc,
+        block.rows,
+        o.transpose(0, 1)[None],
+        lse.to(lse_acc.dtype)[None],
+        first=src == ring.index,
+    )
+
+
+def _varlen_backward(dout, q, out, lse, kv, block, scale, kernel, dq):
+    acc = dq.dtype
+    dk_ = q.shape[-1]
+    gq, gk, gv = kernel.backward_varlen(
+        _thd(dout, block.rows),
+        _thd(q, block.rows),
+        _thd(kv[..., :dk_], block.cols),
+        _thd(kv[..., dk_:], block.cols),
+        _thd(out, block.rows),
+        lse[0].index_select(-1, block.rows).contiguous(),
+        block.cu_q,
+        block.cu_k,
+        block.max_q,
+        block.max_k,
+        block.causal,
+        scale,
+    )
+    dq.index_add_(2, block.rows, gq.transpose(0, 1)[None].to(acc))
+    return [(block.cols, gk.transpose(0, 1)[None].to(acc), gv.transpose(0, 1)[None].to(acc))]
+
+
 def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
     """Merges the pieces of key/value block ``src`` into the accumulators.
     The first step (this rank's own block) always covers every query row
-    with one piece, so its result is copied instead of merged."""
+    with one piece, so its result is copied instead of merged. A varlen
+    kernel runs all pieces of the step in one call."""
+    block = _varlen_block(ring, src, causal, kernel, q)
+    if block is not None:
+        try:
+            _varlen_forward(q, kv, block, ring, src, scale, kernel, out_acc, lse_acc)
+            return
+        except _VarlenRefused:  # the guard warned; nothing was merged
+            pass
     dk_ = q.shape[-1]
     for rows, cols, piece_causal in ring.pieces(src, causal):
         kb, vb = _kv_piece(kv, cols, dk_)
@@ -66,6 +181,12 @@ def _block_forward(q, kv, src, ring, causal, scale, kernel, out_acc, lse_acc):
 def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq):
     """Adds block ``src``'s share of dQ into ``dq``; returns its dK/dV pieces
     [(columns, dk, dv)] in the accumulation dtype, key/value heads."""
+    block = _varlen_block(ring, src, causal, kernel, q)
+    if block is not None:
+        try:
+            return _varlen_backward(dout, q, out, lse, kv, block, scale, kernel, dq)
+        except _VarlenRefused:  # the guard warned; nothing was added
+            pass
     acc = dq.dtype
     dk_ = q.shape[-1]
     grads = []
@@ -87,7 +208,12 @@ def _block_backward(dout, q, out, lse, kv, src, ring, causal, scale, kernel, dq)
 
 
 def _add_grads(dkv, grads, dk_):
-    for (c0, c1), gk, gv in grads:
+    for cols, gk, gv in grads:
+        if isinstance(cols, torch.Tensor):  # a varlen block's gathered columns
+            dkv[..., :dk_].index_add_(2, cols, gk)
+            dkv[..., dk_:].index_add_(2, cols, gv)
+            continue
+        c0, c1 = cols
         dkv[:, :, c0:c1, :dk_] += gk
         dkv[:, :, c0:c1, dk_:] += gv
 
@@ -323,7 +449,7 @@ def ring_attention(
     qb, kb, vb, restore = _as_batched(q, k, v, packed)
     ctx = context_for(group, cu_seqlens, causal, seq_len, rank, qb.shape[-2], qb.device)
     scale = _scale(q, softmax_scale)
-    impl = _select_kernel(kernel, q.device, q.dtype, q.shape[-1])
+    impl = ctx.block_kernel(kernel, q)  # chosen once per micro-batch
     if ctx.cu_seqlens[-1] == 0:  # nothing to attend; every rank knows it: no messages
         out = qb.new_zeros(*qb.shape[:-1], vb.shape[-1]) + 0 * (qb.sum() + kb.sum() + vb.sum())
     elif (
@@ -335,7 +461,9 @@ def ring_attention(
         # per sequence is the fastest exact path; no block merge needed. (CPU
         # fp16/bf16 keep the blocks: PyTorch's CPU kernel would sum grouped
         # dK/dV in the input dtype.)
-        out = exact_attention(qb, kb, vb, ctx.cu_seqlens, ctx.causal, scale)
+        out = exact_attention(
+            qb, kb, vb, ctx.cu_seqlens, ctx.causal, scale, ctx.cu_tensor(qb.device)
+        )
     else:
         out = _RingAttention.apply(qb, kb, vb, ctx.ring, ctx.causal, scale, impl)
     return restore(out)

@@ -149,7 +149,7 @@ def ulysses_attention(
         zero = qb.new_zeros(*qb.shape[:-1], vb.shape[-1])
         return restore(zero + 0 * (qb.sum() + kb.sum() + vb.sum()))
     if ctx.degree == 1:
-        return restore(exact_attention(qb, kb, vb, cu, ctx.causal, scale))
+        return restore(exact_attention(qb, kb, vb, cu, ctx.causal, scale, ctx.cu_tensor(qb.device)))
     pg_ranks = _group_ranks(ctx)
     slots = [ctx.ranks.index(r) for r in pg_ranks]  # ring index of each all-to-all slot
     sizes = [ctx.geometry.lengths[ri] for ri in slots]
@@ -177,5 +177,6 @@ def ulysses_attention(
         _scatter_heads(x, degree, pg, sizes).index_select(2, perm)
         for x in (q_slots, kv_slots(kb), kv_slots(vb))
     )
-    out = exact_attention(qg, kg, vg, cu, ctx.causal, scale).index_select(2, inverse)
+    out = exact_attention(qg, kg, vg, cu, ctx.causal, scale, ctx.cu_tensor(qb.device))
+    out = out.index_select(2, inverse)
     return restore(_gather_heads(out.contiguous(), degree, pg, sizes, t))
