@@ -28,6 +28,10 @@ constexpr size_t kHistory = 500;
 // Share of the budget spent on descents from every start (the rest: late
 // acceptance from the best of them).
 constexpr double kDescentShare = 0.4;
+// Longest critical chain followed back from a last-finishing group.
+constexpr int kMaxChain = 64;
+// Groups that finish first, the targets of moves off the critical chain.
+constexpr size_t kSlackGroups = 8;
 
 // One CP group: contiguous ranks after `gap` idle ones.
 struct Slot {
@@ -47,7 +51,8 @@ struct State {
   double spread = kInf;  // rms over ranks of their finish time (ms)
   std::string origin;
   std::vector<std::pair<int, int>>
-      critical;  // (micro-batch, slot) finishing last
+      critical;                            // (micro-batch, slot) finishing last
+  std::vector<std::pair<int, int>> slack;  // the groups that finish first
   double cost() const { return score + kTieWeight * spread; }
 };
 
@@ -181,20 +186,48 @@ bool Searcher::Valid(const MicroBatch& mb) const {
 }
 
 // Scores `s` from its view: the score, each rank's finish time (spread) and
-// the groups that finish last.
+// the critical chain: the groups that finish last and, back from each, the
+// group whose end on a shared rank held up its start.
 void Searcher::Evaluate(State& s) const {
   std::vector<std::vector<double>> starts;
   const double makespan = ListScheduleMs(n_, s.view, &starts);
   s.score = r_.grad_sync ? StepMs(n_, s.view, *r_.grad_sync) : makespan;
+  using Ref = std::pair<int, int>;
   std::vector<double> finish(n_, 0.0);
-  s.critical.clear();
+  std::vector<Ref> owner(n_, {-1, -1});
+  std::vector<std::vector<Ref>> blocker(s.view.size());
+  std::vector<Ref> last;
+  std::vector<std::pair<double, Ref>> ends;
   for (size_t m = 0; m < s.view.size(); ++m) {
+    blocker[m].assign(s.view[m].groups.size(), {-1, -1});
     for (size_t i = 0; i < s.view[m].groups.size(); ++i) {
       const GroupPlan& g = s.view[m].groups[i];
+      for (int rank : g.ranks) {
+        if (finish[rank] > 0 && finish[rank] >= starts[m][i])
+          blocker[m][i] = owner[rank];
+      }
       const double end = starts[m][i] + g.est_ms;
-      for (int rank : g.ranks) finish[rank] = end;
+      for (int rank : g.ranks) {
+        finish[rank] = end;
+        owner[rank] = {static_cast<int>(m), static_cast<int>(i)};
+      }
       if (end >= makespan * (1 - 1e-9))
-        s.critical.emplace_back(static_cast<int>(m), static_cast<int>(i));
+        last.emplace_back(static_cast<int>(m), static_cast<int>(i));
+      ends.push_back({end, {static_cast<int>(m), static_cast<int>(i)}});
+    }
+  }
+  const size_t first = std::min(ends.size(), kSlackGroups);
+  std::partial_sort(ends.begin(), ends.begin() + first, ends.end());
+  s.slack.clear();
+  for (size_t k = 0; k < first; ++k) s.slack.push_back(ends[k].second);
+  s.critical.clear();
+  for (Ref at : last) {
+    for (int hops = 0; at.first >= 0 && hops < kMaxChain; ++hops) {
+      if (std::find(s.critical.begin(), s.critical.end(), at) !=
+          s.critical.end())
+        break;
+      s.critical.push_back(at);
+      at = blocker[at.first][at.second];
     }
   }
   double sq = 0;
@@ -296,6 +329,7 @@ bool Searcher::TryMove(State& s, double accept_below) {
   size_before_ = s.layout.size();
   const double old_score = s.score, old_spread = s.spread;
   const auto old_critical = s.critical;
+  const auto old_slack = s.slack;
   bool ok = ApplyRandomMove(s);
   for (size_t m = 0; ok && m < s.layout.size(); ++m) {
     bool touched = m >= size_before_;
@@ -316,6 +350,7 @@ bool Searcher::TryMove(State& s, double accept_below) {
   s.score = old_score;
   s.spread = old_spread;
   s.critical = old_critical;
+  s.slack = old_slack;
   return false;
 }
 
@@ -386,9 +421,12 @@ bool Searcher::MoveSequence(State& s, bool swap) {
   const auto [m, i] = PickSlot(s, true);
   if (m < 0) return false;
   const int same_size = static_cast<int>(s.layout[m].size());
-  const auto [m2, j] = same_size > 1 && Chance(0.5)
-                           ? std::pair{m, Uniform(0, same_size - 1)}
-                           : PickSlot(s, false);
+  const double target = std::uniform_real_distribution<double>(0, 1)(rng_);
+  const auto [m2, j] =
+      target < 0.35 && !s.slack.empty()
+          ? s.slack[Uniform(0, static_cast<int>(s.slack.size()) - 1)]
+      : target < 0.7 && same_size > 1 ? std::pair{m, Uniform(0, same_size - 1)}
+                                      : PickSlot(s, false);
   if (m2 < 0 || (m == m2 && i == j)) return false;
   Touch(s, m);
   Touch(s, m2);
@@ -425,7 +463,11 @@ bool Searcher::Resize(State& s) {
   const int delta = sizes[Uniform(0, 6)];
   const int size = static_cast<int>(mb.size());
   const bool via_idle = size == 1 || Chance(0.4);
-  const int other = via_idle ? -1 : (i + Uniform(1, size - 1)) % size;
+  int other = via_idle ? -1 : (i + Uniform(1, size - 1)) % size;
+  if (!via_idle && Chance(0.5)) {  // a group of the micro-batch that has slack
+    for (const auto& [sm, si] : s.slack)
+      if (sm == m && si != i) other = si;
+  }
   if (grow) {
     if (other < 0) {
       mb[i].degree += delta;
@@ -640,7 +682,7 @@ std::vector<SearchStart> DefaultSearchStarts(const PlanRequest& request) {
   return starts;
 }
 
-namespace {
+namespace local_search_internal {
 
 void CheckOptions(const LocalSearchOptions& options) {
   if (!(options.time_limit_s > 0) || !std::isfinite(options.time_limit_s))
@@ -667,12 +709,12 @@ Plan ToPlan(const PlanRequest& request, const local_search_internal::State& s) {
   return plan;
 }
 
-}  // namespace
+}  // namespace local_search_internal
 
 LocalSearchResult LocalSearch(const PlanRequest& request,
                               const std::vector<SearchStart>& starts,
                               const LocalSearchOptions& options) {
-  CheckOptions(options);
+  local_search_internal::CheckOptions(options);
   const auto begin = std::chrono::steady_clock::now();
   LocalSearchResult result;
   const int bad = FirstNotFitting(request, request.cluster.num_ranks);
@@ -698,7 +740,7 @@ LocalSearchResult LocalSearch(const PlanRequest& request,
     throw InputError("starts", "no start plan within max_micro_batches");
   searcher.Run(std::move(states));
   const local_search_internal::State& best = searcher.best();
-  result.plan = ToPlan(request, best);
+  result.plan = local_search_internal::ToPlan(request, best);
   result.score_ms = best.score;
   result.origin = best.origin;
   if (options.keep_starts) {
