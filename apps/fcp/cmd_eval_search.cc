@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "baselines/search_eval.h"
 #include "command.h"
@@ -60,6 +61,11 @@ int RunEvalSearch(int argc, char** argv) {
                  "moves each search tries at most (0 = until the time limit); "
                  "a search that the iterations end is the same on every run")
       ->capture_default_str();
+  app.add_option("--starts", options.starts,
+                 "comma-separated plans the search starts from besides one "
+                 "group of all ranks (none: that group alone)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
   app.add_option("-f,--format", format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
@@ -72,6 +78,7 @@ int RunEvalSearch(int argc, char** argv) {
       options.lengths = ReadLengthsFile(lengths_file);
       options.lengths_name = lengths_file;
     }
+    if (options.starts == std::vector<std::string>{"none"}) options.starts = {};
     Progress progress(!quiet);
     options.progress = progress.Callback();
     const baselines::SearchEvalReport report =

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <random>
@@ -32,6 +33,8 @@ constexpr double kDescentShare = 0.4;
 constexpr int kMaxChain = 64;
 // Groups that finish first, the targets of moves off the critical chain.
 constexpr size_t kSlackGroups = 8;
+// Share of moves followed by a second one before they are scored.
+constexpr double kCompoundShare = 0.25;
 
 // One CP group: contiguous ranks after `gap` idle ones.
 struct Slot {
@@ -111,6 +114,7 @@ class Searcher {
   void LateAcceptance(State& s, double until);
   bool TryMove(State& s, double accept_below);
   bool ApplyRandomMove(State& s);
+  bool ApplyMoves(State& s);
   void Touch(State& s, int m);
   void Undo(State& s);
   void NoteBest(const State& s);
@@ -123,6 +127,7 @@ class Searcher {
   bool ShiftGap(State& s);
   bool MoveGroup(State& s);
   bool SequenceToNewMicroBatch(State& s);
+  bool SplitInTime(State& s);
   // Helpers.
   int Uniform(int lo, int hi) {  // [lo, hi]
     return std::uniform_int_distribution<int>(lo, hi)(rng_);
@@ -132,6 +137,10 @@ class Searcher {
   }
   std::pair<int, int> PickSlot(const State& s, bool prefer_critical);
   int NonEmptyMicroBatches(const State& s) const;
+  static bool Exists(const State& s, int m, int i) {
+    return m >= 0 && m < static_cast<int>(s.layout.size()) && i >= 0 &&
+           i < static_cast<int>(s.layout[m].size());
+  }
   int MicroBatchLimit() const;
 
   const PlanRequest& r_;
@@ -330,7 +339,7 @@ bool Searcher::TryMove(State& s, double accept_below) {
   const double old_score = s.score, old_spread = s.spread;
   const auto old_critical = s.critical;
   const auto old_slack = s.slack;
-  bool ok = ApplyRandomMove(s);
+  bool ok = ApplyMoves(s);
   for (size_t m = 0; ok && m < s.layout.size(); ++m) {
     bool touched = m >= size_before_;
     for (const auto& saved : saved_)
@@ -361,10 +370,18 @@ bool Searcher::ApplyRandomMove(State& s) {
   if (pick < 60) return Resize(s);
   if (pick < 68) return Split(s);
   if (pick < 76) return Merge(s);
-  if (pick < 84) return Reorder(s);
-  if (pick < 88) return ShiftGap(s);
+  if (pick < 81) return Reorder(s);
+  if (pick < 85) return ShiftGap(s);
+  if (pick < 88) return SplitInTime(s);
   if (pick < 97) return MoveGroup(s);
   return SequenceToNewMicroBatch(s);
+}
+
+// One move, or now and then two scored as one (a sequence moved and ranks
+// moved after it, say), which crosses barriers that each move alone meets.
+bool Searcher::ApplyMoves(State& s) {
+  if (!ApplyRandomMove(s)) return false;
+  return !Chance(kCompoundShare) || ApplyRandomMove(s);
 }
 
 void Searcher::Descend(State& s, double until) {
@@ -390,8 +407,12 @@ void Searcher::Run(std::vector<State> starts) {
 }
 
 std::pair<int, int> Searcher::PickSlot(const State& s, bool prefer_critical) {
-  if (prefer_critical && !s.critical.empty() && Chance(0.6))
-    return s.critical[Uniform(0, static_cast<int>(s.critical.size()) - 1)];
+  if (prefer_critical && !s.critical.empty() && Chance(0.6)) {
+    const auto [m, i] =
+        s.critical[Uniform(0, static_cast<int>(s.critical.size()) - 1)];
+    // (A first move of a compound one may have changed the micro-batch.)
+    if (Exists(s, m, i)) return {m, i};
+  }
   int total = 0;
   for (const MicroBatch& mb : s.layout) total += static_cast<int>(mb.size());
   if (total == 0) return {-1, -1};
@@ -427,7 +448,7 @@ bool Searcher::MoveSequence(State& s, bool swap) {
           ? s.slack[Uniform(0, static_cast<int>(s.slack.size()) - 1)]
       : target < 0.7 && same_size > 1 ? std::pair{m, Uniform(0, same_size - 1)}
                                       : PickSlot(s, false);
-  if (m2 < 0 || (m == m2 && i == j)) return false;
+  if (!Exists(s, m2, j) || (m == m2 && i == j)) return false;
   Touch(s, m);
   Touch(s, m2);
   Slot& a = s.layout[m][i];
@@ -466,7 +487,7 @@ bool Searcher::Resize(State& s) {
   int other = via_idle ? -1 : (i + Uniform(1, size - 1)) % size;
   if (!via_idle && Chance(0.5)) {  // a group of the micro-batch that has slack
     for (const auto& [sm, si] : s.slack)
-      if (sm == m && si != i) other = si;
+      if (sm == m && si != i && Exists(s, sm, si)) other = si;
   }
   if (grow) {
     if (other < 0) {
@@ -656,6 +677,40 @@ bool Searcher::SequenceToNewMicroBatch(State& s) {
                      : std::max<int>(static_cast<int>(dmin),
                                      std::min(n_, r_.cluster.ranks_per_node));
   s.layout.push_back({std::move(alone)});
+  s.view.emplace_back();
+  return true;
+}
+
+// Moves half of a group's sequences (longest-processing-time halves) to a new
+// last micro-batch, on the same ranks: the group's work split in time, not
+// space, which halves its memory and opens splits that memory refused.
+bool Searcher::SplitInTime(State& s) {
+  if (NonEmptyMicroBatches(s) >= MicroBatchLimit()) return false;
+  const auto [m, i] = PickSlot(s, true);
+  if (m < 0 || s.layout[m][i].seqs.size() < 2) return false;
+  Touch(s, m);
+  Slot& a = s.layout[m][i];
+  std::vector<int> seqs = a.seqs;
+  auto work = [&](int k) {
+    return fcp::WorkS(r_.cost, GroupLoad::Of(r_.sequences[k]));
+  };
+  std::stable_sort(seqs.begin(), seqs.end(),
+                   [&](int x, int y) { return work(x) > work(y); });
+  Slot later;
+  later.degree = a.degree;
+  a.seqs.clear();
+  a.load = GroupLoad{};
+  double wa = 0, wl = 0;
+  for (int k : seqs) {
+    Slot& half = wa <= wl ? a : later;
+    (wa <= wl ? wa : wl) += work(k);
+    half.seqs.push_back(k);
+    half.load.Add(r_.sequences[k]);
+  }
+  for (int j = 0; j < i; ++j)
+    later.gap += s.layout[m][j].gap + s.layout[m][j].degree;
+  later.gap += a.gap;
+  s.layout.push_back({std::move(later)});
   s.view.emplace_back();
   return true;
 }

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "fcp/datasets.h"
@@ -29,6 +31,15 @@ void CheckSearchEvalOptions(const SearchEvalOptions& o) {
     throw InputError("model", UnknownModelPresetMessage(o.model));
   if (o.lengths.empty() && FindDataset(o.dataset) == nullptr)
     throw InputError("dataset", "unknown dataset '" + o.dataset + "'");
+  const char* const known[] = {"fcp",      "ref-share", "ref-bisect",
+                               "ref-grow", "megatron",  "deepspeed"};
+  for (const std::string& s : o.starts) {
+    if (std::find(std::begin(known), std::end(known), s) == std::end(known)) {
+      throw InputError("starts", "unknown start '" + s +
+                                     "' (known: fcp, ref-share, ref-bisect, "
+                                     "ref-grow, megatron, deepspeed)");
+    }
+  }
   if (o.batches < 1 || o.batches > 1000)
     throw InputError("batches", "must be in [1, 1000]");
   if (!(o.search.time_limit_s > 0) || !std::isfinite(o.search.time_limit_s))
@@ -53,16 +64,19 @@ PlanRequest InstanceRequest(const SearchEvalOptions& o,
   return r;
 }
 
-// The row's start scores: fcp, the best heuristic, the best static plan.
-void FillStartScores(const LocalSearchResult& found, SearchEvalRow& row) {
+// The row's other plans: fcp, the best heuristic, the best static plan.
+void FillStrategyScores(const PlanRequest& request,
+                        const std::vector<SearchStart>& plans,
+                        SearchEvalRow& row) {
   row.heuristic_ms = row.static_ms = INFINITY;
-  for (const auto& [name, ms] : found.start_scores_ms) {
-    if (name == "fcp") row.fcp_ms = ms;
-    if (name.starts_with("ref-") && ms < row.heuristic_ms) {
+  for (const SearchStart& p : plans) {
+    const double ms = SearchScoreMs(request, p.plan);
+    if (p.name == "fcp") row.fcp_ms = ms;
+    if (p.name.starts_with("ref-") && ms < row.heuristic_ms) {
       row.heuristic_ms = ms;
-      row.heuristic = name;
+      row.heuristic = p.name;
     }
-    if ((name == "megatron" || name == "deepspeed") && ms < row.static_ms)
+    if ((p.name == "megatron" || p.name == "deepspeed") && ms < row.static_ms)
       row.static_ms = ms;
   }
 }
@@ -72,8 +86,13 @@ SearchEvalRow RunInstance(const SearchEvalOptions& o,
                           uint64_t batch_seed) {
   const PlanRequest request = InstanceRequest(o, cluster, ranks, batch_seed);
   ValidateRequest(request);
-  const LocalSearchResult found =
-      LocalSearch(request, DefaultSearchStarts(request), o.search);
+  const std::vector<SearchStart> plans = DefaultSearchStarts(request);
+  std::vector<SearchStart> starts;
+  for (const SearchStart& p : plans) {
+    if (std::find(o.starts.begin(), o.starts.end(), p.name) != o.starts.end())
+      starts.push_back(p);
+  }
+  const LocalSearchResult found = LocalSearch(request, starts, o.search);
   if (found.plan.status != PlanStatus::kOk) {
     throw InputError("sequences",
                      fmt::format("batch {} on {} x {}: {}", batch_seed, cluster,
@@ -83,7 +102,7 @@ SearchEvalRow RunInstance(const SearchEvalOptions& o,
   row.cluster = cluster;
   row.ranks = ranks;
   row.batch_seed = batch_seed;
-  FillStartScores(found, row);
+  FillStrategyScores(request, plans, row);
   row.reference_ms = found.score_ms;
   row.bound_ms = LowerBoundMs(request, /*all_to_all=*/true);
   row.origin = found.origin;
@@ -97,9 +116,16 @@ std::string DataName(const SearchEvalOptions& o) {
   return o.lengths.empty() ? o.dataset : o.lengths_name;
 }
 
+std::string StartsName(const SearchEvalOptions& o) {
+  std::string out;
+  for (const std::string& s : o.starts) out += s + ", ";
+  return out + "one group of all ranks";
+}
+
 }  // namespace search_eval_internal
 
 using search_eval_internal::DataName;
+using search_eval_internal::StartsName;
 
 SearchEvalReport EvaluateSearch(const SearchEvalOptions& options) {
   search_eval_internal::CheckSearchEvalOptions(options);
@@ -140,10 +166,11 @@ std::string SearchReportToTable(const SearchEvalReport& report) {
   std::string out = fmt::format(
       "fcp vs a local-search reference (planner cost-model estimates, not "
       "simulated): {}, {}, {} sequences per batch, search seed {}, {} s / {} "
-      "iterations per instance\n",
+      "iterations per instance, from {}\n",
       DataName(o), o.model, o.sequences, o.search.seed, o.search.time_limit_s,
       o.search.max_iterations > 0 ? std::to_string(o.search.max_iterations)
-                                  : std::string("unlimited"));
+                                  : std::string("unlimited"),
+      StartsName(o));
   out += fmt::format(
       "{:<16} {:>5} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} "
       "{:>9}  {:<20} {:>3} {:>10}\n",
@@ -186,6 +213,7 @@ std::string SearchReportToJson(const SearchEvalReport& report, int indent) {
   j["model"] = o.model;
   j["sequences"] = o.sequences;
   j["seed"] = o.seed;
+  j["starts"] = o.starts;
   j["search"] = {{"seed", o.search.seed},
                  {"time_limit_s", o.search.time_limit_s},
                  {"max_iterations", o.search.max_iterations}};

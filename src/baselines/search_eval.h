@@ -27,6 +27,11 @@ struct SearchEvalOptions {
   int batches = 1;                 // per (cluster, ranks); seeds seed, seed+1..
   uint64_t seed = 1;
   LocalSearchOptions search;  // per instance (its seed: search.seed)
+  // The plans the search starts from, of DefaultSearchStarts' (one group of
+  // all ranks is always one); empty: that group alone. fcp's, the
+  // heuristics' and the static plans' estimates are reported either way.
+  std::vector<std::string> starts = {"fcp",      "ref-share", "ref-bisect",
+                                     "ref-grow", "megatron",  "deepspeed"};
   // Called before each instance ("[eval search] instance i/I ..."); may be
   // empty.
   std::function<void(const std::string&)> progress;
@@ -57,7 +62,7 @@ struct SearchEvalReport {
 };
 
 // Throws InputError naming the option ("sequences", "ranks", "clusters",
-// "model", "dataset", "batches", "time_limit_s", ...).
+// "model", "dataset", "batches", "starts", "time_limit_s", ...).
 SearchEvalReport EvaluateSearch(const SearchEvalOptions& options);
 
 std::string SearchReportToTable(const SearchEvalReport& report);

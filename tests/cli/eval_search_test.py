@@ -36,6 +36,11 @@ def test_short_run():
             check(f"{name}: reference <= {key}", ref <= row[key] * (1 + 1e-12), str(row))
         check(f"{name}: reference >= bound", ref >= row["bound_ms"] * (1 - 1e-12), str(row))
         check(f"{name}: iterations as asked", row["iterations"] == 3000, str(row))
+    alone = run(SHORT + ["--format", "json", "--starts", "none"])
+    check("--starts none exits 0", alone.returncode == 0, alone.stderr)
+    if alone.returncode == 0:
+        for row in json.loads(alone.stdout)["instances"]:
+            check("--starts none: from one group", row["reference_from"] == "one group", str(row))
     ratios = [r["fcp_ms"] / r["reference_ms"] for r in report["instances"]]
     check("worst ratio", abs(report["worst_fcp_over_reference"] - max(ratios)) < 1e-12)
 
@@ -57,6 +62,7 @@ def test_bad_options():
         (["--batches", "0"], "error: batches:"),
         (["--time-limit-s", "0"], "error: time_limit_s:"),
         (["--iterations", "-1"], "error: iterations:"),
+        (["--starts", "fcp,nope"], "error: starts: unknown start 'nope'"),
         (["--lengths", "/nonexistent/lengths.csv"], "error: /nonexistent/lengths.csv"),
     ]
     for extra, want in cases:
