@@ -128,6 +128,7 @@ class Searcher {
   bool MoveGroup(State& s);
   bool SequenceToNewMicroBatch(State& s);
   bool SplitInTime(State& s);
+  bool RebuildWindow(State& s);
   // Helpers.
   int Uniform(int lo, int hi) {  // [lo, hi]
     return std::uniform_int_distribution<int>(lo, hi)(rng_);
@@ -365,9 +366,10 @@ bool Searcher::TryMove(State& s, double accept_below) {
 
 bool Searcher::ApplyRandomMove(State& s) {
   const int pick = Uniform(0, 99);
-  if (pick < 25) return MoveSequence(s, false);
-  if (pick < 40) return MoveSequence(s, true);
-  if (pick < 60) return Resize(s);
+  if (pick < 21) return MoveSequence(s, false);
+  if (pick < 34) return MoveSequence(s, true);
+  if (pick < 52) return Resize(s);
+  if (pick < 60) return RebuildWindow(s);
   if (pick < 68) return Split(s);
   if (pick < 76) return Merge(s);
   if (pick < 81) return Reorder(s);
@@ -712,6 +714,64 @@ bool Searcher::SplitInTime(State& s) {
   later.gap += a.gap;
   s.layout.push_back({std::move(later)});
   s.view.emplace_back();
+  return true;
+}
+
+// Ruin and recreate: the sequences of up to four adjacent groups of a
+// micro-batch (around one on the critical chain) dealt again, longest-
+// processing-time first, onto a random number of new groups whose degrees
+// share the window's ranks in proportion to their work.
+bool Searcher::RebuildWindow(State& s) {
+  const auto [m, i] = PickSlot(s, true);
+  if (m < 0) return false;
+  Touch(s, m);
+  MicroBatch& mb = s.layout[m];
+  const int size = static_cast<int>(mb.size());
+  const int width = Uniform(1, 4);
+  int a = i, b = i + 1;
+  while (b - a < width && (a > 0 || b < size)) {
+    if (b >= size || (a > 0 && Chance(0.5))) {
+      --a;
+    } else {
+      ++b;
+    }
+  }
+  int ranks = 0;
+  std::vector<int> seqs;
+  for (int j = a; j < b; ++j) {
+    ranks += (j > a ? mb[j].gap : 0) + mb[j].degree;
+    seqs.insert(seqs.end(), mb[j].seqs.begin(), mb[j].seqs.end());
+  }
+  auto work = [&](int k) {
+    return fcp::WorkS(r_.cost, GroupLoad::Of(r_.sequences[k]));
+  };
+  std::stable_sort(seqs.begin(), seqs.end(),
+                   [&](int x, int y) { return work(x) > work(y); });
+  const int count = Uniform(1, std::min(static_cast<int>(seqs.size()), ranks));
+  std::vector<Slot> fresh(count);
+  std::vector<double> load(count, 0);
+  for (int k : seqs) {
+    const int j = static_cast<int>(std::min_element(load.begin(), load.end()) -
+                                   load.begin());
+    load[j] += work(k);
+    fresh[j].seqs.push_back(k);
+    fresh[j].load.Add(r_.sequences[k]);
+  }
+  double total = 0;
+  for (double w : load) total += w;
+  int given = 0;
+  for (int j = 0; j < count; ++j) {
+    fresh[j].degree =
+        std::max(1, static_cast<int>(
+                        std::floor(ranks * load[j] / std::max(total, 1e-300))));
+    given += fresh[j].degree;
+  }
+  for (int j = 0; given < ranks; j = (j + 1) % count, ++given)
+    ++fresh[j].degree;
+  if (given > ranks) return false;
+  fresh[0].gap = mb[a].gap;
+  mb.erase(mb.begin() + a, mb.begin() + b);
+  mb.insert(mb.begin() + a, fresh.begin(), fresh.end());
   return true;
 }
 

@@ -15,13 +15,14 @@
 // by taking ranks from idle ranks or a neighbour, split a group in two, merge
 // two groups, reorder the groups of a micro-batch, move idle ranks, move a
 // group to another micro-batch or a sequence to a new one, split a group in
-// time (half its sequences to a new micro-batch on the same ranks); a quarter
-// of the moves are followed by a second before they are scored. Each start is
-// first
-// improved by a descent; the best result then continues under late acceptance
-// (a move is kept when it is no worse than the current plan or than the plan
-// of L moves ago), which lets it cross plateaus of the makespan. Ties in the
-// score go to the plan whose ranks finish earlier on (root mean square).
+// time (half its sequences to a new micro-batch on the same ranks), and deal
+// the sequences of up to four adjacent groups again onto new groups over their
+// ranks (ruin and recreate); a quarter of the moves are followed by a second
+// before they are scored. Each start is first improved by a descent; the best
+// result then continues under late acceptance (a move is kept when it is no
+// worse than the current plan or than the plan of L moves ago), which lets it
+// cross plateaus of the makespan. Ties in the score go to the plan whose ranks
+// finish earlier on (root mean square).
 //
 // Deterministic for a given seed (and standard library: its distributions)
 // as long as `max_iterations`, not the time limit, ends the search.
