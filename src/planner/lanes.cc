@@ -27,7 +27,10 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   // micro-batches as memory allows.
   std::vector<std::vector<std::vector<int>>> out = {{members}};
   if (!dual) return out;
-  if (auto grouping = DualApproxGrouping(relaxed, members, upper_s)) {
+  // Each sequence keeps its own d_min: a lane narrower than that could not
+  // run it (the grouping would then be judged at degrees it never gets).
+  if (auto grouping =
+          DualApproxGrouping(relaxed, members, upper_s, &request.cost)) {
     out.push_back(std::move(*grouping));
   }
   return out;

@@ -140,6 +140,9 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];
       ++tries_long;
+      // The group's degree must hold the sequence alone (its d_min can exceed
+      // what the capacity check below sees when memory is relaxed for lanes).
+      if (ctx.d_min[pos] > l.degree) continue;
       if (cm.mem_per_token *
               (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
           headroom * l.degree) {
@@ -240,8 +243,8 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 }  // namespace
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
-    const PlanRequest& request, const std::vector<int>& members,
-    double upper_s) {
+    const PlanRequest& request, const std::vector<int>& members, double upper_s,
+    const CostModel* d_min_model) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   DualContext ctx{request, members, {}, {}, {}, {}, {}};
@@ -263,7 +266,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   double lower = total_work / cluster.num_ranks + cm.beta1;
   for (size_t pos = 0; pos < by_work.size(); ++pos) {
     const GroupLoad load = GroupLoad::Of(seqs[by_work[pos].second]);
-    ctx.d_min.push_back(MinDegree(cm, load));
+    ctx.d_min.push_back(MinDegree(d_min_model ? *d_min_model : cm, load));
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(by_work[pos].first);
   }
