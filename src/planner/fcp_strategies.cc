@@ -461,11 +461,14 @@ class FcpStrategy final : public Strategy {
   // Persistent groups (lanes.h) as candidates: each lane grouping whose plan
   // scores below `plan` replaces it (estimates filled).
   // `dual`: the dual grouping (memory relaxed per lane) besides the one lane
-  // of everything.
+  // of everything. Its bisection starts unbounded, not from the plan so far,
+  // so that the lane candidates do not depend on which plan the score chose
+  // before (with communicators held, a changed path found other plans).
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
                        bool dual) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual)) {
+    for (const auto& lanes : LaneGroupings(
+             request, std::numeric_limits<double>::infinity(), dual)) {
       for (bool aligned : {false, true}) {
         auto mbs = LaneMicroBatches(request, lanes, aligned);
         if (!mbs) continue;

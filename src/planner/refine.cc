@@ -297,7 +297,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   TauGrouping best = TryTau(ctx, upper_s);
   if (best.num_groups == 0) return std::nullopt;
   double hi = upper_s, lo = std::min(lower, upper_s);
-  for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
+  for (int iter = 0; iter < 32 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
     TauGrouping found = TryTau(ctx, mid);
     if (found.num_groups == 0) {
