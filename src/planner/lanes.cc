@@ -29,9 +29,14 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   if (!dual) return out;
   // Each sequence keeps its own d_min: a lane narrower than that could not
   // run it (the grouping would then be judged at degrees it never gets).
-  if (auto grouping =
-          DualApproxGrouping(relaxed, members, upper_s, &request.cost)) {
-    out.push_back(std::move(*grouping));
+  // Lanes opened at node-aligned degrees are a second grouping: their rings
+  // stay inside nodes where free degrees straddle them (issue 32: Ascend,
+  // go-src lengths, 64 ranks, gbs 1,024).
+  for (bool aligned : {false, true}) {
+    if (auto grouping = DualApproxGrouping(relaxed, members, upper_s,
+                                           &request.cost, aligned)) {
+      out.push_back(std::move(*grouping));
+    }
   }
   return out;
 }

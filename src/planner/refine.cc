@@ -57,6 +57,7 @@ struct DualContext {
   // the bisection (each call scanned the degrees again).
   std::vector<std::vector<double>> time_at;
   std::vector<std::vector<double>> min_up_to;
+  bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
 };
 
 // The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
@@ -78,7 +79,10 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   }
   const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
   for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
-    const double t = BestTimeS(ctx.request, load, d);
+    const double t =
+        ctx.aligned && d > 1 && !AlignedDegree(ctx.request.cluster, d)
+            ? std::numeric_limits<double>::infinity()
+            : BestTimeS(ctx.request, load, d);
     times.push_back(t);
     mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
     if (t <= limit) return d;
@@ -244,10 +248,10 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model) {
+    const CostModel* d_min_model, bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request, members, {}, {}, {}, {}, {}};
+  DualContext ctx{request, members, {}, {}, {}, {}, {}, aligned_degrees};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
   // call (once per micro-batch) made planning O(K · micro-batches) (issue 30).
