@@ -41,6 +41,46 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   return out;
 }
 
+namespace {
+
+// First fit over a lane's chunks in O(log K) per sequence (issue 30: the scan
+// of every chunk was O(K · chunks), quadratic for one lane of everything on a
+// small cluster). Chunk memory depends only on its tokens and grows with them
+// (every rounding step is monotone), so a range of chunks has one with room
+// exactly when its least filled one has; a segment tree of the least tokens
+// finds the first such chunk. Chunks not yet opened count -inf tokens: the
+// first of them takes anything, as a new chunk does.
+class FirstFitChunks {
+ public:
+  explicit FirstFitChunks(size_t max_chunks) {
+    while (leaves_ < max_chunks) leaves_ *= 2;
+    least_.assign(2 * leaves_, kUnopened);
+  }
+  // The first chunk c with fits(tokens of c), or the first unopened one.
+  template <class Fits>
+  size_t Find(Fits&& fits) const {
+    size_t node = 1;
+    while (node < leaves_) {
+      const double least = least_[2 * node];
+      node = least == kUnopened || fits(least) ? 2 * node : 2 * node + 1;
+    }
+    return node - leaves_;
+  }
+  void Add(size_t chunk, double tokens) {
+    size_t node = leaves_ + chunk;
+    least_[node] = (least_[node] == kUnopened ? 0.0 : least_[node]) + tokens;
+    for (node /= 2; node >= 1; node /= 2)
+      least_[node] = std::min(least_[2 * node], least_[2 * node + 1]);
+  }
+
+ private:
+  static constexpr double kUnopened = -std::numeric_limits<double>::infinity();
+  size_t leaves_ = 1;
+  std::vector<double> least_;  // [1, 2·leaves): the tree, leaves at the end
+};
+
+}  // namespace
+
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     bool aligned_degrees) {
@@ -73,22 +113,19 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
       return request.sequences[a].length_tokens >
              request.sequences[b].length_tokens;
     });
-    std::vector<GroupLoad> chunk_load;
+    FirstFitChunks first_fit(seqs.size());
     std::vector<std::vector<int>> chunks;
     for (int k : seqs) {
       const Sequence& s = request.sequences[k];
-      size_t c = 0;
-      for (; c < chunks.size(); ++c) {
-        GroupLoad load = chunk_load[c];
+      const size_t c = first_fit.Find([&](double sum_tokens) {
+        GroupLoad load;
+        load.sum_tokens = sum_tokens;
         load.Add(s);
-        if (GroupMemBytes(cm, load, d) <= cm.mem_capacity) break;
-      }
-      if (c == chunks.size()) {
-        chunks.emplace_back();
-        chunk_load.emplace_back();
-      }
+        return GroupMemBytes(cm, load, d) <= cm.mem_capacity;
+      });
+      if (c == chunks.size()) chunks.emplace_back();
       chunks[c].push_back(k);
-      chunk_load[c].Add(s);
+      first_fit.Add(c, static_cast<double>(s.length_tokens));
     }
     if (out.size() < chunks.size()) out.resize(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) {
