@@ -261,6 +261,9 @@ class FcpStrategy final : public Strategy {
                           &split_bfd, &work_order);
     std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
+    // Where the lanes' bisection starts (s): a makespan no scoring has
+    // chosen, so that the lane candidates are the same whatever the score.
+    const double lanes_upper_s = plan->est_ms / 1000;
     const int count = static_cast<int>(split.size());
     const int fewest =
         MinMicroBatches(request.sequences, request.cost, request.cluster);
@@ -314,7 +317,7 @@ class FcpStrategy final : public Strategy {
     // bound sequences run on fewer ranks each, leaving more for the longest
     // (go-src, 128 ranks, gbs 1,024: 3 lane micro-batches 8 % below the best
     // one-micro-batch plan in fcp's own model).
-    TryLanes(request, score, *plan, /*dual=*/true);
+    TryLanes(request, score, *plan, lanes_upper_s);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
     }
@@ -528,15 +531,14 @@ class FcpStrategy final : public Strategy {
 
   // Persistent groups (lanes.h) as candidates: each lane grouping whose plan
   // scores below `plan` replaces it (estimates filled).
-  // `dual`: the dual grouping (memory relaxed per lane) besides the one lane
-  // of everything. Its bisection starts unbounded, not from the plan so far,
-  // so that the lane candidates do not depend on which plan the score chose
-  // before (with communicators held, a changed path found other plans).
+  // The dual groupings (memory relaxed per lane) bisect below `upper_s`, a
+  // makespan that does not depend on the plans the score chose so far (with
+  // communicators held, a bound taken from the current plan steered the lane
+  // candidates, and fcp then missed plans it had found without them).
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
-                       bool dual) {
+                       double upper_s) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(
-             request, std::numeric_limits<double>::infinity(), dual)) {
+    for (const auto& lanes : LaneGroupings(request, upper_s, /*dual=*/true)) {
       for (bool aligned : {false, true}) {
         auto mbs = LaneMicroBatches(request, lanes, aligned);
         if (!mbs) continue;

@@ -26,25 +26,59 @@ constexpr int kLongTries = 16;
 // model shape, an all-to-all where the degree allows one (realize.h). The
 // grouping stages priced rings only, so a long sequence that an all-to-all
 // group runs far faster across nodes was given a ring's degree (issue 32).
-double BestTimeS(const PlanRequest& request, const GroupLoad& load,
-                 int degree) {
-  const double ring =
-      GroupTimeBestS(request.cost, request.cluster, load, degree);
-  const ModelShape* shape = ShapeOf(request);
-  if (!AllToAllAllowed(shape, degree)) return ring;
-  // A node-aligned degree at its bandwidth on whole nodes (where an aligned
-  // allocation places it, realize.h); any other as the allocator prices it.
-  const CostModel& cm = request.cost;
-  if (AlignedDegree(request.cluster, degree)) {
-    return std::min(
-        ring, AllToAllGroupTimeS(
-                  cm, *shape, load, degree,
-                  AllToAllBandwidthOnRange(cm, request.cluster, 0, degree)));
+// What depends on the degree alone (whether an all-to-all runs, and at which
+// bandwidths) is kept per degree: the dual approximation prices millions of
+// (group, degree) pairs at 8,192 sequences.
+class BestTimer {
+ public:
+  explicit BestTimer(const PlanRequest& request)
+      : cm_(request.cost),
+        cluster_(request.cluster),
+        shape_(ShapeOf(request)) {}
+
+  double operator()(const GroupLoad& load, int degree) {
+    const double ring = GroupTimeBestS(cm_, cluster_, load, degree);
+    if (!shape_ || degree <= 1) return ring;
+    const Degree& info = Info(degree);
+    if (info.a2a_bw.empty()) return ring;
+    double t = ring;
+    for (double bw : info.a2a_bw)
+      t = std::min(t, AllToAllGroupTimeS(cm_, *shape_, load, degree, bw));
+    return t;
   }
-  AllocGroup g;
-  g.load = load;
-  return BestCaseRingOrAllToAll(cm, request.cluster, shape)(g, degree);
-}
+
+ private:
+  // The bandwidths an all-to-all group of this degree is priced at (none:
+  // ring only). A node-aligned degree at its bandwidth on whole nodes (where
+  // an aligned allocation places it, realize.h); any other as the allocator
+  // prices it (BestCaseRingOrAllToAll: the inter-node link, and the
+  // intra-node one too when the group may fit in one node).
+  struct Degree {
+    bool known = false;
+    std::vector<double> a2a_bw;
+  };
+  const Degree& Info(int degree) {
+    if (static_cast<size_t>(degree) >= degrees_.size())
+      degrees_.resize(degree + 1);
+    Degree& info = degrees_[degree];
+    if (info.known) return info;
+    info.known = true;
+    if (!AllToAllAllowed(shape_, degree)) return info;
+    if (AlignedDegree(cluster_, degree)) {
+      info.a2a_bw = {AllToAllBandwidthOnRange(cm_, cluster_, 0, degree)};
+    } else {
+      info.a2a_bw = {cm_.bw_inter_node};
+      if (degree <= cluster_.ranks_per_node)
+        info.a2a_bw.push_back(cm_.bw_intra_node);
+    }
+    return info;
+  }
+
+  const CostModel& cm_;
+  const Cluster& cluster_;
+  const ModelShape* shape_;
+  std::vector<Degree> degrees_;
+};
 
 struct DualContext {
   const PlanRequest& request;
@@ -58,6 +92,7 @@ struct DualContext {
   std::vector<std::vector<double>> time_at;
   std::vector<std::vector<double>> min_up_to;
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
+  BestTimer best_time;
 };
 
 // The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
@@ -82,7 +117,7 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
     const double t =
         ctx.aligned && d > 1 && !AlignedDegree(ctx.request.cluster, d)
             ? std::numeric_limits<double>::infinity()
-            : BestTimeS(ctx.request, load, d);
+            : ctx.best_time(load, d);
     times.push_back(t);
     mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
     if (t <= limit) return d;
@@ -154,7 +189,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
       }
       GroupLoad load = l.load;
       load.Add(s);
-      const double t = BestTimeS(ctx.request, load, l.degree);
+      const double t = ctx.best_time(load, l.degree);
       if (t > limit) continue;
       long_slack.Rekey(it, (limit - t) * l.degree);
       l.load = load;
@@ -251,7 +286,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const CostModel* d_min_model, bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request, members, {}, {}, {}, {}, {}, aligned_degrees};
+  DualContext ctx{request,         members,           {}, {}, {}, {}, {},
+                  aligned_degrees, BestTimer(request)};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
   // call (once per micro-batch) made planning O(K · micro-batches) (issue 30).
@@ -282,7 +318,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     double best = std::numeric_limits<double>::infinity();
     for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks;
          ++d) {
-      best = std::min(best, BestTimeS(request, load, d));
+      best = std::min(best, ctx.best_time(load, d));
     }
     lower = std::max(lower, best);
   }
@@ -292,16 +328,16 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     upper_s = cm.beta1;
     for (int i : ctx.order) {
       const GroupLoad load = GroupLoad::Of(seqs[i]);
-      upper_s += BestTimeS(request, load,
-                           static_cast<int>(std::min<int64_t>(
-                               MinDegree(cm, load), cluster.num_ranks)));
+      upper_s +=
+          ctx.best_time(load, static_cast<int>(std::min<int64_t>(
+                                  MinDegree(cm, load), cluster.num_ranks)));
     }
     upper_s *= 2;
   }
   TauGrouping best = TryTau(ctx, upper_s);
   if (best.num_groups == 0) return std::nullopt;
   double hi = upper_s, lo = std::min(lower, upper_s);
-  for (int iter = 0; iter < 32 && hi - lo > 1e-3 * hi; ++iter) {
+  for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
     TauGrouping found = TryTau(ctx, mid);
     if (found.num_groups == 0) {
