@@ -247,6 +247,7 @@ class FcpStrategy final : public Strategy {
            "grouping, "
            "move local search, exact fast allocator, node-aware placement";
   }
+  // Long because: the candidate stages in order; later ones use earlier bests.
   Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
     // Micro-batch co-planning: the paper's split (so fcp is never worse than
     // fcp-paper), splits with fewer micro-batches down to what memory allows
@@ -564,6 +565,7 @@ class FcpStrategy final : public Strategy {
   // nullopt when some micro-batch has no grouping that fits N ranks.
   // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
   // of each (computed by the split's feasibility check; BFD is deterministic).
+  // Long because: each micro-batch's candidates share `best`, in rank order.
   static std::optional<Plan> PlanSplit(
       const PlanRequest& request, const std::vector<std::vector<int>>& split,
       const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr) {

@@ -139,6 +139,7 @@ bool IsShort(const DualContext& ctx, size_t pos, double limit) {
 }
 
 // Grouping meeting `tau` with at most N ranks, or num_groups 0 when infeasible.
+// Long because: both passes share the slack index, bins and lookup hints.
 TauGrouping TryTau(DualContext& ctx, double tau) {
   const CostModel& cm = ctx.request.cost;
   const Cluster& cluster = ctx.request.cluster;
@@ -350,6 +351,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
   return BuildGroups(ctx, best);
 }
 
+// Long because: every kind of trial resumes one shared allocator state.
 double LocalSearch(const PlanRequest& request,
                    std::vector<std::vector<int>>& groups, int max_trials) {
   const CostModel& cm = request.cost;
