@@ -183,6 +183,8 @@ bool LastNodePartial(const Cluster& cluster) {
 }
 
 constexpr int kLocalSearchTrials = 48;
+// LaneGroupings' node-aligned dual grouping (its third).
+constexpr size_t kAlignedLaneGrouping = 2;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
@@ -539,8 +541,12 @@ class FcpStrategy final : public Strategy {
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
                        double upper_s) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request, upper_s, /*dual=*/true)) {
+    const auto groupings = LaneGroupings(request, upper_s, /*dual=*/true);
+    for (size_t i = 0; i < groupings.size(); ++i) {
+      const auto& lanes = groupings[i];
       for (bool aligned : {false, true}) {
+        // The node-aligned dual grouping (the last) is laid out aligned only.
+        if (!aligned && i == kAlignedLaneGrouping) continue;
         auto mbs = LaneMicroBatches(request, lanes, aligned);
         if (!mbs) continue;
         Plan candidate;

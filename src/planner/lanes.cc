@@ -32,7 +32,12 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   // Lanes opened at node-aligned degrees are a second grouping: their rings
   // stay inside nodes where free degrees straddle them (issue 32: Ascend,
   // go-src lengths, 64 ranks, gbs 1,024).
+  // On one node (or nodes of one rank) every ring already stays inside one.
+  const bool nodes_matter =
+      request.cluster.ranks_per_node > 1 &&
+      request.cluster.num_ranks > request.cluster.ranks_per_node;
   for (bool aligned : {false, true}) {
+    if (aligned && !nodes_matter) break;
     if (auto grouping = DualApproxGrouping(relaxed, members, upper_s,
                                            &request.cost, aligned)) {
       out.push_back(std::move(*grouping));
