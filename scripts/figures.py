@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates or checks every figure block in the README and docs/.
+"""Regenerates or checks every figure block in the README and docs/ (and its subfolders).
 
 A figure block is a command and the text it printed, between two markers:
 
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILES = ["README.md", "docs/*.md"]
+DEFAULT_FILES = ["README.md", "docs/*.md", "docs/*/*.md"]
 OPEN = re.compile(r"^<!-- figure (?P<attrs>.*?)-->\s*$")
 CLOSE = re.compile(r"^<!-- /figure -->\s*$")
 CAPTION = re.compile(r"^\*Figure `(?P<id>[^`]*)`\*\s*$")
@@ -208,7 +208,9 @@ def main() -> int:
     )
     ap.add_argument("--cheap", action="store_true", help="only blocks marked cheap")
     ap.add_argument("--id", action="append", default=[], help="only these ids (repeatable)")
-    ap.add_argument("files", nargs="*", help="markdown files (default: README.md docs/*.md)")
+    ap.add_argument(
+        "files", nargs="*", help="markdown files (default: README.md docs/*.md docs/*/*.md)"
+    )
     args = ap.parse_args()
 
     paths: list[Path] = []

@@ -9,3 +9,8 @@ add_test(NAME cli_simulate_plan_replay
          COMMAND ${FCP_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan_replay_test.py
                  $<TARGET_FILE:fcp>)
 set_tests_properties(cli_simulate_plan_replay PROPERTIES LABELS cli TIMEOUT 600)
+# `fcp eval search` (the local-search reference): bounds, determinism, errors.
+add_test(NAME cli_eval_search
+         COMMAND ${FCP_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/eval_search_test.py
+                 $<TARGET_FILE:fcp>)
+set_tests_properties(cli_eval_search PROPERTIES LABELS cli TIMEOUT 300)
