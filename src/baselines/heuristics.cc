@@ -313,7 +313,13 @@ std::optional<Lanes> GrowLanes(const PlanRequest& r, int step) {
       used += degree[s];
     }
     if (used > n || (used == n && lanes.empty())) break;
-    for (int i = used; i < n; ++i)
+    // One single-rank lane per short sequence at most: LPT fills empty lanes
+    // lowest index first, so the lanes beyond stay empty, and an empty lane
+    // is neither in the plan nor the bottleneck. Creating all N - used of
+    // them in each of up to 2N rounds was O(N^2) (issue 30).
+    const size_t singles =
+        std::min(static_cast<size_t>(n - used), shorts.size());
+    for (size_t i = 0; i < singles; ++i)
       lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
     LptOnto(r, shorts, lanes);
     const double makespan = LanesMakespanS(r, lanes);
