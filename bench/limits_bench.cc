@@ -149,24 +149,24 @@ void RanksPerNode(benchmark::internal::Benchmark* b) {
   b->Complexity();
 }
 
-BENCHMARK_CAPTURE(PlanAt32, fcp, "fcp")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, fcp_paper, "fcp-paper")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, megatron, "megatron")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, deepspeed, "deepspeed")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, megatron_dcp, "megatron-dcp")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, bytescale, "bytescale")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanAt32, flexsp, "flexsp")->Apply(Sizes32);
-BENCHMARK_CAPTURE(PlanRanksPerNode, fcp, "fcp")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, fcp_paper, "fcp-paper")
-    ->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, megatron, "megatron")->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, deepspeed, "deepspeed")
-    ->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, megatron_dcp, "megatron-dcp")
-    ->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, bytescale, "bytescale")
-    ->Apply(RanksPerNode);
-BENCHMARK_CAPTURE(PlanRanksPerNode, flexsp, "flexsp")->Apply(RanksPerNode);
+// Every registered strategy but `optimal` (K <= 12, N <= 32 by design).
+#define FCP_EVERY_STRATEGY(family, sizes)                                \
+  BENCHMARK_CAPTURE(family, fcp, "fcp")->Apply(sizes);                   \
+  BENCHMARK_CAPTURE(family, fcp_paper, "fcp-paper")->Apply(sizes);       \
+  BENCHMARK_CAPTURE(family, fcp_ring, "fcp-ring")->Apply(sizes);         \
+  BENCHMARK_CAPTURE(family, megatron, "megatron")->Apply(sizes);         \
+  BENCHMARK_CAPTURE(family, deepspeed, "deepspeed")->Apply(sizes);       \
+  BENCHMARK_CAPTURE(family, megatron_dcp, "megatron-dcp")->Apply(sizes); \
+  BENCHMARK_CAPTURE(family, megatron_dcp_dev, "megatron-dcp-dev")        \
+      ->Apply(sizes);                                                    \
+  BENCHMARK_CAPTURE(family, bytescale, "bytescale")->Apply(sizes);       \
+  BENCHMARK_CAPTURE(family, flexsp, "flexsp")->Apply(sizes);             \
+  BENCHMARK_CAPTURE(family, ref_share, "ref-share")->Apply(sizes);       \
+  BENCHMARK_CAPTURE(family, ref_bisect, "ref-bisect")->Apply(sizes);     \
+  BENCHMARK_CAPTURE(family, ref_grow, "ref-grow")->Apply(sizes)
+
+FCP_EVERY_STRATEGY(PlanAt32, Sizes32);
+FCP_EVERY_STRATEGY(PlanRanksPerNode, RanksPerNode);
 BENCHMARK_CAPTURE(PlanAt4096, fcp, "fcp")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, fcp_paper, "fcp-paper")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, megatron, "megatron")->Apply(BaselineSizes);

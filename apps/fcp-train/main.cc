@@ -116,6 +116,36 @@ void CheckSameFlagsOnEveryRank(fcp::exec::Communicator& world,
   }
 }
 
+// A flag that fails to parse on some ranks only (e.g. `--seed -1` on rank 1)
+// used to end those ranks before MPI started, silently (only rank 0 prints),
+// while the others waited in the flag check. Every rank therefore starts MPI
+// and the ranks agree on who failed: the first failing rank prints its error
+// once, naming the failing ranks unless all failed, and every rank exits 2.
+bool FlagsParsedOnEveryRank(fcp::exec::Communicator& world,
+                            const std::string& parse_error) {
+  const int n = world.size();
+  std::vector<double> failed(static_cast<size_t>(n), 0.0);
+  failed[static_cast<size_t>(world.rank())] = parse_error.empty() ? 0.0 : 1.0;
+  world.AllReduceSum(failed.data(), failed.size());
+  std::vector<int> ranks;
+  for (int r = 0; r < n; ++r) {
+    if (failed[static_cast<size_t>(r)] != 0) ranks.push_back(r);
+  }
+  if (ranks.empty()) return true;
+  if (world.rank() == ranks.front()) {
+    std::string which;
+    if (static_cast<int>(ranks.size()) < n) {
+      for (int r : ranks)
+        which += (which.empty() ? "" : ", ") + std::to_string(r);
+      which = std::string(ranks.size() == 1 ? " (rank " : " (ranks ") + which +
+              " only; start every rank with the same flags)";
+    }
+    std::fprintf(stderr, "error: %s%s\n", parse_error.c_str(), which.c_str());
+    std::fflush(stderr);
+  }
+  return false;
+}
+
 int Run(fcp::exec::Communicator& world, Flags& flags) {
   using namespace fcp::exec;
   TrainOptions& o = flags.train;
@@ -298,19 +328,23 @@ int main(int argc, char** argv) {
                  "testing: RANK:STEP crashes that rank at that step");
   app.add_option("--stop-at", flags.stop_at,
                  "testing: RANK:STEP stops that rank (SIGSTOP) at that step");
+  std::string parse_error;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return LaunchRank() == 0 ? app.exit(e) : 0;
-    if (LaunchRank() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    parse_error = e.what();
   }
   fcp::kernels::SetBlasThreads(1);  // one core per rank
   auto world = fcp::exec::MpiInit(&argc, &argv);
   int rc = 0;
   try {
-    CheckSameFlagsOnEveryRank(*world, app);
-    rc = Run(*world, flags);
+    if (!FlagsParsedOnEveryRank(*world, parse_error)) {
+      rc = 2;
+    } else {
+      CheckSameFlagsOnEveryRank(*world, app);
+      rc = Run(*world, flags);
+    }
   } catch (const fcp::InputError& e) {
     // Input errors are raised identically on every rank before any
     // communication, so every rank exits cleanly with 2.

@@ -22,9 +22,11 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <queue>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "baselines/common.h"
@@ -379,60 +381,73 @@ struct MbSolve {
   std::string status;  // optimal | time_limit | stopped | greedy(...)
 };
 
-// solve_flexSP_bucket_seqs: per micro-batch, slots g of power-of-two size c_g
-// (dividing q_heads), integer n_bg = how many sequences of bucket b run in
-// slot g, binary u_g, makespan z. Lengths count at their bucket's boundary
-// (its longest), so the solution is safe for memory and pessimistic in time.
-MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
-                        const Groups& incumbent, double seconds) {
-  MbSolve result;
-  result.groups = incumbent;
-  if (seconds < kMinMilpSeconds) {
-    result.status = "greedy(no time left)";
-    return result;
-  }
-  const Clock::time_point start = Clock::now();
-  const PlanRequest& req = ctx.req;
-  const int n = req.cluster.num_ranks;
-  const std::vector<std::vector<int>> buckets = Bucketize(ctx, seqs);
-  const int nb = static_cast<int>(buckets.size());
-  std::vector<int64_t> boundary(nb);
-  std::vector<double> eta(nb, 0);
-  std::vector<int64_t> need(nb);
+// solve_flexSP_bucket_seqs' variables for one micro-batch: the buckets
+// (lengths count at their bucket's boundary, its longest, so that a solution
+// is safe for memory and pessimistic in time), slots g of power-of-two size
+// c_g (dividing q_heads), and the column of each integer n_bg (how many
+// sequences of bucket b run in slot g); columns [0, ns) are the slots'
+// binaries u_g, z_col the makespan z.
+struct BucketModel {
+  std::vector<std::vector<int>> buckets;
+  std::vector<int64_t> boundary;      // [b]: the bucket's longest length
+  std::vector<double> eta;            // [b]: the bucket's largest eta
+  std::vector<int64_t> need;          // [b]: the largest size a member needs
+  std::vector<int> slot_size;         // [g]
+  std::vector<std::vector<int>> col;  // [b][g]: n_bg's column, -1 when none
+  int ncols = 0;
+  int z_col = 0;
+  int nb() const { return static_cast<int>(buckets.size()); }
+  int ns() const { return static_cast<int>(slot_size.size()); }
+};
+
+// The buckets, slots and columns of `seqs`; nullopt when the model would
+// exceed kMaxMilpColumns.
+std::optional<BucketModel> MakeBucketModel(const Context& ctx,
+                                           const std::vector<int>& seqs) {
+  const int n = ctx.req.cluster.num_ranks;
+  BucketModel m;
+  m.buckets = Bucketize(ctx, seqs);
+  const int nb = m.nb();
+  m.boundary.resize(nb);
+  m.eta.assign(nb, 0);
+  m.need.resize(nb);
   for (int b = 0; b < nb; ++b) {
-    boundary[b] = ctx.seq[buckets[b].front()].length_tokens;
-    for (int k : buckets[b]) eta[b] = std::max(eta[b], ctx.seq[k].eta);
-    need[b] = 1;
-    for (int k : buckets[b]) need[b] = std::max(need[b], ctx.cp[k]);
+    m.boundary[b] = ctx.seq[m.buckets[b].front()].length_tokens;
+    for (int k : m.buckets[b]) m.eta[b] = std::max(m.eta[b], ctx.seq[k].eta);
+    m.need[b] = 1;
+    for (int k : m.buckets[b]) m.need[b] = std::max(m.need[b], ctx.cp[k]);
   }
-  std::vector<int> slot_size;
   for (int c = 1; c <= n && ctx.shape.q_heads % c == 0; c *= 2) {
     int fit = 0;
     for (int b = 0; b < nb; ++b)
-      fit += need[b] <= c ? static_cast<int>(buckets[b].size()) : 0;
+      fit += m.need[b] <= c ? static_cast<int>(m.buckets[b].size()) : 0;
     const int count = std::min(fit, n / c);
-    for (int i = 0; i < count; ++i) slot_size.push_back(c);
+    for (int i = 0; i < count; ++i) m.slot_size.push_back(c);
   }
-  const int ns = static_cast<int>(slot_size.size());
-  if (static_cast<int64_t>(ns) * (nb + 1) + 1 > kMaxMilpColumns) {
-    result.status = "greedy(model too large)";
-    return result;
-  }
-  std::vector<std::vector<int>> col(nb, std::vector<int>(ns, -1));
-  int ncols = ns;
+  const int ns = m.ns();
+  if (static_cast<int64_t>(ns) * (nb + 1) + 1 > kMaxMilpColumns)
+    return std::nullopt;
+  m.col.assign(nb, std::vector<int>(ns, -1));
+  m.ncols = ns;
   for (int b = 0; b < nb; ++b) {
     for (int g = 0; g < ns; ++g) {
-      if (need[b] <= slot_size[g]) col[b][g] = ncols++;
+      if (m.need[b] <= m.slot_size[g]) m.col[b][g] = m.ncols++;
     }
   }
-  const int z_col = ncols++;
-  // Triplets, packed once at the end: appending rows one by one to a
-  // CoinPackedMatrix reallocates it every time (quadratic in the model size).
+  m.z_col = m.ncols++;
+  return m;
+}
+
+// The MILP as triplets (packed once at the end: appending rows one by one to
+// a CoinPackedMatrix reallocates it every time, quadratic in the model size)
+// with row and column bounds and the objective (minimise z).
+struct MilpData {
   std::vector<int> nz_row, nz_col;
   std::vector<double> nz_val;
   std::vector<double> row_lb, row_ub;
-  auto add_row = [&](const std::vector<int>& idx,
-                     const std::vector<double>& val, double lb, double ub) {
+  std::vector<double> col_lb, col_ub, obj;
+  void AddRow(const std::vector<int>& idx, const std::vector<double>& val,
+              double lb, double ub) {
     for (size_t i = 0; i < idx.size(); ++i) {
       nz_row.push_back(static_cast<int>(row_lb.size()));
       nz_col.push_back(idx[i]);
@@ -440,76 +455,101 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     }
     row_lb.push_back(lb);
     row_ub.push_back(ub);
-  };
+  }
+};
+
+// The rows: Σ c_g u_g <= N; every bucket's sequences placed; per slot
+// n_bg <= |bucket| u_g, memory and makespan; equal slots used in order.
+MilpData BuildMilp(const Context& ctx, const BucketModel& m) {
+  const PlanRequest& req = ctx.req;
+  const int n = req.cluster.num_ranks;
+  const int nb = m.nb(), ns = m.ns();
   const double inf = COIN_DBL_MAX;
+  MilpData milp;
   {
     std::vector<int> idx(ns);
     std::vector<double> val(ns);
-    for (int g = 0; g < ns; ++g) idx[g] = g, val[g] = slot_size[g];
-    add_row(idx, val, -inf, n);  // Σ c_g u_g <= N
+    for (int g = 0; g < ns; ++g) idx[g] = g, val[g] = m.slot_size[g];
+    milp.AddRow(idx, val, -inf, n);  // Σ c_g u_g <= N
   }
   for (int b = 0; b < nb; ++b) {  // every sequence of the bucket placed
     std::vector<int> idx;
     for (int g = 0; g < ns; ++g)
-      if (col[b][g] >= 0) idx.push_back(col[b][g]);
-    add_row(idx, std::vector<double>(idx.size(), 1.0),
-            static_cast<double>(buckets[b].size()),
-            static_cast<double>(buckets[b].size()));
+      if (m.col[b][g] >= 0) idx.push_back(m.col[b][g]);
+    milp.AddRow(idx, std::vector<double>(idx.size(), 1.0),
+                static_cast<double>(m.buckets[b].size()),
+                static_cast<double>(m.buckets[b].size()));
   }
   for (int g = 0; g < ns; ++g) {
-    const int c = slot_size[g];
+    const int c = m.slot_size[g];
     const double bw = BwFor(ctx, c);
     const double fixed =
         AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad{}, c, bw);
     std::vector<int> t_idx, m_idx;
     std::vector<double> t_val, m_val;
     for (int b = 0; b < nb; ++b) {
-      if (col[b][g] < 0) continue;
-      const Sequence s{boundary[b], eta[b]};
-      t_idx.push_back(col[b][g]);
+      if (m.col[b][g] < 0) continue;
+      const Sequence s{m.boundary[b], m.eta[b]};
+      t_idx.push_back(m.col[b][g]);
       t_val.push_back(
           AllToAllGroupTimeS(req.cost, ctx.shape, GroupLoad::Of(s), c, bw) -
           fixed);
-      m_idx.push_back(col[b][g]);
-      m_val.push_back(static_cast<double>(boundary[b]));
+      m_idx.push_back(m.col[b][g]);
+      m_val.push_back(static_cast<double>(m.boundary[b]));
       // n_bg <= |bucket| u_g
-      add_row({col[b][g], g}, {1.0, -static_cast<double>(buckets[b].size())},
-              -inf, 0.0);
+      milp.AddRow({m.col[b][g], g},
+                  {1.0, -static_cast<double>(m.buckets[b].size())}, -inf, 0.0);
     }
     m_idx.push_back(g), m_val.push_back(-c * ctx.headroom_tokens);
-    add_row(m_idx, m_val, -inf, 0.0);  // memory
+    milp.AddRow(m_idx, m_val, -inf, 0.0);  // memory
     t_idx.push_back(g), t_val.push_back(fixed);
-    t_idx.push_back(z_col), t_val.push_back(-1.0);
-    add_row(t_idx, t_val, -inf, 0.0);  // makespan
-    if (g + 1 < ns && slot_size[g + 1] == c)
-      add_row({g, g + 1}, {1.0, -1.0}, 0.0, inf);
+    t_idx.push_back(m.z_col), t_val.push_back(-1.0);
+    milp.AddRow(t_idx, t_val, -inf, 0.0);  // makespan
+    if (g + 1 < ns && m.slot_size[g + 1] == c)
+      milp.AddRow({g, g + 1}, {1.0, -1.0}, 0.0, inf);
   }
-  std::vector<double> col_lb(ncols, 0.0), col_ub(ncols, 1.0), obj(ncols, 0.0);
+  milp.col_lb.assign(m.ncols, 0.0);
+  milp.col_ub.assign(m.ncols, 1.0);
+  milp.obj.assign(m.ncols, 0.0);
   for (int b = 0; b < nb; ++b)
     for (int g = 0; g < ns; ++g)
-      if (col[b][g] >= 0)
-        col_ub[col[b][g]] = static_cast<double>(buckets[b].size());
-  col_ub[z_col] = inf;
-  obj[z_col] = 1.0;
-  CoinPackedMatrix matrix(false, nz_row.data(), nz_col.data(), nz_val.data(),
-                          static_cast<CoinBigIndex>(nz_val.size()));
-  matrix.setDimensions(static_cast<int>(row_lb.size()), ncols);
+      if (m.col[b][g] >= 0)
+        milp.col_ub[m.col[b][g]] = static_cast<double>(m.buckets[b].size());
+  milp.col_ub[m.z_col] = inf;
+  milp.obj[m.z_col] = 1.0;
+  return milp;
+}
 
-  // Warm start: the best, by the MILP's own objective (z on bucket
-  // boundaries), of the greedy packing and the uniform packings of every
-  // allowed size redone on boundary lengths (so that they satisfy the
-  // bucketed memory rows), and the incumbent handed in (the best of those on
-  // exact lengths), each as bucket counts on slots where it maps onto them.
-  // The uniform ones are built while less than half the slot is spent.
+// A solution of the MILP (column values) and its objective z.
+struct WarmStart {
+  std::vector<double> sol;
+  double z = std::numeric_limits<double>::infinity();
+};
+
+// The warm start: the best, by the MILP's own objective (z on bucket
+// boundaries), of the greedy packing and the uniform packings of every
+// allowed size redone on boundary lengths (so that they satisfy the bucketed
+// memory rows), and the incumbent handed in (the best of those on exact
+// lengths), each as bucket counts on slots where it maps onto them. The
+// uniform ones are built while less than half the slot (`seconds` from
+// `start`) is spent. nullopt when none maps.
+std::optional<WarmStart> BestWarmStart(const Context& ctx, const BucketModel& m,
+                                       const std::vector<int>& seqs,
+                                       const Groups& incumbent,
+                                       Clock::time_point start,
+                                       double seconds) {
+  const PlanRequest& req = ctx.req;
+  const int n = req.cluster.num_ranks;
+  const int nb = m.nb(), ns = m.ns();
   std::unordered_map<int, int> bucket_of;
   std::unordered_map<int, int64_t> padded;
   for (int b = 0; b < nb; ++b)
-    for (int k : buckets[b]) bucket_of[k] = b, padded[k] = boundary[b];
+    for (int k : m.buckets[b]) bucket_of[k] = b, padded[k] = m.boundary[b];
   // Maps a packing onto slots; false when it does not fit them or the
   // bucketed memory rows.
   auto as_counts = [&](const Groups& packing, std::vector<double>* sol,
                        double* z) {
-    sol->assign(ncols, 0.0);
+    sol->assign(m.ncols, 0.0);
     *z = 0;
     std::vector<int> next_of_size(n + 1, 0);
     if (packing.empty()) return false;
@@ -517,7 +557,7 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
       if (members.empty()) continue;
       int g = -1;
       for (int s = 0, seen = 0; s < ns; ++s) {
-        if (slot_size[s] == size && seen++ == next_of_size[size]) {
+        if (m.slot_size[s] == size && seen++ == next_of_size[size]) {
           g = s;
           break;
         }
@@ -529,27 +569,26 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
       GroupLoad load;
       for (int k : members) {
         const int b = bucket_of.at(k);
-        if (col[b][g] < 0) return false;
-        (*sol)[col[b][g]] += 1.0;
-        tokens += static_cast<double>(boundary[b]);
-        load.Add({boundary[b], eta[b]});
+        if (m.col[b][g] < 0) return false;
+        (*sol)[m.col[b][g]] += 1.0;
+        tokens += static_cast<double>(m.boundary[b]);
+        load.Add({m.boundary[b], m.eta[b]});
       }
       if (tokens > size * ctx.headroom_tokens) return false;
       *z = std::max(*z, AllToAllGroupTimeS(req.cost, ctx.shape, load, size,
                                            BwFor(ctx, size)));
     }
-    (*sol)[z_col] = *z;
+    (*sol)[m.z_col] = *z;
     return true;
   };
-  std::vector<double> warm_sol, candidate_sol;
-  double warm_z = std::numeric_limits<double>::infinity(), candidate_z = 0;
-  bool warm_ok = false;
+  std::optional<WarmStart> warm;
+  WarmStart candidate;
   auto consider = [&](const Groups& packing) {
-    if (as_counts(packing, &candidate_sol, &candidate_z) &&
-        candidate_z < warm_z) {
-      warm_ok = true;
-      warm_z = candidate_z;
-      warm_sol.swap(candidate_sol);
+    if (as_counts(packing, &candidate.sol, &candidate.z) &&
+        (!warm || candidate.z < warm->z)) {
+      if (!warm) warm.emplace();
+      warm->z = candidate.z;
+      warm->sol.swap(candidate.sol);
     }
   };
   consider(GreedyPacking(ctx, seqs, &padded));
@@ -558,12 +597,26 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
     if (SecondsSince(start) > seconds / 2) break;
     consider(UniformPacking(ctx, seqs, size, &padded));
   }
+  return warm;
+}
 
+// CBC on the MILP within the slot (`seconds` from `start`, model building
+// included), from the warm start when there is one. The solution's column
+// values (empty when CBC has none) and the status: optimal | time_limit |
+// stopped.
+std::pair<std::vector<double>, std::string> RunCbc(
+    const BucketModel& m, const MilpData& milp,
+    const std::optional<WarmStart>& warm, Clock::time_point start,
+    double seconds) {
+  CoinPackedMatrix matrix(false, milp.nz_row.data(), milp.nz_col.data(),
+                          milp.nz_val.data(),
+                          static_cast<CoinBigIndex>(milp.nz_val.size()));
+  matrix.setDimensions(static_cast<int>(milp.row_lb.size()), m.ncols);
   OsiClpSolverInterface solver;
   solver.messageHandler()->setLogLevel(0);
-  solver.loadProblem(matrix, col_lb.data(), col_ub.data(), obj.data(),
-                     row_lb.data(), row_ub.data());
-  for (int c = 0; c < z_col; ++c) solver.setInteger(c);
+  solver.loadProblem(matrix, milp.col_lb.data(), milp.col_ub.data(),
+                     milp.obj.data(), milp.row_lb.data(), milp.row_ub.data());
+  for (int c = 0; c < m.z_col; ++c) solver.setInteger(c);
   CbcModel model(solver);
   model.setLogLevel(0);
   model.messageHandler()->setLogLevel(0);
@@ -583,38 +636,75 @@ MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
   // No strong branching: its LP solves sit between CBC's time checks.
   model.setNumberStrong(0);
   model.setNumberBeforeTrust(0);
-  if (warm_ok) model.setBestSolution(warm_sol.data(), ncols, warm_z, true);
+  if (warm) model.setBestSolution(warm->sol.data(), m.ncols, warm->z, true);
   model.branchAndBound();
   const double* sol = model.bestSolution();
-  if (sol == nullptr) {
-    result.status = "greedy(no MILP solution)";
-    return result;
-  }
-  result.status = model.isProvenOptimal()         ? "optimal"
-                  : model.isSecondsLimitReached() ? "time_limit"
-                                                  : "stopped";
-  // Bucket counts back to sequences: each bucket's members, longest first,
-  // to its slots in slot order.
+  if (sol == nullptr) return {{}, ""};
+  return {std::vector<double>(sol, sol + m.ncols),
+          model.isProvenOptimal()         ? "optimal"
+          : model.isSecondsLimitReached() ? "time_limit"
+                                          : "stopped"};
+}
+
+// Bucket counts back to sequences: each bucket's members, longest first, to
+// its slots in slot order; the used slots. nullopt when the counts do not add
+// up to the buckets (numerically off).
+std::optional<Groups> GroupsFromCounts(const BucketModel& m,
+                                       const std::vector<double>& sol) {
+  const int nb = m.nb(), ns = m.ns();
   Groups groups(ns);
-  for (int g = 0; g < ns; ++g) groups[g].first = slot_size[g];
+  for (int g = 0; g < ns; ++g) groups[g].first = m.slot_size[g];
   for (int b = 0; b < nb; ++b) {
     size_t next = 0;
     for (int g = 0; g < ns; ++g) {
-      if (col[b][g] < 0) continue;
-      const int count = static_cast<int>(std::llround(sol[col[b][g]]));
-      for (int i = 0; i < count && next < buckets[b].size(); ++i) {
-        groups[g].second.push_back(buckets[b][next++]);
+      if (m.col[b][g] < 0) continue;
+      const int count = static_cast<int>(std::llround(sol[m.col[b][g]]));
+      for (int i = 0; i < count && next < m.buckets[b].size(); ++i) {
+        groups[g].second.push_back(m.buckets[b][next++]);
       }
     }
-    if (next != buckets[b].size()) {  // numerically off: keep the greedy plan
-      result.status = "greedy(MILP rounding)";
-      return result;
-    }
+    if (next != m.buckets[b].size()) return std::nullopt;
   }
-  result.groups.clear();
+  Groups used;
   for (auto& g : groups) {
-    if (!g.second.empty()) result.groups.push_back(std::move(g));
+    if (!g.second.empty()) used.push_back(std::move(g));
   }
+  return used;
+}
+
+// solve_flexSP_bucket_seqs: per micro-batch, the bucketed MILP
+// (BucketModel, BuildMilp) from the best warm start, solved by CBC within
+// `seconds`; `incumbent` (the greedy plan) is kept when there is no time, the
+// model is too large, or CBC gives no usable solution.
+MbSolve SolveMicroBatch(const Context& ctx, const std::vector<int>& seqs,
+                        const Groups& incumbent, double seconds) {
+  MbSolve result;
+  result.groups = incumbent;
+  if (seconds < kMinMilpSeconds) {
+    result.status = "greedy(no time left)";
+    return result;
+  }
+  const Clock::time_point start = Clock::now();
+  const std::optional<BucketModel> model = MakeBucketModel(ctx, seqs);
+  if (!model) {
+    result.status = "greedy(model too large)";
+    return result;
+  }
+  const MilpData milp = BuildMilp(ctx, *model);
+  const std::optional<WarmStart> warm =
+      BestWarmStart(ctx, *model, seqs, incumbent, start, seconds);
+  const auto [sol, status] = RunCbc(*model, milp, warm, start, seconds);
+  if (sol.empty()) {
+    result.status = "greedy(no MILP solution)";
+    return result;
+  }
+  result.status = status;
+  std::optional<Groups> groups = GroupsFromCounts(*model, sol);
+  if (!groups) {  // numerically off: keep the greedy plan
+    result.status = "greedy(MILP rounding)";
+    return result;
+  }
+  result.groups = std::move(*groups);
   return result;
 }
 

@@ -14,6 +14,7 @@
 
 #include "baselines/common.h"
 #include "fcp/cost_model.h"
+#include "planner/first_fit.h"
 
 namespace fcp::baselines {
 namespace {
@@ -111,20 +112,18 @@ std::optional<Plan> LanesToPlan(const PlanRequest& r, Lanes lanes) {
       return r.sequences[a].length_tokens > r.sequences[b].length_tokens;
     });
     std::vector<std::vector<int>> chunks;
-    std::vector<double> tokens;
+    planner::FirstFitChunks first_fit(seqs.size());  // O(log K) per sequence
     for (int k : seqs) {
       const double len = static_cast<double>(r.sequences[k].length_tokens);
-      size_t c = 0;
-      while (c < chunks.size() &&
-             !FitsOnLoad(r.cost, tokens[c] + len, lane.degree))
-        ++c;
+      const size_t c = first_fit.Find([&](double tokens) {
+        return FitsOnLoad(r.cost, tokens + len, lane.degree);
+      });
       if (c == chunks.size()) {
         if (!FitsOnLoad(r.cost, len, lane.degree)) return std::nullopt;
         chunks.emplace_back();
-        tokens.push_back(0);
       }
       chunks[c].push_back(k);
-      tokens[c] += len;
+      first_fit.Add(c, len);
     }
     if (plan.micro_batches.size() < chunks.size())
       plan.micro_batches.resize(chunks.size());
@@ -314,7 +313,13 @@ std::optional<Lanes> GrowLanes(const PlanRequest& r, int step) {
       used += degree[s];
     }
     if (used > n || (used == n && lanes.empty())) break;
-    for (int i = used; i < n; ++i)
+    // One single-rank lane per short sequence at most: LPT fills empty lanes
+    // lowest index first, so the lanes beyond stay empty, and an empty lane
+    // is neither in the plan nor the bottleneck. Creating all N - used of
+    // them in each of up to 2N rounds was O(N^2) (issue 30).
+    const size_t singles =
+        std::min(static_cast<size_t>(n - used), shorts.size());
+    for (size_t i = 0; i < singles; ++i)
       lanes.push_back({.degree = 1, .load = {}, .seqs = {}});
     LptOnto(r, shorts, lanes);
     const double makespan = LanesMakespanS(r, lanes);

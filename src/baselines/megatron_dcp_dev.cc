@@ -5,6 +5,7 @@
 // (megatron-dcp), a CP group packs several sequences into one THD micro-batch.
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <string>
 #include <utility>
@@ -40,15 +41,77 @@ int64_t GpusNeeded(int64_t len, int64_t max_seqlen) {
                         1);  // ceil, no overflow for any T >= 1
 }
 
-// One micro-batch (next_hdp_group_packing_aware). `pending`: sequence indices
-// longest first. Returns the groups (tiling all N ranks) and leaves the
-// sequences it did not place in `pending`, in order.
+// The sequences not yet scheduled: positions into the longest-first order,
+// with a skip pointer past the scheduled ones (path halving), so that each
+// micro-batch starts at the first unscheduled one without rebuilding the list.
+class Pending {
+ public:
+  explicit Pending(std::vector<int> order)
+      : order_(std::move(order)), next_(order_.size() + 1) {
+    std::iota(next_.begin(), next_.end(), size_t{0});
+  }
+  size_t size() const { return order_.size(); }
+  int at(size_t pos) const { return order_[pos]; }
+  // The first unscheduled position >= pos (size() when none).
+  size_t From(size_t pos) {
+    while (next_[pos] != pos) {
+      next_[pos] = next_[next_[pos]];
+      pos = next_[pos];
+    }
+    return pos;
+  }
+  bool empty() { return From(0) == size(); }
+  void Remove(size_t pos) { next_[pos] = pos + 1; }
+
+ private:
+  std::vector<int> order_;
+  std::vector<size_t> next_;
+};
+
+// The first position p in [from, end) with ok(p), given that ok is false up
+// to some position and true from there on (end when never): galloping, then
+// bisection, O(log distance) calls.
+template <class Ok>
+size_t FirstOk(size_t from, size_t end, Ok&& ok) {
+  if (from >= end || ok(from)) return from;
+  size_t bad = from, good = end;
+  for (size_t step = 1;; step *= 2) {
+    const size_t probe = bad + step;
+    if (probe >= end) break;
+    if (ok(probe)) {
+      good = probe;
+      break;
+    }
+    bad = probe;
+  }
+  while (good - bad > 1) {
+    const size_t mid = bad + (good - bad) / 2;
+    (ok(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+// One micro-batch (next_hdp_group_packing_aware). `pending`: the unscheduled
+// sequences, longest first. Returns the groups (tiling all N ranks) and
+// removes the sequences it placed from `pending`.
+//
+// Megatron tries every pending sequence in order; one that fits nowhere is
+// left for the next micro-batch. Whether a sequence fits depends only on its
+// length, a shorter one fits wherever a longer one does, and placing one
+// only makes every option harder (loads, packed lengths and the busiest rank
+// grow; free ranks shrink), so the sequences that fit nowhere form runs
+// between placements that are skipped by a galloping search over the
+// lengths (which descend): the same placements, O(log K) checks per
+// placement instead of one per pending sequence per micro-batch (issue 30:
+// O(K · micro-batches)).
 std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
-                                     int64_t max_seqlen,
-                                     std::vector<int>& pending) {
+                                     int64_t max_seqlen, Pending& pending) {
   const int n = request.cluster.num_ranks;
-  const auto len = [&](int k) { return request.sequences[k].length_tokens; };
-  const double cap = static_cast<double>(len(pending.front())) *
+  const auto len = [&](size_t pos) {
+    return request.sequences[pending.at(pos)].length_tokens;
+  };
+  const size_t front = pending.From(0);
+  const double cap = static_cast<double>(len(front)) *
                      static_cast<double>(max_seqlen) *
                      (1.0 + kWorkloadCapDelta);
   std::vector<DevGroup> groups;
@@ -56,31 +119,31 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
   // So the projected maximum of a placement is max(busiest, new load).
   double busiest = 0;
   int used = 0;  // ranks [0, used) belong to groups, the rest are free
-  const auto place = [&](DevGroup& g, int k) {
-    g.members.push_back(k);
-    g.packed_per_rank += static_cast<double>(len(k)) / g.size;
-    g.load += Workload(len(k), g.size);
+  std::vector<size_t> placed;
+  const auto place = [&](DevGroup& g, size_t pos) {
+    const int64_t l = len(pos);
+    g.members.push_back(pending.at(pos));
+    g.packed_per_rank += static_cast<double>(l) / g.size;
+    g.load += Workload(l, g.size);
     busiest = std::max(busiest, g.load);
+    placed.push_back(pos);
   };
   {
-    const int k = pending.front();
-    const int cp = static_cast<int>(GpusNeeded(len(k), max_seqlen));
+    const int cp = static_cast<int>(GpusNeeded(len(front), max_seqlen));
     FCP_CHECK(cp <= n);  // the caller checked every sequence's size
     groups.push_back({0, cp, 0.0, 0.0, {}});
     used = cp;
-    place(groups.back(), k);
+    place(groups.back(), front);
   }
-  std::vector<int> leftovers;
-  for (size_t i = 1; i < pending.size(); ++i) {
-    const int k = pending[i];
-    // The best option: smallest projected max rank workload within the cap;
-    // sizes from the minimum up by doubling, existing groups before a new one.
+  // The best option for a sequence of length l: smallest projected max rank
+  // workload within the cap; sizes from the minimum up by doubling, existing
+  // groups before a new one. {-1, 0}: none.
+  const auto best_option = [&](int64_t l) {
     double best = std::numeric_limits<double>::infinity();
     int best_group = -1, best_new_size = 0;
-    for (int64_t cp = GpusNeeded(len(k), max_seqlen); cp <= n; cp *= 2) {
-      const double cost = Workload(len(k), static_cast<int>(cp));
-      const double per_rank =
-          static_cast<double>(len(k)) / static_cast<double>(cp);
+    for (int64_t cp = GpusNeeded(l, max_seqlen); cp <= n; cp *= 2) {
+      const double cost = Workload(l, static_cast<int>(cp));
+      const double per_rank = static_cast<double>(l) / static_cast<double>(cp);
       for (size_t gi = 0; gi < groups.size(); ++gi) {
         const DevGroup& g = groups[gi];
         if (g.size != cp ||
@@ -102,15 +165,24 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
         }
       }
     }
+    return std::pair{best_group, best_new_size};
+  };
+  const auto fits = [&](size_t pos) {
+    const auto [group, new_size] = best_option(len(pos));
+    return group >= 0 || new_size > 0;
+  };
+  for (size_t pos = pending.From(front + 1); pos < pending.size();) {
+    pos = pending.From(FirstOk(pos, pending.size(), fits));
+    if (pos >= pending.size()) break;
+    const auto [best_group, best_new_size] = best_option(len(pos));
     if (best_group >= 0) {
-      place(groups[best_group], k);
-    } else if (best_new_size > 0) {
+      place(groups[best_group], pos);
+    } else {
       groups.push_back({used, best_new_size, 0.0, 0.0, {}});
       used += best_new_size;
-      place(groups.back(), k);
-    } else {
-      leftovers.push_back(k);
+      place(groups.back(), pos);
     }
+    pos = pending.From(pos + 1);
   }
   // Fill idle ranks (fill_empty_gpus_once): the first group of the smallest
   // size doubles (at most to N), the groups after it shift right; when no
@@ -131,17 +203,21 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
       break;
     }
     if (expanded < 0 || grow == 0) {
+      // Every pending sequence in order that still fits the one full group
+      // (the same runs argument: packing only fills it).
       DevGroup full{0, n, 0.0, 0.0, {}};
-      leftovers.clear();
-      for (int k : pending) {
-        const double per_rank = static_cast<double>(len(k)) / n;
-        if (full.packed_per_rank + per_rank <=
-            static_cast<double>(max_seqlen)) {
-          full.members.push_back(k);
-          full.packed_per_rank += per_rank;
-        } else {
-          leftovers.push_back(k);
-        }
+      placed.clear();
+      const auto fits_full = [&](size_t pos) {
+        return full.packed_per_rank + static_cast<double>(len(pos)) / n <=
+               static_cast<double>(max_seqlen);
+      };
+      for (size_t pos = pending.From(0); pos < pending.size();) {
+        pos = pending.From(FirstOk(pos, pending.size(), fits_full));
+        if (pos >= pending.size()) break;
+        full.members.push_back(pending.at(pos));
+        full.packed_per_rank += static_cast<double>(len(pos)) / n;
+        placed.push_back(pos);
+        pos = pending.From(pos + 1);
       }
       FCP_CHECK(
           !full.members.empty());  // the longest fits on N ranks (checked)
@@ -154,7 +230,7 @@ std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
       groups[gi].first += grow;
     used += grow;
   }
-  pending = std::move(leftovers);
+  for (size_t pos : placed) pending.Remove(pos);
   return groups;
 }
 
@@ -166,8 +242,8 @@ std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(
   FCP_CHECK(max_seqlen_per_rank >= 1);
   *infeasible_sequence = -1;
   const int n = request.cluster.num_ranks;
-  std::vector<int> pending = LongestFirst(request);
-  for (int k : pending) {
+  const std::vector<int> longest_first = LongestFirst(request);
+  for (int k : longest_first) {
     const int64_t len = request.sequences[k].length_tokens;
     // dcp_gpus_needed must fit in N, and fill_with_full_dpxcp_group must be
     // able to hold the longest sequence alone (s / N <= T).
@@ -179,6 +255,7 @@ std::vector<std::vector<DcpCpGroup>> ScheduleDynamicCpDev(
     }
   }
   std::vector<std::vector<DcpCpGroup>> steps;
+  Pending pending(longest_first);
   while (!pending.empty()) {
     std::vector<DcpCpGroup> step;
     for (DevGroup& g : NextMicroBatch(request, max_seqlen_per_rank, pending)) {

@@ -51,6 +51,7 @@ std::vector<std::vector<int>> BalancedStaticBuilder::PackFewest(
   }
 }
 
+// Long because: deal, pack and interleave share per-replica buffers.
 std::optional<std::vector<MicroBatchPlan>> BalancedStaticBuilder::MicroBatches(
     int cp, CommKind comm) const {
   const PlanRequest& request = request_;

@@ -131,12 +131,60 @@ int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan,
   return switched;
 }
 
+// The list schedule (ListScheduleMs) runs each micro-batch's groups on the
+// ranks' free times `free_at` (ms), updated in place.
+void RunMicroBatch(const MicroBatchPlan& mb, std::vector<double>& free_at) {
+  for (const GroupPlan& g : mb.groups) {
+    double start = 0;
+    for (int rank : g.ranks) start = std::max(start, free_at[rank]);
+    for (int rank : g.ranks) free_at[rank] = start + g.est_ms;
+  }
+}
+
+// The list schedule is linear in (max, +): read backwards, tails[m·N + r]
+// is the longest chain of group times (ms) from rank r, once micro-batch m
+// has run, through micro-batches m + 1 ... C - 1 (0 for the last). The
+// makespan of a plan that differs from `micro_batches` in micro-batch m
+// alone is then max_r (r's free time after m + tails[m·N + r]).
+std::vector<double> ScheduleTails(
+    int n, const std::vector<MicroBatchPlan>& micro_batches) {
+  const size_t ranks = static_cast<size_t>(n);
+  std::vector<double> tails(micro_batches.size() * ranks);
+  std::vector<double> chain(ranks, 0.0);
+  for (size_t m = micro_batches.size(); m-- > 0;) {
+    std::copy(chain.begin(), chain.end(), tails.begin() + m * ranks);
+    const std::vector<GroupPlan>& groups = micro_batches[m].groups;
+    for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+      double longest = 0;
+      for (int rank : g->ranks) longest = std::max(longest, chain[rank]);
+      for (int rank : g->ranks) chain[rank] = g->est_ms + longest;
+    }
+  }
+  return tails;
+}
+
+// The makespan (ms) of the plan whose ranks are free at `free_at` before
+// `mb` runs and whose later micro-batches have the chains `tail`
+// (ScheduleTails). `scratch` is reused across calls.
+double MakespanWith(const MicroBatchPlan& mb,
+                    const std::vector<double>& free_at, const double* tail,
+                    std::vector<double>& scratch) {
+  scratch = free_at;
+  RunMicroBatch(mb, scratch);
+  double makespan = 0;
+  for (size_t rank = 0; rank < scratch.size(); ++rank)
+    makespan = std::max(makespan, scratch[rank] + tail[rank]);
+  return makespan;
+}
+
 // N is not a multiple of the node size: the last node has fewer ranks.
 bool LastNodePartial(const Cluster& cluster) {
   return cluster.num_ranks % cluster.ranks_per_node != 0;
 }
 
 constexpr int kLocalSearchTrials = 48;
+// LaneGroupings' node-aligned dual grouping (its third).
+constexpr size_t kAlignedLaneGrouping = 2;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
@@ -201,6 +249,7 @@ class FcpStrategy final : public Strategy {
            "grouping, "
            "move local search, exact fast allocator, node-aware placement";
   }
+  // Long because: the candidate stages in order; later ones use earlier bests.
   Plan Solve(const PlanRequest& request, const PlanOptions&) const override {
     // Micro-batch co-planning: the paper's split (so fcp is never worse than
     // fcp-paper), splits with fewer micro-batches down to what memory allows
@@ -215,6 +264,9 @@ class FcpStrategy final : public Strategy {
                           &split_bfd, &work_order);
     std::optional<Plan> plan = PlanSplit(request, split, &split_bfd);
     FCP_CHECK(plan.has_value());
+    // Where the lanes' bisection starts (s): a makespan no scoring has
+    // chosen, so that the lane candidates are the same whatever the score.
+    const double lanes_upper_s = plan->est_ms / 1000;
     const int count = static_cast<int>(split.size());
     const int fewest =
         MinMicroBatches(request.sequences, request.cost, request.cluster);
@@ -263,16 +315,12 @@ class FcpStrategy final : public Strategy {
             SwitchWhereFaster(request, score, *plan, /*estimated=*/true)) {
       plan->notes["all_to_all_groups"] = std::to_string(switched);
     }
-    // Relaxing memory changes the dual grouping only where memory can bind
-    // it: with several micro-batches, or one at least half full.
-    double tokens = 0;
-    for (const Sequence& s : request.sequences)
-      tokens += static_cast<double>(s.length_tokens);
-    const double memory_share =
-        request.cost.mem_per_token * tokens /
-        (request.cluster.num_ranks *
-         (request.cost.mem_capacity - request.cost.mem_static));
-    TryLanes(request, score, *plan, /*dual=*/count > 1 || memory_share >= 0.5);
+    // Lanes are tried with the dual grouping whatever the memory: even when
+    // one micro-batch holds the batch, lanes spread over several let memory-
+    // bound sequences run on fewer ranks each, leaving more for the longest
+    // (go-src, 128 ranks, gbs 1,024: 3 lane micro-batches 8 % below the best
+    // one-micro-batch plan in fcp's own model).
+    TryLanes(request, score, *plan, lanes_upper_s);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
     }
@@ -425,38 +473,60 @@ class FcpStrategy final : public Strategy {
   // the list schedule (docs/design.md §2) then runs the two back to back
   // (issue 32: 96.8 s where 65.4 s was possible). Micro-batch by micro-batch,
   // its layout rotated by whole nodes and/or mirrored is kept when the plan
-  // scores lower. Returns how many micro-batches moved.
+  // scores lower. Returns how many micro-batches moved. With N a multiple of
+  // R both moves keep every group's count of ranks per node, all that its
+  // estimate depends on (GroupTimeForPlan), so est_ms is not recomputed per
+  // layout; ranked by makespan alone, a layout is scored in O(N) against the
+  // schedule's tails (ScheduleTails) instead of rescheduling the whole plan
+  // (issue 30: O(C^2 N) for C micro-batches).
   static int ShiftMicroBatches(const PlanRequest& request, Scorer& score,
                                Plan& plan) {
     const int n = request.cluster.num_ranks;
     const int r = request.cluster.ranks_per_node;
     if (plan.micro_batches.size() < 2 || n % r != 0) return 0;
-    double best_ms = score(plan);
+    const bool by_makespan = !score.BeyondMakespan();
+    const std::vector<double> tails = by_makespan
+                                          ? ScheduleTails(n, plan.micro_batches)
+                                          : std::vector<double>{};
+    std::vector<double> free_at(by_makespan ? n : 0, 0.0), scratch;
+    if (by_makespan) RunMicroBatch(plan.micro_batches[0], free_at);
+    double best_ms = by_makespan ? 0.0 : score(plan);
     int moved = 0;
     for (size_t m = 1; m < plan.micro_batches.size(); ++m) {
-      const MicroBatchPlan original = plan.micro_batches[m];
-      MicroBatchPlan best_layout = original;
-      bool improved = false;
+      MicroBatchPlan& mb = plan.micro_batches[m];
+      auto layout_ms = [&] {
+        return by_makespan ? MakespanWith(mb, free_at, &tails[m * n], scratch)
+                           : score(plan);
+      };
+      if (by_makespan) best_ms = layout_ms();  // the plan as it is
+      std::vector<std::vector<int>> original;
+      for (const GroupPlan& g : mb.groups) original.push_back(g.ranks);
+      auto lay_out = [&](int shift, bool mirror) {
+        for (size_t i = 0; i < mb.groups.size(); ++i) {
+          for (size_t j = 0; j < original[i].size(); ++j) {
+            const int rank = original[i][j];
+            mb.groups[i].ranks[j] =
+                ((mirror ? n - 1 - rank : rank) + shift) % n;
+          }
+        }
+      };
+      int best_shift = 0;
+      bool best_mirror = false;
       for (int shift = 0; shift < n; shift += r) {
         for (bool mirror : {false, true}) {
           if (shift == 0 && !mirror) continue;
-          MicroBatchPlan& mb = plan.micro_batches[m];
-          mb = original;
-          for (GroupPlan& g : mb.groups) {
-            for (int& rank : g.ranks)
-              rank = ((mirror ? n - 1 - rank : rank) + shift) % n;
-          }
-          plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
-          const double candidate_ms = score(plan);
+          lay_out(shift, mirror);
+          const double candidate_ms = layout_ms();
           if (candidate_ms < best_ms * (1 - 1e-12)) {
             best_ms = candidate_ms;
-            best_layout = mb;
-            improved = true;
+            best_shift = shift;
+            best_mirror = mirror;
           }
         }
       }
-      plan.micro_batches[m] = std::move(best_layout);
-      moved += improved;
+      lay_out(best_shift, best_mirror);
+      moved += best_shift != 0 || best_mirror;
+      if (by_makespan) RunMicroBatch(mb, free_at);
     }
     plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     return moved;
@@ -464,13 +534,19 @@ class FcpStrategy final : public Strategy {
 
   // Persistent groups (lanes.h) as candidates: each lane grouping whose plan
   // scores below `plan` replaces it (estimates filled).
-  // With one micro-batch (`dual` false) the dual grouping is already a
-  // candidate of PlanSplit and only the one-lane grouping is new.
+  // The dual groupings (memory relaxed per lane) bisect below `upper_s`, a
+  // makespan that does not depend on the plans the score chose so far (with
+  // communicators held, a bound taken from the current plan steered the lane
+  // candidates, and fcp then missed plans it had found without them).
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
-                       bool dual) {
+                       double upper_s) {
     double best_ms = score(plan);
-    for (const auto& lanes : LaneGroupings(request, plan.est_ms / 1000, dual)) {
+    const auto groupings = LaneGroupings(request, upper_s, /*dual=*/true);
+    for (size_t i = 0; i < groupings.size(); ++i) {
+      const auto& lanes = groupings[i];
       for (bool aligned : {false, true}) {
+        // The node-aligned dual grouping (the last) is laid out aligned only.
+        if (!aligned && i == kAlignedLaneGrouping) continue;
         auto mbs = LaneMicroBatches(request, lanes, aligned);
         if (!mbs) continue;
         Plan candidate;
@@ -495,6 +571,7 @@ class FcpStrategy final : public Strategy {
   // nullopt when some micro-batch has no grouping that fits N ranks.
   // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
   // of each (computed by the split's feasibility check; BFD is deterministic).
+  // Long because: each micro-batch's candidates share `best`, in rank order.
   static std::optional<Plan> PlanSplit(
       const PlanRequest& request, const std::vector<std::vector<int>>& split,
       const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr) {

@@ -6,6 +6,7 @@
 
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
+#include "planner/first_fit.h"
 #include "planner/placement.h"
 #include "planner/realize.h"
 #include "planner/refine.h"
@@ -27,8 +28,21 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   // micro-batches as memory allows.
   std::vector<std::vector<std::vector<int>>> out = {{members}};
   if (!dual) return out;
-  if (auto grouping = DualApproxGrouping(relaxed, members, upper_s)) {
-    out.push_back(std::move(*grouping));
+  // Each sequence keeps its own d_min: a lane narrower than that could not
+  // run it (the grouping would then be judged at degrees it never gets).
+  // Lanes opened at node-aligned degrees are a second grouping: their rings
+  // stay inside nodes where free degrees straddle them (issue 32: Ascend,
+  // go-src lengths, 64 ranks, gbs 1,024).
+  // On one node (or nodes of one rank) every ring already stays inside one.
+  const bool nodes_matter =
+      request.cluster.ranks_per_node > 1 &&
+      request.cluster.num_ranks > request.cluster.ranks_per_node;
+  for (bool aligned : {false, true}) {
+    if (aligned && !nodes_matter) break;
+    if (auto grouping = DualApproxGrouping(relaxed, members, upper_s,
+                                           &request.cost, aligned)) {
+      out.push_back(std::move(*grouping));
+    }
   }
   return out;
 }
@@ -65,22 +79,19 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
       return request.sequences[a].length_tokens >
              request.sequences[b].length_tokens;
     });
-    std::vector<GroupLoad> chunk_load;
+    FirstFitChunks first_fit(seqs.size());
     std::vector<std::vector<int>> chunks;
     for (int k : seqs) {
       const Sequence& s = request.sequences[k];
-      size_t c = 0;
-      for (; c < chunks.size(); ++c) {
-        GroupLoad load = chunk_load[c];
+      const size_t c = first_fit.Find([&](double sum_tokens) {
+        GroupLoad load;
+        load.sum_tokens = sum_tokens;
         load.Add(s);
-        if (GroupMemBytes(cm, load, d) <= cm.mem_capacity) break;
-      }
-      if (c == chunks.size()) {
-        chunks.emplace_back();
-        chunk_load.emplace_back();
-      }
+        return GroupMemBytes(cm, load, d) <= cm.mem_capacity;
+      });
+      if (c == chunks.size()) chunks.emplace_back();
       chunks[c].push_back(k);
-      chunk_load[c].Add(s);
+      first_fit.Add(c, static_cast<double>(s.length_tokens));
     }
     if (out.size() < chunks.size()) out.resize(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) {

@@ -22,8 +22,10 @@ namespace fcp::planner {
 
 // Groupings of every sequence of `request` into lanes, judged with memory
 // relaxed (a lane spreads its sequences over micro-batches): one lane of
-// everything, and the dual approximation (refine.h) searched below `upper_s`
-// (the makespan to beat, s; +inf: unbounded) when `dual`.
+// everything, and with `dual` the dual approximation (refine.h) searched
+// below `upper_s` (the makespan to beat, s; +inf: unbounded), then the same
+// with lanes opened at node-aligned degrees only (each sequence keeps its own
+// d_min in both). The aligned one, when found, is the third.
 std::vector<std::vector<std::vector<int>>> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual);
 

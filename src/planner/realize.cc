@@ -119,6 +119,7 @@ GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
   };
 }
 
+// Long because: its steps share one set of groups, degrees and ranks.
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
     Allocator allocator, bool topology_aware, bool full_nodes_too,

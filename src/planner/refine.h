@@ -16,10 +16,14 @@ namespace fcp::planner {
 // (best fit by time slack, memory-checked) first into those groups' headroom,
 // then onto single-rank groups. Returns the grouping of the smallest feasible
 // τ found, or nullopt when even `upper_s` is not met. An infinite `upper_s`
-// starts from a τ where only memory can bind.
+// starts from a τ where only memory can bind. `d_min_model`, when given, is
+// the cost model whose memory sets each sequence's minimum degree (lanes:
+// the real one, while `request` relaxes memory for a lane as a whole). With
+// `aligned_degrees` a group of d > 1 opens at a node-aligned degree only
+// (realize.h: AlignedDegree), which keeps rings inside whole nodes.
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
-    const PlanRequest& request, const std::vector<int>& members,
-    double upper_s);
+    const PlanRequest& request, const std::vector<int>& members, double upper_s,
+    const CostModel* d_min_model = nullptr, bool aligned_degrees = false);
 
 // Merges the bottleneck group into another, or moves one of its sequences to
 // the groups with the most slack or to a new group, while the fast

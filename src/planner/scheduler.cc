@@ -51,6 +51,7 @@ void CheckGradientSync(const GradientSync& sync) {
   }
 }
 
+// Long because: one check per input field, in the input's order.
 void ValidateRequest(const PlanRequest& request) {
   if (request.cluster.num_ranks < 1 || request.cluster.num_ranks > kMaxRanks) {
     throw InputError("cluster.ranks", "must be in [1, 2^20]");

@@ -1132,6 +1132,31 @@ def issue30_cases():
             ],
             os.path.join(tmp, "o.svg"),
         )
+        # eval study wrote study.md through std::ofstream (a cut file, exit 0
+        # only if the stream noticed); now through the one output policy.
+        _write_fails_cleanly(
+            "eval study --out under a 2,000-byte file-size limit",
+            [
+                "eval",
+                "study",
+                "--quick",
+                "--out",
+                tmp,
+                "--cluster",
+                "h100-8x8",
+                "--gbs",
+                "16",
+                "--ranks",
+                "8",
+                "--steps",
+                "1",
+                "--warmup",
+                "0",
+                "--coefficients",
+                "preset",
+            ],
+            os.path.join(tmp, "study.md"),
+        )
     small = batch([4096, 900, 17], 8, 8)
     for comm, what in (([[1, 1]], "rank 1 is listed twice"), ([[]], "must hold at least one rank")):
         text = json.dumps(

@@ -2,8 +2,9 @@
 # CTest (label mpi), issue 30: ranks started with different flags. Each case
 # starts two ranks (MPMD: one command line per rank) that differ in one flag;
 # the job must end within the timeout (no hang, no abort) with exit 2 and one
-# `error:` line naming the flag and rank 1. Then --lr inf and --seed -1 are
-# rejected, and equal flags still train.
+# `error:` line naming the flag and rank 1; a flag that fails to parse on some
+# ranks only is one `error:` line naming those ranks. Then --lr inf and
+# --seed -1 are rejected, and equal flags still train.
 # Usage: flag_mismatch.sh MPIEXEC FCP_TRAIN
 set -uo pipefail
 MPIEXEC=$1
@@ -47,6 +48,13 @@ for case in "--seed 1 2 --max-len 400 --heads 2" "--max-len 400 300 --heads 2" \
     "${M[@]}" -np 1 "$TRAIN" "${COMMON[@]}" "${shared[@]}" "$name" "$v0" \
     : -np 1 "$TRAIN" "${COMMON[@]}" "${shared[@]}" "$name" "$v1"
 done
+# A flag that does not parse on one rank only: that rank's error, once,
+# naming it (the other ranks used to wait and nothing was printed).
+run "--seed -1 on rank 1 only" 2 \
+  "error: --seed: must be a non-negative decimal integer (rank 1 only" -- \
+  "${M[@]}" -np 1 "$TRAIN" "${BASE[@]}" --seed 1 : -np 1 "$TRAIN" "${BASE[@]}" --seed -1
+run "--lr x on ranks 1 and 2 of 3" 2 "error: .*--lr.* (ranks 1, 2 only" -- \
+  "${M[@]}" -np 1 "$TRAIN" "${BASE[@]}" : -np 2 "$TRAIN" "${BASE[@]}" --lr x
 run "--lr inf" 2 "error: lr: must be a finite number > 0" -- \
   "${M[@]}" -np 2 "$TRAIN" "${BASE[@]}" --lr inf
 run "--seed -1" 2 "error: --seed: must be a non-negative decimal integer" -- \
