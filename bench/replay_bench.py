@@ -6,11 +6,15 @@
 2. ``fcp simulate --save-plans`` plans real long-tailed lengths (data/, Go
    source files tokenized by Qwen3, divided by --scale and clipped at
    --max-len so that a batch replays in seconds on one core) with fcp and with
-   the static baseline at every degree, all with that cost model;
-3. ``python -m fcp replay`` runs every plan's groups on the CPU kernels;
-4. prints the measured step sums, the profiled cost model's estimates, and
-   fcp / best static (tuned in hindsight: the static degree with the
-   smallest measured time) measured beside predicted.
+   the static baselines at every degree (ring: megatron; all-to-all:
+   deepspeed, at degrees that divide the query heads), all with that cost
+   model;
+3. ``python -m fcp replay`` runs every plan's groups on the CPU kernels
+   (all-to-all groups through fcp.torch.ulysses_attention);
+4. prints the measured step sums, the profiled cost model's estimates, where
+   measured and modelled group times part (by degree, by sequences per
+   group), and fcp / best static (tuned in hindsight: the static strategy
+   with the smallest measured time) measured beside predicted.
 
 Environment: PYTHONPATH with the built module (build/python), FCP_CLI the
 built C++ CLI (build/fcp).
@@ -36,6 +40,25 @@ def sh(args, **kw):
     return res.stdout
 
 
+def print_by_sequences(files, rep):
+    """Measured / model of group times by sequences per group: a cost per
+    sequence that the model lacks shows as a ratio rising with the count."""
+    bins = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 1 << 30))
+    print("group time, measured / profiled model, by sequences per group (all strategies)")
+    cells = []
+    for lo, hi in bins:
+        m = e = n = 0
+        for f in rep["files"]:
+            for plan in f["plans"]:
+                for g in plan["groups"]:
+                    if lo <= g["sequences"] <= hi:
+                        m, e, n = m + g["measured_ms"], e + g["model_ms"], n + 1
+        if n:
+            label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}")
+            cells.append(f"{label}: {m / e:.3f} ({n})")
+    print("  " + "  ".join(cells))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="build/replay-bench")
@@ -45,7 +68,12 @@ def main():
     p.add_argument("--steps", type=int, default=3, help="batches replayed")
     p.add_argument("--scale", type=int, default=16, help="lengths divided by this")
     p.add_argument("--max-len", type=int, default=8192, help="lengths clipped at this")
-    p.add_argument("--degrees", default="1,2,4,8", help="static degrees tried")
+    p.add_argument("--degrees", default="1,2,4,8", help="static (ring) degrees tried")
+    p.add_argument(
+        "--ulysses-degrees",
+        default="2,4",
+        help="static all-to-all (deepspeed) degrees tried; must divide the model's query heads",
+    )
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--profile", default=None, help="reuse this profile JSON")
     args = p.parse_args()
@@ -117,6 +145,14 @@ def main():
             + common
             + ["--strategies", "megatron", "--cp", d, "--save-plans", str(files[f"static d={d}"])]
         )
+    for d in filter(None, args.ulysses_degrees.split(",")):
+        name = f"ulysses d={d}"
+        files[name] = out / f"ulysses-d{d}.jsonl"
+        sh(
+            [cli]
+            + common
+            + ["--strategies", "deepspeed", "--cp", d, "--save-plans", str(files[name])]
+        )
 
     print(
         f"[bench] replaying {len(files)} strategies x {args.steps} batches",
@@ -139,6 +175,7 @@ def main():
             ]
         )
     )
+    (out / "replay.json").write_text(json.dumps(rep, indent=1))
     sums = {}
     for name, f in zip(files, rep["files"]):
         plans = f["plans"]
@@ -161,6 +198,7 @@ def main():
                 by_d[g["degree"]] = (m + g["measured_ms"], e + g["model_ms"], n + 1)
         cells = "  ".join(f"d={d}: {m / e:.3f} ({n})" for d, (m, e, n) in sorted(by_d.items()))
         print(f"  {name:<12} {cells}")
+    print_by_sequences(files, rep)
     statics = {k: v for k, v in sums.items() if k != "fcp"}
     best = min(statics, key=lambda k: statics[k][0])
     best_pred = min(statics, key=lambda k: statics[k][1])
