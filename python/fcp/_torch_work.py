@@ -8,10 +8,14 @@ ranks gives every rank:
   ``sum(s) / d`` tokens, forward and backward (recompute ``full``: the
   forward runs twice, as activation checkpointing does);
 * ring groups: its share of the zigzag-sharded attention. All ``d`` ranks'
-  blocks run in this process through ``fcp.torch.blockwise_attention`` (the
-  ring's pieces, kernels and fp32 merge, without communication) and the time
-  is divided by ``d``: the zigzag layout gives every rank the same causal work
-  (chunks ``i`` and ``2d-1-i``), so this is each rank's time;
+  blocks of the packed sequences (one ``cu_seqlens`` call per mask, as
+  ``fcp.torch.ring_attention`` takes them) run in this process through
+  ``fcp.torch.blockwise_attention`` (the ring's pieces, kernels and fp32
+  merge, without communication) and the time is divided by ``d``: the zigzag
+  layout gives every rank the same causal work (chunks ``i`` and
+  ``2d-1-i``), so this is each rank's time. At ``d = 1`` it is
+  ``fcp.torch.ring_attention`` itself on a one-rank group (no ring: PyTorch's
+  exact attention, the path a real one-rank group runs);
 * all-to-all (Ulysses) groups: its attention after the all-to-all, through
   ``fcp.torch.ulysses_attention`` on a one-rank group (packed ``cu_seqlens``,
   one call per mask): whole sequences with ``q_heads / d`` query heads (and
@@ -229,45 +233,55 @@ class LayerWork:
         return self.clock.measure(self._linear_step(tokens), self.repeats) * self.shape.layers
 
     # -- attention -----------------------------------------------------------
-    def _attention_step(
-        self,
-        seqs: Sequence[Tuple[int, float]],
-        degree: int,
-        heads: int,
-        kv_heads: int,
-    ):
-        from fcp.torch import blockwise_attention
+    def _packs(self, seqs: Sequence[Tuple[int, float]], heads: int, kv_heads: int):
+        """The group's whole sequences as one packed (cu_seqlens) q, k, v per
+        mask, causal sequences then full ones, as fcp.torch's calls take them."""
+        dh, packs = self.shape.head_dim, []
+        for causal in (True, False):
+            lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
+            if not lengths:
+                continue
+            cu = [0]
+            for n in lengths:
+                cu.append(cu[-1] + n)
 
-        dh = self.shape.head_dim
-        tensors = []
-        for length, eta in seqs:
-            q = torch.randn(
-                heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            k = torch.randn(
-                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            v = torch.randn(
-                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            tensors.append((q, k, v, eta < 0.5))
-        d = degree
+            def mk(h, n=cu[-1]):
+                return torch.randn(
+                    h, n, dh, device=self.device, dtype=self.dtype, requires_grad=True
+                )
+
+            packs.append((mk(heads), mk(kv_heads), mk(kv_heads), cu, causal))
+        return packs
+
+    def _attention_run(self, packs, attend) -> Callable[[], None]:
+        """Forward (and its recompute), backward of ``attend`` on every pack."""
         recompute = self.recompute in ("full", "selective")
 
         def run():
-            for q, k, v, causal in tensors:
+            for q, k, v, cu, causal in packs:
                 if recompute:
                     with torch.no_grad():
-                        blockwise_attention(q, k, v, d, causal=causal)
-                out = blockwise_attention(q, k, v, d, causal=causal)
+                        attend(q, k, v, cu, causal)
+                out = attend(q, k, v, cu, causal)
                 out.backward(torch.ones_like(out))
 
         return run
 
     def ring_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
-        """One rank's share of a ring group's attention (all d ranks' blocks / d)."""
-        s = self.shape
-        run = self._attention_step(seqs, degree, s.q_heads, s.kv_heads)
+        """One rank's share of a ring group's attention: all d ranks' blocks
+        of the packed sequences through fcp.torch.blockwise_attention (the
+        ring's pieces and merge), over d; at d = 1 fcp.torch.ring_attention on
+        a one-rank group, which runs no ring (PyTorch's exact attention)."""
+        from fcp.torch import CPGroup, blockwise_attention, ring_attention
+
+        s, one = self.shape, CPGroup([0])
+
+        def attend(q, k, v, cu, causal):
+            if degree == 1:
+                return ring_attention(q, k, v, one, causal, cu_seqlens=cu)
+            return blockwise_attention(q, k, v, degree, causal, cu_seqlens=cu)
+
+        run = self._attention_run(self._packs(seqs, s.q_heads, s.kv_heads), attend)
         return self.clock.measure(run, self.repeats) * s.layers / degree
 
     def all_to_all_heads(self, degree: int) -> Tuple[int, int]:
@@ -282,40 +296,18 @@ class LayerWork:
         kv = max(1, s.kv_heads // degree)
         return heads, kv if heads % kv == 0 else 1
 
-    def _ulysses_step(self, seqs: Sequence[Tuple[int, float]], heads: int, kv_heads: int):
-        """The attention a Ulysses rank runs after its all-to-all, through
-        fcp.torch.ulysses_attention on a one-rank group: one packed call per
-        mask (causal sequences, full ones), as a real group calls it."""
+    def all_to_all_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
+        """One rank's attention in a Ulysses group after its all-to-all:
+        fcp.torch.ulysses_attention on a one-rank group (whole packed
+        sequences, q_heads / d heads), as a real group calls it."""
         from fcp.torch import CPGroup, ulysses_attention
 
-        group, dh = CPGroup([0]), self.shape.head_dim
-        packs = []
-        for causal in (True, False):
-            lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
-            if not lengths:
-                continue
-            cu = [0]
-            for n in lengths:
-                cu.append(cu[-1] + n)
-            mk = lambda h, n=cu[-1]: torch.randn(  # noqa: E731
-                h, n, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            packs.append((mk(heads), mk(kv_heads), mk(kv_heads), cu, causal))
-        recompute = self.recompute in ("full", "selective")
+        one = CPGroup([0])
 
-        def run():
-            for q, k, v, cu, causal in packs:
-                if recompute:
-                    with torch.no_grad():
-                        ulysses_attention(q, k, v, group, causal, cu_seqlens=cu)
-                out = ulysses_attention(q, k, v, group, causal, cu_seqlens=cu)
-                out.backward(torch.ones_like(out))
+        def attend(q, k, v, cu, causal):
+            return ulysses_attention(q, k, v, one, causal, cu_seqlens=cu)
 
-        return run
-
-    def all_to_all_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
-        """One rank's attention in a Ulysses group: whole sequences, heads / d."""
-        run = self._ulysses_step(seqs, *self.all_to_all_heads(degree))
+        run = self._attention_run(self._packs(seqs, *self.all_to_all_heads(degree)), attend)
         return self.clock.measure(run, self.repeats) * self.shape.layers
 
     def rank_time(
