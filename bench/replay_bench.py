@@ -57,6 +57,21 @@ def print_by_sequences(files, rep):
             label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}")
             cells.append(f"{label}: {m / e:.3f} ({n})")
     print("  " + "  ".join(cells))
+    # measured - model = a + b * sequences, least squares over every group.
+    pts = [
+        (g["sequences"], g["measured_ms"] - g["model_ms"])
+        for f in rep["files"]
+        for plan in f["plans"]
+        for g in plan["groups"]
+    ]
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    print(
+        f"  measured - model per group = {my - b * mx:+.2f} ms {b:+.3f} ms x sequences "
+        f"(least squares, {n} groups)"
+    )
 
 
 def main():
@@ -76,6 +91,12 @@ def main():
     )
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--profile", default=None, help="reuse this profile JSON")
+    p.add_argument(
+        "--packs",
+        default="4,16",
+        help="profile --packs: packed groups of k short sequences per grid point (plans "
+        "pack many: the fit must see their per-sequence costs)",
+    )
     args = p.parse_args()
     out = pathlib.Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +124,8 @@ def main():
                 "1,2,4,6,8",
                 "--min-chunk",
                 "128",
+                "--packs",
+                args.packs,
                 "-q",
                 "--out",
                 str(prof),

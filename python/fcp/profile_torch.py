@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip points with fewer than this many tokens per rank",
     )
     p.add_argument("--no-packed", action="store_true", help="no packed groups")
+    p.add_argument(
+        "--packs",
+        default="4",
+        help="comma list of k: a packed group of k sequences of length/k per grid point "
+        "(plans pack many short sequences; a cost per sequence shows only in such groups)",
+    )
     p.add_argument("--heldout", type=float, default=0.25, help="fraction of samples held out")
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out split")
     p.add_argument("-o", "--out", default=None, help="write the report JSON here")
@@ -149,11 +155,13 @@ class _World:
             self.dist.barrier()
 
 
-def _grid_groups(length: int, packed: bool) -> List[List[Tuple[int, float]]]:
-    """One causal sequence, and four of length/4 alternating causal and full."""
+def _grid_groups(length: int, packs: Sequence[int]) -> List[List[Tuple[int, float]]]:
+    """One causal sequence, and for each k of ``packs`` k sequences of
+    length/k alternating causal and full (k = 4 by default)."""
     groups = [[(length, 0.0)]]
-    if packed and length >= 32:
-        groups.append([(length // 4, float(k % 2)) for k in range(4)])
+    for k in packs:
+        if k > 1 and length >= 8 * k:
+            groups.append([(length // k, float(i % 2)) for i in range(k)])
     return groups
 
 
@@ -336,13 +344,14 @@ def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
 
     core = _core()
     lengths, degrees = _grid(args, world)
+    packs = [] if args.no_packed else _parse_ints(args.packs, "--packs", 1, 4096)
     bw = work.copy_bandwidth()
     samples, what = [], []
     for i, length in enumerate(lengths):
         progress(f"[profile] {work.shape.name}: length {length} ({i + 1}/{len(lengths)})")
         for d in degrees:
             for all_to_all in _kinds(work, length, d, args.min_chunk):
-                for seqs in _grid_groups(length, not args.no_packed):
+                for seqs in _grid_groups(length, packs):
                     compute, comm, total = _measure(work, world, seqs, d, all_to_all)
                     if world.rank != 0:
                         continue

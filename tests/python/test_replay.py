@@ -486,6 +486,16 @@ def test_one_process_all_to_all_rank_runs_ulysses_attention(monkeypatch):
     assert work.all_to_all_call_bytes(100, 2) == [q, kv, kv, q]
 
 
+def test_profile_grid_packs_k_sequences_per_point():
+    from fcp.profile_torch import _grid_groups
+
+    assert _grid_groups(1024, []) == [[(1024, 0.0)]]
+    groups = _grid_groups(1024, [4, 16])
+    assert [len(g) for g in groups] == [1, 4, 16]
+    assert groups[2] == [(64, float(i % 2)) for i in range(16)]
+    assert [len(g) for g in _grid_groups(64, [4, 16])] == [1, 4]  # 16 x 4 tokens: too short
+
+
 def test_profile_and_replay_end_to_end_on_cpu(tmp_path):
     prof = tmp_path / "cost_model.json"
     res = _run(
