@@ -30,6 +30,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+PY = [sys.executable, "-m", "fcp"]
 
 
 def sh(args, **kw):
@@ -74,7 +75,7 @@ def print_by_sequences(files, rep):
     )
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="build/replay-bench")
     p.add_argument("--model", default="cpu-tiny")
@@ -97,108 +98,73 @@ def main():
         help="profile --packs: packed groups of k short sequences per grid point (plans "
         "pack many: the fit must see their per-sequence costs)",
     )
-    args = p.parse_args()
-    out = pathlib.Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    py = [sys.executable, "-m", "fcp"]
-    cli = os.environ.get("FCP_CLI", str(ROOT / "build" / "fcp"))
-    t0 = time.time()
+    return p.parse_args()
 
-    prof = pathlib.Path(args.profile) if args.profile else out / "cost_model.json"
-    if not args.profile:
-        print(f"[bench] profiling {args.model} on the CPU", file=sys.stderr, flush=True)
-        sh(
-            py
-            + [
-                "profile",
-                "--target",
-                "torch",
-                "--device",
-                "cpu",
-                "--in-process",
-                "--model",
-                args.model,
-                "--lengths",
-                "1024,2048,4096,8192",
-                "--degrees",
-                "1,2,4,6,8",
-                "--min-chunk",
-                "128",
-                "--packs",
-                args.packs,
-                "-q",
-                "--out",
-                str(prof),
-            ]
-        )
 
-    lengths = out / "lengths.txt"
+def profile(args, prof):
+    print(f"[bench] profiling {args.model} on the CPU", file=sys.stderr, flush=True)
+    grid = ["--lengths", "1024,2048,4096,8192", "--degrees", "1,2,4,6,8", "--min-chunk", "128"]
+    sh(
+        PY
+        + ["profile", "--target", "torch", "--device", "cpu", "--in-process"]
+        + ["--model", args.model, *grid, "--packs", args.packs, "-q", "--out", str(prof)]
+    )
+
+
+def write_lengths(args, out):
+    """The real lengths / --scale, clipped at --max-len; returns the raw ones."""
     with open(ROOT / "data" / "go-src-qwen3-lengths.csv", encoding="utf-8") as f:
         raw = [int(r["tokens"]) for r in csv.DictReader(f) if int(r["tokens"]) > 0]
-    lengths.write_text("".join(f"{min(args.max_len, max(1, n // args.scale))}\n" for n in raw))
+    path = out / "lengths.txt"
+    path.write_text("".join(f"{min(args.max_len, max(1, n // args.scale))}\n" for n in raw))
+    return raw, path
 
-    common = [
-        "simulate",
-        "--lengths",
-        str(lengths),
-        "--model",
-        "qwen3-8b",
-        "--cluster",
-        "h100-8x8",
-        "--ranks",
-        str(args.ranks),
-        "--gbs",
-        str(args.gbs),
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        "0",
-        "--cost-model",
-        str(prof),
-        "-q",
-    ]
+
+def make_plans(args, lengths, prof, out):
+    """{strategy name: plans file} of fcp and every static strategy."""
+    cli = [os.environ.get("FCP_CLI", str(ROOT / "build" / "fcp"))]
+    common = ["simulate", "--lengths", str(lengths), "--model", "qwen3-8b"]
+    common += ["--cluster", "h100-8x8", "--ranks", str(args.ranks), "--gbs", str(args.gbs)]
+    common += ["--steps", str(args.steps), "--warmup", "0", "--cost-model", str(prof), "-q"]
     # fcp-ring: fcp's planner with ring groups only (Ulysses needs a degree that
     # divides the query heads, and cpu-tiny has 4).
     files = {"fcp": out / "fcp.jsonl"}
-    sh([cli] + common + ["--strategies", "fcp-ring", "--save-plans", str(files["fcp"])])
-    for d in args.degrees.split(","):
-        files[f"static d={d}"] = out / f"static-d{d}.jsonl"
-        sh(
-            [cli]
-            + common
-            + ["--strategies", "megatron", "--cp", d, "--save-plans", str(files[f"static d={d}"])]
-        )
-    for d in filter(None, args.ulysses_degrees.split(",")):
-        name = f"ulysses d={d}"
-        files[name] = out / f"ulysses-d{d}.jsonl"
-        sh(
-            [cli]
-            + common
-            + ["--strategies", "deepspeed", "--cp", d, "--save-plans", str(files[name])]
-        )
+    sh(cli + common + ["--strategies", "fcp-ring", "--save-plans", str(files["fcp"])])
+    statics = [("static", "megatron", d) for d in args.degrees.split(",")]
+    statics += [("ulysses", "deepspeed", d) for d in filter(None, args.ulysses_degrees.split(","))]
+    for label, strategy, d in statics:
+        name = f"{label} d={d}"
+        files[name] = out / f"{label}-d{d}.jsonl"
+        sh(cli + common + ["--strategies", strategy, "--cp", d, "--save-plans", str(files[name])])
+    return files
 
+
+def replay(args, files, prof, out):
     print(
         f"[bench] replaying {len(files)} strategies x {args.steps} batches",
         file=sys.stderr,
         flush=True,
     )
-    rep = json.loads(
-        sh(
-            py
-            + [
-                "replay",
-                *map(str, files.values()),
-                "--cost-model",
-                str(prof),
-                "--repeats",
-                str(args.repeats),
-                "-q",
-                "--format",
-                "json",
-            ]
-        )
-    )
+    cmd = PY + ["replay", *map(str, files.values()), "--cost-model", str(prof)]
+    rep = json.loads(sh(cmd + ["--repeats", str(args.repeats), "-q", "--format", "json"]))
     (out / "replay.json").write_text(json.dumps(rep, indent=1))
+    return rep
+
+
+def print_by_degree(files, rep):
+    """Where measured and modelled group times part: by degree, per strategy."""
+    print("group time, measured / profiled model, by degree (sums over each strategy's groups)")
+    for name, f in zip(files, rep["files"]):
+        by_d = {}
+        for plan in f["plans"]:
+            for g in plan["groups"]:
+                m, e, n = by_d.get(g["degree"], (0.0, 0.0, 0))
+                by_d[g["degree"]] = (m + g["measured_ms"], e + g["model_ms"], n + 1)
+        cells = "  ".join(f"d={d}: {m / e:.3f} ({n})" for d, (m, e, n) in sorted(by_d.items()))
+        print(f"  {name:<12} {cells}")
+
+
+def report(args, files, rep, raw):
     sums = {}
     for name, f in zip(files, rep["files"]):
         plans = f["plans"]
@@ -211,16 +177,7 @@ def main():
     print(f"{'strategy':<14} {'measured_s':>10} {'model_s':>10} {'meas/model':>10}")
     for name, (m, e) in sums.items():
         print(f"{name:<14} {m / 1e3:10.2f} {e / 1e3:10.2f} {m / e:10.3f}")
-    # Where measured and modelled group times part: summed by degree, per strategy.
-    print("group time, measured / profiled model, by degree (sums over each strategy's groups)")
-    for name, f in zip(files, rep["files"]):
-        by_d = {}
-        for plan in f["plans"]:
-            for g in plan["groups"]:
-                m, e, n = by_d.get(g["degree"], (0.0, 0.0, 0))
-                by_d[g["degree"]] = (m + g["measured_ms"], e + g["model_ms"], n + 1)
-        cells = "  ".join(f"d={d}: {m / e:.3f} ({n})" for d, (m, e, n) in sorted(by_d.items()))
-        print(f"  {name:<12} {cells}")
+    print_by_degree(files, rep)
     print_by_sequences(files, rep)
     statics = {k: v for k, v in sums.items() if k != "fcp"}
     best = min(statics, key=lambda k: statics[k][0])
@@ -232,6 +189,20 @@ def main():
         f"fcp / {best}: measured {measured:.3f}, predicted {predicted:.3f} "
         f"(difference {100 * (measured / predicted - 1):+.1f}%)"
     )
+
+
+def main():
+    args = parse_args()
+    out = pathlib.Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    prof = pathlib.Path(args.profile) if args.profile else out / "cost_model.json"
+    if not args.profile:
+        profile(args, prof)
+    raw, lengths = write_lengths(args, out)
+    files = make_plans(args, lengths, prof, out)
+    rep = replay(args, files, prof, out)
+    report(args, files, rep, raw)
     print(f"wall {time.time() - t0:.0f} s")  # the last line: volatile
 
 

@@ -20,6 +20,9 @@
 // FitOptions (see FitOptions::refine_on_total). Predictions call
 // GroupTimePartsS (the one implementation of the formula). With
 // FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
+// All-to-all (Ulysses) samples (FitOptions::model given) enter the same
+// columns with Ulysses' regressors: pad·x_attn, pad·x_h/d, x_lin, 1 and
+// rho·x_comm/d, 1 (no gamma terms), T = Tcp + Tcm (AllToAllGroupTimePartsS).
 #pragma once
 
 #include <array>
