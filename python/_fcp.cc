@@ -360,17 +360,19 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("sum_attn_tokens", &fcp::GroupLoad::sum_attn_tokens)
       .def("add", &fcp::GroupLoad::Add, py::arg("sequence"));
   // A FitSample from Python (NaN = not measured); `across_nodes` picks the
-  // inter-node step latency (gamma_inter).
+  // inter-node step latency (gamma_inter); `all_to_all` makes it a Ulysses
+  // sample (bw_bytes_per_s its all-to-all bandwidth).
   m.def(
       "make_fit_sample",
       [](const fcp::GroupLoad& load, int degree, double bw_bytes_per_s,
          bool across_nodes, double compute_s, double comm_s, double total_s,
-         const std::string& label) {
+         const std::string& label, bool all_to_all) {
         fcp::FitSample s;
         s.load = load;
         s.degree = degree;
         s.bw_bytes_per_s = bw_bytes_per_s;
         s.link = across_nodes ? fcp::Link::kInterNode : fcp::Link::kIntraNode;
+        s.comm = all_to_all ? fcp::CommKind::kAllToAll : fcp::CommKind::kRing;
         s.compute_s = compute_s;
         s.comm_s = comm_s;
         s.total_s = total_s;
@@ -380,16 +382,19 @@ PYBIND11_MODULE(_fcp, m) {
       py::arg("load"), py::arg("degree"), py::arg("bw_bytes_per_s"),
       py::arg("across_nodes") = false, py::arg("compute_s") = std::nan(""),
       py::arg("comm_s") = std::nan(""), py::arg("total_s") = std::nan(""),
-      py::arg("label") = "");
-  // FitCostCoefficients(samples).Apply(base): the profiler's fit.
+      py::arg("label") = "", py::arg("all_to_all") = false);
+  // FitCostCoefficients(samples).Apply(base): the profiler's fit; `model`
+  // (head counts) is needed for all-to-all samples.
   m.def(
       "fit_cost_model",
-      [](const std::vector<fcp::FitSample>& samples,
-         const fcp::CostModel& base) {
+      [](const std::vector<fcp::FitSample>& samples, const fcp::CostModel& base,
+         std::optional<fcp::ModelShape> model) {
+        fcp::FitOptions options;
+        options.model = std::move(model);
         py::gil_scoped_release release;
-        return fcp::FitCostCoefficients(samples).Apply(base);
+        return fcp::FitCostCoefficients(samples, options).Apply(base);
       },
-      py::arg("samples"), py::arg("base"));
+      py::arg("samples"), py::arg("base"), py::arg("model") = py::none());
   // FitMeasuredProfile: returns (table, json, cost_model) as `fcp profile`
   // prints and writes them.
   m.def(
@@ -398,10 +403,19 @@ PYBIND11_MODULE(_fcp, m) {
          const std::string& hardware, const std::string& transport,
          const std::vector<fcp::FitSample>& samples,
          const std::vector<std::string>& what, const fcp::CostModel& base,
-         double heldout_fraction, uint64_t seed, double wall_s) {
-        fcp::MeasuredProfile mp{target,  model, hardware, transport,
-                                samples, what,  base,     heldout_fraction,
-                                seed,    wall_s};
+         double heldout_fraction, uint64_t seed, double wall_s,
+         std::optional<fcp::ModelShape> model_shape) {
+        fcp::MeasuredProfile mp{target,
+                                model,
+                                hardware,
+                                transport,
+                                samples,
+                                what,
+                                base,
+                                heldout_fraction,
+                                seed,
+                                wall_s,
+                                std::move(model_shape)};
         fcp::ProfileReport rep;
         {
           py::gil_scoped_release release;
@@ -413,7 +427,7 @@ PYBIND11_MODULE(_fcp, m) {
       py::arg("target"), py::arg("model"), py::arg("hardware"),
       py::arg("transport"), py::arg("samples"), py::arg("what"),
       py::arg("base"), py::arg("heldout_fraction") = 0.25, py::arg("seed") = 1,
-      py::arg("wall_s") = 0.0);
+      py::arg("wall_s") = 0.0, py::arg("model_shape") = py::none());
   // The cost model's parts of one ring group: (attn_s, compute_s, comm_s,
   // total_s).
   m.def(
@@ -430,6 +444,17 @@ PYBIND11_MODULE(_fcp, m) {
   m.def("all_to_all_group_time_s", &fcp::AllToAllGroupTimeS,
         py::arg("cost_model"), py::arg("shape"), py::arg("load"),
         py::arg("degree"), py::arg("bw_bytes_per_s"));
+  // The same in parts: (attn_s, compute_s, comm_s, total_s).
+  m.def(
+      "all_to_all_group_time_parts",
+      [](const fcp::CostModel& cm, const fcp::ModelShape& shape,
+         const fcp::GroupLoad& load, int degree, double bw_bytes_per_s) {
+        const fcp::GroupTimeParts p = fcp::AllToAllGroupTimePartsS(
+            cm, shape, load, degree, bw_bytes_per_s);
+        return py::make_tuple(p.attn_s, p.compute_s, p.comm_s, p.total_s);
+      },
+      py::arg("cost_model"), py::arg("shape"), py::arg("load"),
+      py::arg("degree"), py::arg("bw_bytes_per_s"));
   m.def(
       "all_to_all_bandwidth_on_ranks",
       [](const fcp::CostModel& cm, const fcp::Cluster& cluster,

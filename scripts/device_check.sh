@@ -290,7 +290,8 @@ megatron_section
 # --- section: replay ---
 # Measured, not simulated (docs/replay.md): profile one GPU through PyTorch
 # with a Qwen3-8B layer in bf16 (python -m fcp profile --target torch
-# --in-process: ring ranks' shares one at a time, messages as device copies),
+# --in-process: ring ranks' shares and Ulysses ranks' heads one at a time,
+# messages as device copies),
 # then replay fcp's plans and the static baseline's at degrees 4/8/16 for 2
 # real batches (data/, Go source lengths) of the 64-rank h100-8x8 cluster:
 # every group's forward + recompute + backward of one layer, times 36, ranks
@@ -307,9 +308,9 @@ replay_section() {
   [ -x build/fcp ] || { echo "replay: SKIP (build/fcp not built)"; return 0; }
   local R="$OUT/replay"
   mkdir -p "$R"
-  echo "== replay: profile (qwen3-8b layer, bf16, one GPU, timeout 150 s)"
-  PYTHONPATH=build/python FCP_CLI=build/fcp timeout 150 "$PY" -m fcp profile --target torch \
-    --device cuda --dtype bf16 --model qwen3-8b --in-process --lengths 2048,4096,8192,16384,32768 \
+  echo "== replay: profile (qwen3-8b layer, bf16, one GPU, ring and all-to-all groups, timeout 180 s)"
+  PYTHONPATH=build/python FCP_CLI=build/fcp timeout 180 "$PY" -m fcp profile --target torch \
+    --device cuda --dtype bf16 --model qwen3-8b --in-process --lengths 2048,4096,8192,16384 \
     --degrees 1,2,4,8 --min-chunk 512 --repeats 2 --out "$R/cost_model.json" \
     || { echo "replay: FAIL (profile)"; return 0; }
   echo "== replay: plans (h100-8x8, 64 ranks, 2 batches of 256 real lengths; simulator preset cost model)"

@@ -139,6 +139,23 @@ double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
                           const GroupLoad& load, int degree,
                           double bw_bytes_per_s);
 
+// The same time in parts: attention, compute (attention, linear, beta1), the
+// all-to-all's transfer (0 for d = 1) and their sum (the transfer is a data
+// dependency of attention, so nothing overlaps).
+GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
+                                       const ModelShape& shape,
+                                       const GroupLoad& load, int degree,
+                                       double bw_bytes_per_s);
+
+// A Ulysses group's head factors (src/cost/alltoall.cc): `pad` >= 1 scales
+// attention when d does not divide the query heads; `rho` is the all-to-all
+// volume per token relative to alpha3.
+struct AllToAllFactors {
+  double pad = 1;
+  double rho = 3.75;
+};
+AllToAllFactors AllToAllFactorsFor(const ModelShape& shape, int degree);
+
 // ---- inline definitions (the formula, docs/design.md §2) ----
 
 inline GroupTimeParts GroupTimePartsS(const CostModel& cm,

@@ -80,6 +80,7 @@ struct ProfileReport {
   double wall_s = 0;             // profiling wall time
   std::string
       residual_note;  // what dominates the residual (largest-error points)
+  std::optional<ModelShape> model_shape;  // predicts all-to-all samples
 };
 
 // Runs the profile. Throws InputError naming the field: "target", "model",
@@ -92,16 +93,17 @@ ProfileReport RunProfile(const ProfileOptions& options);
 struct MeasuredProfile {
   std::string target;  // e.g. "torch:cuda"
   std::string model;
-  std::string hardware;   // "measured: ..."
-  std::string transport;  // what carried the ring traffic
-  std::vector<FitSample>
-      samples;  // ring samples (the fit takes ring samples only)
+  std::string hardware;            // "measured: ..."
+  std::string transport;           // what carried the ring traffic
+  std::vector<FitSample> samples;  // ring and all-to-all samples
   std::vector<std::string>
       what;        // description per sample, for the residual note
   CostModel base;  // bandwidths and memory fields of the result
   double heldout_fraction = 0.25;
   uint64_t seed = 1;
   double wall_s = 0;  // measuring time; the fit's time is added
+  // The timed model's head counts: needed when samples has all-to-all ones.
+  std::optional<ModelShape> model_shape;
 };
 
 // Throws InputError("samples") for fewer than 4 samples or a `what` of

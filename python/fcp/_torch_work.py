@@ -8,14 +8,21 @@ ranks gives every rank:
   ``sum(s) / d`` tokens, forward and backward (recompute ``full``: the
   forward runs twice, as activation checkpointing does);
 * ring groups: its share of the zigzag-sharded attention. All ``d`` ranks'
-  blocks run in this process through ``fcp.torch.blockwise_attention`` (the
-  ring's pieces, kernels and fp32 merge, without communication) and the time
-  is divided by ``d``: the zigzag layout gives every rank the same causal work
-  (chunks ``i`` and ``2d-1-i``), so this is each rank's time;
-* all-to-all (Ulysses) groups: attention over whole sequences with
-  ``q_heads / d`` query heads (and ``max(1, kv_heads / d)`` key/value heads);
-* the ring's messages (K, V forward; K, V and fp32 dK, dV backward) as
-  device copies or, on a real process group, point-to-point transfers.
+  blocks of the packed sequences (one ``cu_seqlens`` call per mask, as
+  ``fcp.torch.ring_attention`` takes them) run in this process through
+  ``fcp.torch.blockwise_attention`` (the ring's pieces, kernels and fp32
+  merge, without communication) and the time is divided by ``d``: the zigzag
+  layout gives every rank the same causal work (chunks ``i`` and
+  ``2d-1-i``), so this is each rank's time. At ``d = 1`` it is
+  ``fcp.torch.ring_attention`` itself on a one-rank group (no ring: PyTorch's
+  exact attention, the path a real one-rank group runs);
+* all-to-all (Ulysses) groups: its attention after the all-to-all, through
+  ``fcp.torch.ulysses_attention`` on a one-rank group (packed ``cu_seqlens``,
+  one call per mask): whole sequences with ``q_heads / d`` query heads (and
+  ``max(1, kv_heads / d)`` key/value heads);
+* the ring's messages (K, V forward; K, V and fp32 dK, dV backward) and the
+  all-to-all's (Q, K, V out and the output back, per pass; the gradients
+  backward) as device copies or, on a real process group, the transfers.
 
 Times are measured with a :class:`Clock`; CPU runs use one intra-op thread
 and thread CPU time (other jobs on a shared machine stay out), CUDA runs wall
@@ -29,7 +36,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -226,61 +233,82 @@ class LayerWork:
         return self.clock.measure(self._linear_step(tokens), self.repeats) * self.shape.layers
 
     # -- attention -----------------------------------------------------------
-    def _attention_step(
-        self,
-        seqs: Sequence[Tuple[int, float]],
-        degree: int,
-        heads: int,
-        kv_heads: int,
-        blockwise: bool,
-    ):
-        from fcp.torch import blockwise_attention
+    def _packs(self, seqs: Sequence[Tuple[int, float]], heads: int, kv_heads: int):
+        """The group's whole sequences as one packed (cu_seqlens) q, k, v per
+        mask, causal sequences then full ones, as fcp.torch's calls take them."""
+        dh, packs = self.shape.head_dim, []
+        for causal in (True, False):
+            lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
+            if not lengths:
+                continue
+            cu = [0]
+            for n in lengths:
+                cu.append(cu[-1] + n)
 
-        dh = self.shape.head_dim
-        tensors = []
-        for length, eta in seqs:
-            q = torch.randn(
-                heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            k = torch.randn(
-                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            v = torch.randn(
-                kv_heads, length, dh, device=self.device, dtype=self.dtype, requires_grad=True
-            )
-            tensors.append((q, k, v, eta < 0.5))
-        d = degree if blockwise else 1
+            def mk(h, n=cu[-1]):
+                return torch.randn(
+                    h, n, dh, device=self.device, dtype=self.dtype, requires_grad=True
+                )
+
+            packs.append((mk(heads), mk(kv_heads), mk(kv_heads), cu, causal))
+        return packs
+
+    def _attention_run(self, packs, attend) -> Callable[[], None]:
+        """Forward (and its recompute), backward of ``attend`` on every pack."""
         recompute = self.recompute in ("full", "selective")
 
         def run():
-            for q, k, v, causal in tensors:
+            for q, k, v, cu, causal in packs:
                 if recompute:
                     with torch.no_grad():
-                        blockwise_attention(q, k, v, d, causal=causal)
-                out = blockwise_attention(q, k, v, d, causal=causal)
+                        attend(q, k, v, cu, causal)
+                out = attend(q, k, v, cu, causal)
                 out.backward(torch.ones_like(out))
 
         return run
 
     def ring_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
-        """One rank's share of a ring group's attention (all d ranks' blocks / d)."""
-        s = self.shape
-        run = self._attention_step(seqs, degree, s.q_heads, s.kv_heads, blockwise=True)
+        """One rank's share of a ring group's attention: all d ranks' blocks
+        of the packed sequences through fcp.torch.blockwise_attention (the
+        ring's pieces and merge), over d; at d = 1 fcp.torch.ring_attention on
+        a one-rank group, which runs no ring (PyTorch's exact attention)."""
+        from fcp.torch import CPGroup, blockwise_attention, ring_attention
+
+        s, one = self.shape, CPGroup([0])
+
+        def attend(q, k, v, cu, causal):
+            if degree == 1:
+                return ring_attention(q, k, v, one, causal, cu_seqlens=cu)
+            return blockwise_attention(q, k, v, degree, causal, cu_seqlens=cu)
+
+        run = self._attention_run(self._packs(seqs, s.q_heads, s.kv_heads), attend)
         return self.clock.measure(run, self.repeats) * s.layers / degree
 
-    def all_to_all_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
-        """One rank's attention in a Ulysses group: whole sequences, heads / d."""
+    def all_to_all_heads(self, degree: int) -> Tuple[int, int]:
+        """(query, key/value) heads one rank of a Ulysses group attends with."""
         s = self.shape
         if s.q_heads % degree:
             raise ValueError(
                 f"degree: an all-to-all group of degree {degree} needs it to divide "
                 f"the {s.q_heads} query heads"
             )
-        kv = max(1, s.kv_heads // degree)
         heads = s.q_heads // degree
-        kv = kv if heads % kv == 0 else 1
-        run = self._attention_step(seqs, 1, heads, kv, blockwise=False)
-        return self.clock.measure(run, self.repeats) * s.layers
+        kv = max(1, s.kv_heads // degree)
+        return heads, kv if heads % kv == 0 else 1
+
+    def all_to_all_attn_s(self, seqs: Sequence[Tuple[int, float]], degree: int) -> float:
+        """One rank's attention in a Ulysses group after its all-to-all:
+        fcp.torch.ulysses_attention on a one-rank group (whole packed
+        sequences, q_heads / d heads), as a real group calls it."""
+        from fcp.torch import CPGroup, ulysses_attention
+
+        one = CPGroup([0])
+
+        def attend(q, k, v, cu, causal):
+            return ulysses_attention(q, k, v, one, causal, cu_seqlens=cu)
+
+        run = self._attention_run(self._packs(seqs, *self.all_to_all_heads(degree)), attend)
+        return self.clock.measure(run, self.repeats) * self.shape.layers
 
     def rank_time(
         self, seqs: Sequence[Tuple[int, float]], degree: int, all_to_all: bool = False
@@ -324,6 +352,42 @@ class LayerWork:
         def run():
             for src, dst, n in bufs:
                 for _ in range(n):
+                    dst.copy_(src)
+
+        return self.clock.measure(run, self.repeats) * self.shape.layers
+
+    def all_to_all_call_bytes(self, local_tokens: int, degree: int) -> List[int]:
+        """Bytes one rank sends in each all-to-all of one pass of one layer
+        (fcp.torch.ulysses_attention: Q, K, V scattered by heads, the output
+        gathered back; backward the same four with the gradients): of each
+        tensor it keeps 1/d and sends the rest. K and V count the heads every
+        slot receives (replicated when the group exceeds the kv heads)."""
+        heads, kv = self.all_to_all_heads(degree)
+        elem = torch.finfo(self.dtype).bits // 8
+        per_head = self.shape.head_dim * local_tokens * elem * (degree - 1) // degree
+        q, kv_all = heads * degree * per_head, kv * degree * per_head
+        return [q, kv_all, kv_all, q]
+
+    def all_to_all_passes(self) -> int:
+        """Passes of all-to-alls per layer: forward, its recompute, backward."""
+        return 3 if self.recompute in ("full", "selective") else 2
+
+    def copy_all_to_all_s(self, local_tokens: int, degree: int) -> float:
+        """The all-to-alls' bytes as device copies (one process), all layers."""
+        if degree < 2:
+            return 0.0
+        bufs = [
+            (
+                torch.empty(b, dtype=torch.uint8, device=self.device),
+                torch.empty(b, dtype=torch.uint8, device=self.device),
+            )
+            for b in self.all_to_all_call_bytes(local_tokens, degree)
+        ]
+        passes = self.all_to_all_passes()
+
+        def run():
+            for _ in range(passes):
+                for src, dst in bufs:
                     dst.copy_(src)
 
         return self.clock.measure(run, self.repeats) * self.shape.layers

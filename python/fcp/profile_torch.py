@@ -5,13 +5,16 @@ Launched as ``torchrun --nproc-per-node P -m fcp profile --target torch
 --model MODEL --out cost_model.json`` (or with one process, ``python -m fcp
 ...``). Over a grid of lengths x degrees it times one rank's share of a
 transformer layer of the model's shape (fcp._torch_work): single sequences
-and packed groups of four (causal and full masks mixed). Degrees up to P run
-on real process groups of ranks 0..d-1: the total is the layer with packed
-``fcp.torch.attention(..., "ring", cu_seqlens=...)`` over the group (one call
-per mask), the communication the ring's messages sent point to point. With
+and packed groups of four (causal and full masks mixed), as ring groups and,
+at degrees that divide the query heads, as all-to-all (Ulysses) groups.
+Degrees up to P run on real process groups of ranks 0..d-1: the total is the
+layer with packed ``fcp.torch.attention(..., "ring" | "all-to-all",
+cu_seqlens=...)`` over the group (one call per mask), the communication the
+ring's messages sent point to point or the all-to-alls' bytes. With
 ``--in-process`` a single process times degrees above P as well: each ring
-rank's share of the blocks, the messages as device copies, and the total
-composed as the ring overlaps them. The
+rank's share of the blocks or a Ulysses rank's heads, the messages as device
+copies, and the total composed as the ring overlaps them (an all-to-all
+overlaps nothing). The
 samples go to fcp's C++ fit (the same one `fcp profile` uses) through the
 bindings; the table and the JSON are `fcp profile`'s.
 """
@@ -48,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(
         prog="python -m fcp profile --target torch",
         description="Measure one CP rank's step time of a transformer layer on PyTorch kernels "
-        "(ring attention through fcp.torch, packed sequences) over lengths x "
-        "degrees on the launched processes, fit every cost-model coefficient with "
+        "(ring and all-to-all attention through fcp.torch, packed sequences) over "
+        "lengths x degrees on the launched processes, fit every cost-model coefficient with "
         "fcp's fit, print the held-out error table and write the cost_model JSON "
         "that fcp plan/simulate --cost-model and fcp.Scheduler(cost_model=...) read. "
         "Run under torchrun --nproc-per-node P to measure degrees up to P on real "
@@ -103,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip points with fewer than this many tokens per rank",
     )
     p.add_argument("--no-packed", action="store_true", help="no packed groups")
+    p.add_argument(
+        "--packs",
+        default="4",
+        help="comma list of k: a packed group of k sequences of length/k per grid point "
+        "(plans pack many short sequences; a cost per sequence shows only in such groups)",
+    )
     p.add_argument("--heldout", type=float, default=0.25, help="fraction of samples held out")
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out split")
     p.add_argument("-o", "--out", default=None, help="write the report JSON here")
@@ -146,11 +155,13 @@ class _World:
             self.dist.barrier()
 
 
-def _grid_groups(length: int, packed: bool) -> List[List[Tuple[int, float]]]:
-    """One causal sequence, and four of length/4 alternating causal and full."""
+def _grid_groups(length: int, packs: Sequence[int]) -> List[List[Tuple[int, float]]]:
+    """One causal sequence, and for each k of ``packs`` k sequences of
+    length/k alternating causal and full (k = 4 by default)."""
     groups = [[(length, 0.0)]]
-    if packed and length >= 32:
-        groups.append([(length // 4, float(k % 2)) for k in range(4)])
+    for k in packs:
+        if k > 1 and length >= 8 * k:
+            groups.append([(length // k, float(i % 2)) for i in range(k)])
     return groups
 
 
@@ -159,20 +170,13 @@ def _describe(seqs, degree) -> str:
     return f"d={degree} {len(seqs)}x{seqs[0][0]}{' (mixed masks)' if mixed else ''}"
 
 
-def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
-    """(total_s, comm_s) of ranks 0..d-1 running the layer with ring attention
-    and the ring's messages point to point; wall time, every layer."""
+def _local_packs(work, world, seqs, degree):
+    """This process's zigzag shard of the group's sequences, one packed
+    (cu_seqlens) set of q, k, v per mask: the causal sequences, the full ones."""
     import torch
-    from fcp.torch import CPGroup, attention, local_cu_seqlens
+    from fcp.torch import local_cu_seqlens
 
-    dist = world.dist
-    pg = world.group(degree)
-    if world.rank >= degree:
-        return math.nan, math.nan
-    group = CPGroup(list(range(degree)), pg)
-    s, dev, dt = work.shape, work.device, work.dtype
-    idx = world.rank
-    # One packed (cu_seqlens) call per mask: the causal sequences, the full ones.
+    s = work.shape
     packs = []
     for causal in (True, False):
         lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
@@ -181,16 +185,75 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
         cu = [0]
         for n in lengths:
             cu.append(cu[-1] + n)
-        local_n = local_cu_seqlens(cu, degree, idx)[-1]
-        mk = lambda h: torch.randn(
-            h,
-            local_n,
-            s.head_dim,
-            device=dev,
-            dtype=dt,  # noqa: E731
-            requires_grad=True,
-        )
+        local_n = local_cu_seqlens(cu, degree, world.rank)[-1]
+
+        def mk(heads, n=local_n):
+            return torch.randn(
+                heads, n, s.head_dim, device=work.device, dtype=work.dtype, requires_grad=True
+            )
+
         packs.append((mk(s.q_heads), mk(s.kv_heads), mk(s.kv_heads), cu, causal))
+    return packs
+
+
+def _ring_messages(work, world, pg, local: int, degree: int):
+    """The ring's messages, point to point to the next rank of the group."""
+    import torch
+
+    dist, dev, idx = world.dist, work.device, world.rank
+    fwd_b, bwd_b = work.ring_message_bytes(local)
+    fwd_n, bwd_n = work.ring_steps(degree)
+    nxt, prv = (idx + 1) % degree, (idx - 1) % degree
+    bufs = []
+    for b, k in ((fwd_b, fwd_n), (bwd_b, bwd_n)):
+        send = torch.empty(b, dtype=torch.uint8, device=dev)
+        bufs.append((send, torch.empty_like(send), k))
+
+    def messages():
+        for send, recv, k in bufs:
+            for _ in range(k):
+                ops = [dist.P2POp(dist.isend, send, nxt, pg), dist.P2POp(dist.irecv, recv, prv, pg)]
+                for r in dist.batch_isend_irecv(ops):
+                    r.wait()
+
+    return messages
+
+
+def _all_to_all_messages(work, world, pg, local: int, degree: int):
+    """The Ulysses all-to-alls' bytes (fcp.torch.ulysses_attention's calls,
+    every pass), as all_to_all_single over the group with equal splits."""
+    import torch
+
+    dist, dev = world.dist, work.device
+    bufs = []
+    for sent in work.all_to_all_call_bytes(local, degree):
+        n = -(-sent // (degree - 1)) * degree  # whole buffer, 1/d kept
+        send = torch.empty(n, dtype=torch.uint8, device=dev)
+        bufs.append((send, torch.empty_like(send)))
+    passes = work.all_to_all_passes()
+
+    def messages():
+        for _ in range(passes):
+            for send, recv in bufs:
+                dist.all_to_all_single(recv, send, group=pg)
+
+    return messages
+
+
+def _on_group(work, world, seqs, degree, comm="ring") -> Tuple[float, float]:
+    """(total_s, comm_s) of ranks 0..d-1 running the layer with packed
+    ``fcp.torch.attention(..., comm, cu_seqlens=...)`` over a process group,
+    and its messages alone (ring: point to point; all-to-all: the
+    all-to-alls); wall time, every layer. Other processes get NaN."""
+    import torch
+    from fcp.torch import CPGroup, attention
+
+    dist = world.dist
+    pg = world.group(degree)
+    if world.rank >= degree:
+        return math.nan, math.nan
+    group = CPGroup(list(range(degree)), pg, comm)
+    packs = _local_packs(work, world, seqs, degree)
     local = sum(p[0].shape[1] for p in packs)
     linear = work._linear_step(local)
     recompute = work.recompute in ("full", "selective")
@@ -200,31 +263,15 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
         for q, k, v, cu, causal in packs:
             if recompute:
                 with torch.no_grad():
-                    attention(q, k, v, group, "ring", causal=causal, cu_seqlens=cu)
-            out = attention(q, k, v, group, "ring", causal=causal, cu_seqlens=cu)
+                    attention(q, k, v, group, comm, causal=causal, cu_seqlens=cu)
+            out = attention(q, k, v, group, comm, causal=causal, cu_seqlens=cu)
             out.backward(torch.ones_like(out))
 
-    fwd_b, bwd_b = work.ring_message_bytes(local)
-    fwd_n, bwd_n = work.ring_steps(degree)
-    nxt, prv = (idx + 1) % degree, (idx - 1) % degree
-    bufs = [
-        (
-            torch.empty(b, dtype=torch.uint8, device=dev),
-            torch.empty(b, dtype=torch.uint8, device=dev),
-            k,
-        )
-        for b, k in ((fwd_b, fwd_n), (bwd_b, bwd_n))
-    ]
-
-    def messages():
-        for send, recv, k in bufs:
-            for _ in range(k):
-                ops = [dist.P2POp(dist.isend, send, nxt, pg), dist.P2POp(dist.irecv, recv, prv, pg)]
-                for r in dist.batch_isend_irecv(ops):
-                    r.wait()
+    make = _ring_messages if comm == "ring" else _all_to_all_messages
+    messages = make(work, world, pg, local, degree)
 
     def timed(fn):
-        sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+        sync = torch.cuda.synchronize if work.device.type == "cuda" else (lambda: None)
         fn()
         best = math.inf
         for _ in range(max(1, work.repeats)):
@@ -234,16 +281,14 @@ def _ring_on_group(work, world, seqs, degree) -> Tuple[float, float]:
             fn()
             sync()
             best = min(best, time.perf_counter() - t0)
-        return best * s.layers
+        return best * work.shape.layers
 
     return timed(layer), timed(messages)
 
 
-def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
-    """Measures the grid; returns (FitSamples, descriptions, bandwidth)."""
-    from fcp import _core
-
-    core = _core()
+def _grid(args, world) -> Tuple[List[int], List[int]]:
+    """(lengths, degrees) of --lengths/--degrees; ValueError for a degree
+    above the process count without --in-process."""
     lengths = (
         _parse_ints(args.lengths, "--lengths", 8, 1 << 22)
         if args.lengths
@@ -258,44 +303,76 @@ def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
             raise ValueError(
                 f"--degrees: degree {d} needs {d} processes, {world.size} launched "
                 f"(run under torchrun --nproc-per-node {d}, or pass --in-process to "
-                "time the ring's ranks one at a time in this process)"
+                "time the group's ranks one at a time in this process)"
             )
+    return lengths, degrees
+
+
+def _measure(work, world, seqs, d: int, all_to_all: bool) -> Tuple[float, float, float]:
+    """(compute_s, comm_s, total_s) of one rank of a group: on processes
+    0..d-1 when d <= P (total and communication measured), else in this
+    process (messages as device copies; a ring overlaps them with its
+    attention, an all-to-all does not)."""
+    rank = work.rank_time(seqs, d, all_to_all)
+    local = -(-sum(n for n, _ in seqs) // d)
+    if d == 1:
+        return rank.compute_s, math.nan, rank.compute_s
+    if d <= world.size:
+        total, comm = _on_group(work, world, seqs, d, "all-to-all" if all_to_all else "ring")
+        return rank.compute_s, comm, total
+    if all_to_all:
+        comm = work.copy_all_to_all_s(local, d)
+        return rank.compute_s, comm, rank.compute_s + comm
+    comm = work.copy_comm_s(local, d)
+    hideable = rank.attn_s * (d - 1) / d
+    return rank.compute_s, comm, rank.compute_s + comm - min(hideable, comm)
+
+
+def _kinds(work, length: int, d: int, min_chunk: int) -> List[bool]:
+    """Which groups of degree d a grid length gets: ring (False) when every
+    rank holds two chunks of at least min_chunk tokens together, all-to-all
+    (True) when d also divides the query heads."""
+    if 2 * d > length or length < min_chunk * d:
+        return []
+    return [False] + ([True] if work.shape.q_heads % d == 0 else [])
+
+
+def collect(args, work, world, progress) -> Tuple[list, List[str], float]:
+    """Measures the grid (ring and all-to-all groups); returns (FitSamples,
+    descriptions, bandwidth)."""
+    from fcp import _core
+
+    core = _core()
+    lengths, degrees = _grid(args, world)
+    packs = [] if args.no_packed else _parse_ints(args.packs, "--packs", 1, 4096)
     bw = work.copy_bandwidth()
     samples, what = [], []
     for i, length in enumerate(lengths):
         progress(f"[profile] {work.shape.name}: length {length} ({i + 1}/{len(lengths)})")
         for d in degrees:
-            if 2 * d > length or length < args.min_chunk * d:
-                continue
-            for seqs in _grid_groups(length, not args.no_packed):
-                rank = work.rank_time(seqs, d)
-                load = core.GroupLoad()
-                for n, eta in seqs:
-                    load.add(core.Sequence(n, eta))
-                local = -(-length // d)
-                if d == 1:
-                    comm, total = math.nan, rank.compute_s
-                elif d <= world.size:
-                    total, comm = _ring_on_group(work, world, seqs, d)
-                else:
-                    comm = work.copy_comm_s(local, d)
-                    hideable = rank.attn_s * (d - 1) / d
-                    total = rank.compute_s + comm - min(hideable, comm)
-                if world.rank != 0:
-                    continue
-                samples.append(
-                    core.make_fit_sample(
-                        load,
-                        d,
-                        bw,
-                        False,
-                        compute_s=rank.compute_s,
-                        comm_s=comm,
-                        total_s=total,
-                        label=work.shape.name,
+            for all_to_all in _kinds(work, length, d, args.min_chunk):
+                for seqs in _grid_groups(length, packs):
+                    compute, comm, total = _measure(work, world, seqs, d, all_to_all)
+                    if world.rank != 0:
+                        continue
+                    load = core.GroupLoad()
+                    for n, eta in seqs:
+                        load.add(core.Sequence(n, eta))
+                    kind = " all-to-all" if all_to_all else ""
+                    samples.append(
+                        core.make_fit_sample(
+                            load,
+                            d,
+                            bw,
+                            False,
+                            compute_s=compute,
+                            comm_s=comm,
+                            total_s=total,
+                            label=work.shape.name + kind,
+                            all_to_all=all_to_all,
+                        )
                     )
-                )
-                what.append(_describe(seqs, d))
+                    what.append(_describe(seqs, d) + kind)
     world.barrier()
     return samples, what, bw
 
@@ -358,6 +435,7 @@ def run(argv: Sequence[str]) -> int:
         args.heldout,
         args.seed,
         time.perf_counter() - t0,
+        shape.model_shape(),
     )
     out = json.loads(report)
     out["torch"] = {

@@ -4,15 +4,16 @@
 Reads ``{batch, plan}`` JSON lines (what ``fcp simulate --save-plans``
 writes), and for every group of every plan times one rank's real work on this
 device (fcp._torch_work: the layer's GEMMs on its tokens, its share of the
-ring's attention blocks, or its heads of a Ulysses group, forward, recompute
-and backward, times the layers). Ranks run one at a time; the zigzag layout
+ring's attention blocks, or its heads of a Ulysses group through
+fcp.torch.ulysses_attention, forward, recompute and backward, times the
+layers). Ranks run one at a time; the zigzag layout
 gives every rank of a ring group the same work, so one rank's time is the
 group's. The group's communication is charged from the profiled cost model
 (its link terms, with the profiled or the plan's bandwidths): a ring group
 takes ``T = compute + Tcm - min(attention (d - tail)/d, Tcm)``, an
 all-to-all group ``compute + Tcm_a2a``, the formulas of docs/design.md §2.
-Under torchrun, a ring group of degree d <= P runs on processes 0..d-1
-instead and its time, communication included, is measured.
+Under torchrun, a group (ring or all-to-all) of degree d <= P runs on
+processes 0..d-1 instead and its time, communication included, is measured.
 The measured step is the list schedule of the measured group times
 (fcp.ListScheduleMs, as the planner and the simulator compose them), printed
 beside the profiled cost model's estimate of the same plan, the simulator's
@@ -156,29 +157,25 @@ class MeasuredGroups:
         if not all_to_all:
             return core.group_time_parts(self.cm, load, d, self.across_nodes(ranks))[2]
         bw = core.all_to_all_bandwidth_on_ranks(self.cm, self.cluster, list(ranks))
-        shape = self.shape.model_shape()
-        quiet = core.CostModel.from_dict(self.cm.to_dict())
-        quiet.alpha3 = quiet.beta2 = 0.0
-        return core.all_to_all_group_time_s(
-            self.cm, shape, load, d, bw
-        ) - core.all_to_all_group_time_s(quiet, shape, load, d, bw)
+        return core.all_to_all_group_time_parts(self.cm, self.shape.model_shape(), load, d, bw)[2]
 
-    def on_group(self, seqs, degree: int) -> float:
-        """A ring group whose ranks are real processes (0..d-1): its total
-        (compute and communication as they overlap), measured. Every process
-        takes part in the same order; the others get NaN."""
-        from fcp.profile_torch import _ring_on_group
+    def on_group(self, seqs, degree: int, all_to_all: bool) -> float:
+        """A group whose ranks are real processes (0..d-1): its total
+        (compute and communication, as they overlap in a ring), measured.
+        Every process takes part in the same order; the others get NaN."""
+        from fcp.profile_torch import _on_group
 
-        key = (tuple(sorted(seqs)), degree, "processes")
+        key = (tuple(sorted(seqs)), degree, all_to_all, "processes")
         if key not in self._cache:
-            self._cache[key] = _ring_on_group(self.work, self.world, seqs, degree)[0]
+            comm = "all-to-all" if all_to_all else "ring"
+            self._cache[key] = _on_group(self.work, self.world, seqs, degree, comm)[0]
             self.on_processes += 1
         return self._cache[key]
 
     def __call__(self, seqs, ranks, all_to_all: bool) -> float:
         d = len(ranks)
-        if self.world is not None and 1 < d <= self.world.size and not all_to_all:
-            return self.on_group(seqs, d)
+        if self.world is not None and 1 < d <= self.world.size:
+            return self.on_group(seqs, d, all_to_all)
         rank = self.rank_time(seqs, d, all_to_all)
         comm = self.charged_comm_s(seqs, ranks, all_to_all)
         if all_to_all or d < 2:
@@ -357,36 +354,34 @@ def format_table(files, results, header) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
-    import torch
-    import fcp
-    from fcp import _torch_work as tw
-
-    cm, meta = _load_profile(args.cost_model)
-    shape = _shape(args, meta)
-    device = tw.resolve_device(args.device or meta.get("device"))
-    dtype_name = args.dtype or meta.get("dtype") or ("bf16" if device.type == "cuda" else "fp32")
-    recompute = args.recompute or meta.get("recompute", "full")
-    if device.type == "cpu":
-        torch.set_num_threads(1)
+def _check_args(args) -> None:
     if (args.sim_model is None) != (args.sim_cluster is None):
         raise ValueError("--sim-model/--sim-cluster: give both or neither")
     if args.batches is not None and args.batches < 1:
         raise ValueError("--batches: must be >= 1")
     if args.repeats < 1:
         raise ValueError("--repeats: must be >= 1")
+
+
+def _read_files(args) -> List[List[PlannedBatch]]:
+    """Every plans file; ValueError when they are for different clusters."""
     files = [read_plans(p, args.batches) for p in args.plans]
     cluster = files[0][0].request.cluster
     for path, batches in zip(args.plans, files):
         c = batches[0].request.cluster
         if (c.num_ranks, c.ranks_per_node) != (cluster.num_ranks, cluster.ranks_per_node):
             raise ValueError(f"plans: {path} is for another cluster than {args.plans[0]}")
+    return files
+
+
+def _charge_model(cm, links: str, plan_cost):
+    """The cost model that charges communication: the profiled one, or with
+    ``--links plan`` the plan's cluster's link terms (its bandwidths, bytes
+    per token and latencies: a plan for another machine replayed here)."""
+    import fcp
+
     charge = fcp.CostModel.from_dict(cm.to_dict())
-    if args.links == "plan":
-        # The plan's cluster is not this machine: its link model (bandwidths,
-        # bytes per token, latencies) charges the transfers.
-        plan_cost = files[0][0].request.cost
+    if links == "plan":
         for f in (
             "bw_intra_node",
             "bw_inter_node",
@@ -396,48 +391,68 @@ def run(argv: Sequence[str]) -> int:
             "gamma_inter",
         ):
             setattr(charge, f, getattr(plan_cost, f))
-    work = tw.LayerWork(shape, device, tw.DTYPES[dtype_name], recompute, args.repeats)
-    from fcp.profile_torch import _World
+    return charge
 
-    world = _World(device)  # under torchrun: ring groups of degree <= P run on processes
-    timer = MeasuredGroups(work, charge, cluster, shape, world if world.size > 1 else None)
-    sim = (args.sim_model, args.sim_cluster, recompute) if args.sim_model else None
-    quiet = args.quiet or world.rank != 0
-    progress = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-    results = [replay_file(b, timer, charge, sim, progress) for b in files]
-    world.barrier()
-    if world.rank != 0:
-        return 0
+
+def _header(shape, dtype_name, recompute, device, work, cluster, links, timer, world) -> str:
+    import torch
+
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     header = (
         f"fcp replay: {shape.name} layer (hidden {shape.hidden}, {shape.q_heads}/"
         f"{shape.kv_heads} heads x {shape.head_dim}, ffn {shape.ffn}) x {shape.layers} "
         f"layers, {dtype_name}, recompute {recompute}, on {name} ({work.clock.describe()}); "
         f"{cluster.num_ranks} plan ranks run one at a time; communication charged from "
-        f"the {args.links} link model; {timer.measured} distinct "
-        "groups measured"
+        f"the {links} link model; {timer.measured} distinct groups measured"
     )
     if world.size > 1:
         header += (
-            f", {timer.on_processes} ring groups on {world.size} processes (communication measured)"
+            f", {timer.on_processes} groups on {world.size} processes (communication measured)"
         )
-    if args.format == "json":
-        print(
-            json.dumps(
-                _finite(
-                    {
-                        "header": header,
-                        "files": [
-                            {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}
-                            for p, rows in zip(args.plans, results)
-                        ],
-                    }
-                ),
-                indent=2,
-            )
-        )
-    else:
+    return header
+
+
+def _print_results(args, results, header) -> None:
+    if args.format == "table":
         print(format_table(args.plans, results, header), end="")
+        return
+    files = [
+        {"path": p, "plans": [dataclasses.asdict(r) for r in rows]}
+        for p, rows in zip(args.plans, results)
+    ]
+    print(json.dumps(_finite({"header": header, "files": files}), indent=2))
+
+
+def run(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    import torch
+    from fcp import _torch_work as tw
+    from fcp.profile_torch import _World
+
+    _check_args(args)
+    cm, meta = _load_profile(args.cost_model)
+    shape = _shape(args, meta)
+    device = tw.resolve_device(args.device or meta.get("device"))
+    dtype_name = args.dtype or meta.get("dtype") or ("bf16" if device.type == "cuda" else "fp32")
+    recompute = args.recompute or meta.get("recompute", "full")
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    files = _read_files(args)
+    cluster = files[0][0].request.cluster
+    charge = _charge_model(cm, args.links, files[0][0].request.cost)
+    work = tw.LayerWork(shape, device, tw.DTYPES[dtype_name], recompute, args.repeats)
+    world = _World(device)  # under torchrun: groups of degree <= P run on processes
+    timer = MeasuredGroups(work, charge, cluster, shape, world if world.size > 1 else None)
+    sim = (args.sim_model, args.sim_cluster, recompute) if args.sim_model else None
+    quiet = args.quiet or world.rank != 0
+    progress = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    results = [replay_file(b, timer, charge, sim, progress) for b in files]
+    world.barrier()
+    if world.rank == 0:
+        header = _header(
+            shape, dtype_name, recompute, device, work, cluster, args.links, timer, world
+        )
+        _print_results(args, results, header)
     return 0
 
 

@@ -127,38 +127,56 @@ double AllToAllBandwidthBound(const CostModel& cm, const Cluster& cluster,
   return (degree - 1) / fastest;
 }
 
-double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
-                          const GroupLoad& load, int degree,
-                          double bw_bytes_per_s) {
+AllToAllFactors AllToAllFactorsFor(const ModelShape& shape, int degree) {
   const double d = degree;
+  AllToAllFactors f;
   // Head padding: a rank holds ceil(q_heads/d) heads, so when d does not
   // divide q_heads (or exceeds it) each rank computes and moves `pad` times its
   // 1/d share (pad = ceil(q_heads/d)·d/q_heads >= 1; 1 for divisors).
-  double pad = 1;
   if (shape.q_heads > 0) {
     const double q = shape.q_heads;
-    pad = std::ceil(q / d) * d / q;
+    f.pad = std::ceil(q / d) * d / q;
   }
-  // Ulysses runs attention on whole sequences (1/d of the heads each), so the
-  // v2 short-chunk overhead h applies to full lengths and shrinks with d.
-  const double attn =
-      pad * cm.alpha1 *
-      (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) / d;
-  const double lin = cm.alpha2 * load.sum_tokens / d;
-  const double t_cp = attn + lin + cm.beta1;
-  if (degree <= 1) return t_cp;
   // Volume per token relative to alpha3 with the head counts each rank really
   // holds: ceil(q/d) query heads and, once d exceeds the K/V heads, one
   // replicated K/V head (not 1/d of one) per rank.
-  double rho = 3.75 * pad;
+  f.rho = 3.75 * f.pad;
   if (shape.q_heads > 0 && shape.kv_heads > 0) {
     const double kv = shape.kv_heads;
     const double kv_held = std::max(1.0, std::ceil(kv / d)) * d;
-    rho = 0.75 * (pad * shape.q_heads + kv_held) / kv;
+    f.rho = 0.75 * (f.pad * shape.q_heads + kv_held) / kv;
   }
+  return f;
+}
+
+GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
+                                       const ModelShape& shape,
+                                       const GroupLoad& load, int degree,
+                                       double bw_bytes_per_s) {
+  const double d = degree;
+  const AllToAllFactors f = AllToAllFactorsFor(shape, degree);
+  GroupTimeParts p;
+  // Ulysses runs attention on whole sequences (1/d of the heads each), so the
+  // v2 short-chunk overhead h applies to full lengths and shrinks with d.
+  p.attn_s = f.pad * cm.alpha1 *
+             (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) /
+             d;
+  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
+  p.total_s = p.compute_s;
+  if (degree <= 1) return p;
   const double bytes_per_rank =
-      rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
-  return t_cp + bytes_per_rank / bw_bytes_per_s + cm.beta2;
+      f.rho * cm.alpha3 * (load.sum_tokens / d) * (d - 1) / d;
+  p.comm_s = bytes_per_rank / bw_bytes_per_s + cm.beta2;
+  // Not overlapped (see above); summed in this order for bit-identical plans.
+  p.total_s = p.compute_s + bytes_per_rank / bw_bytes_per_s + cm.beta2;
+  return p;
+}
+
+double AllToAllGroupTimeS(const CostModel& cm, const ModelShape& shape,
+                          const GroupLoad& load, int degree,
+                          double bw_bytes_per_s) {
+  return AllToAllGroupTimePartsS(cm, shape, load, degree, bw_bytes_per_s)
+      .total_s;
 }
 
 }  // namespace fcp

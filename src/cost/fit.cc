@@ -42,8 +42,16 @@ double XGamma(const FitSample& s, Link link) {
 double XRingSteps(const FitSample& s) { return s.degree - 1.0; }
 
 // `cm` with the sample's own bandwidth on the sample's link, so that the one
-// formula (GroupTimePartsS) predicts it.
-GroupTimeParts PredictParts(const CostModel& cm, const FitSample& s) {
+// formula (GroupTimePartsS, or AllToAllGroupTimePartsS with `model`'s heads)
+// predicts it.
+GroupTimeParts PredictParts(const CostModel& cm, const FitSample& s,
+                            const std::optional<ModelShape>& model) {
+  if (s.comm == CommKind::kAllToAll) {
+    if (!model)
+      throw InputError("samples", "an all-to-all sample needs the model shape");
+    return AllToAllGroupTimePartsS(cm, *model, s.load, s.degree,
+                                   s.bw_bytes_per_s);
+  }
   CostModel at = cm;
   (s.link == Link::kIntraNode ? at.bw_intra_node : at.bw_inter_node) =
       s.bw_bytes_per_s;
@@ -121,18 +129,21 @@ LsqResult RelativeNnls(const Eigen::MatrixXd& x, const Eigen::VectorXd& y) {
 
 // The relative error of one sample: total time when measured, else compute
 // time against Tcp. NaN when the sample has neither.
-double RelativeError(const CostModel& cm, const FitSample& s) {
-  if (Has(s.total_s)) return (PredictTotalS(cm, s) - s.total_s) / s.total_s;
+double RelativeError(const CostModel& cm, const FitSample& s,
+                     const std::optional<ModelShape>& model) {
+  if (Has(s.total_s))
+    return (PredictTotalS(cm, s, model) - s.total_s) / s.total_s;
   if (Has(s.compute_s))
-    return (PredictComputeS(cm, s) - s.compute_s) / s.compute_s;
+    return (PredictComputeS(cm, s, model) - s.compute_s) / s.compute_s;
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-double RmsRelative(const CostModel& cm, std::span<const FitSample> samples) {
+double RmsRelative(const CostModel& cm, std::span<const FitSample> samples,
+                   const std::optional<ModelShape>& model) {
   double sum = 0;
   int n = 0;
   for (const auto& s : samples) {
-    const double r = RelativeError(cm, s);
+    const double r = RelativeError(cm, s, model);
     if (!Has(r)) continue;
     sum += r * r;
     ++n;
@@ -157,16 +168,19 @@ CostModel FitResult::Apply(const CostModel& base) const {
   return cm;
 }
 
-double PredictComputeS(const CostModel& cm, const FitSample& s) {
-  return PredictParts(cm, s).compute_s;
+double PredictComputeS(const CostModel& cm, const FitSample& s,
+                       const std::optional<ModelShape>& model) {
+  return PredictParts(cm, s, model).compute_s;
 }
 
-double PredictCommS(const CostModel& cm, const FitSample& s) {
-  return PredictParts(cm, s).comm_s;
+double PredictCommS(const CostModel& cm, const FitSample& s,
+                    const std::optional<ModelShape>& model) {
+  return PredictParts(cm, s, model).comm_s;
 }
 
-double PredictTotalS(const CostModel& cm, const FitSample& s) {
-  return PredictParts(cm, s).total_s;
+double PredictTotalS(const CostModel& cm, const FitSample& s,
+                     const std::optional<ModelShape>& model) {
+  return PredictParts(cm, s, model).total_s;
 }
 
 namespace {
@@ -222,16 +236,18 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     const std::string field = CheckedSampleField(s, i);
     for (double t : {s.compute_s, s.comm_s, s.total_s})
       if (Has(t) && !(t > 0)) throw InputError(field, "times must be > 0");
-    if (s.comm != CommKind::kRing)
-      throw InputError(field, "the fit takes ring samples only");
+    if (s.comm == CommKind::kAllToAll && !options.model)
+      throw InputError(field, "an all-to-all sample needs the model shape");
   }
   if (!(options.ring_tail_steps >= 0 && options.ring_tail_steps <= 1))
     throw InputError("ring_tail_steps", "must be in [0, 1]");
   FitResult out;
   const bool v2 = !options.paper_terms_only;
   out.ring_tail_steps = v2 ? options.ring_tail_steps : 0.0;
-  // Of a ring group's attention, the share that can hide its transfers.
+  // Of a ring group's attention, the share that can hide its transfers (an
+  // all-to-all hides none).
   auto hideable = [&](const FitSample& s) {
+    if (s.comm == CommKind::kAllToAll) return 0.0;
     return (s.degree - out.ring_tail_steps) / s.degree;
   };
   // --- Eq. 8 (+ h) on compute samples (or totals of d = 1 groups, where T =
@@ -251,18 +267,28 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   if (v2) compute_cols.insert(compute_cols.end(), {kOverhead, kGammaSerial});
   std::vector<int> comm_cols = {kComm, kBeta2};
   if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter});
-  auto compute_row = [](const FitSample& s, double* x) {
+  auto compute_row = [&](const FitSample& s, double* x) {
     x[kAttn] = XAttn(s);
     x[kOverhead] = XOverhead(s);
     x[kLin] = XLin(s);
     x[kBeta1] = 1.0;
     x[kGammaSerial] = XRingSteps(s);
+    if (s.comm == CommKind::kAllToAll) {  // whole sequences, heads / d
+      const double pad = AllToAllFactorsFor(*options.model, s.degree).pad;
+      x[kAttn] *= pad;
+      x[kOverhead] *= pad / s.degree;
+      x[kGammaSerial] = 0;
+    }
   };
-  auto comm_row = [](const FitSample& s, double* x) {
+  auto comm_row = [&](const FitSample& s, double* x) {
     x[kComm] = XComm(s);
     x[kBeta2] = 1.0;
     x[kGammaIntra] = XGamma(s, Link::kIntraNode);
     x[kGammaInter] = XGamma(s, Link::kInterNode);
+    if (s.comm == CommKind::kAllToAll) {  // rho·alpha3 per token of Σs/d
+      x[kComm] *= AllToAllFactorsFor(*options.model, s.degree).rho / s.degree;
+      x[kGammaIntra] = x[kGammaInter] = 0;
+    }
   };
   StoreColumns(SolveColumns(comp, compute_cols,
                             [&](const FitSample& s, double* x) {
@@ -288,7 +314,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     std::vector<FitSample> derived;
     for (const FitSample* s : total) {
       if (s->degree < 2) continue;
-      const GroupTimeParts p = PredictParts(cfit, *s);
+      const GroupTimeParts p = PredictParts(cfit, *s, options.model);
       const double hidden = p.attn_s * hideable(*s);
       const double rest = s->total_s - (p.compute_s - hidden);
       if (rest > 1.05 * hidden && rest > 0) {
@@ -311,7 +337,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   out.comm_samples = static_cast<int>(comm.size());
   out.total_samples = static_cast<int>(total.size());
   CostModel cm = out.Apply(CostModel{});
-  double best_rms = RmsRelative(cm, samples);
+  double best_rms = RmsRelative(cm, samples, options.model);
 
   // --- Refinement on totals: alternate (branch of the min per sample, NNLS)
   // ---
@@ -321,7 +347,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
     for (int it = 0; it < options.max_iterations; ++it) {
       std::vector<int> branch(total.size());
       for (size_t i = 0; i < total.size(); ++i) {
-        const GroupTimeParts p = PredictParts(cur, *total[i]);
+        const GroupTimeParts p = PredictParts(cur, *total[i], options.model);
         branch[i] =
             total[i]->degree > 1 && p.attn_s * hideable(*total[i]) <= p.comm_s;
       }
@@ -360,7 +386,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
       FitResult cand = out;
       StoreColumns(r, cols, cand);
       const CostModel cand_cm = cand.Apply(CostModel{});
-      const double rms = RmsRelative(cand_cm, samples);
+      const double rms = RmsRelative(cand_cm, samples, options.model);
       cur = cand_cm;
       if (rms < best_rms) {
         best_rms = rms;
@@ -384,10 +410,7 @@ namespace {
 
 double PredictAnyTotalS(const CostModel& cm, const FitSample& s,
                         const std::optional<ModelShape>& model) {
-  return s.comm == CommKind::kAllToAll
-             ? AllToAllGroupTimeS(cm, *model, s.load, s.degree,
-                                  s.bw_bytes_per_s)
-             : PredictTotalS(cm, s);
+  return PredictTotalS(cm, s, model);
 }
 
 void CheckAllToAllHasModel(std::span<const FitSample> samples,
@@ -498,7 +521,8 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
 }
 
 HeldoutReport EvaluateRelativeError(const CostModel& cm,
-                                    std::span<const FitSample> samples) {
+                                    std::span<const FitSample> samples,
+                                    const std::optional<ModelShape>& model) {
   HeldoutReport rep;
   auto add = [](ErrorStats& e, double err) {
     e.mean = (e.mean * e.count + err) / (e.count + 1);
@@ -506,7 +530,7 @@ HeldoutReport EvaluateRelativeError(const CostModel& cm,
     ++e.count;
   };
   for (const auto& s : samples) {
-    const double r = RelativeError(cm, s);
+    const double r = RelativeError(cm, s, model);
     if (!Has(r)) continue;
     const double err = std::fabs(r);
     add(rep.overall, err);

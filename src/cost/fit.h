@@ -20,6 +20,9 @@
 // FitOptions (see FitOptions::refine_on_total). Predictions call
 // GroupTimePartsS (the one implementation of the formula). With
 // FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
+// All-to-all (Ulysses) samples (FitOptions::model given) enter the same
+// columns with Ulysses' regressors: pad·x_attn, pad·x_h/d, x_lin, 1 and
+// rho·x_comm/d, 1 (no gamma terms), T = Tcp + Tcm (AllToAllGroupTimePartsS).
 #pragma once
 
 #include <array>
@@ -44,8 +47,9 @@ struct FitSample {
   Link link =
       Link::kIntraNode;  // which step latency (gamma) the placement pays
   // Ring samples follow T(G, d); an all-to-all (Ulysses) sample follows
-  // AllToAllGroupTimeS with bw_bytes_per_s its per-rank all-to-all bandwidth.
-  // FitCostCoefficients takes ring samples only.
+  // AllToAllGroupTimePartsS with bw_bytes_per_s its per-rank all-to-all
+  // bandwidth (its link is not read). Predicting or fitting one needs the
+  // model's head counts (FitOptions::model).
   CommKind comm = CommKind::kRing;
   double compute_s = std::numeric_limits<double>::quiet_NaN();  // measured Tcp
   double comm_s =
@@ -64,6 +68,11 @@ struct FitOptions {
   bool paper_terms_only = false;
   // Not fitted: the ring's structure (docs/design.md §2), 1 for a zigzag ring.
   double ring_tail_steps = 1;
+  // The model's head counts, needed for all-to-all samples: their compute
+  // rows are Ulysses' (whole sequences, heads / d, no gamma_serial) and their
+  // communication rows carry alpha3 times the volume factor rho
+  // (AllToAllFactorsFor), so they inform the same coefficients.
+  std::optional<ModelShape> model;
 };
 
 struct FittedCoefficient {
@@ -91,14 +100,19 @@ struct FitResult {
 };
 
 // Throws InputError("samples") when fewer than 3 compute samples exist or
-// when no sample has a usable time; ("samples[i]") for a bad sample.
+// when no sample has a usable time; ("samples[i]") for a bad sample or an
+// all-to-all sample without options.model.
 FitResult FitCostCoefficients(std::span<const FitSample> samples,
                               const FitOptions& options = {});
 
-// Predicted times of one sample under coefficients `cm` (s).
-double PredictComputeS(const CostModel& cm, const FitSample& s);
-double PredictCommS(const CostModel& cm, const FitSample& s);
-double PredictTotalS(const CostModel& cm, const FitSample& s);
+// Predicted times of one sample under coefficients `cm` (s); `model` predicts
+// all-to-all samples (InputError("samples") for one without it).
+double PredictComputeS(const CostModel& cm, const FitSample& s,
+                       const std::optional<ModelShape>& model = std::nullopt);
+double PredictCommS(const CostModel& cm, const FitSample& s,
+                    const std::optional<ModelShape>& model = std::nullopt);
+double PredictTotalS(const CostModel& cm, const FitSample& s,
+                     const std::optional<ModelShape>& model = std::nullopt);
 
 // Relative error |pred - measured| / measured of total_s (or of compute_s
 // against Tcp when a sample has no total) over `samples`, overall and per
@@ -112,8 +126,9 @@ struct HeldoutReport {
   ErrorStats overall;
   std::map<std::string, ErrorStats> by_label;
 };
-HeldoutReport EvaluateRelativeError(const CostModel& cm,
-                                    std::span<const FitSample> samples);
+HeldoutReport EvaluateRelativeError(
+    const CostModel& cm, std::span<const FitSample> samples,
+    const std::optional<ModelShape>& model = std::nullopt);
 
 // The nine timing coefficients of the cost model (names as in the cost_model
 // JSON; the `fitted` entries of kCostCoefficients, in its order); memory and

@@ -326,5 +326,60 @@ TEST(RecalibrationTest, RejectsBadInputNamingTheField) {
   EXPECT_EQ(field_of({}), "samples[2]");
 }
 
+// All-to-all (Ulysses) samples inform the coefficients they share with the
+// ring: from d = 1 ring groups and all-to-all groups alone (no ring group of
+// d > 1), the fit recovers alpha3 and beta2 through rho, and h through the
+// whole-sequence attention; an all-to-all sample without the model's heads is
+// refused naming it.
+TEST(FitTest, AllToAllSamplesFitTheSharedCoefficients) {
+  CostModel truth = Truth();
+  truth.attn_overhead_tokens = 40;
+  ModelShape shape;
+  shape.q_heads = 8;
+  shape.kv_heads = 2;
+  std::vector<FitSample> samples;
+  for (const FitSample& s : Grid(truth, 0.0, 1, true))
+    if (s.degree == 1) samples.push_back(s);
+  for (int64_t len : {1024, 4096, 16384, 65536}) {
+    for (int d : {2, 4, 8}) {
+      for (int packed : {1, 4}) {
+        FitSample s;
+        for (int k = 0; k < packed; ++k)
+          s.load.Add(Sequence{len / packed, k % 2 ? 1.0 : 0.0});
+        s.degree = d;
+        s.bw_bytes_per_s = kBw;
+        s.comm = CommKind::kAllToAll;
+        const GroupTimeParts p =
+            AllToAllGroupTimePartsS(truth, shape, s.load, d, kBw);
+        s.compute_s = p.compute_s;
+        s.comm_s = p.comm_s;
+        s.total_s = p.total_s;
+        samples.push_back(s);
+      }
+    }
+  }
+  FitOptions options;
+  options.model = shape;
+  const CostModel fit = FitCostCoefficients(samples, options).Apply(truth);
+  for (auto [got, want] : {std::pair{fit.alpha1, truth.alpha1},
+                           {fit.alpha2, truth.alpha2},
+                           {fit.beta1, truth.beta1},
+                           {fit.alpha3, truth.alpha3},
+                           {fit.beta2, truth.beta2},
+                           {fit.attn_overhead_tokens, 40.0}})
+    EXPECT_NEAR(got / want, 1.0, 1e-6);
+  EXPECT_EQ(fit.gamma_serial, 0);
+  EXPECT_NEAR(
+      PredictTotalS(fit, samples.back(), shape) / samples.back().total_s, 1.0,
+      1e-6);
+  try {
+    FitCostCoefficients(samples);
+    ADD_FAILURE() << "an all-to-all sample without the model was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(),
+              "samples[" + std::to_string(samples.size() - 24) + "]");
+  }
+}
+
 }  // namespace
 }  // namespace fcp

@@ -312,6 +312,7 @@ ProfileReport FitMeasuredProfile(const MeasuredProfile& c) {
   rep.hardware = c.hardware;
   rep.transport = c.transport;
   rep.samples = c.samples;
+  rep.model_shape = c.model_shape;
   // Held-out split over sample indices (seeded); keep >= 3 d = 1 samples in
   // training.
   const size_t n = c.samples.size();
@@ -330,24 +331,27 @@ ProfileReport FitMeasuredProfile(const MeasuredProfile& c) {
   std::vector<FitSample> train, test;
   for (size_t i = 0; i < n; ++i)
     (rep.is_heldout[i] ? test : train).push_back(c.samples[i]);
+  FitOptions options;
+  options.model = c.model_shape;
   if (!test.empty()) {
     try {
-      const FitResult f = FitCostCoefficients(train);
-      rep.heldout = EvaluateRelativeError(f.Apply(c.base), test);
+      const FitResult f = FitCostCoefficients(train, options);
+      rep.heldout = EvaluateRelativeError(f.Apply(c.base), test, c.model_shape);
     } catch (const InputError&) {
       // Too few training compute samples: report the in-sample error instead.
       test.clear();
     }
   }
-  rep.fit = FitCostCoefficients(c.samples);
+  rep.fit = FitCostCoefficients(c.samples, options);
   rep.cost_model = rep.fit.Apply(c.base);
   if (test.empty())
-    rep.heldout = EvaluateRelativeError(rep.cost_model, c.samples);
+    rep.heldout =
+        EvaluateRelativeError(rep.cost_model, c.samples, c.model_shape);
   // What dominates the residual: the worst samples under the final fit.
   std::vector<std::pair<double, size_t>> errs;
   for (size_t i = 0; i < n; ++i) {
     const FitSample& s = c.samples[i];
-    const double pred = PredictTotalS(rep.cost_model, s);
+    const double pred = PredictTotalS(rep.cost_model, s, c.model_shape);
     errs.emplace_back((pred - s.total_s) / s.total_s, i);
   }
   std::sort(errs.begin(), errs.end(), [](const auto& a, const auto& b) {
@@ -439,20 +443,23 @@ std::string ProfileReportToTable(const ProfileReport& r) {
   for (const auto& [label, e] : r.heldout.by_label)
     out << fmt::format("{:<20} {:>7.2f}% {:>7.2f}% {:>7}\n", label,
                        100 * e.mean, 100 * e.max, e.count);
-  // Per degree, in-sample under the final fit.
-  std::map<int, ErrorStats> by_d;
+  // Per kind and degree, in-sample under the final fit (ring groups first).
+  std::map<std::pair<CommKind, int>, ErrorStats> by_d;
   for (const auto& s : r.samples) {
     const double err =
-        std::fabs(PredictTotalS(r.cost_model, s) - s.total_s) / s.total_s;
-    auto& e = by_d[s.degree];
+        std::fabs(PredictTotalS(r.cost_model, s, r.model_shape) - s.total_s) /
+        s.total_s;
+    auto& e = by_d[{s.comm, s.degree}];
     e.mean = (e.mean * e.count + err) / (e.count + 1);
     e.max = std::max(e.max, err);
     ++e.count;
   }
   out << "\nin-sample error by degree (final fit)\n";
-  for (const auto& [d, e] : by_d)
-    out << fmt::format("  d={:<4} mean {:>6.2f}%  max {:>6.2f}%  ({} points)\n",
-                       d, 100 * e.mean, 100 * e.max, e.count);
+  for (const auto& [key, e] : by_d)
+    out << fmt::format(
+        "  {}d={:<4} mean {:>6.2f}%  max {:>6.2f}%  ({} points)\n",
+        key.first == CommKind::kAllToAll ? "all-to-all " : "", key.second,
+        100 * e.mean, 100 * e.max, e.count);
   out << "\n" << r.residual_note << "\n";
   return out.str();
 }
