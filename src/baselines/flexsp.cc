@@ -887,6 +887,10 @@ class Deadline {
 // VM at load 8-10): about 0.5-1.1 and 1.5-2.
 constexpr double kFinishPerSortTime = 1.0;
 constexpr double kPackPerSortTime = 2.0;
+// The finishing reserve is at least this multiple of the measured time of
+// packing one count (the hand-over and MakePlan's checks list every group's
+// ranks, O(K + Σ degrees), which the sort does not measure).
+constexpr double kFinishPerPackTime = 1.0;
 // A floor under the finishing reserve (the plan's hand-over and MakePlan's
 // checks for a small batch).
 constexpr double kMinFinishSeconds = 0.005;
@@ -945,8 +949,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
   cp_of = {};
   const double tokens = prefix[k_total];
   const double sort_s = SecondsSince(sort_start);
-  const double finish_s =
-      std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
+  double finish_s = std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
   double pack_s = kPackPerSortTime *
                   sort_s;  // replaced by the measured time once one is packed
   // What the notes say about the deadline (no wall-clock figure: the same
@@ -1054,6 +1057,10 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
       const Clock::time_point pack_start = Clock::now();
       Option o = pack(m_min + i, ChunkEnds(prefix, m_min + i));
       pack_s = SecondsSince(pack_start);
+      // Finishing also walks every group's ranks, which phase 1 does not see:
+      // at N = R = 10^6 it costs about one packing (issue 30: L = 2 ended at
+      // 2.8 s on 10^6 sequences).
+      finish_s = std::max(finish_s, kFinishPerPackTime * pack_s);
       if (o.ok) opts.push_back(std::move(o));
     }
   }
