@@ -90,6 +90,8 @@ using Groups = std::vector<std::pair<int, std::vector<int>>>;
 // than N ranks. O(m).
 // `padded`, when given, maps a sequence to the length to pack it with (its
 // bucket boundary).
+// Long because: Galvatron's greedy packing rule by rule; the grouped, next-fit
+// and capacity steps share the packing state.
 Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                      const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int n = ctx.req.cluster.num_ranks;
@@ -897,6 +899,8 @@ constexpr double kMinFinishSeconds = 0.005;
 
 }  // namespace
 
+// Long because: its deadline phases share the Deadline, the reserves and the
+// notes; splitting it per phase (issue 28) is not done yet.
 Plan FlexSpStrategy::Solve(const PlanRequest& request,
                            const PlanOptions& options) const {
   const Deadline deadline(options.started.value_or(Clock::now()),
