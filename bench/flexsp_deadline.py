@@ -2,7 +2,7 @@
 """How well `fcp plan --strategy flexsp --time-limit L` holds its deadline.
 
 For each batch size K (github-like lengths: log-normal mu = 6.6, sigma = 1.75,
-1 ... 131,072 tokens, seeded) on N ranks (default 64, 16 per node, qwen3-8b), runs the CLI
+1 ... 131,072 tokens, seeded) on N ranks (default 64, R = 16 per node, qwen3-8b), runs the CLI
 `--repeats` times per limit L and prints the median planning time (`solver_ms`,
 the planning call: bucketing, model build, MILPs, plan extraction, estimates)
 against L and the median wall time of the whole process (JSON parse and print
@@ -11,6 +11,7 @@ the machine's speed) goes to stderr with the progress lines.
 
 Usage: bench/flexsp_deadline.py [--fcp build/fcp] [--sizes 512,100000,1000000]
                                 [--limits 1,2,10] [--repeats 3] [--ranks 64]
+                                [--ranks-per-node 16]
 """
 
 import argparse
@@ -24,12 +25,11 @@ import tempfile
 import time
 
 
-def batch(k, ranks, seed=1):
+def batch(k, ranks, ranks_per_node, seed=1):
     rng = random.Random(seed)
     seqs = [max(1, min(131072, int(rng.lognormvariate(6.6, 1.75)))) for _ in range(k)]
-    return json.dumps(
-        {"cluster": {"ranks": ranks, "ranks_per_node": 16}, "model": "qwen3-8b", "sequences": seqs}
-    )
+    cluster = {"ranks": ranks, "ranks_per_node": ranks_per_node}
+    return json.dumps({"cluster": cluster, "model": "qwen3-8b", "sequences": seqs})
 
 
 def main():
@@ -38,12 +38,15 @@ def main():
     ap.add_argument("--sizes", default="512,100000,1000000")
     ap.add_argument("--limits", default="1,2,10")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--ranks", type=int, default=64, help="cluster size N (16 per node)")
+    ap.add_argument("--ranks", type=int, default=64, help="cluster size N")
+    ap.add_argument(
+        "--ranks-per-node", type=int, default=16, help="ranks per node R (issue 30: up to N)"
+    )
     args = ap.parse_args()
     print(f"{'K':>9} {'L (s)':>6} {'planning (s)':>13} {'/ L':>6} {'process (s)':>12}")
     for k in [int(x) for x in args.sizes.split(",")]:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            f.write(batch(k, args.ranks))
+            f.write(batch(k, args.ranks, args.ranks_per_node))
             path = f.name
         try:
             for limit in [float(x) for x in args.limits.split(",")]:

@@ -78,6 +78,8 @@ class MaxTree {
 // (§6.1: ranks run different numbers of micro-batches; §6.3 Alg. 2's DP
 // balance as longest-first list scheduling; docs/baselines.md states the
 // differences). Sets *makespan_s.
+// Long because: a step-by-step port of ByteScale's scheduler (§6.1-6.3), whose
+// packing, list scheduling and memory checks share one state.
 Plan ScheduleByteScale(const PlanRequest& request, double capacity_tokens,
                        double* makespan_out) {
   const int n = request.cluster.num_ranks;

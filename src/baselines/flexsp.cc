@@ -90,6 +90,8 @@ using Groups = std::vector<std::pair<int, std::vector<int>>>;
 // than N ranks. O(m).
 // `padded`, when given, maps a sequence to the length to pack it with (its
 // bucket boundary).
+// Long because: Galvatron's greedy packing rule by rule; the grouped, next-fit
+// and capacity steps share the packing state.
 Groups GreedyPacking(const Context& ctx, const std::vector<int>& seqs,
                      const std::unordered_map<int, int64_t>* padded = nullptr) {
   const int n = ctx.req.cluster.num_ranks;
@@ -887,12 +889,257 @@ class Deadline {
 // VM at load 8-10): about 0.5-1.1 and 1.5-2.
 constexpr double kFinishPerSortTime = 1.0;
 constexpr double kPackPerSortTime = 2.0;
+// The finishing reserve is at least this multiple of the measured time of
+// packing one count (the hand-over and MakePlan's checks list every group's
+// ranks, O(K + Σ degrees), which the sort does not measure).
+constexpr double kFinishPerPackTime = 1.0;
 // A floor under the finishing reserve (the plan's hand-over and MakePlan's
 // checks for a small batch).
 constexpr double kMinFinishSeconds = 0.005;
 
+// What the phases of Solve share: the deadline, the reserves for finishing
+// and for packing one count (replaced by measured times as they come), and
+// what notes.deadline says (no wall-clock figure: the same events give the
+// same words).
+struct Budget {
+  Deadline deadline;
+  double finish_s = 0;
+  double pack_s = 0;
+  std::string note = "not reached";
+};
+
+// The result of phase 2: the fewest valid count lies in [lo, hi]; `hi` is
+// valid; `searched`: the search ran to the end (lo == hi).
+struct CountSearch {
+  int lo = 1, hi = 1;
+  bool searched = true;
+};
+
+// Phase 2: get_min_valid_microbatch_num, the fewest chunks whose greedy
+// packing fits on N ranks, by search between the token bound and K
+// (m = K, one sequence per chunk, always packs; `hi` only ever holds a
+// valid count). Each probe costs O(K); before each, the deadline must leave
+// room for that probe, packing one count and finishing. Galloping up from the
+// token bound first (steps of lo/16, doubling), so that the probes stay near
+// m_min, where they are cheap, then bisection.
+CountSearch SearchFewestCount(const Context& ctx,
+                              const std::vector<double>& prefix,
+                              Budget& budget) {
+  const int n = ctx.req.cluster.num_ranks;
+  const int k_total = static_cast<int>(ctx.seq.size());
+  auto valid = [&](int m) {
+    int at = 0;
+    for (int end : ChunkEnds(prefix, m)) {
+      if (!GreedyFits(ctx, at, end)) return false;
+      at = end;
+    }
+    return true;
+  };
+  CountSearch search;
+  search.lo = static_cast<int>(
+      std::clamp(std::ceil(prefix.back() / (n * ctx.headroom_tokens)), 1.0,
+                 static_cast<double>(k_total)));
+  search.hi = k_total;
+  double probe_s = 0;
+  int step = std::max(1, search.lo / 16);
+  bool bracketed = false;
+  while (search.lo < search.hi) {
+    if (budget.deadline.LeftS() < budget.finish_s + budget.pack_s + probe_s) {
+      search.searched = false;
+      break;
+    }
+    const Clock::time_point probe_start = Clock::now();
+    const int mid = bracketed ? search.lo + (search.hi - search.lo) / 2
+                              : std::min(search.hi - 1, search.lo + step - 1);
+    if (valid(mid)) {
+      search.hi = mid;
+      bracketed = true;
+    } else {
+      search.lo = mid + 1;
+      step *= 2;
+    }
+    probe_s = SecondsSince(probe_start);
+  }
+  return search;
+}
+
+// One micro-batch count of solve_flexSP_globalbatch_mp_gbmb: its chunks of
+// the sorted batch, each chunk's packing and estimate, and their total.
+struct Option {
+  int m = 0;
+  bool ok = true;
+  std::vector<std::vector<int>> chunks;
+  std::vector<Groups> groups;
+  std::vector<double> est_s;
+  double total_s = 0;
+};
+
+// The greedy packing of each chunk ending at `ends`; not ok when one does
+// not pack (this count is not an option).
+Option PackCount(const Context& ctx, int m, const std::vector<int>& ends) {
+  Option o;
+  o.m = m;
+  int at = 0;
+  for (int end : ends) {
+    o.chunks.emplace_back(end - at);
+    std::iota(o.chunks.back().begin(), o.chunks.back().end(), at);
+    at = end;
+    o.groups.push_back(GreedyPacking(ctx, o.chunks.back()));
+    if (o.groups.back().empty()) {
+      o.ok = false;
+      break;
+    }
+    o.est_s.push_back(MicroBatchEstimateS(ctx, o.groups.back()));
+    o.total_s += o.est_s.back();
+  }
+  return o;
+}
+
+// Phase 3, solve_flexSP_globalbatch_mp_gbmb: m_min .. m_min + 4
+// micro-batches, each count's greedy packing (O(K log N) each; the first is
+// always packed, each further one only when the deadline leaves room for it
+// and for finishing). When the search was cut short, one count: the
+// bisection's valid `hi` or next-fit consecutive chunks, the fewer.
+std::vector<Option> PackCounts(const Context& ctx,
+                               const std::vector<double>& prefix,
+                               const CountSearch& search, Budget& budget) {
+  const int k_total = static_cast<int>(ctx.seq.size());
+  std::vector<Option> opts;
+  if (!search.searched) {
+    const std::vector<int> ends = NextFitChunkEnds(ctx);
+    const int m_fit = static_cast<int>(ends.size());
+    opts.push_back(search.hi < m_fit
+                       ? PackCount(ctx, search.hi, ChunkEnds(prefix, search.hi))
+                       : PackCount(ctx, m_fit, ends));
+    budget.note =
+        std::string(
+            "reached while searching the fewest valid micro-batch count: ") +
+        (search.hi < m_fit
+             ? "the best valid count found so far"
+             : "next-fit consecutive chunks of the sorted batch") +
+        ", one count packed greedily";
+    return opts;
+  }
+  const int m_min = search.lo;
+  for (int i = 0; i < kMicroBatchOptions && m_min + i <= k_total; ++i) {
+    if (i > 0 && budget.deadline.LeftS() < budget.finish_s + budget.pack_s) {
+      budget.note =
+          "reached while packing micro-batch counts: " + std::to_string(i) +
+          " of " + std::to_string(kMicroBatchOptions) + " counts packed";
+      break;
+    }
+    const Clock::time_point pack_start = Clock::now();
+    Option o = PackCount(ctx, m_min + i, ChunkEnds(prefix, m_min + i));
+    budget.pack_s = SecondsSince(pack_start);
+    // Finishing also walks every group's ranks, which phase 1 does not see:
+    // at N = R = 10^6 it costs about one packing (issue 30: L = 2 ended at
+    // 2.8 s on 10^6 sequences).
+    budget.finish_s =
+        std::max(budget.finish_s, kFinishPerPackTime * budget.pack_s);
+    if (o.ok) opts.push_back(std::move(o));
+  }
+  return opts;
+}
+
+// Phase 3b: the uniform packings of every allowed group size (each lies in
+// FlexSP's search space; static Ulysses is one of them) replace a
+// micro-batch's greedy packing where their estimate is lower, so that the
+// MILPs start from the best of them (CBC alone, without SCIP's heuristics,
+// rarely improves on its warm start within the limit). Count by count while
+// the deadline leaves room for one more count's packings and for finishing;
+// O(m log N) per size.
+void ImproveByUniformPackings(const Context& ctx, std::vector<Option>& opts,
+                              Budget& budget) {
+  double uniform_s =
+      budget.pack_s *
+      static_cast<double>(std::max<size_t>(
+          1, UniformSizes(ctx, opts.front().chunks.front()).size()));
+  for (size_t i = 0; i < opts.size(); ++i) {
+    Option& o = opts[i];
+    if (budget.deadline.LeftS() < budget.finish_s + uniform_s) {
+      if (budget.note == "not reached") {
+        budget.note =
+            "reached while trying uniform packings: " + std::to_string(i) +
+            " of " + std::to_string(opts.size()) + " counts tried";
+      }
+      break;
+    }
+    const Clock::time_point uniform_start = Clock::now();
+    for (size_t c = 0; c < o.chunks.size(); ++c) {
+      for (int size : UniformSizes(ctx, o.chunks[c])) {
+        Groups uniform = UniformPacking(ctx, o.chunks[c], size);
+        if (uniform.empty()) continue;
+        const double est = MicroBatchEstimateS(ctx, uniform);
+        if (est < o.est_s[c]) {
+          o.total_s += est - o.est_s[c];
+          o.est_s[c] = est;
+          o.groups[c] = std::move(uniform);
+        }
+      }
+    }
+    uniform_s = SecondsSince(uniform_start);
+  }
+}
+
+// Phase 4: the MILPs share what is left of the deadline equally (Galvatron
+// runs the options in parallel processes, one SCIP time limit each); a MILP
+// result replaces the packing of its micro-batch only if its estimate is
+// lower. Returns notes.milp_status.
+std::string RunMilps(const Context& ctx, std::vector<Option>& opts,
+                     Budget& budget) {
+  int milps_left = 0;
+  for (const Option& o : opts) milps_left += static_cast<int>(o.chunks.size());
+  int optimal_count = 0, milp_count = 0;
+  std::string statuses;
+  auto add_status = [&](const std::string& status) {
+    ++milp_count;
+    optimal_count += status == "optimal" ? 1 : 0;
+    if (statuses.find(status) == std::string::npos) {
+      statuses += (statuses.empty() ? "" : ",") + status;
+    }
+  };
+  bool milps_cut = false;
+  double milp_overrun_s = 0;
+  for (Option& o : opts) {
+    for (size_t c = 0; c < o.chunks.size(); ++c, --milps_left) {
+      // CBC stops a little after its limit (between its checks): the largest
+      // overrun seen so far is kept free too.
+      const double left =
+          budget.deadline.LeftS() - budget.finish_s - milp_overrun_s;
+      const double share =
+          std::max(0.9 * left / milps_left, kMilpShareFloorSeconds);
+      if (left < share) {  // no time: this micro-batch keeps its greedy packing
+        milps_cut = true;
+        add_status("greedy(no time left)");
+        continue;
+      }
+      const Clock::time_point milp_start = Clock::now();
+      MbSolve r = SolveMicroBatch(ctx, o.chunks[c], o.groups[c], share);
+      milp_overrun_s =
+          std::max(milp_overrun_s, SecondsSince(milp_start) - share);
+      add_status(r.status);
+      const double est = MicroBatchEstimateS(ctx, r.groups);
+      if (est < o.est_s[c]) {
+        o.total_s += est - o.est_s[c];
+        o.est_s[c] = est;
+        o.groups[c] = std::move(r.groups);
+      }
+    }
+  }
+  // A MILP stopped at its share of the deadline counts too.
+  const bool milp_limited = statuses.find("time_limit") != std::string::npos ||
+                            statuses.find("stopped") != std::string::npos;
+  if ((milps_cut || milp_limited) && budget.note == "not reached") {
+    budget.note = "reached during the MILPs: see milp_status";
+  }
+  return optimal_count == milp_count ? "optimal" : statuses;
+}
+
 }  // namespace
 
+// The phases, each against one deadline: 1. group sizes, the sorted batch and
+// prefix sums (always); 2. SearchFewestCount; 3. PackCounts; 3b.
+// ImproveByUniformPackings; 4. RunMilps; then the best count's plan.
 Plan FlexSpStrategy::Solve(const PlanRequest& request,
                            const PlanOptions& options) const {
   const Deadline deadline(options.started.value_or(Clock::now()),
@@ -943,203 +1190,16 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
     prefix[i + 1] = prefix[i] + static_cast<double>(ctx.seq[i].length_tokens);
   }
   cp_of = {};
-  const double tokens = prefix[k_total];
   const double sort_s = SecondsSince(sort_start);
-  const double finish_s =
-      std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s);
-  double pack_s = kPackPerSortTime *
-                  sort_s;  // replaced by the measured time once one is packed
-  // What the notes say about the deadline (no wall-clock figure: the same
-  // events give the same words).
-  std::string deadline_note = "not reached";
-
-  // Phase 2: get_min_valid_microbatch_num, the fewest chunks whose greedy
-  // packing fits on N ranks, by search between the token bound and K
-  // (m = K, one sequence per chunk, always packs; `hi` only ever holds a
-  // valid count). Each probe costs O(K); before each, the deadline must leave
-  // room for that probe, packing one count and finishing. Otherwise the
-  // fallback: next-fit consecutive chunks (one O(K) pass, always valid).
-  auto valid = [&](int m) {
-    int at = 0;
-    for (int end : ChunkEnds(prefix, m)) {
-      if (!GreedyFits(ctx, at, end)) return false;
-      at = end;
-    }
-    return true;
-  };
-  int lo =
-      static_cast<int>(std::clamp(std::ceil(tokens / (n * ctx.headroom_tokens)),
-                                  1.0, static_cast<double>(k_total)));
-  int hi = k_total;
-  double probe_s = 0;
-  bool searched = true;
-  // Galloping up from the token bound first (steps of lo/16, doubling), so
-  // that the probes stay near m_min, where they are cheap, then bisection.
-  int step = std::max(1, lo / 16);
-  bool bracketed = false;
-  while (lo < hi) {
-    if (deadline.LeftS() < finish_s + pack_s + probe_s) {
-      searched = false;
-      break;
-    }
-    const Clock::time_point probe_start = Clock::now();
-    const int mid =
-        bracketed ? lo + (hi - lo) / 2 : std::min(hi - 1, lo + step - 1);
-    if (valid(mid)) {
-      hi = mid;
-      bracketed = true;
-    } else {
-      lo = mid + 1;
-      step *= 2;
-    }
-    probe_s = SecondsSince(probe_start);
-  }
-
-  // Phase 3, solve_flexSP_globalbatch_mp_gbmb: m_min .. m_min + 4
-  // micro-batches; the best total estimate wins. First every option's greedy
-  // packing (O(K log N) each; the first is always packed, each further one
-  // only when the deadline leaves room for it and for finishing), then the
-  // MILPs share what is left of the deadline equally (Galvatron runs the
-  // options in parallel processes, one SCIP time limit each); a MILP result
-  // replaces the greedy packing of its micro-batch only if its estimate is
-  // lower.
-  struct Option {
-    int m = 0;
-    bool ok = true;
-    std::vector<std::vector<int>> chunks;
-    std::vector<Groups> groups;
-    std::vector<double> est_s;
-    double total_s = 0;
-  };
-  auto pack = [&](int m, const std::vector<int>& ends) {
-    Option o;
-    o.m = m;
-    int at = 0;
-    for (int end : ends) {
-      o.chunks.emplace_back(end - at);
-      std::iota(o.chunks.back().begin(), o.chunks.back().end(), at);
-      at = end;
-      o.groups.push_back(GreedyPacking(ctx, o.chunks.back()));
-      if (o.groups.back().empty()) {
-        o.ok = false;  // this count does not pack: not an option
-        break;
-      }
-      o.est_s.push_back(MicroBatchEstimateS(ctx, o.groups.back()));
-      o.total_s += o.est_s.back();
-    }
-    return o;
-  };
-  std::vector<Option> opts;
-  if (!searched) {
-    const std::vector<int> ends = NextFitChunkEnds(ctx);
-    const int m_fit = static_cast<int>(ends.size());
-    // The bisection's `hi` is valid too; the fewer micro-batches wins.
-    opts.push_back(hi < m_fit ? pack(hi, ChunkEnds(prefix, hi))
-                              : pack(m_fit, ends));
-    deadline_note =
-        std::string(
-            "reached while searching the fewest valid micro-batch count: ") +
-        (hi < m_fit ? "the best valid count found so far"
-                    : "next-fit consecutive chunks of the sorted batch") +
-        ", one count packed greedily";
-  } else {
-    const int m_min = lo;
-    for (int i = 0; i < kMicroBatchOptions && m_min + i <= k_total; ++i) {
-      if (i > 0 && deadline.LeftS() < finish_s + pack_s) {
-        deadline_note =
-            "reached while packing micro-batch counts: " + std::to_string(i) +
-            " of " + std::to_string(kMicroBatchOptions) + " counts packed";
-        break;
-      }
-      const Clock::time_point pack_start = Clock::now();
-      Option o = pack(m_min + i, ChunkEnds(prefix, m_min + i));
-      pack_s = SecondsSince(pack_start);
-      if (o.ok) opts.push_back(std::move(o));
-    }
-  }
+  Budget budget{deadline,
+                std::max(kMinFinishSeconds, kFinishPerSortTime * sort_s),
+                kPackPerSortTime * sort_s};
+  const CountSearch search = SearchFewestCount(ctx, prefix, budget);
+  std::vector<Option> opts = PackCounts(ctx, prefix, search, budget);
   FCP_CHECK(!opts.empty() &&
             opts.front().ok);  // m_min and the fallback pack by construction
-
-  // Phase 3b: the uniform packings of every allowed group size (each lies in
-  // FlexSP's search space; static Ulysses is one of them) replace a
-  // micro-batch's greedy packing where their estimate is lower, so that the
-  // MILPs start from the best of them (CBC alone, without SCIP's heuristics,
-  // rarely improves on its warm start within the limit). Count by count while
-  // the deadline leaves room for one more count's packings and for finishing;
-  // O(m log N) per size.
-  double uniform_s =
-      pack_s * static_cast<double>(std::max<size_t>(
-                   1, UniformSizes(ctx, opts.front().chunks.front()).size()));
-  for (size_t i = 0; i < opts.size(); ++i) {
-    Option& o = opts[i];
-    if (deadline.LeftS() < finish_s + uniform_s) {
-      if (deadline_note == "not reached") {
-        deadline_note =
-            "reached while trying uniform packings: " + std::to_string(i) +
-            " of " + std::to_string(opts.size()) + " counts tried";
-      }
-      break;
-    }
-    const Clock::time_point uniform_start = Clock::now();
-    for (size_t c = 0; c < o.chunks.size(); ++c) {
-      for (int size : UniformSizes(ctx, o.chunks[c])) {
-        Groups uniform = UniformPacking(ctx, o.chunks[c], size);
-        if (uniform.empty()) continue;
-        const double est = MicroBatchEstimateS(ctx, uniform);
-        if (est < o.est_s[c]) {
-          o.total_s += est - o.est_s[c];
-          o.est_s[c] = est;
-          o.groups[c] = std::move(uniform);
-        }
-      }
-    }
-    uniform_s = SecondsSince(uniform_start);
-  }
-
-  int milps_left = 0;
-  for (const Option& o : opts) milps_left += static_cast<int>(o.chunks.size());
-  int optimal_count = 0, milp_count = 0;
-  std::string statuses;
-  auto add_status = [&](const std::string& status) {
-    ++milp_count;
-    optimal_count += status == "optimal" ? 1 : 0;
-    if (statuses.find(status) == std::string::npos) {
-      statuses += (statuses.empty() ? "" : ",") + status;
-    }
-  };
-  bool milps_cut = false;
-  double milp_overrun_s = 0;
-  for (Option& o : opts) {
-    for (size_t c = 0; c < o.chunks.size(); ++c, --milps_left) {
-      // CBC stops a little after its limit (between its checks): the largest
-      // overrun seen so far is kept free too.
-      const double left = deadline.LeftS() - finish_s - milp_overrun_s;
-      const double share =
-          std::max(0.9 * left / milps_left, kMilpShareFloorSeconds);
-      if (left < share) {  // no time: this micro-batch keeps its greedy packing
-        milps_cut = true;
-        add_status("greedy(no time left)");
-        continue;
-      }
-      const Clock::time_point milp_start = Clock::now();
-      MbSolve r = SolveMicroBatch(ctx, o.chunks[c], o.groups[c], share);
-      milp_overrun_s =
-          std::max(milp_overrun_s, SecondsSince(milp_start) - share);
-      add_status(r.status);
-      const double est = MicroBatchEstimateS(ctx, r.groups);
-      if (est < o.est_s[c]) {
-        o.total_s += est - o.est_s[c];
-        o.est_s[c] = est;
-        o.groups[c] = std::move(r.groups);
-      }
-    }
-  }
-  // A MILP stopped at its share of the deadline counts too.
-  const bool milp_limited = statuses.find("time_limit") != std::string::npos ||
-                            statuses.find("stopped") != std::string::npos;
-  if ((milps_cut || milp_limited) && deadline_note == "not reached") {
-    deadline_note = "reached during the MILPs: see milp_status";
-  }
+  ImproveByUniformPackings(ctx, opts, budget);
+  const std::string milp_status = RunMilps(ctx, opts, budget);
   Option* best = &opts.front();
   std::string tried;
   for (Option& o : opts) {
@@ -1161,10 +1221,9 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
     FCP_CHECK(first <= n);
     plan.micro_batches.push_back(std::move(mb));
   }
-  plan.notes["milp_status"] =
-      optimal_count == milp_count ? "optimal" : statuses;
+  plan.notes["milp_status"] = milp_status;
   plan.notes["milp_time_limit_s"] = FormatDouble(options.time_limit_s, 4);
-  plan.notes["deadline"] = deadline_note;
+  plan.notes["deadline"] = budget.note;
   plan.notes["micro_batches"] = std::to_string(best->m);
   plan.notes["micro_batch_counts_tried"] = tried;
   plan.notes["q_heads"] =

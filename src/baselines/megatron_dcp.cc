@@ -127,6 +127,8 @@ std::vector<int> LongestFirst(const PlanRequest& request) {
   return order;
 }
 
+// Long because: a rule-by-rule port of Megatron's BalancedCPScheduler loop,
+// whose steps share the scheduler's state as the original does.
 DcpSchedule ScheduleHybridCp(const PlanRequest& request,
                              int64_t max_seqlen_per_rank,
                              const std::vector<int>* longest_first) {

@@ -104,6 +104,8 @@ size_t FirstOk(size_t from, size_t end, Ok&& ok) {
 // lengths (which descend): the same placements, O(log K) checks per
 // placement instead of one per pending sequence per micro-batch (issue 30:
 // O(K · micro-batches)).
+// Long because: next_hdp_group_packing_aware and fill_empty_gpus_once ported
+// rule by rule; their steps share the micro-batch's groups and free ranks.
 std::vector<DevGroup> NextMicroBatch(const PlanRequest& request,
                                      int64_t max_seqlen, Pending& pending) {
   const int n = request.cluster.num_ranks;

@@ -12,6 +12,8 @@
 
 namespace fcp::baselines {
 
+// Long because: the exhaustive DP's subset tables are filled and read back
+// into the plan in one pass over the same state.
 Plan OptimalStrategy::Solve(const PlanRequest& request,
                             const PlanOptions& /*options*/) const {
   const int k_total = static_cast<int>(request.sequences.size());

@@ -34,6 +34,8 @@ CostModel RandomCostModel(std::mt19937_64& rng) {
   return cm;
 }
 
+// Long because: one draw per request field in a fixed order, which the seeded
+// test instances depend on.
 PlanRequest RandomRequest(std::mt19937_64& rng,
                           const RandomInstanceOptions& options) {
   PlanRequest req;
