@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include "baselines/gap_eval.h"
 #include "command.h"
+#include "fcp/gap_eval.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 #include "progress.h"

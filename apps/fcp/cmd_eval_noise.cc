@@ -8,6 +8,7 @@
 #include <string>
 
 #include "command.h"
+#include "fcp/eval.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "command.h"
+#include "fcp/experiment.h"
 #include "fcp/io.h"
-#include "fcp/simulator.h"
 #include "fcp/study.h"
 #include "fcp/types.h"
 

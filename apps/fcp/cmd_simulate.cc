@@ -5,11 +5,11 @@
 
 #include "command.h"
 #include "fcp/datasets.h"
+#include "fcp/experiment.h"
 #include "fcp/io.h"
 #include "fcp/plot.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 #include "fcp/unknown_names.h"
 #include "progress.h"
 

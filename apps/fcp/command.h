@@ -15,7 +15,7 @@
 #include "fcp/scheduler.h"
 
 namespace fcp::sim {
-enum class Tuning;  // fcp/simulator.h
+enum class Tuning;  // fcp/experiment.h
 }  // namespace fcp::sim
 
 namespace fcp::cli {

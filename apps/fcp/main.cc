@@ -8,7 +8,7 @@
 #include <string>
 
 #include "command.h"
-#include "fcp/simulator.h"
+#include "fcp/experiment.h"
 #include "fcp/types.h"
 #include "fcp/version.h"
 

@@ -811,19 +811,6 @@ double PhysicalLowerBoundS(const HardwareModel& hw,
          gs.optimizer_s;
 }
 
-OverlapReport OverlapScheduling(std::span<const double> solver_s,
-                                std::span<const double> iter_s) {
-  if (solver_s.size() != iter_s.size())
-    throw InputError("solver_s", "needs one entry per step, like iter_s");
-  OverlapReport r;
-  for (size_t i = 0; i < solver_s.size(); ++i) {
-    r.solver_s += solver_s[i];
-    if (i > 0) r.hidden_s += std::min(solver_s[i], iter_s[i - 1]);
-  }
-  r.exposed_s = r.solver_s - r.hidden_s;
-  return r;
-}
-
 std::vector<double> MeasuredGroupTimesS(const Plan& plan,
                                         const SimResult& result) {
   std::vector<size_t> first(plan.micro_batches.size() + 1, 0);

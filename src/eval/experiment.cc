@@ -1,5 +1,7 @@
 // Experiments on the simulator: global batches × strategies (fcp simulate,
-// fcp eval paper). See include/fcp/simulator.h.
+// fcp eval paper). See include/fcp/experiment.h.
+#include "fcp/experiment.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,14 +9,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "eval/step_totals.h"
 #include "fcp/datasets.h"
 #include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 #include "fcp/unknown_names.h"
-#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {

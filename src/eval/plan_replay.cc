@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "eval/step_totals.h"
 #include "fcp/cost_model.h"
+#include "fcp/experiment.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 #include "fcp/unknown_names.h"
 #include "io/strict_json.h"
-#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {

@@ -8,9 +8,9 @@
 #include <map>
 #include <optional>
 
+#include "fcp/eval.h"
 #include "fcp/io.h"
 #include "fcp/plot.h"
-#include "fcp/simulator.h"
 
 namespace fcp::sim {
 namespace {

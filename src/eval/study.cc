@@ -12,9 +12,9 @@
 #include <map>
 #include <utility>
 
+#include "fcp/experiment.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
-#include "fcp/simulator.h"
 #include "fcp/types.h"
 #include "fcp/unknown_names.h"
 

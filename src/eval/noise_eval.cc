@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "fcp/datasets.h"
+#include "fcp/eval.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"

@@ -1,4 +1,4 @@
-#include "baselines/gap_eval.h"
+#include "fcp/gap_eval.h"
 
 #include <fmt/format.h>
 
