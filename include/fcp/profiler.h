@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "cost/fit.h"
+#include "fcp/fit.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 
@@ -119,7 +119,7 @@ std::string ProfileReportToJson(const ProfileReport& report, int indent = 2);
 std::string ProfileReportToTable(const ProfileReport& report);
 
 // Learning from measured steps: the groups of `plan` (made for `request`) as
-// they ran, for RecalibrateCostModel (cost/fit.h). `group_times_s` holds the
+// they ran, for RecalibrateCostModel (fcp/fit.h). `group_times_s` holds the
 // measured time (s) of every group of the plan in plan order
 // (micro_batches[0].groups, then micro_batches[1].groups, ...), e.g. the time
 // from a group's first forward to its last backward on its slowest rank.

@@ -1,4 +1,4 @@
-#include "cost/fit.h"
+#include "fcp/fit.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
