@@ -17,6 +17,8 @@
 namespace fcp::cli {
 namespace {
 
+// Long because: the command's option table (one CLI11 entry per flag), then one
+// call and the report.
 int RunEvalNoise(int argc, char** argv) {
   CLI::App app{
       "Perturb the fitted cost coefficients by +-p (uniform, seeded), re-plan "
@@ -89,47 +91,20 @@ int RunEvalNoise(int argc, char** argv) {
       ->capture_default_str();
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   try {
-    auto split = [](const std::string& text, const std::string& field) {
-      std::vector<double> v;
-      std::stringstream ss(text);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        if (item.empty()) continue;
-        size_t pos = 0;
-        double x = 0;
-        try {
-          x = std::stod(item, &pos);
-        } catch (const std::exception&) {
-          pos = 0;
-        }
-        if (pos != item.size())
-          throw InputError(field, "'" + item + "' is not a number");
-        v.push_back(x);
-      }
-      return v;
-    };
     o.rank_counts.clear();
     for (int64_t r : ParseIntegerList(ranks, "ranks", 1, 1 << 20)) {
       o.rank_counts.push_back(static_cast<int>(r));
     }
     o.noise_levels.clear();
-    for (double p : split(noise, "noise")) o.noise_levels.push_back(p / 100.0);
+    for (double p : ParseNumberList(noise, "noise"))
+      o.noise_levels.push_back(p / 100.0);
     if (perturb != "all") {
-      o.perturb.clear();
-      std::stringstream ss(perturb);
-      std::string item;
-      while (std::getline(ss, item, ',')) o.perturb.push_back(item);
+      o.perturb = SplitList(perturb);
       if (o.perturb.empty())
         throw InputError("perturb", "empty list (use all or names)");
     }
-    if (!cost_model_file.empty()) {
-      const ModelPreset* m = FindModelPreset(o.model);
-      const ClusterPreset* c = FindClusterPreset(o.cluster);
-      if (!m) throw InputError("model", UnknownModelPresetMessage(o.model));
-      if (!c)
-        throw InputError("cluster", UnknownClusterPresetMessage(o.cluster));
-      o.base = ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
-    }
+    if (!cost_model_file.empty())
+      o.base = ReadCostModelOverPresets(cost_model_file, o.model, o.cluster);
     const NoiseEvalReport rep = RunNoiseEval(o);
     const std::string text = format == "json" ? NoiseEvalToJson(rep, 2) + "\n"
                                               : NoiseEvalToTable(rep);

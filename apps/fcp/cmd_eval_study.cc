@@ -19,6 +19,8 @@ std::string LengthsLabel(const std::string& path) {
   return std::filesystem::path(path).stem().string() + " (real)";
 }
 
+// Long because: the command's option table (one CLI11 entry per flag), then one
+// call and the report.
 int RunEvalStudy(int argc, char** argv) {
   CLI::App app{
       "Where flexible CP pays (SIMULATED): fcp against the best work-balanced "

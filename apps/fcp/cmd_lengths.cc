@@ -56,6 +56,8 @@ bool PythonHasModule(const std::string& python) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// Long because: the command's option table (one CLI11 entry per flag), then one
+// call and the output.
 int RunLengths(int argc, char** argv) {
   CLI::App app{
       "Read sequence lengths from datasets, print a histogram and summary, and "

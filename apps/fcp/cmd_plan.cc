@@ -54,6 +54,8 @@ std::string PlanTable(const Plan& plan, const PlanRequest& request) {
   return out;
 }
 
+// Long because: the command's option table (one CLI11 entry per flag), then one
+// call and the output.
 int RunPlan(int argc, char** argv) {
   CLI::App app{
       "Plan context-parallel groups for one global batch.\n"

@@ -26,15 +26,6 @@
 namespace fcp::cli {
 namespace {
 
-std::vector<std::string> SplitComma(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 #if FCP_HAVE_MPI
 // Ranks of the mpirun job this process belongs to (OpenMPI sets
 // OMPI_COMM_WORLD_SIZE); 1 when not launched by mpirun.
@@ -58,6 +49,8 @@ struct MpiSession {
 };
 #endif
 
+// Long because: the command's option table (one CLI11 entry per flag) and the
+// MPI rank roles around one call.
 int RunProfileCmd(int argc, char** argv) {
   CLI::App app{
       "Measure one CP rank's step time over lengths x degrees, fit alpha1, "
@@ -137,7 +130,7 @@ int RunProfileCmd(int argc, char** argv) {
                           std::numeric_limits<int>::max())) {
       o.degrees.push_back(static_cast<int>(d));
     }
-    std::vector<std::string> model_list = SplitComma(models);
+    std::vector<std::string> model_list = SplitList(models);
     if (model_list.empty()) model_list.push_back("");
     if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
       throw InputError("model",

@@ -16,21 +16,8 @@
 namespace fcp::cli {
 namespace {
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
-
+// Long because: the command's option table (one CLI11 entry per flag), then one
+// call and its outputs.
 int RunSimulate(int argc, char** argv) {
   CLI::App app{
       "Plan and run global batches on the SIMULATED cluster (docs/design.md "
@@ -191,18 +178,10 @@ int RunSimulate(int argc, char** argv) {
       if (dataset.empty() && lengths_file.empty()) dataset = "github";
       cfg.dataset = dataset;
       if (!lengths_file.empty()) cfg.lengths = ReadLengthsFile(lengths_file);
-      cfg.strategies = SplitComma(strategies);
+      cfg.strategies = SplitList(strategies);
       if (!cost_model_file.empty()) {
-        const ModelPreset* m = FindModelPreset(cfg.model);
-        const ClusterPreset* c = FindClusterPreset(cfg.cluster);
-        if (!m)
-          return InputErrorExit("model: " +
-                                UnknownModelPresetMessage(cfg.model));
-        if (!c)
-          return InputErrorExit("cluster: " +
-                                UnknownClusterPresetMessage(cfg.cluster));
         cfg.cost_model =
-            ReadCostModelJson(cost_model_file, DeriveCostModel(*m, *c));
+            ReadCostModelOverPresets(cost_model_file, cfg.model, cfg.cluster);
       }
       std::string saved;
       if (!save_plans_file.empty()) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fcp/io.h"
+#include "fcp/model_arithmetic.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
@@ -61,7 +62,7 @@ struct HardwareModel {
   double latency_inter_s = 20e-6;
   double launch_s = 8e-6;  // per kernel launch (host + device gap)
   int kernels_per_layer_pass =
-      14;                        // kernels of one transformer layer, one pass
+      kKernelsPerLayerPass;      // kernels of one transformer layer, one pass
   double group_create_s = 1e-3;  // new communicator (paper: ≈ 1 ms), cached
   double framework_reserve_bytes =
       1.5e9;  // runtime context, collectives buffers
@@ -106,13 +107,8 @@ HardwareModel MakeHardwareModel(const ModelPreset& model,
                                 int num_ranks = 0);
 
 // --- FLOP counts (exposed for tests and docs; forward pass only) ---
-// Backbone parameters of one transformer layer: h·(dq + 2·dkv) + dq·h + 3·h·f.
-double LayerParams(const ModelShape& shape);
-// All trainable backbone parameters: L·LayerParams + 2·h·V (embedding, LM
-// head).
-double BackboneParams(const ModelShape& shape);
-// Vision encoder parameters: 12·vh²·vl.
-double VisionParams(const ModelShape& shape);
+// Parameter counts (LayerParams, BackboneParams, VisionParams):
+// include/fcp/model_arithmetic.h.
 // Forward GEMM FLOPs of ONE layer for `tokens` tokens: 2·tokens·LayerParams.
 double LayerGemmFlopsForward(const ModelShape& shape, double tokens);
 // Forward attention FLOPs of ONE layer for a sequence of `len` tokens with mask

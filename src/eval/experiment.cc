@@ -157,6 +157,8 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg,
   return run;
 }
 
+// Long because: resolves and checks every ExperimentConfig field in order, each
+// error naming its field.
 Setup MakeSetup(ExperimentConfig& cfg) {
   const ModelPreset* model = FindModelPreset(cfg.model);
   if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
@@ -616,6 +618,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
   return out.dump(indent);
 }
 
+// Long because: one fixed-width table: header, a row per strategy, footnotes.
 std::string ExperimentToTable(const ExperimentResult& res) {
   const ExperimentConfig& c = res.config;
   std::string out = fmt::format(

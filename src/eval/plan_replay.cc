@@ -167,6 +167,8 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
   return out.dump();
 }
 
+// Long because: the step loop of RunExperiment for plan files, by the same
+// rules and totals.
 ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                                       const ExperimentConfig& config) {
   ExperimentResult result;
