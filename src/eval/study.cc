@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <utility>
 
 #include "fcp/experiment.h"
+#include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/types.h"
@@ -388,11 +388,7 @@ StudyResult RunStudy(const StudyOptions& o) {
   result.markdown = md;
   for (const auto& [file, text] :
        {std::pair{"study.md", &md}, std::pair{"study.csv", &csv}}) {
-    const fs::path p = fs::path(o.out_dir) / file;
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f << *text;
-    f.flush();
-    if (!f) throw InputError("out", "cannot write " + p.string());
+    WriteFileAtomically((fs::path(o.out_dir) / file).string(), *text, "out");
   }
   return result;
 }
