@@ -698,11 +698,99 @@ double SimulateGroupTimeS(const HardwareModel& hw,
   return SimulateGroup(hw, sequences, ranks, comm, vision_tokens).time_s;
 }
 
-// Long because: one list-schedule loop whose rank clocks, group spans and sync
-// windows every part reads and writes.
-SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
-                       std::span<const Sequence> sequences,
-                       const SimOptions& options) {
+namespace {
+
+// The sequences (and vision tokens) of group `gp`, checked against the batch
+// and the ranks; adds their tokens to `tokens`. `where` names the group.
+void CollectGroupInputs(const GroupPlan& gp, const std::string& where,
+                        std::span<const Sequence> sequences,
+                        std::span<const int64_t> vision_tokens, int num_ranks,
+                        std::vector<Sequence>& group_seqs,
+                        std::vector<int64_t>& group_vision, double& tokens) {
+  group_seqs.clear();
+  group_vision.clear();
+  for (int idx : gp.sequences) {
+    if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
+      throw InputError(where + ".sequences",
+                       "index " + std::to_string(idx) + " outside the batch");
+    group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
+    if (!vision_tokens.empty())
+      group_vision.push_back(vision_tokens[static_cast<size_t>(idx)]);
+    tokens +=
+        static_cast<double>(sequences[static_cast<size_t>(idx)].length_tokens);
+  }
+  for (int rank : gp.ranks) {
+    if (rank < 0 || rank >= num_ranks)
+      throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
+                                             " outside [0, " +
+                                             std::to_string(num_ranks) + ")");
+  }
+}
+
+// When the last rank is done with an overlapped gradient sync: each rank
+// waits for the all-gather behind its own first forward and for the
+// reduce-scatter behind its own last backward; an idle rank hides neither.
+// The step ends with the latest rank, so work added to an idle rank
+// lengthens it by at most that work.
+double LatestRankEndWithSyncS(const GradSync& gs, std::span<const double> ready,
+                              std::span<const double> first_forward,
+                              std::span<const double> last_backward) {
+  double end_s = 0;
+  for (size_t r = 0; r < ready.size(); ++r) {
+    end_s = std::max(end_s, ExposedBucketed(gs.collective_s, gs.buckets,
+                                            std::max(0.0, first_forward[r])) +
+                                ready[r] +
+                                ExposedBucketed(gs.collective_s, gs.buckets,
+                                                last_backward[r]));
+  }
+  return end_s;
+}
+
+// Per rank: when it is free, how long it has been busy, and the backward
+// phase of its last group and the forward of its first (the windows a
+// bucketed gradient sync hides behind; -1 = none yet).
+struct RankClocks {
+  explicit RankClocks(int n)
+      : ready(static_cast<size_t>(n), 0.0),
+        busy(static_cast<size_t>(n), 0.0),
+        last_backward(static_cast<size_t>(n), 0.0),
+        first_forward(static_cast<size_t>(n), -1.0) {}
+  // A group ran on `ranks` until `end_s`, for `dur_s`, with these phases.
+  void Run(std::span<const int> ranks, double end_s, double dur_s,
+           double forward_s, double backward_s) {
+    for (int rank : ranks) {
+      const auto r = static_cast<size_t>(rank);
+      ready[r] = end_s;
+      busy[r] += dur_s;
+      last_backward[r] = backward_s;
+      if (first_forward[r] < 0) first_forward[r] = forward_s;
+    }
+  }
+  std::vector<double> ready, busy, last_backward, first_forward;
+};
+
+// When a group on `ranks` starts: all of them free, plus the creation of its
+// communicator on first use (charged to `res`).
+double GroupStartS(const HardwareModel& hw, std::span<const int> ranks,
+                   std::span<const double> ready,
+                   std::set<std::vector<int>>& communicators, SimResult& res) {
+  double start = 0;
+  for (int rank : ranks)
+    start = std::max(start, ready[static_cast<size_t>(rank)]);
+  if (ranks.size() > 1) {
+    std::vector<int> key(ranks.begin(), ranks.end());
+    std::sort(key.begin(), key.end());
+    if (communicators.insert(key).second) {
+      start += hw.group_create_s;
+      res.group_create_s += hw.group_create_s;
+      ++res.new_groups;
+    }
+  }
+  return start;
+}
+
+void CheckPlanInputs(const Plan& plan, std::span<const Sequence> sequences,
+                     const SimOptions& options) {
   if (plan.status != PlanStatus::kOk)
     throw InputError("plan.status",
                      "cannot simulate an infeasible plan: " + plan.message);
@@ -710,14 +798,30 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       options.vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   if (options.noise_rel < 0) throw InputError("noise", "must be >= 0");
+}
+
+// The whole step's result when the group at `where` ("plan.micro_batches[i].
+// groups[j]") does not fit in memory: nothing runs.
+SimResult OomResult(const HardwareModel& hw, const GroupSimResult& gr,
+                    const std::string& where) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "needs %.2f GB per rank > %.2f GB (simulated)",
+                gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
+  SimResult res;
+  res.oom = true;
+  res.oom_message = where.substr(5) + ": " + buf;
+  return res;
+}
+
+}  // namespace
+
+SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
+                       std::span<const Sequence> sequences,
+                       const SimOptions& options) {
+  CheckPlanInputs(plan, sequences, options);
   const int n = hw.num_ranks;
   SimResult res;
-  std::vector<double> ready(static_cast<size_t>(n), 0.0),
-      busy(static_cast<size_t>(n), 0.0);
-  // Per rank: the backward phase of its last group, the forward of its first
-  // (the windows a bucketed gradient sync hides behind).
-  std::vector<double> last_backward(static_cast<size_t>(n), 0.0);
-  std::vector<double> first_forward(static_cast<size_t>(n), -1.0);
+  RankClocks clocks(n);
   std::set<std::vector<int>> local_communicators;
   std::set<std::vector<int>>& communicators = options.communicator_cache
                                                   ? *options.communicator_cache
@@ -733,39 +837,12 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       const GroupPlan& gp = groups[g];
       const std::string where = "plan.micro_batches[" + std::to_string(mb) +
                                 "].groups[" + std::to_string(g) + "]";
-      group_seqs.clear();
-      group_vision.clear();
-      for (int idx : gp.sequences) {
-        if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
-          throw InputError(
-              where + ".sequences",
-              "index " + std::to_string(idx) + " outside the batch");
-        group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
-        if (!options.vision_tokens.empty())
-          group_vision.push_back(
-              options.vision_tokens[static_cast<size_t>(idx)]);
-        res.tokens += static_cast<double>(
-            sequences[static_cast<size_t>(idx)].length_tokens);
-      }
-      for (int rank : gp.ranks) {
-        if (rank < 0 || rank >= n)
-          throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
-                                                 " outside [0, " +
-                                                 std::to_string(n) + ")");
-      }
+      CollectGroupInputs(gp, where, sequences, options.vision_tokens, n,
+                         group_seqs, group_vision, res.tokens);
       if (group_seqs.empty()) continue;  // an idle group does nothing
       const GroupSimResult gr =
           SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
-      if (gr.oom) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "needs %.2f GB per rank > %.2f GB (simulated)",
-                      gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
-        res = SimResult{};
-        res.oom = true;
-        res.oom_message = where.substr(5) + ": " + buf;
-        return res;
-      }
+      if (gr.oom) return OomResult(hw, gr, where);
       double dur = gr.time_s;
       double noise = 1.0;
       if (options.noise_rel > 0) {
@@ -773,33 +850,19 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         noise = std::exp(sigma * rng.Normal() - 0.5 * sigma * sigma);
         dur *= noise;
       }
-      double start = 0;
-      for (int rank : gp.ranks)
-        start = std::max(start, ready[static_cast<size_t>(rank)]);
-      if (gp.ranks.size() > 1) {
-        std::vector<int> key = gp.ranks;
-        std::sort(key.begin(), key.end());
-        if (communicators.insert(key).second) {
-          start += hw.group_create_s;
-          res.group_create_s += hw.group_create_s;
-          ++res.new_groups;
-        }
-      }
+      const double start =
+          GroupStartS(hw, gp.ranks, clocks.ready, communicators, res);
       const double end = start + dur;
       res.group_spans.push_back(
           {static_cast<int>(mb), static_cast<int>(g), start, end});
-      for (int rank : gp.ranks) {
-        const auto r = static_cast<size_t>(rank);
-        ready[r] = end;
-        busy[r] += dur;
-        last_backward[r] = gr.backward_s * noise;
-        if (first_forward[r] < 0) first_forward[r] = gr.forward_s * noise;
-      }
+      clocks.Run(gp.ranks, end, dur, gr.forward_s * noise,
+                 gr.backward_s * noise);
       res.exposed_comm_s += gr.exposed_comm_s;
       mb_end = std::max(mb_end, end);
     }
     res.micro_batch_end_s.push_back(mb_end);
   }
+  const std::vector<double>& ready = clocks.ready;
   res.compute_s =
       ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
 
@@ -807,19 +870,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
     const GradSync gs = GradSyncOf(hw);
     res.grad_sync_total_s = 2.0 * gs.collective_s + gs.optimizer_s;
     if (options.overlap_grad_reduce && n > 0) {
-      // Each rank waits for the all-gather behind its own first forward and
-      // for the reduce-scatter behind its own last backward; an idle rank
-      // hides neither. The step ends with the latest rank, so work added to
-      // an idle rank lengthens it by at most that work.
-      double end_s = 0;
-      for (size_t r = 0; r < ready.size(); ++r) {
-        end_s = std::max(
-            end_s,
-            ExposedBucketed(gs.collective_s, gs.buckets,
-                            std::max(0.0, first_forward[r])) +
-                ready[r] +
-                ExposedBucketed(gs.collective_s, gs.buckets, last_backward[r]));
-      }
+      const double end_s = LatestRankEndWithSyncS(
+          gs, ready, clocks.first_forward, clocks.last_backward);
       res.grad_sync_s = end_s - res.compute_s + gs.optimizer_s;
     } else {
       res.grad_sync_s = res.grad_sync_total_s;
@@ -827,7 +879,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   }
   res.iter_s = res.compute_s + res.grad_sync_s;
   res.tokens_per_s = res.iter_s > 0 ? res.tokens / res.iter_s : 0.0;
-  const double total_busy = std::accumulate(busy.begin(), busy.end(), 0.0);
+  const double total_busy =
+      std::accumulate(clocks.busy.begin(), clocks.busy.end(), 0.0);
   res.busy_fraction =
       res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
   return res;
