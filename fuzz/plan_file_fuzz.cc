@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "fcp/experiment.h"
 #include "fcp/io.h"
 #include "fcp/plan_check.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 
 namespace {
 

@@ -73,6 +73,8 @@ void CheckPlanFor(fcp::PlanRequest& request, const LengthArray& lengths,
 
 }  // namespace
 
+// Long because: the bindings, one def or class_ per exposed API; pybind11 wants
+// them in the module body.
 PYBIND11_MODULE(_fcp, m) {
   m.doc() = "fcp planner bindings (see the fcp package for the Python API)";
   m.attr("__version__") = FCP_VERSION_STRING;  // CMake's project(VERSION)

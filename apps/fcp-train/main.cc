@@ -146,6 +146,8 @@ bool FlagsParsedOnEveryRank(fcp::exec::Communicator& world,
   return false;
 }
 
+// Long because: every rank runs the same checks, setup and training loop in
+// lockstep.
 int Run(fcp::exec::Communicator& world, Flags& flags) {
   using namespace fcp::exec;
   TrainOptions& o = flags.train;
@@ -275,6 +277,8 @@ int Run(fcp::exec::Communicator& world, Flags& flags) {
 
 }  // namespace
 
+// Long because: flag parsing and the error classes every rank must exit with
+// identically.
 int main(int argc, char** argv) {
   Flags flags;
   fcp::exec::TrainOptions& o = flags.train;

@@ -5,8 +5,8 @@
 #include <sstream>
 #include <string>
 
-#include "baselines/gap_eval.h"
 #include "command.h"
+#include "fcp/gap_eval.h"
 #include "fcp/scheduler.h"
 #include "fcp/types.h"
 #include "progress.h"
@@ -71,10 +71,7 @@ int RunEvalGap(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
-  std::stringstream ss(strategies);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) options.strategies.push_back(item);
-  }
+  options.strategies = SplitList(strategies);
   try {
     WarnIfLong(options, strategies);
     Progress progress(!quiet);

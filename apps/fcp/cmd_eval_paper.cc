@@ -4,7 +4,7 @@
 #include <string>
 
 #include "command.h"
-#include "fcp/simulator.h"
+#include "fcp/eval.h"
 #include "progress.h"
 
 namespace fcp::cli {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "command.h"
+#include "fcp/experiment.h"
 #include "fcp/io.h"
-#include "fcp/simulator.h"
 #include "fcp/study.h"
 #include "fcp/types.h"
 
@@ -17,6 +17,86 @@ namespace {
 // ours.
 std::string LengthsLabel(const std::string& path) {
   return std::filesystem::path(path).stem().string() + " (real)";
+}
+
+constexpr const char* kDefaultStudyLengths = "data/go-src-qwen3-lengths.csv";
+
+// The flags of `fcp eval study`.
+struct StudyFlags {
+  sim::StudyOptions opt;
+  std::string lengths_file = kDefaultStudyLengths, name;
+  std::string coefficients = "profiled";
+  sim::Tuning tune = sim::Tuning::kHindsight;
+};
+
+void AddStudyOptions(CLI::App& app, StudyFlags& f) {
+  app.add_option("--out", f.opt.out_dir, "output directory")->required();
+  app.add_option("--lengths", f.lengths_file,
+                 "real lengths (one integer a line or CSV with a tokens "
+                 "column, as `fcp "
+                 "lengths` writes); '' = none")
+      ->capture_default_str();
+  app.add_option(
+      "--name", f.name,
+      "what the tables call the --lengths data (default: go-src (real) for the "
+      "bundled file, else the file's name)");
+  app.add_option(
+         "--cluster", f.opt.clusters,
+         "cluster presets, comma-separated (default: h100-8x8,ascend910c-4x16)")
+      ->delimiter(',');
+  app.add_option("--model", f.opt.models,
+                 "model presets, comma-separated: every case runs on each "
+                 "(default: qwen3-8b "
+                 "for text, qwen3-vl-8b for video)")
+      ->delimiter(',');
+  app.add_option("--gbs", f.opt.global_batches,
+                 "global batch sizes of the batch-size part at 64 ranks, "
+                 "comma-separated "
+                 "(default: 16,64,256,1024,2048)")
+      ->delimiter(',');
+  app.add_option("--ranks", f.opt.ranks,
+                 "rank counts of the scale part (gbs = 8 x ranks), "
+                 "comma-separated (default: "
+                 "8,32,128,512,1024)")
+      ->delimiter(',');
+  app.add_option("--steps", f.opt.steps, "measured global batches per case")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option(
+         "--warmup", f.opt.warmup,
+         "warm-up batches per case (the warm-up pick of static degrees)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--seed", f.opt.seed, "batch seed")->capture_default_str();
+  app.add_flag("--quick", f.opt.quick,
+               "a small grid with one measured batch per case");
+  app.add_option("--coefficients", f.coefficients,
+                 "planner coefficients of every strategy: profiled (fcp "
+                 "profile --target "
+                 "sim:CLUSTER --model MODEL, once per cluster and model, as a "
+                 "user profiles "
+                 "before planning) or preset (derived from the presets' "
+                 "hardware figures)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"profiled", "preset"}));
+  app.add_flag(
+      "--learn", f.opt.learn,
+      "every strategy learns from the steps it ran (fcp simulate --learn): the "
+      "warm-up batches and each measured batch recalibrate the coefficients "
+      "for the "
+      "next");
+  AddTuneOption(app, f.tune);
+}
+
+// The flags that are not options as such into the study's options.
+void ApplyStudyFlags(StudyFlags& f) {
+  sim::StudyOptions& opt = f.opt;
+  opt.tune_in_hindsight = f.tune == sim::Tuning::kHindsight;
+  opt.profiled_coefficients = f.coefficients == "profiled";
+  opt.progress = [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
 }
 
 int RunEvalStudy(int argc, char** argv) {
@@ -32,81 +112,18 @@ int RunEvalStudy(int argc, char** argv) {
       "prints the "
       "summary.",
       "fcp eval study"};
-  sim::StudyOptions opt;
-  const std::string default_lengths = "data/go-src-qwen3-lengths.csv";
-  std::string lengths_file = default_lengths, name;
-  app.add_option("--out", opt.out_dir, "output directory")->required();
-  app.add_option("--lengths", lengths_file,
-                 "real lengths (one integer a line or CSV with a tokens "
-                 "column, as `fcp "
-                 "lengths` writes); '' = none")
-      ->capture_default_str();
-  app.add_option(
-      "--name", name,
-      "what the tables call the --lengths data (default: go-src (real) for the "
-      "bundled file, else the file's name)");
-  app.add_option(
-         "--cluster", opt.clusters,
-         "cluster presets, comma-separated (default: h100-8x8,ascend910c-4x16)")
-      ->delimiter(',');
-  app.add_option("--model", opt.models,
-                 "model presets, comma-separated: every case runs on each "
-                 "(default: qwen3-8b "
-                 "for text, qwen3-vl-8b for video)")
-      ->delimiter(',');
-  app.add_option("--gbs", opt.global_batches,
-                 "global batch sizes of the batch-size part at 64 ranks, "
-                 "comma-separated "
-                 "(default: 16,64,256,1024,2048)")
-      ->delimiter(',');
-  app.add_option("--ranks", opt.ranks,
-                 "rank counts of the scale part (gbs = 8 x ranks), "
-                 "comma-separated (default: "
-                 "8,32,128,512,1024)")
-      ->delimiter(',');
-  app.add_option("--steps", opt.steps, "measured global batches per case")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option(
-         "--warmup", opt.warmup,
-         "warm-up batches per case (the warm-up pick of static degrees)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000));
-  app.add_option("--seed", opt.seed, "batch seed")->capture_default_str();
-  app.add_flag("--quick", opt.quick,
-               "a small grid with one measured batch per case");
-  std::string coefficients = "profiled";
-  app.add_option("--coefficients", coefficients,
-                 "planner coefficients of every strategy: profiled (fcp "
-                 "profile --target "
-                 "sim:CLUSTER --model MODEL, once per cluster and model, as a "
-                 "user profiles "
-                 "before planning) or preset (derived from the presets' "
-                 "hardware figures)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"profiled", "preset"}));
-  app.add_flag(
-      "--learn", opt.learn,
-      "every strategy learns from the steps it ran (fcp simulate --learn): the "
-      "warm-up batches and each measured batch recalibrate the coefficients "
-      "for the "
-      "next");
-  sim::Tuning tune = sim::Tuning::kHindsight;
-  AddTuneOption(app, tune);
+  StudyFlags f;
+  AddStudyOptions(app, f);
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
-  opt.tune_in_hindsight = tune == sim::Tuning::kHindsight;
-  opt.profiled_coefficients = coefficients == "profiled";
-  opt.progress = [](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  };
+  ApplyStudyFlags(f);
+  sim::StudyOptions& opt = f.opt;
   try {
-    if (!lengths_file.empty()) {
-      opt.lengths = ReadLengthsFile(lengths_file);
-      opt.lengths_label = !name.empty() ? name
-                          : lengths_file == default_lengths
+    if (!f.lengths_file.empty()) {
+      opt.lengths = ReadLengthsFile(f.lengths_file);
+      opt.lengths_label = !f.name.empty() ? f.name
+                          : f.lengths_file == kDefaultStudyLengths
                               ? "go-src (real)"
-                              : LengthsLabel(lengths_file);
+                              : LengthsLabel(f.lengths_file);
     }
     const sim::StudyResult r = sim::RunStudy(opt);
     std::printf("%s\nwrote %s/study.md, study.csv\n", r.summary.c_str(),

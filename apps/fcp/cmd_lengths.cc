@@ -56,6 +56,66 @@ bool PythonHasModule(const std::string& python) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// Parquet, Arrow and --tokenizer: the same command line run by the Python
+// package (python -m fcp.lengths); returns only when that cannot start.
+int RunPythonLengths(int argc, char** argv) {
+  const std::string interpreter = PythonInterpreter();
+  if (!PythonHasModule(interpreter)) {
+    std::fprintf(stderr,
+                 "error: lengths: Parquet/Arrow files and --tokenizer need "
+                 "the Python package: "
+                 "'%s -c \"import fcp.lengths\"' fails (run `pip install .` "
+                 "in the fcp "
+                 "source tree and use its `fcp` command, or set FCP_PYTHON "
+                 "to an interpreter "
+                 "that has the package)\n",
+                 EscapeForMessage(interpreter).c_str());
+    return 2;
+  }
+  std::vector<std::string> args = {interpreter, "-m", "fcp.lengths"};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> exec_argv;
+  for (auto& a : args) exec_argv.push_back(a.data());
+  exec_argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvp(exec_argv[0], exec_argv.data());
+  std::fprintf(stderr, "error: lengths: cannot run %s: %s\n",
+               EscapeForMessage(interpreter).c_str(), std::strerror(errno));
+  return 1;
+}
+
+// The non-zero lengths of every input, in order, by each file's format;
+// `empty` counts the zero-length sequences left out.
+std::vector<int64_t> ReadDatasetLengths(const std::vector<std::string>& inputs,
+                                        const std::string& field,
+                                        bool per_document, int64_t& empty) {
+  std::vector<int64_t> lengths;
+  for (const auto& in : inputs) {
+    std::vector<int64_t> part;
+    switch (DetectDatasetFormat(in)) {
+      case DatasetFormat::kMegatronIdx:
+        part = ReadMegatronIdxLengths(in, per_document);
+        break;
+      case DatasetFormat::kJsonl:
+        part = ReadJsonlLengths(in, field);
+        break;
+      case DatasetFormat::kCsv:
+        part = ReadCsvLengths(in, field);
+        break;
+      default:
+        part = ReadLengthsFile(in);
+        break;
+    }
+    for (int64_t v : part) {
+      if (v == 0)
+        ++empty;
+      else
+        lengths.push_back(v);
+    }
+  }
+  return lengths;
+}
+
 int RunLengths(int argc, char** argv) {
   CLI::App app{
       "Read sequence lengths from datasets, print a histogram and summary, and "
@@ -98,59 +158,13 @@ int RunLengths(int argc, char** argv) {
           ": is a directory (give the files inside, e.g. DIR/*.arrow)");
     python |= NeedsPython(DetectDatasetFormat(in));
   }
-  if (python) {
-    const std::string interpreter = PythonInterpreter();
-    if (!PythonHasModule(interpreter)) {
-      std::fprintf(stderr,
-                   "error: lengths: Parquet/Arrow files and --tokenizer need "
-                   "the Python package: "
-                   "'%s -c \"import fcp.lengths\"' fails (run `pip install .` "
-                   "in the fcp "
-                   "source tree and use its `fcp` command, or set FCP_PYTHON "
-                   "to an interpreter "
-                   "that has the package)\n",
-                   EscapeForMessage(interpreter).c_str());
-      return 2;
-    }
-    std::vector<std::string> args = {interpreter, "-m", "fcp.lengths"};
-    for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-    std::vector<char*> exec_argv;
-    for (auto& a : args) exec_argv.push_back(a.data());
-    exec_argv.push_back(nullptr);
-    std::fflush(stdout);
-    ::execvp(exec_argv[0], exec_argv.data());
-    std::fprintf(stderr, "error: lengths: cannot run %s: %s\n",
-                 EscapeForMessage(interpreter).c_str(), std::strerror(errno));
-    return 1;
-  }
+  if (python) return RunPythonLengths(argc, argv);
 
   try {
     if (field.empty()) field = "tokens";
-    std::vector<int64_t> lengths;
     int64_t empty = 0;
-    for (const auto& in : inputs) {
-      std::vector<int64_t> part;
-      switch (DetectDatasetFormat(in)) {
-        case DatasetFormat::kMegatronIdx:
-          part = ReadMegatronIdxLengths(in, idx_unit == "document");
-          break;
-        case DatasetFormat::kJsonl:
-          part = ReadJsonlLengths(in, field);
-          break;
-        case DatasetFormat::kCsv:
-          part = ReadCsvLengths(in, field);
-          break;
-        default:
-          part = ReadLengthsFile(in);
-          break;
-      }
-      for (int64_t v : part) {
-        if (v == 0)
-          ++empty;
-        else
-          lengths.push_back(v);
-      }
-    }
+    const std::vector<int64_t> lengths =
+        ReadDatasetLengths(inputs, field, idx_unit == "document", empty);
     if (lengths.empty())
       return InputErrorExit("inputs: no non-empty sequences found");
     WriteFileAtomically(out, LengthFileText(lengths), "out");

@@ -54,46 +54,48 @@ std::string PlanTable(const Plan& plan, const PlanRequest& request) {
   return out;
 }
 
-int RunPlan(int argc, char** argv) {
-  CLI::App app{
-      "Plan context-parallel groups for one global batch.\n"
-      "Input JSON (file or stdin): {\"cluster\": \"ascend910c-4x16\" | "
-      "{\"ranks\": N, "
-      "\"ranks_per_node\": R}, \"model\": \"qwen3-8b\", \"cost_model\": {...}, "
-      "\"grad_sync\": {\"collective_s\": S, \"buckets\": 1, \"forward_share\": "
-      "0.25}, "
-      "\"group_time_sigma\": 0, \"communicators\": {\"create_s\": S, "
-      "\"existing\": [[0, 1], ...]}, "
-      "\"sequences\": [131072, {\"length\": 2048, \"attention\": \"full\"}, "
-      "...]}.\n"
-      "grad_sync (optional): the step's data-parallel gradient sync (one "
-      "reduce-scatter's "
-      "time in seconds, its buckets, the forward share of a group's time); "
-      "with it fcp ranks "
-      "its candidate plans by step time (note step_ms) instead of makespan.\n"
-      "group_time_sigma (optional, default 0, at most 2): how far a group's "
-      "real time strays "
-      "from its estimate (each group's time times an independent log-normal "
-      "factor of this "
-      "sigma, mean 1); above 0 fcp ranks its candidates by the expected step "
-      "over fixed draws "
-      "(note expected_step_ms), which favours fewer groups.\n"
-      "communicators (optional): what creating a communicator costs the "
-      "runtime (seconds) and "
-      "the rank sets it already holds; fcp charges groups on new rank sets "
-      "when ranking its "
-      "candidates.\n"
-      "Times in the output are milliseconds; memory in bytes (JSON) or GB "
-      "(table).\n"
-      "lower_bound_ms: no ring plan of the batch is faster; all-to-all plans "
-      "(deepspeed, "
-      "flexsp) can be, so theirs is computed with the cheaper of ring and "
-      "all-to-all at "
-      "each degree (a bound for both kinds). `optimal` is "
-      "an exact enumeration/DP over one micro-batch of ring groups (<= 12 "
-      "sequences, <= 32 "
-      "ranks), not a MILP.",
-      "fcp plan"};
+// `fcp plan --help`: the input format and what the output means.
+constexpr const char* kPlanHelp =
+    "Plan context-parallel groups for one global batch.\n"
+    "Input JSON (file or stdin): {\"cluster\": \"ascend910c-4x16\" | "
+    "{\"ranks\": N, "
+    "\"ranks_per_node\": R}, \"model\": \"qwen3-8b\", \"cost_model\": {...}, "
+    "\"grad_sync\": {\"collective_s\": S, \"buckets\": 1, \"forward_share\": "
+    "0.25}, "
+    "\"group_time_sigma\": 0, \"communicators\": {\"create_s\": S, "
+    "\"existing\": [[0, 1], ...]}, "
+    "\"sequences\": [131072, {\"length\": 2048, \"attention\": \"full\"}, "
+    "...]}.\n"
+    "grad_sync (optional): the step's data-parallel gradient sync (one "
+    "reduce-scatter's "
+    "time in seconds, its buckets, the forward share of a group's time); "
+    "with it fcp ranks "
+    "its candidate plans by step time (note step_ms) instead of makespan.\n"
+    "group_time_sigma (optional, default 0, at most 2): how far a group's "
+    "real time strays "
+    "from its estimate (each group's time times an independent log-normal "
+    "factor of this "
+    "sigma, mean 1); above 0 fcp ranks its candidates by the expected step "
+    "over fixed draws "
+    "(note expected_step_ms), which favours fewer groups.\n"
+    "communicators (optional): what creating a communicator costs the "
+    "runtime (seconds) and "
+    "the rank sets it already holds; fcp charges groups on new rank sets "
+    "when ranking its "
+    "candidates.\n"
+    "Times in the output are milliseconds; memory in bytes (JSON) or GB "
+    "(table).\n"
+    "lower_bound_ms: no ring plan of the batch is faster; all-to-all plans "
+    "(deepspeed, "
+    "flexsp) can be, so theirs is computed with the cheaper of ring and "
+    "all-to-all at "
+    "each degree (a bound for both kinds). `optimal` is "
+    "an exact enumeration/DP over one micro-batch of ring groups (<= 12 "
+    "sequences, <= 32 "
+    "ranks), not a MILP.";
+
+// The flags of `fcp plan`.
+struct PlanFlags {
   std::string input = "-";
   std::string strategy = "fcp";
   std::string format = "json";
@@ -101,38 +103,58 @@ int RunPlan(int argc, char** argv) {
   std::string plot_file;
   std::string trace_file;
   PlanOptions options;
-  app.add_option("-i,--input", input, "batch JSON file, or - for stdin")
+};
+
+void AddPlanOptions(CLI::App& app, PlanFlags& f) {
+  app.add_option("-i,--input", f.input, "batch JSON file, or - for stdin")
       ->capture_default_str();
   std::string strategies;
   for (const auto& n : StrategyNames())
     strategies += (strategies.empty() ? "" : ", ") + n;
-  app.add_option("-s,--strategy", strategy, "one of: " + strategies)
+  app.add_option("-s,--strategy", f.strategy, "one of: " + strategies)
       ->capture_default_str();
-  app.add_option("-f,--format", format, "json or table")
+  app.add_option("-f,--format", f.format, "json or table")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
   app.add_option(
-      "--cost-model", cost_model_file,
+      "--cost-model", f.cost_model_file,
       "cost_model JSON (e.g. from fcp profile); its keys override the input's");
-  AddSettingOptions(app, options.cp_degree, options.max_seqlen_per_rank,
-                    options.capacity_tokens,
+  AddSettingOptions(app, f.options.cp_degree, f.options.max_seqlen_per_rank,
+                    f.options.capacity_tokens,
                     "per batch, the best by the strategy's own estimate");
-  AddDealingOption(app, options.dealing);
-  app.add_option("--time-limit", options.time_limit_s,
+  AddDealingOption(app, f.options.dealing);
+  app.add_option("--time-limit", f.options.time_limit_s,
                  "flexsp: wall-clock limit of the whole planning (set-up "
                  "included), seconds; "
                  "other strategies ignore it")
       ->capture_default_str();
-  app.add_option("--seed", options.seed, "seed for strategies with randomness")
+  app.add_option("--seed", f.options.seed,
+                 "seed for strategies with randomness")
       ->capture_default_str();
   app.add_option(
-      "--plot", plot_file,
+      "--plot", f.plot_file,
       "also draw the plan's timeline (planner estimate) to this .png or .svg");
   app.add_option(
-      "--trace", trace_file,
+      "--trace", f.trace_file,
       "also write the timeline as Chrome trace JSON (open in ui.perfetto.dev)");
+}
+
+// --plot / --trace: the plan's timeline as the planner estimates it.
+void WritePlanTimeline(const PlanFlags& f, const Plan& plan,
+                       const PlanRequest& request) {
+  if (f.plot_file.empty() && f.trace_file.empty()) return;
+  const plot::Timeline timeline = plot::PlanTimeline(
+      plan, request.sequences, request.cluster.ranks_per_node);
+  if (!f.plot_file.empty()) plot::WriteGantt(f.plot_file, {&timeline, 1});
+  if (!f.trace_file.empty()) plot::WriteTrace(f.trace_file, {&timeline, 1});
+}
+
+int RunPlan(int argc, char** argv) {
+  CLI::App app{kPlanHelp, "fcp plan"};
+  PlanFlags f;
+  AddPlanOptions(app, f);
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
-  if (input == "-" && ::isatty(STDIN_FILENO)) {
+  if (f.input == "-" && ::isatty(STDIN_FILENO)) {
     // Nothing piped in: waiting for a batch typed at the terminal helps no one.
     std::fprintf(
         stderr,
@@ -140,15 +162,15 @@ int RunPlan(int argc, char** argv) {
         app.help().c_str());
     return 2;
   }
-  options.strategy = strategy;
+  f.options.strategy = f.strategy;
   try {
-    plot::CheckOutputPaths(plot_file, trace_file);
-    BatchInput batch = ReadBatchJson(input);
-    if (!cost_model_file.empty()) {
+    plot::CheckOutputPaths(f.plot_file, f.trace_file);
+    BatchInput batch = ReadBatchJson(f.input);
+    if (!f.cost_model_file.empty()) {
       batch.request.cost = ReadCostModelJson(
-          cost_model_file, batch.request.cost, &batch.cost_sources);
+          f.cost_model_file, batch.request.cost, &batch.cost_sources);
     }
-    Plan plan = MakePlan(batch.request, options);
+    Plan plan = MakePlan(batch.request, f.options);
     // Where each coefficient came from: input, fcp profile, preset or 0.
     if (plan.status == PlanStatus::kOk)
       plan.notes["cost_model"] = CostSourcesNote(batch.cost_sources);
@@ -157,14 +179,10 @@ int RunPlan(int argc, char** argv) {
                    EscapeForMessage(plan.message).c_str());
       return 3;
     }
-    if (!plot_file.empty() || !trace_file.empty()) {
-      const plot::Timeline timeline = plot::PlanTimeline(
-          plan, batch.request.sequences, batch.request.cluster.ranks_per_node);
-      if (!plot_file.empty()) plot::WriteGantt(plot_file, {&timeline, 1});
-      if (!trace_file.empty()) plot::WriteTrace(trace_file, {&timeline, 1});
-    }
-    const std::string text = format == "json" ? PlanToJson(plan, 2) + "\n"
-                                              : PlanTable(plan, batch.request);
+    WritePlanTimeline(f, plan, batch.request);
+    const std::string text = f.format == "json"
+                                 ? PlanToJson(plan, 2) + "\n"
+                                 : PlanTable(plan, batch.request);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   } catch (const InputError& e) {

@@ -26,15 +26,6 @@
 namespace fcp::cli {
 namespace {
 
-std::vector<std::string> SplitComma(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 #if FCP_HAVE_MPI
 // Ranks of the mpirun job this process belongs to (OpenMPI sets
 // OMPI_COMM_WORLD_SIZE); 1 when not launched by mpirun.
@@ -58,65 +49,108 @@ struct MpiSession {
 };
 #endif
 
-int RunProfileCmd(int argc, char** argv) {
-  CLI::App app{
-      "Measure one CP rank's step time over lengths x degrees, fit alpha1, "
-      "alpha2, beta1 "
-      "(Eq. 8), alpha3, beta2 (Eq. 9) and the v2 terms (h, gamma_intra, "
-      "gamma_inter, "
-      "gamma_serial; ring_tail_steps = 1) by least squares, report standard "
-      "errors and "
-      "held-out relative error, and write the cost_model JSON (fcp plan "
-      "--cost-model).\n"
-      "Targets: cpu (real fp32 kernels on this machine, measured) or "
-      "sim:CLUSTER "
-      "(the simulator's hardware with noise, simulated).\n"
-      "cpu: the ring's KV/dKV traffic is measured over MPI when launched under "
-      "mpirun "
-      "(e.g. mpirun -np 2 fcp profile --target cpu; every rank runs the same "
-      "grid in "
-      "lockstep, rank 0 reports; a degree d larger than the number of ranks P "
-      "folds the "
-      "ring: each step still exchanges d's message sizes with the two real "
-      "neighbours), "
-      "otherwise as in-process copies on a helper thread. The report names the "
-      "transport.",
-      "fcp profile"};
+// `fcp profile --help`: what it fits and how each target measures.
+constexpr const char* kProfileHelp =
+    "Measure one CP rank's step time over lengths x degrees, fit alpha1, "
+    "alpha2, beta1 "
+    "(Eq. 8), alpha3, beta2 (Eq. 9) and the v2 terms (h, gamma_intra, "
+    "gamma_inter, "
+    "gamma_serial; ring_tail_steps = 1) by least squares, report standard "
+    "errors and "
+    "held-out relative error, and write the cost_model JSON (fcp plan "
+    "--cost-model).\n"
+    "Targets: cpu (real fp32 kernels on this machine, measured) or "
+    "sim:CLUSTER "
+    "(the simulator's hardware with noise, simulated).\n"
+    "cpu: the ring's KV/dKV traffic is measured over MPI when launched under "
+    "mpirun "
+    "(e.g. mpirun -np 2 fcp profile --target cpu; every rank runs the same "
+    "grid in "
+    "lockstep, rank 0 reports; a degree d larger than the number of ranks P "
+    "folds the "
+    "ring: each step still exchanges d's message sizes with the two real "
+    "neighbours), "
+    "otherwise as in-process copies on a helper thread. The report names the "
+    "transport.";
+
+// The flags of `fcp profile`.
+struct ProfileFlags {
   ProfileOptions o;
   std::string lengths, degrees, models, out_file, format = "table";
-  app.add_option("-t,--target", o.target,
+};
+
+void AddProfileOptions(CLI::App& app, ProfileFlags& f) {
+  app.add_option("-t,--target", f.o.target,
                  "cpu or sim:<cluster preset> (torch: python -m fcp)")
       ->capture_default_str();
   app.add_option(
-      "-m,--model", models,
+      "-m,--model", f.models,
       "model preset (sim; comma list for one report per model, table only) or "
       "cpu-tiny (cpu); default qwen3-8b / cpu-tiny");
-  app.add_option("--lengths", lengths,
+  app.add_option("--lengths", f.lengths,
                  "comma list of sequence lengths (tokens)");
-  app.add_option("--degrees", degrees,
+  app.add_option("--degrees", f.degrees,
                  "comma list of CP degrees (any positive integers)");
-  app.add_option("-r,--repeats", o.repeats, "measurements per grid point")
+  app.add_option("-r,--repeats", f.o.repeats, "measurements per grid point")
       ->capture_default_str();
-  app.add_option("--noise", o.noise_rel,
+  app.add_option("--noise", f.o.noise_rel,
                  "sim: log-normal noise sigma per measurement")
       ->capture_default_str();
-  app.add_option("--heldout", o.heldout_fraction,
+  app.add_option("--heldout", f.o.heldout_fraction,
                  "fraction of samples held out")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the noise and the held-out split")
+  app.add_option("--seed", f.o.seed, "seed of the noise and the held-out split")
       ->capture_default_str();
   app.add_option(
-         "--min-chunk", o.min_tokens_per_rank,
+         "--min-chunk", f.o.min_tokens_per_rank,
          "skip grid points with fewer than this many tokens per rank (s/d)")
       ->capture_default_str();
-  app.add_flag("!--no-packed", o.packed_groups,
+  app.add_flag("!--no-packed", f.o.packed_groups,
                "do not sample packed groups (4 sequences, mixed masks)");
-  app.add_option("-o,--out", out_file,
+  app.add_option("-o,--out", f.out_file,
                  "write the report (with its cost_model) to this file");
-  app.add_option("-f,--format", format, "table or json")
+  app.add_option("-f,--format", f.format, "table or json")
       ->check(CLI::IsMember({"json", "table"}))
       ->capture_default_str();
+}
+
+// The grid lists into the options; returns the models to profile ("" = the
+// target's default).
+std::vector<std::string> ApplyProfileLists(ProfileFlags& f) {
+  // Only the type's range here (no wrap-around: 4294967298 was read as 2);
+  // RunProfile applies the real bounds, naming the element.
+  f.o.lengths = ParseIntegerList(f.lengths, "lengths",
+                                 std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max());
+  for (int64_t d :
+       ParseIntegerList(f.degrees, "degrees", std::numeric_limits<int>::min(),
+                        std::numeric_limits<int>::max())) {
+    f.o.degrees.push_back(static_cast<int>(d));
+  }
+  std::vector<std::string> model_list = SplitList(f.models);
+  if (model_list.empty()) model_list.push_back("");
+  if (model_list.size() > 1 && (f.format == "json" || !f.out_file.empty()))
+    throw InputError("model",
+                     "several models need --format table and no --out");
+  return model_list;
+}
+
+// The held-out error of every model profiled, one line each (`rows`).
+std::string ProfileSummary(const std::string& target, const std::string& rows) {
+  return fmt::format(
+      "summary (paper Table 3 layout): held-out relative error of T(G, d), "
+      "target {}\n"
+      "{:<20} {:>8} {:>8} {:>7}\n{}",
+      target, "model", "mean", "max", "points", rows);
+}
+
+int RunProfileCmd(int argc, char** argv) {
+  CLI::App app{kProfileHelp, "fcp profile"};
+  ProfileFlags f;
+  AddProfileOptions(app, f);
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  ProfileOptions& o = f.o;
+  const std::string &format = f.format, &out_file = f.out_file;
   if (o.target == "torch") {
     // The PyTorch profiler is Python (python/fcp/profile_torch.py).
     return InputErrorExit(
@@ -127,21 +161,7 @@ int RunProfileCmd(int argc, char** argv) {
         "--target torch ...)");
   }
   try {
-    // Only the type's range here (no wrap-around: 4294967298 was read as 2);
-    // RunProfile applies the real bounds, naming the element.
-    o.lengths = ParseIntegerList(lengths, "lengths",
-                                 std::numeric_limits<int64_t>::min(),
-                                 std::numeric_limits<int64_t>::max());
-    for (int64_t d :
-         ParseIntegerList(degrees, "degrees", std::numeric_limits<int>::min(),
-                          std::numeric_limits<int>::max())) {
-      o.degrees.push_back(static_cast<int>(d));
-    }
-    std::vector<std::string> model_list = SplitComma(models);
-    if (model_list.empty()) model_list.push_back("");
-    if (model_list.size() > 1 && (format == "json" || !out_file.empty()))
-      throw InputError("model",
-                       "several models need --format table and no --out");
+    const std::vector<std::string> model_list = ApplyProfileLists(f);
     // Under mpirun (cpu target): every rank measures in lockstep over MPI and
     // only rank 0 prints or writes. Without mpirun, no MPI at all.
     bool print = true;
@@ -179,11 +199,7 @@ int RunProfileCmd(int argc, char** argv) {
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     if (print && model_list.size() > 1) {
-      const std::string text = fmt::format(
-          "summary (paper Table 3 layout): held-out relative error of T(G, d), "
-          "target {}\n"
-          "{:<20} {:>8} {:>8} {:>7}\n{}",
-          o.target, "model", "mean", "max", "points", summary);
+      const std::string text = ProfileSummary(o.target, summary);
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     return 0;

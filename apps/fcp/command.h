@@ -15,7 +15,7 @@
 #include "fcp/scheduler.h"
 
 namespace fcp::sim {
-enum class Tuning;  // fcp/simulator.h
+enum class Tuning;  // fcp/experiment.h
 }  // namespace fcp::sim
 
 namespace fcp::cli {
@@ -72,10 +72,26 @@ void RequireDecimalIntegers(CLI::App& app);
 // A decimal integer in [lo, hi]; InputError(field, ...) otherwise.
 int64_t ParseInteger(std::string_view text, const std::string& field,
                      int64_t lo, int64_t hi);
-// A comma-separated list of such integers (empty items skipped).
+// The items of a comma-separated flag value ("a, b,,c" -> a, b, c): spaces
+// around items trimmed, empty items skipped. Every list flag goes through it.
+std::vector<std::string> SplitList(std::string_view text);
+// A comma-separated list of such integers (SplitList's items).
 std::vector<int64_t> ParseIntegerList(const std::string& text,
                                       const std::string& field, int64_t lo,
                                       int64_t hi);
+// A comma-separated list of decimal numbers (SplitList's items); InputError
+// (field, "'x' is not a number") otherwise.
+std::vector<double> ParseNumberList(const std::string& text,
+                                    const std::string& field);
+
+// --- apps/fcp/main.cc -----------------------------------------------------
+
+// `--cost-model FILE` over the coefficients the presets derive for `model` on
+// `cluster` (ReadCostModelJson). InputError("model"|"cluster") for an unknown
+// preset.
+CostModel ReadCostModelOverPresets(const std::string& path,
+                                   const std::string& model,
+                                   const std::string& cluster);
 
 }  // namespace fcp::cli
 

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "command.h"
-#include "fcp/simulator.h"
+#include "fcp/experiment.h"
+#include "fcp/io.h"
+#include "fcp/presets.h"
 #include "fcp/types.h"
+#include "fcp/unknown_names.h"
 #include "fcp/version.h"
 
 namespace fcp::cli {
@@ -22,6 +25,16 @@ std::vector<Command>& Commands() {
 int InputErrorExit(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", fcp::EscapeForMessage(message).c_str());
   return 2;
+}
+
+CostModel ReadCostModelOverPresets(const std::string& path,
+                                   const std::string& model,
+                                   const std::string& cluster) {
+  const ModelPreset* m = FindModelPreset(model);
+  const ClusterPreset* c = FindClusterPreset(cluster);
+  if (!m) throw InputError("model", UnknownModelPresetMessage(model));
+  if (!c) throw InputError("cluster", UnknownClusterPresetMessage(cluster));
+  return ReadCostModelJson(path, DeriveCostModel(*m, *c));
 }
 
 void AddDealingOption(CLI::App& app, Dealing& dealing) {

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,19 +120,44 @@ int64_t ParseInteger(std::string_view text, const std::string& field,
   return value;
 }
 
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) out.emplace_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
 std::vector<int64_t> ParseIntegerList(const std::string& text,
                                       const std::string& field, int64_t lo,
                                       int64_t hi) {
   std::vector<int64_t> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    std::string_view item = std::string_view(text).substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (!item.empty()) out.push_back(ParseInteger(item, field, lo, hi));
-    start = end + 1;
+  for (const std::string& item : SplitList(text))
+    out.push_back(ParseInteger(item, field, lo, hi));
+  return out;
+}
+
+std::vector<double> ParseNumberList(const std::string& text,
+                                    const std::string& field) {
+  std::vector<double> out;
+  for (const std::string& item : SplitList(text)) {
+    size_t pos = 0;
+    double x = 0;
+    try {
+      x = std::stod(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != item.size())
+      throw InputError(field, "'" + item + "' is not a number");
+    out.push_back(x);
   }
   return out;
 }

@@ -15,6 +15,10 @@
 // which some sequence cannot fit even on all N ranks is not an error: the
 // Plan has status kInfeasible and names it.
 // Thread-safety: MakePlan is reentrant; concurrent calls share nothing.
+//
+// Defined in src/planner/scheduler.cc (MakePlan, validation, estimates) and
+// src/strategies/registry.cc (the strategy table: StrategyNames,
+// FindStrategy).
 #pragma once
 
 #include <chrono>

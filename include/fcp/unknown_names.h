@@ -1,5 +1,7 @@
 // The error text for a name that is not a preset or a registered strategy:
-// the valid names, so that a typo is fixed from the message alone.
+// the valid names, so that a typo is fixed from the message alone. Defined
+// beside the names they list: src/presets/presets.cc (presets) and
+// src/strategies/registry.cc (strategies).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-#include "cost/fit.h"
+#include "fcp/fit.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -229,6 +229,8 @@ LsqResult SolveColumns(const std::vector<const FitSample*>& rows,
 
 }  // namespace
 
+// Long because: the Eq. 8 fit, the Eq. 9 fit and the joint refinement share the
+// samples' design matrices.
 FitResult FitCostCoefficients(std::span<const FitSample> samples,
                               const FitOptions& options) {
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -433,6 +435,8 @@ double RmsLogError(const CostModel& cm, std::span<const FitSample> samples,
                          : std::sqrt(sum / static_cast<double>(samples.size()));
 }
 
+// Long because: one Gauss-Newton loop: whitened residuals, numerical Jacobian,
+// step.
 Recalibration RecalibrateCostModel(const CostModel& prior,
                                    std::span<const FitSample> measured,
                                    const RecalibrationOptions& options) {

@@ -4,7 +4,7 @@
 // σ·sqrt([(XᵀWX)⁻¹]_jj) (W = diag(1/y²)), computed here independently from the
 // design; the estimate must lie within 5·se_j of the truth, and the reported
 // standard error must agree with se_j within a factor of 2.
-#include "cost/fit.h"
+#include "fcp/fit.h"
 
 #include <gtest/gtest.h>
 

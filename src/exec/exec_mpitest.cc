@@ -141,6 +141,8 @@ Plan AllToAll(Plan plan) {
 // is within 10x of the worst error measured (docs/executor.md).
 constexpr double kGradTol = 3e-6;  // measured worst 4.3e-7
 
+// Long because: a test driver: set up, run and compare every gradient against
+// the oracle.
 int Gradients(Communicator& world, const std::string& dir) {
   const ModelConfig cfg = OracleModel();
   const ParamLayout layout = MakeParamLayout(cfg);

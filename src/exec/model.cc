@@ -201,6 +201,8 @@ ShardBatch MakeShardBatch(const ShardLayout& layout,
   return b;
 }
 
+// Long because: the forward and its hand-written backward mirror each other
+// line by line and share the saved activations.
 double ForwardBackward(const ModelConfig& cfg, const ParamLayout& lay,
                        const float* w, const ShardBatch& batch,
                        const RingAttentionArgs& attn_in, float loss_scale,

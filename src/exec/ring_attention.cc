@@ -153,6 +153,8 @@ void RingAttentionForward(const RingAttentionArgs& args, const float* q,
   }
 }
 
+// Long because: the ring's step loop with its double-buffered dK/dV
+// accumulators in flight.
 void RingAttentionBackward(const RingAttentionArgs& args, const float* q,
                            const float* k, const float* v, const float* out,
                            const float* lse, const float* dout, float* dq,

@@ -75,6 +75,8 @@ Naive NaiveAttention(const float* q, const float* k, const float* v,
 
 // Runs the group attention (ring or Ulysses) on `degree` fake ranks and
 // returns the largest abs error against the float64 oracle.
+// Long because: a test helper that runs forward and backward on fake ranks and
+// checks every output.
 double GroupAttentionError(const std::vector<int64_t>& lengths,
                            const std::vector<double>& eta, int degree,
                            AttentionKernels kernels, CommKind comm_kind,

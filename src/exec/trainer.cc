@@ -348,6 +348,8 @@ void Trainer::LearnFrom(int step, const Plan& plan,
   for (int k = 0; k < 9; ++k) *fields[k] = shared[2 + k];
 }
 
+// Long because: plan and broadcast, compute, and the all-reduce are collectives
+// that every rank runs in this order.
 StepReport Trainer::Step(int step) {
   const double t0 = NowS();
   StepReport rep;

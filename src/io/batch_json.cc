@@ -319,6 +319,8 @@ Sequence ParseSequence(const json& j, size_t index) {
 // read; the first bad one is reported only after the rest of the document
 // parsed and the cluster, model and cost model were checked, so the error
 // order is the same as for a whole-document parse.
+// Long because: one streamed pass over the document's members, each checked
+// where it is read (the error order is documented).
 BatchInput ParseBatch(io::ByteSource& source) {
   std::vector<Sequence> sequences;
   std::optional<InputError> sequence_error;

@@ -100,6 +100,8 @@ bool NeedsPython(DatasetFormat format) {
   return format == DatasetFormat::kParquet || format == DatasetFormat::kArrow;
 }
 
+// Long because: one streamed read of the .idx layout (header, lengths,
+// pointers, document index) in file order.
 std::vector<int64_t> ReadMegatronIdxLengths(const std::string& given,
                                             bool documents) {
   std::string path = given;

@@ -45,6 +45,7 @@ std::vector<int> IntList(const json& j, const std::string& field) {
 
 }  // namespace
 
+// Long because: the plan's fields in document order, each with its type check.
 Plan ParsePlanJson(const json& j, const PlanRequest& request,
                    const std::string& field) {
   if (!j.is_object())

@@ -12,6 +12,7 @@
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
 #include "fcp/datasets.h"
+#include "fcp/unknown_names.h"
 #include "planner/run_strategy.h"
 
 namespace fcp {
@@ -559,4 +560,12 @@ Plan RunStrategy(const Strategy& strategy_ref, const PlanRequest& request,
 }
 
 }  // namespace planner
+
+Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
+  const Strategy* strategy = FindStrategy(options.strategy);
+  if (!strategy)
+    throw InputError("strategy", UnknownStrategyMessage(options.strategy));
+  return planner::RunStrategy(*strategy, request, options);
+}
+
 }  // namespace fcp

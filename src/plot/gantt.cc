@@ -84,6 +84,8 @@ void CheckOutputPaths(const std::string& plot_path,
   if (!trace_path.empty()) CheckDirectory(trace_path, "trace");
 }
 
+// Long because: one gnuplot script whose panel layout arithmetic and data
+// blocks depend on each other.
 void WriteGantt(const std::string& path, std::span<const Timeline> timelines,
                 const GanttOptions& options) {
   CheckExtension(path);

@@ -61,6 +61,7 @@
 #include <cstdio>
 #include <string>
 
+#include "fcp/model_arithmetic.h"
 #include "fcp/plan_check.h"
 #include "fcp/types.h"
 #include "fcp/unknown_names.h"
@@ -68,8 +69,6 @@
 namespace fcp {
 namespace {
 
-// Kernels of one transformer layer per pass (the simulator's count).
-constexpr double kKernelsPerLayerPass = 14;
 constexpr double kFrameworkReserveBytes = 3e9;
 // Chunk length at which the causal diagonal's slowdown is folded into h: the
 // middle of the chunks plans use (1k-16k tokens; h_causal 350-620 tokens).
@@ -102,24 +101,14 @@ ModelPreset Mllm(ModelPreset backbone, const char* name, int vision_layers,
   return backbone;
 }
 
-double LayerParams(const ModelShape& s) {
-  const double dq = static_cast<double>(s.q_heads) * s.head_dim;
-  const double dkv = static_cast<double>(s.kv_heads) * s.head_dim;
-  return s.hidden * (dq + 2 * dkv) + dq * s.hidden + 3.0 * s.hidden * s.ffn;
-}
-
 }  // namespace
 
 int64_t ModelPreset::params() const {
-  return static_cast<int64_t>(shape.layers * LayerParams(shape) +
-                              2.0 * shape.hidden *
-                                  static_cast<double>(shape.vocab));
+  return static_cast<int64_t>(BackboneParams(shape));
 }
 
 int64_t ModelPreset::vision_params() const {
-  // ViT layer: 4h² attention + 8h² MLP (4h FFN).
-  return static_cast<int64_t>(12.0 * shape.vision_layers * shape.vision_hidden *
-                              static_cast<double>(shape.vision_hidden));
+  return static_cast<int64_t>(VisionParams(shape));
 }
 
 const std::vector<ModelPreset>& ModelPresets() {
@@ -266,8 +255,7 @@ CostModel DeriveCostModel(const ModelPreset& model,
   const double gemm_s_per_token =
       linear_flops_per_token / (peak * cluster.gemm_eff_max);
   const double elementwise_s_per_token =
-      4.0 * layers * 2.0 * (8.0 * s.hidden + 3.0 * s.ffn + 2 * dq + 2 * dkv) /
-      cluster.hbm_bytes_per_s;
+      4.0 * layers * ElementwiseBytesPerToken(s) / cluster.hbm_bytes_per_s;
   cm.alpha2 = gemm_s_per_token + elementwise_s_per_token;
   cm.beta1 = gemm_s_per_token * cluster.gemm_eff_half_rows +
              layers * 3 * kKernelsPerLayerPass * cluster.launch_s;

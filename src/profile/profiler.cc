@@ -178,6 +178,7 @@ Collected CollectSim(const ProfileOptions& o, const std::string& cluster_name) {
   return c;
 }
 
+// Long because: the measurement grid loop with its ring transport and warm-up.
 Collected CollectCpu(const ProfileOptions& o) {
   const std::string model_name =
       o.model.empty() ? std::string(kCpuModel) : o.model;

@@ -277,21 +277,6 @@ std::string_view RecomputeName(Recompute policy) {
   return "full";
 }
 
-double LayerParams(const ModelShape& s) {
-  const double h = s.hidden;
-  return h * (Dq(s) + 2.0 * Dkv(s)) + Dq(s) * h + 3.0 * h * s.ffn;
-}
-
-double BackboneParams(const ModelShape& s) {
-  return s.layers * LayerParams(s) +
-         2.0 * s.hidden * static_cast<double>(s.vocab);
-}
-
-double VisionParams(const ModelShape& s) {
-  return 12.0 * s.vision_layers * static_cast<double>(s.vision_hidden) *
-         s.vision_hidden;
-}
-
 double LayerGemmFlopsForward(const ModelShape& s, double tokens) {
   return 2.0 * tokens * LayerParams(s);
 }
@@ -355,10 +340,12 @@ HardwareModel MakeHardwareModel(const ModelPreset& model,
   return hw;
 }
 
-GroupSimResult SimulateGroup(const HardwareModel& hw,
-                             std::span<const Sequence> sequences,
-                             std::span<const int> ranks, CommKind comm,
-                             std::span<const int64_t> vision_tokens) {
+namespace {
+
+void CheckGroupInputs(const HardwareModel& hw,
+                      std::span<const Sequence> sequences,
+                      std::span<const int> ranks,
+                      std::span<const int64_t> vision_tokens) {
   if (ranks.empty()) throw InputError("ranks", "group has no ranks");
   if (sequences.empty())
     throw InputError("sequences", "group has no sequences");
@@ -370,21 +357,20 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
                        "rank " + std::to_string(ranks[i]) + " outside [0, " +
                            std::to_string(hw.num_ranks) + ")");
   }
-  const ModelShape& s = hw.shape;
-  const int d = static_cast<int>(ranks.size());
-  const double L = s.layers;
-  const double h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
-  const bool ring = comm == CommKind::kRing || d == 1;
-  const Placement place = Place(hw, ranks);
-  const double bw = place.one_node ? hw.bw_intra_node : hw.bw_inter_node;
-  const double lat = place.one_node ? hw.latency_intra_s : hw.latency_inter_s;
-  const Passes passes = PassesOf(hw);
+}
 
-  GroupSimResult r;
+// Each sequence's tokens on one rank after zigzag (ring) or Ulysses padding,
+// its padded length, and their sum m.
+struct PaddedChunks {
+  std::vector<double> chunk, padded_len;
+  double tokens_per_rank = 0;
+};
 
-  // Tokens per rank after zigzag / Ulysses padding.
-  std::vector<double> chunk(sequences.size()), padded_len(sequences.size());
-  double m = 0;
+PaddedChunks PadSequences(std::span<const Sequence> sequences, int d,
+                          bool ring) {
+  PaddedChunks p;
+  p.chunk.resize(sequences.size());
+  p.padded_len.resize(sequences.size());
   for (size_t k = 0; k < sequences.size(); ++k) {
     const int64_t len = sequences[k].length_tokens;
     int64_t c;
@@ -395,175 +381,215 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
     } else {
       c = CeilDiv(len, d);
     }
-    chunk[k] = static_cast<double>(c);
-    padded_len[k] = static_cast<double>(c) * d;
-    m += chunk[k];
+    p.chunk[k] = static_cast<double>(c);
+    p.padded_len[k] = static_cast<double>(c) * d;
+    p.tokens_per_rank += p.chunk[k];
   }
-  r.padded_tokens_per_rank = m;
+  return p;
+}
 
-  // Linear layers and LM head.
-  const double gemm_rate = hw.peak_flops * GemmEfficiency(hw, m);
-  const double layer_gemm_fwd_s = L * LayerGemmFlopsForward(s, m) / gemm_rate;
-  const double head_fwd_s =
-      2.0 * m * h * static_cast<double>(s.vocab) / gemm_rate;
-  r.gemm_s = passes.linear * layer_gemm_fwd_s + 3.0 * head_fwd_s;
-  // Elementwise, HBM-bound.
-  const double elementwise_pass_s = L * m * kBf16 *
-                                    (8.0 * h + 3.0 * f + 2.0 * dq + 2.0 * dkv) /
-                                    hw.hbm_bytes_per_s;
-  r.elementwise_s = passes.linear * elementwise_pass_s;
-  double launches = L * passes.kernel * hw.kernels_per_layer_pass;
-  double launches_fwd = L * hw.kernels_per_layer_pass;
+// One layer's attention on one rank: compute, wall time (with exposed
+// communication), one forward pass's wall time, transfer time and bytes, and
+// the kernel launches it adds to the whole group (all layers, all passes)
+// and to its first forward.
+struct AttentionLayerCost {
+  double compute_s = 0, wall_s = 0, fwd_wall_s = 0, comm_s = 0, bytes = 0;
+  double launches = 0, launches_fwd = 0;
+};
 
-  // Attention (per layer, then × L).
-  double attn_compute_layer = 0, attn_wall_layer = 0, comm_layer = 0,
-         bytes_layer = 0;
-  double attn_fwd_wall_layer = 0;  // one forward pass
-  if (d == 1) {
-    double fwd = 0, bwd = 0;
-    for (size_t k = 0; k < sequences.size(); ++k) {
-      const double flops =
-          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta);
-      const double eta = sequences[k].eta;
-      fwd += flops / (hw.peak_flops *
+// Forward and backward compute time (s) of one layer's attention over whole
+// sequences (no ring steps) with `heads` of the model's query heads on this
+// rank: d = 1, and Ulysses after its all-to-all.
+struct ForwardBackwardS {
+  double fwd = 0, bwd = 0;
+};
+ForwardBackwardS WholeSequenceAttentionS(const HardwareModel& hw,
+                                         std::span<const Sequence> sequences,
+                                         std::span<const double> padded_len,
+                                         double heads) {
+  const ModelShape& s = hw.shape;
+  ForwardBackwardS t;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    double flops =
+        LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta);
+    if (heads != s.q_heads) flops = flops * heads / s.q_heads;
+    const double eta = sequences[k].eta;
+    t.fwd += flops / (hw.peak_flops *
                       AttentionForwardEfficiency(hw, padded_len[k], eta));
-      bwd +=
-          kAttnBackwardFactor * flops /
-          (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
-    }
-    attn_compute_layer = passes.attn_fwd * fwd + bwd;
-    attn_wall_layer = attn_compute_layer;
-    attn_fwd_wall_layer = fwd;
-  } else if (ring) {
-    // Per-step compute: the diagonal (causal) step and the unmasked steps.
-    double fwd_diag = 0, fwd_off = 0, bwd_diag = 0, bwd_off = 0, kv_bytes = 0;
-    for (size_t k = 0; k < sequences.size(); ++k) {
-      const double flops =
-          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) /
-          (double(d) * d);
-      const double c = chunk[k], eta = sequences[k].eta;
-      fwd_diag +=
-          flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, eta));
-      fwd_off +=
-          flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, 1.0));
-      bwd_diag += kAttnBackwardFactor * flops /
-                  (hw.peak_flops * AttentionBackwardEfficiency(hw, c, eta));
-      bwd_off += kAttnBackwardFactor * flops /
-                 (hw.peak_flops * AttentionBackwardEfficiency(hw, c, 1.0));
-      kv_bytes += c * 2.0 * dkv * kBf16;
-    }
-    const double x_fwd = kv_bytes / bw + lat;
-    const double x_bwd =
-        kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;          // KV + dKV fp32
-    const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;  // dKV back home
-    // Steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
-    auto pass = [&](double diag, double off, double x) {
-      double t = std::max(diag, x);  // step 0 (diagonal)
-      t += (d - 2) * std::max(off, x);
-      t += off;  // last step: nothing left to receive
-      return t;
-    };
-    attn_fwd_wall_layer = pass(fwd_diag, fwd_off, x_fwd);
-    const double bwd_wall = pass(bwd_diag, bwd_off, x_bwd) + x_home;
-    attn_wall_layer = passes.attn_fwd * attn_fwd_wall_layer + bwd_wall;
-    attn_compute_layer = passes.attn_fwd * (fwd_diag + (d - 1) * fwd_off) +
-                         bwd_diag + (d - 1) * bwd_off;
-    comm_layer = passes.attn_fwd * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
-    bytes_layer = kv_bytes * (passes.attn_fwd * (d - 1) + 3.0 * (d - 1) + 2.0);
-    launches += L * (2.0 * passes.attn_fwd * d + 3.0 * d + 1.0);
-    launches_fwd += L * 2.0 * d;
-  } else {
-    // Ulysses all-to-all.
-    const double hq = static_cast<double>(CeilDiv(s.q_heads, d));
-    const double hkv =
-        static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
-    double fwd = 0, bwd = 0;
-    for (size_t k = 0; k < sequences.size(); ++k) {
-      const double flops =
-          LayerAttentionFlopsForward(s, padded_len[k], sequences[k].eta) * hq /
-          s.q_heads;
-      const double eta = sequences[k].eta;
-      fwd += flops / (hw.peak_flops *
-                      AttentionForwardEfficiency(hw, padded_len[k], eta));
-      bwd +=
-          kAttnBackwardFactor * flops /
-          (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
-    }
-    attn_compute_layer = passes.attn_fwd * fwd + bwd;
-    const double hd = s.head_dim;
-    const double bytes_qkv = (d - 1) * m * (hq + 2.0 * hkv) * hd * kBf16;
-    const double bytes_o = (d - 1) * m * hq * hd * kBf16;
-    const double t_pass =
-        AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
-    comm_layer = (passes.attn_fwd + 1.0) * t_pass;
-    bytes_layer = (passes.attn_fwd + 1.0) * (bytes_qkv + bytes_o);
-    attn_wall_layer = attn_compute_layer + comm_layer;
-    attn_fwd_wall_layer = fwd + t_pass;
-    launches += L * (passes.attn_fwd + 1.0) * 2.0;
-    launches_fwd += L * 2.0;
+    t.bwd +=
+        kAttnBackwardFactor * flops /
+        (hw.peak_flops * AttentionBackwardEfficiency(hw, padded_len[k], eta));
   }
-  r.attention_s = L * attn_compute_layer;
-  r.comm_s = L * comm_layer;
-  r.comm_bytes_per_rank = L * bytes_layer;
-  r.exposed_comm_s = L * std::max(0.0, attn_wall_layer - attn_compute_layer);
+  return t;
+}
 
-  // Vision encoder and projector.
-  double patches_per_rank = 0, vision_fwd_s = 0;
-  if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
-    double vt = 0;
-    for (size_t k = 0; k < sequences.size(); ++k) {
-      if (!vision_tokens.empty()) {
-        vt += static_cast<double>(
-            std::min(vision_tokens[k], sequences[k].length_tokens));
-      } else if (hw.vision_tokens_per_tile > 0) {
-        const double len = static_cast<double>(sequences[k].length_tokens);
-        vt += std::min(
-            len, sequences[k].eta * len * len / hw.vision_tokens_per_tile);
-      }
-    }
-    if (vt > 0) {
-      const double vh = s.vision_hidden, vl = s.vision_layers;
-      const double tokens_per_rank = vt / d;
-      patches_per_rank = tokens_per_rank * hw.vision_patches_per_token;
-      const double vit_gemm_fwd = 2.0 * 12.0 * vh * vh * vl * patches_per_rank;
-      const double vit_attn_fwd =
-          4.0 * vh * hw.vision_patches_per_tile * vl * patches_per_rank;
-      const double proj_fwd = 2.0 * tokens_per_rank *
-                              (vh * hw.vision_patches_per_token * h + h * h);
-      const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
-      // Full attention inside a tile: forward rate for the forward passes, the
-      // backward rate for the backward's 2.5× FLOPs.
-      const double vit_attn_fwd_s =
-          vit_attn_fwd /
-          (hw.peak_flops *
-           AttentionForwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
-      const double vit_attn_bwd_s =
-          kAttnBackwardFactor * vit_attn_fwd /
-          (hw.peak_flops *
-           AttentionBackwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
-      const double vit_gemm_s =
-          vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, patches_per_rank));
-      const double proj_s =
-          proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
-      vision_fwd_s = vit_gemm_s + vit_attn_fwd_s + proj_s;
-      r.vision_s = vision_passes * vit_gemm_s +
-                   (hw.vision_frozen ? vit_attn_fwd_s
-                                     : 2.0 * vit_attn_fwd_s + vit_attn_bwd_s) +
-                   3.0 * proj_s;
-      launches += vl * vision_passes * hw.kernels_per_layer_pass;
-      launches_fwd += vl * hw.kernels_per_layer_pass;
+AttentionLayerCost SingleRankAttention(const HardwareModel& hw,
+                                       std::span<const Sequence> sequences,
+                                       const PaddedChunks& p,
+                                       const Passes& passes) {
+  const ForwardBackwardS t =
+      WholeSequenceAttentionS(hw, sequences, p.padded_len, hw.shape.q_heads);
+  AttentionLayerCost a;
+  a.compute_s = passes.attn_fwd * t.fwd + t.bwd;
+  a.wall_s = a.compute_s;
+  a.fwd_wall_s = t.fwd;
+  return a;
+}
+
+// Ring attention, step by step: the diagonal (causal) step and the unmasked
+// steps; each step's compute overlaps the next K/V transfer.
+AttentionLayerCost RingAttentionLayer(const HardwareModel& hw,
+                                      std::span<const Sequence> sequences,
+                                      const PaddedChunks& p, int d,
+                                      const Placement& place,
+                                      const Passes& passes) {
+  const ModelShape& s = hw.shape;
+  const double bw = place.one_node ? hw.bw_intra_node : hw.bw_inter_node;
+  const double lat = place.one_node ? hw.latency_intra_s : hw.latency_inter_s;
+  const double L = s.layers, dkv = Dkv(s);
+  double fwd_diag = 0, fwd_off = 0, bwd_diag = 0, bwd_off = 0, kv_bytes = 0;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    const double flops =
+        LayerAttentionFlopsForward(s, p.padded_len[k], sequences[k].eta) /
+        (double(d) * d);
+    const double c = p.chunk[k], eta = sequences[k].eta;
+    fwd_diag +=
+        flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, eta));
+    fwd_off += flops / (hw.peak_flops * AttentionForwardEfficiency(hw, c, 1.0));
+    bwd_diag += kAttnBackwardFactor * flops /
+                (hw.peak_flops * AttentionBackwardEfficiency(hw, c, eta));
+    bwd_off += kAttnBackwardFactor * flops /
+               (hw.peak_flops * AttentionBackwardEfficiency(hw, c, 1.0));
+    kv_bytes += c * 2.0 * dkv * kBf16;
+  }
+  const double x_fwd = kv_bytes / bw + lat;
+  const double x_bwd =
+      kv_bytes * (kBf16 + kFp32) / kBf16 / bw + lat;          // KV + dKV fp32
+  const double x_home = kv_bytes * kFp32 / kBf16 / bw + lat;  // dKV back home
+  // Steps 0..d-1 compute; steps 0..d-2 overlap the next transfer.
+  auto pass = [&](double diag, double off, double x) {
+    double t = std::max(diag, x);  // step 0 (diagonal)
+    t += (d - 2) * std::max(off, x);
+    t += off;  // last step: nothing left to receive
+    return t;
+  };
+  AttentionLayerCost a;
+  a.fwd_wall_s = pass(fwd_diag, fwd_off, x_fwd);
+  const double bwd_wall = pass(bwd_diag, bwd_off, x_bwd) + x_home;
+  a.wall_s = passes.attn_fwd * a.fwd_wall_s + bwd_wall;
+  a.compute_s = passes.attn_fwd * (fwd_diag + (d - 1) * fwd_off) + bwd_diag +
+                (d - 1) * bwd_off;
+  a.comm_s = passes.attn_fwd * (d - 1) * x_fwd + (d - 1) * x_bwd + x_home;
+  a.bytes = kv_bytes * (passes.attn_fwd * (d - 1) + 3.0 * (d - 1) + 2.0);
+  a.launches = L * (2.0 * passes.attn_fwd * d + 3.0 * d + 1.0);
+  a.launches_fwd = L * 2.0 * d;
+  return a;
+}
+
+// Ulysses: an all-to-all to whole sequences on a share of the heads, the
+// attention, and an all-to-all back.
+AttentionLayerCost UlyssesAttentionLayer(const HardwareModel& hw,
+                                         std::span<const Sequence> sequences,
+                                         const PaddedChunks& p, int d,
+                                         const Placement& place,
+                                         const Passes& passes) {
+  const ModelShape& s = hw.shape;
+  const double L = s.layers, m = p.tokens_per_rank;
+  const double hq = static_cast<double>(CeilDiv(s.q_heads, d));
+  const double hkv =
+      static_cast<double>(std::max<int64_t>(1, CeilDiv(s.kv_heads, d)));
+  const ForwardBackwardS t =
+      WholeSequenceAttentionS(hw, sequences, p.padded_len, hq);
+  AttentionLayerCost a;
+  a.compute_s = passes.attn_fwd * t.fwd + t.bwd;
+  const double hd = s.head_dim;
+  const double bytes_qkv = (d - 1) * m * (hq + 2.0 * hkv) * hd * kBf16;
+  const double bytes_o = (d - 1) * m * hq * hd * kBf16;
+  const double t_pass =
+      AllToAllS(hw, place, d, bytes_qkv) + AllToAllS(hw, place, d, bytes_o);
+  a.comm_s = (passes.attn_fwd + 1.0) * t_pass;
+  a.bytes = (passes.attn_fwd + 1.0) * (bytes_qkv + bytes_o);
+  a.wall_s = a.compute_s + a.comm_s;
+  a.fwd_wall_s = t.fwd + t_pass;
+  a.launches = L * (passes.attn_fwd + 1.0) * 2.0;
+  a.launches_fwd = L * 2.0;
+  return a;
+}
+
+// The vision encoder and projector on one rank (MLLMs).
+struct VisionEncoderCost {
+  double patches_per_rank = 0;
+  double fwd_s = 0;    // one forward
+  double total_s = 0;  // all passes
+  double launches = 0, launches_fwd = 0;
+};
+
+// The group's LLM vision tokens: given, else estimated from eta.
+double VisionTokensOfGroup(const HardwareModel& hw,
+                           std::span<const Sequence> sequences,
+                           std::span<const int64_t> vision_tokens) {
+  double vt = 0;
+  for (size_t k = 0; k < sequences.size(); ++k) {
+    if (!vision_tokens.empty()) {
+      vt += static_cast<double>(
+          std::min(vision_tokens[k], sequences[k].length_tokens));
+    } else if (hw.vision_tokens_per_tile > 0) {
+      const double len = static_cast<double>(sequences[k].length_tokens);
+      vt += std::min(len,
+                     sequences[k].eta * len * len / hw.vision_tokens_per_tile);
     }
   }
-  r.launch_s = launches * hw.launch_s;
+  return vt;
+}
 
-  r.time_s = r.gemm_s + r.elementwise_s + L * attn_wall_layer + r.launch_s +
-             r.vision_s;
-  r.forward_s = layer_gemm_fwd_s + head_fwd_s + elementwise_pass_s +
-                L * attn_fwd_wall_layer + launches_fwd * hw.launch_s +
-                vision_fwd_s;
-  r.backward_s = std::max(0.0, r.time_s - r.forward_s);
+VisionEncoderCost VisionEncoder(const HardwareModel& hw,
+                                std::span<const Sequence> sequences, int d,
+                                std::span<const int64_t> vision_tokens) {
+  const ModelShape& s = hw.shape;
+  VisionEncoderCost v;
+  if (!hw.multimodal || s.vision_layers <= 0 || s.vision_hidden <= 0) return v;
+  const double vt = VisionTokensOfGroup(hw, sequences, vision_tokens);
+  if (vt <= 0) return v;
+  const double h = s.hidden;
+  const double vh = s.vision_hidden, vl = s.vision_layers;
+  const double tokens_per_rank = vt / d;
+  v.patches_per_rank = tokens_per_rank * hw.vision_patches_per_token;
+  const double vit_gemm_fwd = 2.0 * 12.0 * vh * vh * vl * v.patches_per_rank;
+  const double vit_attn_fwd =
+      4.0 * vh * hw.vision_patches_per_tile * vl * v.patches_per_rank;
+  const double proj_fwd =
+      2.0 * tokens_per_rank * (vh * hw.vision_patches_per_token * h + h * h);
+  const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;
+  // Full attention inside a tile: forward rate for the forward passes, the
+  // backward rate for the backward's 2.5× FLOPs.
+  const double vit_attn_fwd_s =
+      vit_attn_fwd / (hw.peak_flops * AttentionForwardEfficiency(
+                                          hw, hw.vision_patches_per_tile, 1.0));
+  const double vit_attn_bwd_s =
+      kAttnBackwardFactor * vit_attn_fwd /
+      (hw.peak_flops *
+       AttentionBackwardEfficiency(hw, hw.vision_patches_per_tile, 1.0));
+  const double vit_gemm_s =
+      vit_gemm_fwd / (hw.peak_flops * GemmEfficiency(hw, v.patches_per_rank));
+  const double proj_s =
+      proj_fwd / (hw.peak_flops * GemmEfficiency(hw, tokens_per_rank));
+  v.fwd_s = vit_gemm_s + vit_attn_fwd_s + proj_s;
+  v.total_s = vision_passes * vit_gemm_s +
+              (hw.vision_frozen ? vit_attn_fwd_s
+                                : 2.0 * vit_attn_fwd_s + vit_attn_bwd_s) +
+              3.0 * proj_s;
+  v.launches = vl * vision_passes * hw.kernels_per_layer_pass;
+  v.launches_fwd = vl * hw.kernels_per_layer_pass;
+  return v;
+}
 
-  // Memory per rank.
+// Activation bytes of one rank: the layers' activations for m tokens, the
+// ring's K/V or Ulysses' all-to-all buffer, and the vision encoder's pixels
+// and one chunk's working set.
+double GroupActivationBytes(const HardwareModel& hw, double m, int d, bool ring,
+                            double patches_per_rank) {
+  const ModelShape& s = hw.shape;
+  const double dq = Dq(s), dkv = Dkv(s);
   double act = m * ActivationBytesPerToken(hw);
   if (d > 1) {
     act += ring ? m * 2.0 * dkv * kBf16 : m * (dq + 2.0 * dkv) * kBf16;
@@ -579,7 +605,69 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
     act += chunk_patches * kBf16 * 16.0 * vh;
     if (!hw.vision_frozen) act += chunk_patches * kBf16 * s.vision_layers * vh;
   }
-  r.mem_bytes_per_rank = StaticMemBytes(hw) + act;
+  return act;
+}
+
+}  // namespace
+
+GroupSimResult SimulateGroup(const HardwareModel& hw,
+                             std::span<const Sequence> sequences,
+                             std::span<const int> ranks, CommKind comm,
+                             std::span<const int64_t> vision_tokens) {
+  CheckGroupInputs(hw, sequences, ranks, vision_tokens);
+  const ModelShape& s = hw.shape;
+  const int d = static_cast<int>(ranks.size());
+  const double L = s.layers, h = s.hidden;
+  const bool ring = comm == CommKind::kRing || d == 1;
+  const Placement place = Place(hw, ranks);
+  const Passes passes = PassesOf(hw);
+
+  GroupSimResult r;
+  const PaddedChunks chunks = PadSequences(sequences, d, ring);
+  const double m = chunks.tokens_per_rank;
+  r.padded_tokens_per_rank = m;
+
+  // Linear layers and LM head.
+  const double gemm_rate = hw.peak_flops * GemmEfficiency(hw, m);
+  const double layer_gemm_fwd_s = L * LayerGemmFlopsForward(s, m) / gemm_rate;
+  const double head_fwd_s =
+      2.0 * m * h * static_cast<double>(s.vocab) / gemm_rate;
+  r.gemm_s = passes.linear * layer_gemm_fwd_s + 3.0 * head_fwd_s;
+  // Elementwise, HBM-bound.
+  const double elementwise_pass_s =
+      L * m * ElementwiseBytesPerToken(s) / hw.hbm_bytes_per_s;
+  r.elementwise_s = passes.linear * elementwise_pass_s;
+  double launches = L * passes.kernel * hw.kernels_per_layer_pass;
+  double launches_fwd = L * hw.kernels_per_layer_pass;
+
+  // Attention (per layer, then × L).
+  const AttentionLayerCost attn =
+      d == 1 ? SingleRankAttention(hw, sequences, chunks, passes)
+      : ring ? RingAttentionLayer(hw, sequences, chunks, d, place, passes)
+             : UlyssesAttentionLayer(hw, sequences, chunks, d, place, passes);
+  launches += attn.launches;  // 0 for d = 1
+  launches_fwd += attn.launches_fwd;
+  r.attention_s = L * attn.compute_s;
+  r.comm_s = L * attn.comm_s;
+  r.comm_bytes_per_rank = L * attn.bytes;
+  r.exposed_comm_s = L * std::max(0.0, attn.wall_s - attn.compute_s);
+
+  const VisionEncoderCost vision =
+      VisionEncoder(hw, sequences, d, vision_tokens);
+  r.vision_s = vision.total_s;
+  launches += vision.launches;  // 0 without an encoder run
+  launches_fwd += vision.launches_fwd;
+  r.launch_s = launches * hw.launch_s;
+
+  r.time_s =
+      r.gemm_s + r.elementwise_s + L * attn.wall_s + r.launch_s + r.vision_s;
+  r.forward_s = layer_gemm_fwd_s + head_fwd_s + elementwise_pass_s +
+                L * attn.fwd_wall_s + launches_fwd * hw.launch_s + vision.fwd_s;
+  r.backward_s = std::max(0.0, r.time_s - r.forward_s);
+
+  r.mem_bytes_per_rank =
+      StaticMemBytes(hw) +
+      GroupActivationBytes(hw, m, d, ring, vision.patches_per_rank);
   r.oom = r.mem_bytes_per_rank > hw.mem_capacity_bytes;
   return r;
 }
@@ -610,9 +698,99 @@ double SimulateGroupTimeS(const HardwareModel& hw,
   return SimulateGroup(hw, sequences, ranks, comm, vision_tokens).time_s;
 }
 
-SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
-                       std::span<const Sequence> sequences,
-                       const SimOptions& options) {
+namespace {
+
+// The sequences (and vision tokens) of group `gp`, checked against the batch
+// and the ranks; adds their tokens to `tokens`. `where` names the group.
+void CollectGroupInputs(const GroupPlan& gp, const std::string& where,
+                        std::span<const Sequence> sequences,
+                        std::span<const int64_t> vision_tokens, int num_ranks,
+                        std::vector<Sequence>& group_seqs,
+                        std::vector<int64_t>& group_vision, double& tokens) {
+  group_seqs.clear();
+  group_vision.clear();
+  for (int idx : gp.sequences) {
+    if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
+      throw InputError(where + ".sequences",
+                       "index " + std::to_string(idx) + " outside the batch");
+    group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
+    if (!vision_tokens.empty())
+      group_vision.push_back(vision_tokens[static_cast<size_t>(idx)]);
+    tokens +=
+        static_cast<double>(sequences[static_cast<size_t>(idx)].length_tokens);
+  }
+  for (int rank : gp.ranks) {
+    if (rank < 0 || rank >= num_ranks)
+      throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
+                                             " outside [0, " +
+                                             std::to_string(num_ranks) + ")");
+  }
+}
+
+// When the last rank is done with an overlapped gradient sync: each rank
+// waits for the all-gather behind its own first forward and for the
+// reduce-scatter behind its own last backward; an idle rank hides neither.
+// The step ends with the latest rank, so work added to an idle rank
+// lengthens it by at most that work.
+double LatestRankEndWithSyncS(const GradSync& gs, std::span<const double> ready,
+                              std::span<const double> first_forward,
+                              std::span<const double> last_backward) {
+  double end_s = 0;
+  for (size_t r = 0; r < ready.size(); ++r) {
+    end_s = std::max(end_s, ExposedBucketed(gs.collective_s, gs.buckets,
+                                            std::max(0.0, first_forward[r])) +
+                                ready[r] +
+                                ExposedBucketed(gs.collective_s, gs.buckets,
+                                                last_backward[r]));
+  }
+  return end_s;
+}
+
+// Per rank: when it is free, how long it has been busy, and the backward
+// phase of its last group and the forward of its first (the windows a
+// bucketed gradient sync hides behind; -1 = none yet).
+struct RankClocks {
+  explicit RankClocks(int n)
+      : ready(static_cast<size_t>(n), 0.0),
+        busy(static_cast<size_t>(n), 0.0),
+        last_backward(static_cast<size_t>(n), 0.0),
+        first_forward(static_cast<size_t>(n), -1.0) {}
+  // A group ran on `ranks` until `end_s`, for `dur_s`, with these phases.
+  void Run(std::span<const int> ranks, double end_s, double dur_s,
+           double forward_s, double backward_s) {
+    for (int rank : ranks) {
+      const auto r = static_cast<size_t>(rank);
+      ready[r] = end_s;
+      busy[r] += dur_s;
+      last_backward[r] = backward_s;
+      if (first_forward[r] < 0) first_forward[r] = forward_s;
+    }
+  }
+  std::vector<double> ready, busy, last_backward, first_forward;
+};
+
+// When a group on `ranks` starts: all of them free, plus the creation of its
+// communicator on first use (charged to `res`).
+double GroupStartS(const HardwareModel& hw, std::span<const int> ranks,
+                   std::span<const double> ready,
+                   std::set<std::vector<int>>& communicators, SimResult& res) {
+  double start = 0;
+  for (int rank : ranks)
+    start = std::max(start, ready[static_cast<size_t>(rank)]);
+  if (ranks.size() > 1) {
+    std::vector<int> key(ranks.begin(), ranks.end());
+    std::sort(key.begin(), key.end());
+    if (communicators.insert(key).second) {
+      start += hw.group_create_s;
+      res.group_create_s += hw.group_create_s;
+      ++res.new_groups;
+    }
+  }
+  return start;
+}
+
+void CheckPlanInputs(const Plan& plan, std::span<const Sequence> sequences,
+                     const SimOptions& options) {
   if (plan.status != PlanStatus::kOk)
     throw InputError("plan.status",
                      "cannot simulate an infeasible plan: " + plan.message);
@@ -620,14 +798,30 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       options.vision_tokens.size() != sequences.size())
     throw InputError("vision_tokens", "must have one entry per sequence");
   if (options.noise_rel < 0) throw InputError("noise", "must be >= 0");
+}
+
+// The whole step's result when the group at `where` ("plan.micro_batches[i].
+// groups[j]") does not fit in memory: nothing runs.
+SimResult OomResult(const HardwareModel& hw, const GroupSimResult& gr,
+                    const std::string& where) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "needs %.2f GB per rank > %.2f GB (simulated)",
+                gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
+  SimResult res;
+  res.oom = true;
+  res.oom_message = where.substr(5) + ": " + buf;
+  return res;
+}
+
+}  // namespace
+
+SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
+                       std::span<const Sequence> sequences,
+                       const SimOptions& options) {
+  CheckPlanInputs(plan, sequences, options);
   const int n = hw.num_ranks;
   SimResult res;
-  std::vector<double> ready(static_cast<size_t>(n), 0.0),
-      busy(static_cast<size_t>(n), 0.0);
-  // Per rank: the backward phase of its last group, the forward of its first
-  // (the windows a bucketed gradient sync hides behind).
-  std::vector<double> last_backward(static_cast<size_t>(n), 0.0);
-  std::vector<double> first_forward(static_cast<size_t>(n), -1.0);
+  RankClocks clocks(n);
   std::set<std::vector<int>> local_communicators;
   std::set<std::vector<int>>& communicators = options.communicator_cache
                                                   ? *options.communicator_cache
@@ -643,39 +837,12 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       const GroupPlan& gp = groups[g];
       const std::string where = "plan.micro_batches[" + std::to_string(mb) +
                                 "].groups[" + std::to_string(g) + "]";
-      group_seqs.clear();
-      group_vision.clear();
-      for (int idx : gp.sequences) {
-        if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
-          throw InputError(
-              where + ".sequences",
-              "index " + std::to_string(idx) + " outside the batch");
-        group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
-        if (!options.vision_tokens.empty())
-          group_vision.push_back(
-              options.vision_tokens[static_cast<size_t>(idx)]);
-        res.tokens += static_cast<double>(
-            sequences[static_cast<size_t>(idx)].length_tokens);
-      }
-      for (int rank : gp.ranks) {
-        if (rank < 0 || rank >= n)
-          throw InputError(where + ".ranks", "rank " + std::to_string(rank) +
-                                                 " outside [0, " +
-                                                 std::to_string(n) + ")");
-      }
+      CollectGroupInputs(gp, where, sequences, options.vision_tokens, n,
+                         group_seqs, group_vision, res.tokens);
       if (group_seqs.empty()) continue;  // an idle group does nothing
       const GroupSimResult gr =
           SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
-      if (gr.oom) {
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "needs %.2f GB per rank > %.2f GB (simulated)",
-                      gr.mem_bytes_per_rank / 1e9, hw.mem_capacity_bytes / 1e9);
-        res = SimResult{};
-        res.oom = true;
-        res.oom_message = where.substr(5) + ": " + buf;
-        return res;
-      }
+      if (gr.oom) return OomResult(hw, gr, where);
       double dur = gr.time_s;
       double noise = 1.0;
       if (options.noise_rel > 0) {
@@ -683,33 +850,19 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
         noise = std::exp(sigma * rng.Normal() - 0.5 * sigma * sigma);
         dur *= noise;
       }
-      double start = 0;
-      for (int rank : gp.ranks)
-        start = std::max(start, ready[static_cast<size_t>(rank)]);
-      if (gp.ranks.size() > 1) {
-        std::vector<int> key = gp.ranks;
-        std::sort(key.begin(), key.end());
-        if (communicators.insert(key).second) {
-          start += hw.group_create_s;
-          res.group_create_s += hw.group_create_s;
-          ++res.new_groups;
-        }
-      }
+      const double start =
+          GroupStartS(hw, gp.ranks, clocks.ready, communicators, res);
       const double end = start + dur;
       res.group_spans.push_back(
           {static_cast<int>(mb), static_cast<int>(g), start, end});
-      for (int rank : gp.ranks) {
-        const auto r = static_cast<size_t>(rank);
-        ready[r] = end;
-        busy[r] += dur;
-        last_backward[r] = gr.backward_s * noise;
-        if (first_forward[r] < 0) first_forward[r] = gr.forward_s * noise;
-      }
+      clocks.Run(gp.ranks, end, dur, gr.forward_s * noise,
+                 gr.backward_s * noise);
       res.exposed_comm_s += gr.exposed_comm_s;
       mb_end = std::max(mb_end, end);
     }
     res.micro_batch_end_s.push_back(mb_end);
   }
+  const std::vector<double>& ready = clocks.ready;
   res.compute_s =
       ready.empty() ? 0.0 : *std::max_element(ready.begin(), ready.end());
 
@@ -717,19 +870,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
     const GradSync gs = GradSyncOf(hw);
     res.grad_sync_total_s = 2.0 * gs.collective_s + gs.optimizer_s;
     if (options.overlap_grad_reduce && n > 0) {
-      // Each rank waits for the all-gather behind its own first forward and
-      // for the reduce-scatter behind its own last backward; an idle rank
-      // hides neither. The step ends with the latest rank, so work added to
-      // an idle rank lengthens it by at most that work.
-      double end_s = 0;
-      for (size_t r = 0; r < ready.size(); ++r) {
-        end_s = std::max(
-            end_s,
-            ExposedBucketed(gs.collective_s, gs.buckets,
-                            std::max(0.0, first_forward[r])) +
-                ready[r] +
-                ExposedBucketed(gs.collective_s, gs.buckets, last_backward[r]));
-      }
+      const double end_s = LatestRankEndWithSyncS(
+          gs, ready, clocks.first_forward, clocks.last_backward);
       res.grad_sync_s = end_s - res.compute_s + gs.optimizer_s;
     } else {
       res.grad_sync_s = res.grad_sync_total_s;
@@ -737,7 +879,8 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   }
   res.iter_s = res.compute_s + res.grad_sync_s;
   res.tokens_per_s = res.iter_s > 0 ? res.tokens / res.iter_s : 0.0;
-  const double total_busy = std::accumulate(busy.begin(), busy.end(), 0.0);
+  const double total_busy =
+      std::accumulate(clocks.busy.begin(), clocks.busy.end(), 0.0);
   res.busy_fraction =
       res.compute_s > 0 ? total_busy / (n * res.compute_s) : 0.0;
   return res;
@@ -809,19 +952,6 @@ double PhysicalLowerBoundS(const HardwareModel& hw,
   return 2.0 * bucket_s +
          std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
          gs.optimizer_s;
-}
-
-OverlapReport OverlapScheduling(std::span<const double> solver_s,
-                                std::span<const double> iter_s) {
-  if (solver_s.size() != iter_s.size())
-    throw InputError("solver_s", "needs one entry per step, like iter_s");
-  OverlapReport r;
-  for (size_t i = 0; i < solver_s.size(); ++i) {
-    r.solver_s += solver_s[i];
-    if (i > 0) r.hidden_s += std::min(solver_s[i], iter_s[i - 1]);
-  }
-  r.exposed_s = r.solver_s - r.hidden_s;
-  return r;
 }
 
 std::vector<double> MeasuredGroupTimesS(const Plan& plan,

@@ -708,15 +708,5 @@ TEST(CalibrateMemory, PlannerFeasibleGroupsNeverOomInSimulator) {
   }
 }
 
-TEST(OverlapScheduling, HidesSolverBehindPreviousStep) {
-  const std::vector<double> solver = {0.5, 0.2, 3.0};
-  const std::vector<double> iter = {1.0, 2.0, 1.0};
-  const OverlapReport r = OverlapScheduling(solver, iter);
-  EXPECT_DOUBLE_EQ(r.solver_s, 3.7);
-  EXPECT_DOUBLE_EQ(r.hidden_s, 0.2 + 2.0);
-  EXPECT_DOUBLE_EQ(r.exposed_s, 0.5 + 1.0);
-  EXPECT_THROW(OverlapScheduling(solver, std::vector<double>{1.0}), InputError);
-}
-
 }  // namespace
 }  // namespace fcp::sim

@@ -1,8 +1,8 @@
 // The strategy table (docs/design.md §4): the one place that knows every
 // strategy, FCP's and the baselines'. It sits above src/planner and
-// src/baselines so the planner core includes no baseline; MakePlan looks the
-// name up here and hands the strategy to the planner core
-// (planner::RunStrategy).
+// src/baselines so the planner core includes no baseline; MakePlan
+// (src/planner/scheduler.cc) looks the name up here and hands the strategy to
+// the planner core (planner::RunStrategy).
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +19,6 @@
 #include "fcp/types.h"
 #include "fcp/unknown_names.h"
 #include "planner/fcp_strategies.h"
-#include "planner/run_strategy.h"
 
 namespace fcp {
 namespace {
@@ -77,13 +76,6 @@ std::string UnknownStrategyMessage(std::string_view name) {
     names += (names.empty() ? "" : ", ") + n;
   return "unknown strategy \"" + std::string(name) + "\" (known: " + names +
          ")";
-}
-
-Plan MakePlan(const PlanRequest& request, const PlanOptions& options) {
-  const Strategy* strategy = FindStrategy(options.strategy);
-  if (!strategy)
-    throw InputError("strategy", UnknownStrategyMessage(options.strategy));
-  return planner::RunStrategy(*strategy, request, options);
 }
 
 }  // namespace fcp

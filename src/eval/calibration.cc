@@ -138,6 +138,8 @@ PublishedMeasurement M(std::string id, std::string source, std::string config,
   return m;
 }
 
+// Long because: a data table, one entry per published measurement with its
+// source.
 const std::vector<Row>& Rows() {
   static const std::vector<Row> rows = [] {
     std::vector<Row> r;

@@ -1,3 +1,5 @@
+#include "fcp/experiment.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 
 namespace fcp::sim {
 namespace {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "fcp/datasets.h"
+#include "fcp/eval.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
@@ -64,6 +65,8 @@ CostModel LearntFromFeedback(const sim::HardwareModel& hw, PlanRequest req,
 
 }  // namespace
 
+// Long because: one nested loop (ranks x levels x batches x trials) over shared
+// per-rank state: learning steps, base plans, draws.
 NoiseEvalReport RunNoiseEval(const NoiseEvalOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const ClusterPreset* cluster = FindClusterPreset(o.cluster);

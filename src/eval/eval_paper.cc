@@ -8,9 +8,9 @@
 #include <map>
 #include <optional>
 
+#include "fcp/eval.h"
 #include "fcp/io.h"
 #include "fcp/plot.h"
-#include "fcp/simulator.h"
 
 namespace fcp::sim {
 namespace {
@@ -215,6 +215,8 @@ std::string SpeedupFigure(const Writer& w, const std::string& fig,
 
 }  // namespace
 
+// Long because: the report's sections in the paper's order (Figures 3-6, Tables
+// 1, 2, 6, the extreme case), each a short run-and-print block on one report.
 std::string RunPaperEval(const PaperEvalOptions& o) {
   Writer w(o);
   std::string md = "# FCP paper evaluation, re-run on the simulator\n\n";

@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "eval/step_totals.h"
 #include "fcp/cost_model.h"
+#include "fcp/experiment.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 #include "fcp/unknown_names.h"
 #include "io/strict_json.h"
-#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {
@@ -167,6 +167,8 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
   return out.dump();
 }
 
+// Long because: the step loop of RunExperiment for plan files, by the same
+// rules and totals.
 ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                                       const ExperimentConfig& config) {
   ExperimentResult result;

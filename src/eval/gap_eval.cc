@@ -1,4 +1,4 @@
-#include "baselines/gap_eval.h"
+#include "fcp/gap_eval.h"
 
 #include <fmt/format.h>
 
@@ -49,6 +49,8 @@ double Percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
+// Long because: one loop over instances x strategies with its bookkeeping
+// (gaps, bound violations, failures).
 GapReport EvaluateGap(const GapOptions& options) {
   if (options.instances < 1 || options.instances > 1000000)
     throw InputError("instances", "must be in [1, 1000000]");

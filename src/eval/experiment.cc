@@ -1,5 +1,7 @@
 // Experiments on the simulator: global batches × strategies (fcp simulate,
-// fcp eval paper). See include/fcp/simulator.h.
+// fcp eval paper). See include/fcp/experiment.h.
+#include "fcp/experiment.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,14 +9,13 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "eval/step_totals.h"
 #include "fcp/datasets.h"
 #include "fcp/plan_check.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
 #include "fcp/scheduler.h"
-#include "fcp/simulator.h"
 #include "fcp/unknown_names.h"
-#include "sim/step_totals.h"
 
 namespace fcp::sim {
 namespace {
@@ -156,6 +157,8 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg,
   return run;
 }
 
+// Long because: resolves and checks every ExperimentConfig field in order, each
+// error naming its field.
 Setup MakeSetup(ExperimentConfig& cfg) {
   const ModelPreset* model = FindModelPreset(cfg.model);
   if (!model) throw InputError("model", UnknownModelPresetMessage(cfg.model));
@@ -615,6 +618,7 @@ std::string ExperimentToJson(const ExperimentResult& res, int indent) {
   return out.dump(indent);
 }
 
+// Long because: one fixed-width table: header, a row per strategy, footnotes.
 std::string ExperimentToTable(const ExperimentResult& res) {
   const ExperimentConfig& c = res.config;
   std::string out = fmt::format(

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "fcp/experiment.h"
 #include "fcp/profiler.h"
-#include "fcp/simulator.h"
 #include "fcp/types.h"
 
 namespace fcp::sim {

@@ -11,10 +11,10 @@
 #include <map>
 #include <utility>
 
+#include "fcp/experiment.h"
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/profiler.h"
-#include "fcp/simulator.h"
 #include "fcp/types.h"
 #include "fcp/unknown_names.h"
 
@@ -138,6 +138,8 @@ double GeoMean(const std::vector<double>& v) {
 
 }  // namespace
 
+// Long because: the grid's three parts and the summary share one per-case
+// runner and its profiles.
 StudyResult RunStudy(const StudyOptions& o) {
   if (o.steps < 1) throw InputError("steps", "must be >= 1");
   if (o.warmup < 0) throw InputError("warmup", "must be >= 0");

@@ -1,11 +1,11 @@
 // Per-strategy aggregation of measured steps, shared by RunExperiment and
 // ReplayPlannedBatches (`fcp simulate --plan`) so that both report the same
-// figures by the same rules. Internal to src/sim. Not thread-safe.
+// figures by the same rules. Internal to src/eval. Not thread-safe.
 #pragma once
 
 #include <vector>
 
-#include "fcp/simulator.h"
+#include "fcp/experiment.h"
 
 namespace fcp::sim {
 
