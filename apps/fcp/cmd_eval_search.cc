@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "baselines/search_eval.h"
 #include "command.h"
 #include "fcp/io.h"
+#include "fcp/search_eval.h"
 #include "progress.h"
 
 namespace fcp::cli {

@@ -143,12 +143,12 @@ inline constexpr std::array<const char*, 9> kTimingCoefficients = [] {
 // Pointers to those fields of `cm`, in kTimingCoefficients' order.
 std::array<double*, 9> TimingCoefficientFields(CostModel& cm);
 
-// Learning from measured steps (docs/planner.md "Learning from measured
-// steps"). The coefficients the planner starts with are a prior; group times
-// measured while training refine them. Each timing coefficient c_k becomes
-// c_k·exp(theta_k) with theta_k ~ N(0, prior_sigma²) a priori, and each
-// measured total T_i carries log-normal error of measurement_sigma (the
-// model's own error included). The result is the maximum a posteriori theta:
+// Learning from measured steps (docs/planner/learning.md). The coefficients the
+// planner starts with are a prior; group times measured while training refine
+// them. Each timing coefficient c_k becomes c_k·exp(theta_k) with theta_k ~
+// N(0, prior_sigma²) a priori, and each measured total T_i carries log-normal
+// error of measurement_sigma (the model's own error included). The result is
+// the maximum a posteriori theta:
 //   min  Σ_i (ln T̂_i(theta) - ln T_i)² / measurement_sigma²
 //      + Σ_k theta_k² / prior_sigma²
 // by Levenberg-Marquardt. A coefficient that no sample moves (a zero one, or a

@@ -734,7 +734,7 @@ class Scheduler:
         """Learns from a step that ran: the coefficients are recalibrated from
         the ones the Scheduler was made with and every group observed so far
         (the last ``learning["window_groups"]``), and later ``plan`` calls use
-        them (docs/planner.md "Learning from measured steps").
+        them (docs/planner/learning.md).
 
         ``lengths``, ``eta``: the batch ``plan`` was made for. ``group_times_s``:
         the measured time in seconds of each group, per micro-batch

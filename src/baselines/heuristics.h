@@ -1,7 +1,7 @@
 // Reference heuristics (issue 32): three deliberately simple strategies that
 // the fcp planner must not fall behind in its own cost model. They are NOT the
 // fcp planner and the planner core does not know them; they exist as a
-// yardstick for its search (docs/planner.md, "Reference heuristics").
+// yardstick for its search (docs/planner/reference-heuristics.md).
 //
 // All three build "lanes": a fixed set of CP groups on disjoint contiguous
 // ranks that persist over the whole global batch. Each lane runs its

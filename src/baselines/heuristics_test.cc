@@ -51,7 +51,7 @@ TEST(ReferenceHeuristics, PlansValidate) {
 
 // In its own model (the score it ranks candidates by) fcp against every
 // reference heuristic on random small instances. Issue 32's goal is "never
-// worse"; it is not met yet (docs/planner.md, "Reference heuristics"), so this
+// worse"; it is not met yet (docs/planner/reference-heuristics.md), so this
 // guards what holds today: fcp behind in at most 5 % of the comparisons and
 // never by more than 35 %. Tighten both when the search closes the gap.
 TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {

@@ -1,5 +1,5 @@
-// The local-search reference (baselines/local_search.h). Not the fcp planner.
-#include "baselines/local_search.h"
+// The local-search reference (include/fcp/local_search.h). Not the fcp planner.
+#include "fcp/local_search.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // The local-search reference (local_search.h): never below the exact optimum
 // of its search space, never worse than where it starts, valid plans, and the
 // same plan for the same seed.
-#include "baselines/local_search.h"
+#include "fcp/local_search.h"
 
 #include <gtest/gtest.h>
 

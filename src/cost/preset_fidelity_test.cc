@@ -58,7 +58,8 @@ TEST(PresetFidelityTest, DerivedModelTracksTheSimulatorForEveryPreset) {
   for (const ClusterPreset& cluster : ClusterPresets()) {
     for (const ModelPreset& model : ModelPresets()) {
       const Error e = PresetError(model, cluster);
-      // The table docs/planner.md quotes (planner estimate vs simulated).
+      // The table docs/planner/cost-model.md quotes (planner estimate vs
+      // simulated).
       std::printf("# %-15s %-16s mean %.2f %% max %.2f %%\n",
                   model.shape.name.c_str(), cluster.name.c_str(), 100 * e.mean,
                   100 * e.max);
@@ -134,16 +135,16 @@ TEST(PresetFidelityTest, AllToAllEstimateTracksTheSimulator) {
   }
 }
 
-// The go-src case of docs/planner.md: one 103,004-token sequence (the longest
-// of that batch) alone, qwen3-8b on h100-8x8, on contiguous ranks from rank 0
-// at the degrees the planners choose for it. Beyond one node a ring moves every
-// K/V block d - 1 hops, so each rank sends the whole sequence's K/V whatever d
-// is and the ring is bandwidth-bound; a Ulysses all-to-all sends 1/d of it. The
-// planner must see both: its ring estimate tracks the simulated ring (within
-// 4 %: +1.4 % at d = 16, +2.8 % at 32, +3.4 % at 56, where the transfer-bound
-// ring's A/d and launches add to a slightly high alpha3), and the all-to-all is
-// the faster simulated kind once the ring's transfer no longer hides behind
-// attention.
+// The go-src case of docs/planner/vs-static.md: one 103,004-token sequence (the
+// longest of that batch) alone, qwen3-8b on h100-8x8, on contiguous ranks from
+// rank 0 at the degrees the planners choose for it. Beyond one node a ring
+// moves every K/V block d - 1 hops, so each rank sends the whole sequence's K/V
+// whatever d is and the ring is bandwidth-bound; a Ulysses all-to-all sends 1/d
+// of it. The planner must see both: its ring estimate tracks the simulated ring
+// (within 4 %: +1.4 % at d = 16, +2.8 % at 32, +3.4 % at 56, where the
+// transfer-bound ring's A/d and launches add to a slightly high alpha3), and
+// the all-to-all is the faster simulated kind once the ring's transfer no
+// longer hides behind attention.
 TEST(PresetFidelityTest, LongSequenceAcrossNodesRingAgainstAllToAll) {
   const ModelPreset* model = FindModelPreset("qwen3-8b");
   const ClusterPreset* cluster = FindClusterPreset("h100-8x8");

@@ -326,7 +326,8 @@ StudyResult RunStudy(const StudyOptions& o) {
       "only. `ref` is "
       "the best of three simple reference heuristics (ref-share, ref-bisect, "
       "ref-grow; "
-      "docs/planner.md), each with its one setting tuned in hindsight on the "
+      "docs/planner/reference-heuristics.md), each with its one setting tuned "
+      "in hindsight on the "
       "batch. Every strategy plans with the same coefficients: " +
       (o.profiled_coefficients
            ? std::string("fitted by `fcp profile --target sim:CLUSTER --model "

@@ -33,11 +33,11 @@ std::string FormatMs(double ms) {
 
 // A ring moves every K/V block d - 1 hops, so a rank sends the whole group's
 // K/V traffic whatever d is; across nodes a long sequence's ring is bound by
-// the inter-node bandwidth (docs/planner.md: 103k tokens on h100-8x8 stay at
-// ~1.9 s simulated from d = 32 on). An all-to-all (Ulysses) sends 1/d of it
-// but cannot overlap it with attention. Each placed group of d > 1 therefore
-// runs whichever of the two the cost model finds faster on its ranks; the
-// model shape is needed for the head counts. Returns the number of groups
+// the inter-node bandwidth (docs/planner/vs-static.md: 103k tokens on h100-8x8
+// stay at ~1.9 s simulated from d = 32 on). An all-to-all (Ulysses) sends 1/d
+// of it but cannot overlap it with attention. Each placed group of d > 1
+// therefore runs whichever of the two the cost model finds faster on its ranks;
+// the model shape is needed for the head counts. Returns the number of groups
 // switched to all-to-all.
 int UseAllToAllWhereFaster(const PlanRequest& request, Plan& plan) {
   if (!request.model || request.model->q_heads <= 0 ||

@@ -1,4 +1,4 @@
-#include "baselines/search_eval.h"
+#include "fcp/search_eval.h"
 
 #include <fmt/format.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "baselines/local_search.h"
+#include "fcp/local_search.h"
 
 namespace fcp::baselines {
 
