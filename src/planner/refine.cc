@@ -26,6 +26,10 @@ constexpr double kRelTol = 1e-12;
 // within 0.01 % (geomean); 2 tries lost 2 % on github at 1,024 ranks.
 constexpr int kShortTries = 4;
 constexpr int kLongTries = 16;
+// Relative margin by which a lower bound must exceed the limit before a group
+// is passed over unpriced: far above the few ulps by which the bound and the
+// priced time can round apart, so the choice is the one pricing makes.
+constexpr double kFloorMargin = 1e-9;
 
 // A group's best-case T(G, d) as the allocator prices it: the ring or, with a
 // model shape, an all-to-all where the degree allows one (realize.h). The
@@ -37,9 +41,11 @@ constexpr int kLongTries = 16;
 class BestTimer {
  public:
   explicit BestTimer(const PlanRequest& request)
-      : cm_(request.cost),
-        cluster_(request.cluster),
-        shape_(ShapeOf(request)) {}
+      : cm_(request.cost), cluster_(request.cluster), shape_(ShapeOf(request)) {
+    floors_.resize(request.cluster.num_ranks + 1);
+    for (int d = 1; d <= request.cluster.num_ranks; ++d)
+      floors_[d] = MakeFloor(d);
+  }
 
   double operator()(const GroupLoad& load, int degree) {
     const double ring = GroupTimeBestS(cm_, cluster_, load, degree);
@@ -52,6 +58,27 @@ class BestTimer {
     return t;
   }
 
+  // A lower bound on how much adding `add` to any load lengthens its
+  // operator() at `degree` (s), so that a group whose time plus this exceeds
+  // the limit is passed over without pricing it. The ring's T is
+  // max(Tcp, Tcp + Tcm - A·(d - e)/d) (cost_model.h), each branch affine in
+  // the load, so it grows by at least the smaller branch's growth, over the
+  // faster link when both may apply; an all-to-all takes at least its compute
+  // (head padding >= 1, traffic >= 0); the minimum of the two grows by at
+  // least the smaller of their growths.
+  double GrowthFloor(const GroupLoad& add, int degree) const {
+    const Floor& f = floors_[degree];
+    const double lin = f.lin * add.sum_tokens;
+    const double attn =
+        f.attn_sq * add.sum_attn + f.attn_lin * add.sum_attn_tokens;
+    const double ring =
+        lin + std::min(attn, attn * f.tail + f.ring_comm * add.sum_tokens);
+    if (!f.a2a) return ring;
+    return std::min(ring, f.attn_sq * (add.sum_attn + cm_.attn_overhead_tokens *
+                                                          add.sum_attn_tokens) +
+                              f.a2a_tokens * add.sum_tokens);
+  }
+
  private:
   // The bandwidths an all-to-all group of this degree is priced at (none:
   // ring only). A node-aligned degree at its bandwidth on whole nodes (where
@@ -61,6 +88,10 @@ class BestTimer {
   struct Degree {
     bool known = false;
     std::vector<double> a2a_bw;
+    // A floor on the all-to-all's traffic per token relative to alpha3
+    // (AllToAllGroupTimeS's rho with no head padding and K/V heads held
+    // 1/d each: both only add).
+    double a2a_rho_floor = 0;
   };
   const Degree& Info(int degree) {
     if (static_cast<size_t>(degree) >= degrees_.size())
@@ -69,6 +100,10 @@ class BestTimer {
     if (info.known) return info;
     info.known = true;
     if (!AllToAllAllowed(shape_, degree)) return info;
+    info.a2a_rho_floor =
+        shape_->q_heads > 0 && shape_->kv_heads > 0
+            ? 0.75 * (shape_->q_heads + shape_->kv_heads) / shape_->kv_heads
+            : 3.75;
     if (AlignedDegree(cluster_, degree)) {
       info.a2a_bw = {AllToAllBandwidthOnRange(cm_, cluster_, 0, degree)};
     } else {
@@ -79,10 +114,48 @@ class BestTimer {
     return info;
   }
 
+  // GrowthFloor's coefficients at one degree d (per unit of the load's sums).
+  struct Floor {
+    double lin = 0;        // alpha2 / d
+    double attn_sq = 0;    // alpha1 / d
+    double attn_lin = 0;   // alpha1 · h
+    double tail = 0;       // e / d
+    double ring_comm = 0;  // alpha3 (d - 1) / d / (the faster link)
+    bool a2a = false;
+    // alpha2 / d + the all-to-all's traffic with no head padding and K/V
+    // heads held 1/d each (AllToAllGroupTimeS: both only add), at the best
+    // bandwidth the degree is priced at.
+    double a2a_tokens = 0;
+  };
+  Floor MakeFloor(int degree) {
+    const double d = degree;
+    Floor f;
+    f.lin = cm_.alpha2 / d;
+    f.attn_sq = cm_.alpha1 / d;
+    f.attn_lin = cm_.alpha1 * cm_.attn_overhead_tokens;
+    f.tail = cm_.ring_tail_steps / d;
+    const double bw = degree <= cluster_.ranks_per_node
+                          ? std::max(cm_.bw_intra_node, cm_.bw_inter_node)
+                          : cm_.bw_inter_node;
+    f.ring_comm = degree == 1 ? 0.0 : cm_.alpha3 * (d - 1) / d / bw;
+    if (shape_ && degree > 1 && !Info(degree).a2a_bw.empty()) {
+      const std::vector<double>& bws = Info(degree).a2a_bw;
+      const double rho =
+          shape_->q_heads > 0 && shape_->kv_heads > 0
+              ? 0.75 * (shape_->q_heads + shape_->kv_heads) / shape_->kv_heads
+              : 3.75;
+      f.a2a = true;
+      f.a2a_tokens = f.lin + rho * cm_.alpha3 * (d - 1) / d / d /
+                                 *std::max_element(bws.begin(), bws.end());
+    }
+    return f;
+  }
+
   const CostModel& cm_;
   const Cluster& cluster_;
   const ModelShape* shape_;
   std::vector<Degree> degrees_;
+  std::vector<Floor> floors_;  // by degree, 0..N
 };
 
 struct DualContext {
@@ -157,6 +230,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     int group;
     int degree;
     GroupLoad load;
+    double time;  // best_time(load, degree)
   };
   std::vector<Long> longs;
   // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
@@ -181,6 +255,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     const bool may_fit_long =
         !long_slack.empty() && long_slack.back().key >= linear_s;
     if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
+    const GroupLoad alone = GroupLoad::Of(s);
     for (size_t it = may_fit_long ? hint : long_slack.size();
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];
@@ -193,12 +268,18 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
           headroom * l.degree) {
         continue;
       }
+      // Provably over the limit (the margin covers rounding): not priced.
+      if (l.time + ctx.best_time.GrowthFloor(alone, l.degree) >
+          limit * (1 + kFloorMargin)) {
+        continue;
+      }
       GroupLoad load = l.load;
       load.Add(s);
       const double t = ctx.best_time(load, l.degree);
       if (t > limit) continue;
       long_slack.Rekey(it, (limit - t) * l.degree);
       l.load = load;
+      l.time = t;
       group_of[pos] = l.group;
       return true;
     }
@@ -219,9 +300,9 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
         FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
-    long_slack.Insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
-                       static_cast<int>(longs.size())});
-    longs.push_back({num_groups, d, load});
+    const double time = ctx.time_at[pos][d - ctx.d_min[pos]];
+    long_slack.Insert({(limit - time) * d, static_cast<int>(longs.size())});
+    longs.push_back({num_groups, d, load, time});
     group_of[pos] = num_groups++;
   }
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
