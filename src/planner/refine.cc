@@ -43,14 +43,18 @@ class BestTimer {
   explicit BestTimer(const PlanRequest& request)
       : cm_(request.cost), cluster_(request.cluster), shape_(ShapeOf(request)) {
     floors_.resize(request.cluster.num_ranks + 1);
-    for (int d = 1; d <= request.cluster.num_ranks; ++d)
+    for (int d = 1; d <= request.cluster.num_ranks; ++d) {
+      Info(d);
       floors_[d] = MakeFloor(d);
+    }
   }
 
   double operator()(const GroupLoad& load, int degree) {
     const double ring = GroupTimeBestS(cm_, cluster_, load, degree);
     if (!shape_ || degree <= 1) return ring;
-    const Degree& info = Info(degree);
+    const Degree& info = static_cast<size_t>(degree) < degrees_.size()
+                             ? degrees_[degree]  // filled up to N up front
+                             : Info(degree);
     if (info.a2a_bw.empty()) return ring;
     double t = ring;
     for (double bw : info.a2a_bw)
@@ -160,10 +164,11 @@ class BestTimer {
 
 struct DualContext {
   const PlanRequest& request;
-  std::vector<int> order;      // members by work, descending
-  std::vector<int64_t> d_min;  // per member position in `order`
-  std::vector<double> t_one;   // T({s}, 1)
-  std::vector<double> work;    // alpha1(1+eta)s² + alpha2 s
+  std::vector<int> order;        // members by work, descending
+  std::vector<int64_t> d_min;    // per member position in `order`
+  std::vector<double> t_one;     // T({s}, 1)
+  std::vector<double> work;      // alpha1(1+eta)s² + alpha2 s
+  std::vector<GroupLoad> alone;  // GroupLoad::Of each member, by position
   // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
   // running minimum of those, filled on demand and shared by every TryTau of
   // the bisection (each call scanned the degrees again).
@@ -190,7 +195,7 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
     const int d = d_min + static_cast<int>(it - mins.begin());
     return std::min(d, max_degree + 1);
   }
-  const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
+  const GroupLoad& load = ctx.alone[pos];
   for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
     const double t =
         ctx.aligned && d > 1 && !AlignedDegree(ctx.request.cluster, d)
@@ -233,9 +238,11 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     double time;  // best_time(load, degree)
   };
   std::vector<Long> longs;
+  longs.reserve(n);  // every group holds a rank
   // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
   // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
   SortedPairs long_slack;
+  long_slack.Reserve(n);
   int64_t ranks = 0;
   // The group of each member position; the groups' lists are built only for
   // the grouping the bisection keeps (growing hundreds of lists one index at
@@ -255,7 +262,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     const bool may_fit_long =
         !long_slack.empty() && long_slack.back().key >= linear_s;
     if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
-    const GroupLoad alone = GroupLoad::Of(s);
+    const GroupLoad& alone = ctx.alone[pos];
     for (size_t it = may_fit_long ? hint : long_slack.size();
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];
@@ -295,7 +302,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     // opening its own (issue 32: a lane heuristic packing them won).
     size_t from = 0;
     if (absorb(pos, from, kLongTries)) continue;
-    const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
+    const GroupLoad& load = ctx.alone[pos];
     const int d =
         FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
@@ -308,7 +315,10 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
   // time and memory each bin uses.
   SortedPairs bins;
+  bins.Reserve(n - num_groups);
   std::vector<double> bin_mem(num_groups, 0.0), bin_time(num_groups, 0.0);
+  bin_mem.reserve(n);
+  bin_time.reserve(n);
   // The previous lookups' answers, where the next ones start.
   size_t long_hint = 0, bin_hint = 0;
   for (size_t pos : shorts) {
@@ -373,7 +383,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const CostModel* d_min_model, bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request,         members,           {}, {}, {}, {}, {},
+  DualContext ctx{request,         members,           {}, {}, {}, {}, {}, {},
                   aligned_degrees, BestTimer(request)};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
@@ -392,7 +402,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     ctx.order[pos] = by_work[pos].second;
   double lower = total_work / cluster.num_ranks + cm.beta1;
   for (size_t pos = 0; pos < by_work.size(); ++pos) {
-    const GroupLoad load = GroupLoad::Of(seqs[by_work[pos].second]);
+    const GroupLoad& load =
+        ctx.alone.emplace_back(GroupLoad::Of(seqs[by_work[pos].second]));
     ctx.d_min.push_back(MinDegree(d_min_model ? *d_min_model : cm, load));
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(by_work[pos].first);

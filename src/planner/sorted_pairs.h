@@ -21,6 +21,7 @@ class SortedPairs {
     int index;
   };
   bool empty() const { return entries_.empty(); }
+  void Reserve(size_t n) { entries_.reserve(n); }
   size_t size() const { return entries_.size(); }
   const Entry& operator[](size_t i) const { return entries_[i]; }
   const Entry& back() const { return entries_.back(); }
