@@ -9,6 +9,7 @@
 
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
+#include "planner/best_timer.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
 #include "planner/sorted_pairs.h"
@@ -26,71 +27,18 @@ constexpr double kRelTol = 1e-12;
 // within 0.01 % (geomean); 2 tries lost 2 % on github at 1,024 ranks.
 constexpr int kShortTries = 4;
 constexpr int kLongTries = 16;
-
-// A group's best-case T(G, d) as the allocator prices it: the ring or, with a
-// model shape, an all-to-all where the degree allows one (realize.h). The
-// grouping stages priced rings only, so a long sequence that an all-to-all
-// group runs far faster across nodes was given a ring's degree (issue 32).
-// What depends on the degree alone (whether an all-to-all runs, and at which
-// bandwidths) is kept per degree: the dual approximation prices millions of
-// (group, degree) pairs at 8,192 sequences.
-class BestTimer {
- public:
-  explicit BestTimer(const PlanRequest& request)
-      : cm_(request.cost),
-        cluster_(request.cluster),
-        shape_(ShapeOf(request)) {}
-
-  double operator()(const GroupLoad& load, int degree) {
-    const double ring = GroupTimeBestS(cm_, cluster_, load, degree);
-    if (!shape_ || degree <= 1) return ring;
-    const Degree& info = Info(degree);
-    if (info.a2a_bw.empty()) return ring;
-    double t = ring;
-    for (double bw : info.a2a_bw)
-      t = std::min(t, AllToAllGroupTimeS(cm_, *shape_, load, degree, bw));
-    return t;
-  }
-
- private:
-  // The bandwidths an all-to-all group of this degree is priced at (none:
-  // ring only). A node-aligned degree at its bandwidth on whole nodes (where
-  // an aligned allocation places it, realize.h); any other as the allocator
-  // prices it (BestCaseRingOrAllToAll: the inter-node link, and the
-  // intra-node one too when the group may fit in one node).
-  struct Degree {
-    bool known = false;
-    std::vector<double> a2a_bw;
-  };
-  const Degree& Info(int degree) {
-    if (static_cast<size_t>(degree) >= degrees_.size())
-      degrees_.resize(degree + 1);
-    Degree& info = degrees_[degree];
-    if (info.known) return info;
-    info.known = true;
-    if (!AllToAllAllowed(shape_, degree)) return info;
-    if (AlignedDegree(cluster_, degree)) {
-      info.a2a_bw = {AllToAllBandwidthOnRange(cm_, cluster_, 0, degree)};
-    } else {
-      info.a2a_bw = {cm_.bw_inter_node};
-      if (degree <= cluster_.ranks_per_node)
-        info.a2a_bw.push_back(cm_.bw_intra_node);
-    }
-    return info;
-  }
-
-  const CostModel& cm_;
-  const Cluster& cluster_;
-  const ModelShape* shape_;
-  std::vector<Degree> degrees_;
-};
+// Relative margin by which a lower bound must exceed the limit before a group
+// is passed over unpriced: far above the few ulps by which the bound and the
+// priced time can round apart, so the choice is the one pricing makes.
+constexpr double kFloorMargin = 1e-9;
 
 struct DualContext {
   const PlanRequest& request;
-  std::vector<int> order;      // members by work, descending
-  std::vector<int64_t> d_min;  // per member position in `order`
-  std::vector<double> t_one;   // T({s}, 1)
-  std::vector<double> work;    // alpha1(1+eta)s² + alpha2 s
+  std::vector<int> order;        // members by work, descending
+  std::vector<int64_t> d_min;    // per member position in `order`
+  std::vector<double> t_one;     // T({s}, 1)
+  std::vector<double> work;      // alpha1(1+eta)s² + alpha2 s
+  std::vector<GroupLoad> alone;  // GroupLoad::Of each member, by position
   // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
   // running minimum of those, filled on demand and shared by every TryTau of
   // the bisection (each call scanned the degrees again).
@@ -117,7 +65,7 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
     const int d = d_min + static_cast<int>(it - mins.begin());
     return std::min(d, max_degree + 1);
   }
-  const GroupLoad load = GroupLoad::Of(ctx.request.sequences[ctx.order[pos]]);
+  const GroupLoad& load = ctx.alone[pos];
   for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
     const double t =
         ctx.aligned && d > 1 && !AlignedDegree(ctx.request.cluster, d)
@@ -157,11 +105,14 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     int group;
     int degree;
     GroupLoad load;
+    double time;  // best_time(load, degree)
   };
   std::vector<Long> longs;
+  longs.reserve(n);  // every group holds a rank
   // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
   // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
   SortedPairs long_slack;
+  long_slack.Reserve(n);
   int64_t ranks = 0;
   // The group of each member position; the groups' lists are built only for
   // the grouping the bisection keeps (growing hundreds of lists one index at
@@ -181,6 +132,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     const bool may_fit_long =
         !long_slack.empty() && long_slack.back().key >= linear_s;
     if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
+    const GroupLoad& alone = ctx.alone[pos];
     for (size_t it = may_fit_long ? hint : long_slack.size();
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];
@@ -193,12 +145,18 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
           headroom * l.degree) {
         continue;
       }
+      // Provably over the limit (the margin covers rounding): not priced.
+      if (l.time + ctx.best_time.GrowthFloor(alone, l.degree) >
+          limit * (1 + kFloorMargin)) {
+        continue;
+      }
       GroupLoad load = l.load;
       load.Add(s);
       const double t = ctx.best_time(load, l.degree);
       if (t > limit) continue;
       long_slack.Rekey(it, (limit - t) * l.degree);
       l.load = load;
+      l.time = t;
       group_of[pos] = l.group;
       return true;
     }
@@ -214,20 +172,23 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     // opening its own (issue 32: a lane heuristic packing them won).
     size_t from = 0;
     if (absorb(pos, from, kLongTries)) continue;
-    const GroupLoad load = GroupLoad::Of(seqs[ctx.order[pos]]);
+    const GroupLoad& load = ctx.alone[pos];
     const int d =
         FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
     if (d > n - ranks) return {};
     ranks += d;
-    long_slack.Insert({(limit - ctx.time_at[pos][d - ctx.d_min[pos]]) * d,
-                       static_cast<int>(longs.size())});
-    longs.push_back({num_groups, d, load});
+    const double time = ctx.time_at[pos][d - ctx.d_min[pos]];
+    long_slack.Insert({(limit - time) * d, static_cast<int>(longs.size())});
+    longs.push_back({num_groups, d, load, time});
     group_of[pos] = num_groups++;
   }
   // Single-rank bins: (free capacity fraction, index into `groups`), and the
   // time and memory each bin uses.
   SortedPairs bins;
+  bins.Reserve(n - num_groups);
   std::vector<double> bin_mem(num_groups, 0.0), bin_time(num_groups, 0.0);
+  bin_mem.reserve(n);
+  bin_time.reserve(n);
   // The previous lookups' answers, where the next ones start.
   size_t long_hint = 0, bin_hint = 0;
   for (size_t pos : shorts) {
@@ -292,7 +253,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const CostModel* d_min_model, bool aligned_degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request,         members,           {}, {}, {}, {}, {},
+  DualContext ctx{request,         members,           {}, {}, {}, {}, {}, {},
                   aligned_degrees, BestTimer(request)};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
@@ -311,7 +272,8 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     ctx.order[pos] = by_work[pos].second;
   double lower = total_work / cluster.num_ranks + cm.beta1;
   for (size_t pos = 0; pos < by_work.size(); ++pos) {
-    const GroupLoad load = GroupLoad::Of(seqs[by_work[pos].second]);
+    const GroupLoad& load =
+        ctx.alone.emplace_back(GroupLoad::Of(seqs[by_work[pos].second]));
     ctx.d_min.push_back(MinDegree(d_min_model ? *d_min_model : cm, load));
     ctx.t_one.push_back(GroupTimeS(cm, load, 1, Link::kIntraNode));
     ctx.work.push_back(by_work[pos].first);

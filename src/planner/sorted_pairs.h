@@ -21,6 +21,7 @@ class SortedPairs {
     int index;
   };
   bool empty() const { return entries_.empty(); }
+  void Reserve(size_t n) { entries_.reserve(n); }
   size_t size() const { return entries_.size(); }
   const Entry& operator[](size_t i) const { return entries_[i]; }
   const Entry& back() const { return entries_.back(); }
@@ -69,11 +70,11 @@ class SortedPairs {
     const Entry e{key, entries_[i].index};
     const auto at = entries_.begin() + static_cast<std::ptrdiff_t>(i);
     if (Less(e, *at)) {
-      const auto to = PlaceOf(e, entries_.begin(), at);
+      const auto to = PlaceOfBefore(e, entries_.begin(), at);
       std::move_backward(to, at, at + 1);
       *to = e;
     } else {
-      const auto to = PlaceOf(e, at + 1, entries_.end());
+      const auto to = PlaceOfAfter(e, at + 1, entries_.end());
       std::move(at + 1, to, at);
       *(to - 1) = e;
     }
@@ -89,6 +90,41 @@ class SortedPairs {
   static Iterator PlaceOf(const Entry& e, Iterator first, Iterator last) {
     Iterator it = std::partition_point(
         first, last, [&](const Entry& x) { return x.key < e.key; });
+    while (it != last && it->key == e.key && it->index < e.index) ++it;
+    return it;
+  }
+  // PlaceOf on [first, last), searched from `last` backward (re-keyed entries
+  // mostly move a few places): the galloping steps narrow the range that
+  // holds the first key >= e.key, then the equal keys are walked as there.
+  static Iterator PlaceOfBefore(const Entry& e, Iterator first, Iterator last) {
+    Iterator hi = last;  // the first key >= e.key is in [first, hi]
+    for (std::ptrdiff_t step = 1; hi - first > step; step *= 2) {
+      const Iterator probe = hi - step;
+      if (probe->key < e.key) {
+        first = probe + 1;
+        break;
+      }
+      hi = probe;
+    }
+    Iterator it = std::partition_point(
+        first, hi, [&](const Entry& x) { return x.key < e.key; });
+    while (it != last && it->key == e.key && it->index < e.index) ++it;
+    return it;
+  }
+  // The same searched from `first` forward.
+  static Iterator PlaceOfAfter(const Entry& e, Iterator first, Iterator last) {
+    Iterator lo = first;  // the first key >= e.key is in [lo, last]
+    Iterator hi = last;
+    for (std::ptrdiff_t step = 1; hi - lo > step; step *= 2) {
+      const Iterator probe = lo + (step - 1);
+      if (!(probe->key < e.key)) {
+        hi = probe;
+        break;
+      }
+      lo = probe + 1;
+    }
+    Iterator it = std::partition_point(
+        lo, hi, [&](const Entry& x) { return x.key < e.key; });
     while (it != last && it->key == e.key && it->index < e.index) ++it;
     return it;
   }
