@@ -373,6 +373,7 @@ TEST(MegatronDcp, OneSequencePerGroupOnItsCpSize) {
 // doubled to the memory minimum), every bytescale long sequence on
 // max(d_min, ceil(s / C)) ranks and every packed rank within C tokens
 // (restated here). A negative value is an input error naming the field.
+// Long because: the oracle restates both strategies' rules beside the check.
 TEST(DynamicBaselines, ForcedSettingIsUsedAndNamed) {
   int dcp = 0, bytescale = 0;
   for (const PlanRequest& req : RuleInstances(22, 200)) {
@@ -680,6 +681,7 @@ TEST(FlexSp, DeadlineSkipsMilpsAndIsDeterministic) {
 // each grown while its next-fit packing fits on N ranks. Checked against that
 // rule restated here (sort, next-fit) on random instances, several with many
 // equal lengths, which exercises the radix sort's tie order.
+// Long because: the oracle (sort, next-fit chunks) is restated in the test.
 TEST(FlexSp, FallbackIsNextFitChunksOfTheSortedBatch) {
   std::vector<PlanRequest> instances = RuleInstances(12, 60);
   // Batches of 20-40 sequences that need several micro-batches: lengths of

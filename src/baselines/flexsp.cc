@@ -1135,6 +1135,50 @@ std::string RunMilps(const Context& ctx, std::vector<Option>& opts,
   return optimal_count == milp_count ? "optimal" : statuses;
 }
 
+// The context every phase reads: the model shape, memory headroom, and the
+// Ulysses rule's sizes (a power of two dividing q_heads, <= N) with their
+// all-to-all bandwidths.
+Context MakeContext(const PlanRequest& request, bool* fallback) {
+  const int n = request.cluster.num_ranks;
+  Context ctx{request, ShapeOrDefault(request, fallback), {}, {}, 0, 0, {}};
+  ctx.headroom_tokens =
+      request.cost.mem_per_token > 0
+          ? (request.cost.mem_capacity - request.cost.mem_static) /
+                request.cost.mem_per_token * (1 - 1e-9)
+          : 1e300;
+  int64_t max_pow2 = 1;
+  while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0)
+    max_pow2 *= 2;
+  ctx.max_size = max_pow2;
+  ctx.bw_of_size.assign(max_pow2 + 1, 0.0);
+  for (int64_t c = 1; c <= max_pow2; c *= 2) {
+    ctx.bw_of_size[c] = AllToAllBandwidthOnRange(request.cost, request.cluster,
+                                                 0, static_cast<int>(c));
+  }
+  return ctx;
+}
+
+// The chosen count's micro-batches as a plan: groups laid out largest first
+// (MicroBatchEstimateS sorted them, so they stay aligned), positions in the
+// sorted batch mapped back to sequence indices.
+Plan PlanOfOption(Option& best, const std::vector<int>& sorted, int n) {
+  Plan plan;
+  plan.num_ranks = n;
+  for (Groups& groups : best.groups) {
+    MicroBatchPlan mb;
+    int first = 0;
+    for (auto& [size, members] : groups) {
+      for (int& k : members) k = sorted[k];
+      mb.groups.push_back({RankRange(first, size), std::move(members),
+                           CommKind::kAllToAll, 0, 0});
+      first += size;
+    }
+    FCP_CHECK(first <= n);
+    plan.micro_batches.push_back(std::move(mb));
+  }
+  return plan;
+}
+
 }  // namespace
 
 // The phases, each against one deadline: 1. group sizes, the sorted batch and
@@ -1147,22 +1191,8 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
   const int n = request.cluster.num_ranks;
   const int k_total = static_cast<int>(request.sequences.size());
   bool fallback = false;
-  Context ctx{request, ShapeOrDefault(request, &fallback), {}, {}, 0, 0, {}};
-  ctx.headroom_tokens =
-      request.cost.mem_per_token > 0
-          ? (request.cost.mem_capacity - request.cost.mem_static) /
-                request.cost.mem_per_token * (1 - 1e-9)
-          : 1e300;
-  // Ulysses rule: a group size is a power of two dividing q_heads (and <= N).
-  int64_t max_pow2 = 1;
-  while (max_pow2 * 2 <= n && ctx.shape.q_heads % (max_pow2 * 2) == 0)
-    max_pow2 *= 2;
-  ctx.max_size = max_pow2;
-  ctx.bw_of_size.assign(max_pow2 + 1, 0.0);
-  for (int64_t c = 1; c <= max_pow2; c *= 2) {
-    ctx.bw_of_size[c] = AllToAllBandwidthOnRange(request.cost, request.cluster,
-                                                 0, static_cast<int>(c));
-  }
+  Context ctx = MakeContext(request, &fallback);
+  const int64_t max_pow2 = ctx.max_size;
   // Phase 1 (always runs, O(K) passes and a radix sort): group sizes, the
   // sorted batch, prefix sums.
   const Clock::time_point sort_start = Clock::now();
@@ -1207,20 +1237,7 @@ Plan FlexSpStrategy::Solve(const PlanRequest& request,
              FormatDouble(1000.0 * o.total_s, 5) + "ms";
     if (o.total_s < best->total_s) best = &o;
   }
-  Plan plan;
-  plan.num_ranks = n;
-  for (Groups& groups : best->groups) {
-    MicroBatchPlan mb;
-    int first = 0;  // largest first (MicroBatchEstimateS sorted them): aligned
-    for (auto& [size, members] : groups) {
-      for (int& k : members) k = sorted[k];  // position -> sequence index
-      mb.groups.push_back({RankRange(first, size), std::move(members),
-                           CommKind::kAllToAll, 0, 0});
-      first += size;
-    }
-    FCP_CHECK(first <= n);
-    plan.micro_batches.push_back(std::move(mb));
-  }
+  Plan plan = PlanOfOption(*best, sorted, n);
   plan.notes["milp_status"] = milp_status;
   plan.notes["milp_time_limit_s"] = FormatDouble(options.time_limit_s, 4);
   plan.notes["deadline"] = budget.note;

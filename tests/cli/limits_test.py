@@ -1154,6 +1154,8 @@ def issue30_cases():
                 "0",
                 "--coefficients",
                 "preset",
+                "--lengths",
+                os.path.join(HERE, "..", "..", "data", "go-src-qwen3-lengths.csv"),
             ],
             os.path.join(tmp, "study.md"),
         )
