@@ -233,9 +233,16 @@ class LayerWork:
         return self.clock.measure(self._linear_step(tokens), self.repeats) * self.shape.layers
 
     # -- attention -----------------------------------------------------------
-    def _packs(self, seqs: Sequence[Tuple[int, float]], heads: int, kv_heads: int):
-        """The group's whole sequences as one packed (cu_seqlens) q, k, v per
-        mask, causal sequences then full ones, as fcp.torch's calls take them."""
+    def _packs(
+        self,
+        seqs: Sequence[Tuple[int, float]],
+        heads: int,
+        kv_heads: int,
+        shard: Optional[Tuple[int, int]] = None,
+    ):
+        """The group's sequences as one packed (cu_seqlens) q, k, v per mask,
+        causal sequences then full ones, as fcp.torch's calls take them: whole,
+        or with ``shard=(degree, rank)`` that rank's zigzag shard of each."""
         dh, packs = self.shape.head_dim, []
         for causal in (True, False):
             lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
@@ -244,8 +251,13 @@ class LayerWork:
             cu = [0]
             for n in lengths:
                 cu.append(cu[-1] + n)
+            tokens = cu[-1]
+            if shard is not None:
+                from fcp.torch import local_cu_seqlens
 
-            def mk(h, n=cu[-1]):
+                tokens = local_cu_seqlens(cu, *shard)[-1]
+
+            def mk(h, n=tokens):
                 return torch.randn(
                     h, n, dh, device=self.device, dtype=self.dtype, requires_grad=True
                 )

@@ -173,27 +173,8 @@ def _describe(seqs, degree) -> str:
 def _local_packs(work, world, seqs, degree):
     """This process's zigzag shard of the group's sequences, one packed
     (cu_seqlens) set of q, k, v per mask: the causal sequences, the full ones."""
-    import torch
-    from fcp.torch import local_cu_seqlens
-
     s = work.shape
-    packs = []
-    for causal in (True, False):
-        lengths = [n for n, eta in seqs if (eta < 0.5) == causal]
-        if not lengths:
-            continue
-        cu = [0]
-        for n in lengths:
-            cu.append(cu[-1] + n)
-        local_n = local_cu_seqlens(cu, degree, world.rank)[-1]
-
-        def mk(heads, n=local_n):
-            return torch.randn(
-                heads, n, s.head_dim, device=work.device, dtype=work.dtype, requires_grad=True
-            )
-
-        packs.append((mk(s.q_heads), mk(s.kv_heads), mk(s.kv_heads), cu, causal))
-    return packs
+    return work._packs(seqs, s.q_heads, s.kv_heads, shard=(degree, world.rank))
 
 
 def _ring_messages(work, world, pg, local: int, degree: int):
