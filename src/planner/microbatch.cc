@@ -160,13 +160,13 @@ class LptBins {
       : work_(count, 0.0),
         used_(count, -std::numeric_limits<double>::infinity()),
         heap_(count) {
-    std::iota(heap_.begin(), heap_.end(), 0);  // equal work: ascending bins
+    for (int b = 0; b < count; ++b) heap_[b] = {0.0, b};  // a valid heap
   }
   double work(int b) const { return work_[b]; }
   // The least (work, bin) with used + size <= capacity, or -1.
   int LeastLoadedWithRoom(double size, double capacity) {
     if (!by_work_) {
-      if (used_[heap_[0]] + size <= capacity) return heap_[0];
+      if (used_[heap_[0].second] + size <= capacity) return heap_[0].second;
       SwitchToTreap();
     }
     return by_work_->LeastLoadedWithRoom(size, capacity);
@@ -178,23 +178,21 @@ class LptBins {
     if (by_work_) {
       by_work_->Update(b, work, used);
     } else {
+      heap_[0].first = work;
       SiftDownFromTop();
     }
   }
 
  private:
-  bool Less(int a, int b) const {
-    return work_[a] != work_[b] ? work_[a] < work_[b] : a < b;
-  }
   void SiftDownFromTop() {
     const size_t n = heap_.size();
     size_t at = 0;
-    const int moving = heap_[0];
+    const std::pair<double, int> moving = heap_[0];
     for (;;) {
       size_t child = 2 * at + 1;
       if (child >= n) break;
-      if (child + 1 < n && Less(heap_[child + 1], heap_[child])) ++child;
-      if (!Less(heap_[child], moving)) break;
+      if (child + 1 < n && heap_[child + 1] < heap_[child]) ++child;
+      if (!(heap_[child] < moving)) break;
       heap_[at] = heap_[child];
       at = child;
     }
@@ -209,7 +207,7 @@ class LptBins {
   }
 
   std::vector<double> work_, used_;
-  std::vector<int> heap_;
+  std::vector<std::pair<double, int>> heap_;  // (work, bin): no indirection
   std::optional<BinsByWork> by_work_;
 };
 
