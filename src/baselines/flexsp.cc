@@ -889,10 +889,18 @@ class Deadline {
 // VM at load 8-10): about 0.5-1.1 and 1.5-2.
 constexpr double kFinishPerSortTime = 1.0;
 constexpr double kPackPerSortTime = 2.0;
-// The finishing reserve is at least this multiple of the measured time of
-// packing one count (the hand-over and MakePlan's checks list every group's
-// ranks, O(K + Σ degrees), which the sort does not measure).
-constexpr double kFinishPerPackTime = 1.0;
+// The finishing reserve is at least the measured time of packing one count
+// (O(K log N)) times kFinishPerPackTime + kFinishPerPackTimePerItem · (G +
+// D) / K, where a count's plan has G groups listing D ranks in all: the
+// hand-over, MakePlan's estimates and checks walk every sequence, build every
+// group and list its ranks, which neither the sort nor the packing measures.
+// Fitted on 10^6 github-like sequences (release build, 2-core VM at load 2-9):
+// N = 64 (G + D = 0.15 K) finished in 0.45 packings, N = R = 10^6 (G + D =
+// 3.6 K) in 1.2-1.4 (issue 30: the flat one-packing reserve ended L = 2 at
+// 2.13-2.20 s there); with these constants the reserve is 0.53 and 1.2
+// packings.
+constexpr double kFinishPerPackTime = 0.5;
+constexpr double kFinishPerPackTimePerItem = 0.2;
 // A floor under the finishing reserve (the plan's hand-over and MakePlan's
 // checks for a small batch).
 constexpr double kMinFinishSeconds = 0.005;
@@ -995,6 +1003,19 @@ Option PackCount(const Context& ctx, int m, const std::vector<int>& ends) {
   return o;
 }
 
+// The finishing reserve (s) after packing `o` in `pack_s`: see
+// kFinishPerPackTime. The MILPs may regroup a count; its greedy packing gives
+// the scale (an estimate: the largest over the packed counts is kept).
+double FinishReserveS(const Option& o, double pack_s, int k_total) {
+  double items = 0;  // G + D
+  for (const Groups& groups : o.groups) {
+    for (const auto& [size, members] : groups) items += 1.0 + size;
+  }
+  return pack_s *
+         (kFinishPerPackTime + kFinishPerPackTimePerItem * items /
+                                   std::max(1.0, static_cast<double>(k_total)));
+}
+
 // Phase 3, solve_flexSP_globalbatch_mp_gbmb: m_min .. m_min + 4
 // micro-batches, each count's greedy packing (O(K log N) each; the first is
 // always packed, each further one only when the deadline leaves room for it
@@ -1031,11 +1052,11 @@ std::vector<Option> PackCounts(const Context& ctx,
     const Clock::time_point pack_start = Clock::now();
     Option o = PackCount(ctx, m_min + i, ChunkEnds(prefix, m_min + i));
     budget.pack_s = SecondsSince(pack_start);
-    // Finishing also walks every group's ranks, which phase 1 does not see:
-    // at N = R = 10^6 it costs about one packing (issue 30: L = 2 ended at
-    // 2.8 s on 10^6 sequences).
+    // Finishing also builds every group and lists its ranks, which phase 1
+    // does not see (issue 30: L = 2 ended at 2.8 s on 10^6 sequences on
+    // N = R = 10^6 when the reserve was the sort's time alone).
     budget.finish_s =
-        std::max(budget.finish_s, kFinishPerPackTime * budget.pack_s);
+        std::max(budget.finish_s, FinishReserveS(o, budget.pack_s, k_total));
     if (o.ok) opts.push_back(std::move(o));
   }
   return opts;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -146,6 +147,70 @@ class BinsByWork {
   int root_ = -1;
 };
 
+// The bins of LptPack as a binary heap by (work, bin) while the least-loaded
+// bin has room for each sequence, which is most of a packing: O(log count)
+// per sequence in one array, where the treap's erase and insert chase
+// pointers (two thirds of fcp-paper's planning time at 10^6 sequences on 32
+// ranks, issue 30). From the first sequence the least-loaded bin cannot take
+// on, BinsByWork takes over. Both give the least (work, bin) with room, so the
+// packing is the same.
+class LptBins {
+ public:
+  explicit LptBins(int count)
+      : work_(count, 0.0),
+        used_(count, -std::numeric_limits<double>::infinity()),
+        heap_(count) {
+    for (int b = 0; b < count; ++b) heap_[b] = {0.0, b};  // a valid heap
+  }
+  double work(int b) const { return work_[b]; }
+  // The least (work, bin) with used + size <= capacity, or -1.
+  int LeastLoadedWithRoom(double size, double capacity) {
+    if (!by_work_) {
+      if (used_[heap_[0].second] + size <= capacity) return heap_[0].second;
+      SwitchToTreap();
+    }
+    return by_work_->LeastLoadedWithRoom(size, capacity);
+  }
+  // `b` is the bin LeastLoadedWithRoom returned.
+  void Update(int b, double work, double used) {
+    if (!by_work_ && work < work_[b]) SwitchToTreap();  // sift-down only
+    work_[b] = work, used_[b] = used;
+    if (by_work_) {
+      by_work_->Update(b, work, used);
+    } else {
+      heap_[0].first = work;
+      SiftDownFromTop();
+    }
+  }
+
+ private:
+  void SiftDownFromTop() {
+    const size_t n = heap_.size();
+    size_t at = 0;
+    const std::pair<double, int> moving = heap_[0];
+    for (;;) {
+      size_t child = 2 * at + 1;
+      if (child >= n) break;
+      if (child + 1 < n && heap_[child + 1] < heap_[child]) ++child;
+      if (!(heap_[child] < moving)) break;
+      heap_[at] = heap_[child];
+      at = child;
+    }
+    heap_[at] = moving;
+  }
+  void SwitchToTreap() {
+    by_work_.emplace(static_cast<int>(work_.size()));
+    for (size_t b = 0; b < work_.size(); ++b) {
+      if (used_[b] != -std::numeric_limits<double>::infinity())
+        by_work_->Update(static_cast<int>(b), work_[b], used_[b]);
+    }
+  }
+
+  std::vector<double> work_, used_;
+  std::vector<std::pair<double, int>> heap_;  // (work, bin): no indirection
+  std::optional<BinsByWork> by_work_;
+};
+
 }  // namespace
 
 std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
@@ -156,7 +221,7 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
   // an empty bin always has room.
   std::vector<std::vector<int>> bins(count);
   std::vector<double> used(count, 0.0);
-  BinsByWork by_work(count);
+  LptBins by_work(count);
   // Work and size in packing order first: read by index inside the loop,
   // each was a cache miss the treap's steps could not hide once K·8 bytes
   // outgrew the cache (issue 30: a 15x slower step from 10^5 to 10^6).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -366,6 +367,56 @@ TEST(PlannerTest, MicroBatchesAreFeasibleAndBalanced) {
   EXPECT_LE(hi - lo, 1u);  // identical sequences: counts differ by at most one
   const Plan plan = MakePlan(req);
   EXPECT_EQ(ValidatePlan(req, plan), "");
+}
+
+// The least-loaded bin with room, by a scan of every bin (the oracle of
+// LptPack, which switches from a heap to a treap mid-packing).
+std::vector<std::vector<int>> LptPackByScan(const std::vector<int>& order,
+                                            const std::vector<double>& work,
+                                            const std::vector<double>& size,
+                                            double capacity, int count) {
+  std::vector<std::vector<int>> bins(count);
+  std::vector<double> load(count, 0.0), used(count, 0.0);
+  for (int i : order) {
+    int chosen = -1;
+    for (int b = 0; b < count; ++b) {
+      const bool room = bins[b].empty() || used[b] + size[i] <= capacity;
+      if (room && (chosen < 0 || load[b] < load[chosen])) chosen = b;
+    }
+    if (chosen < 0) return {};
+    bins[chosen].push_back(i);
+    load[chosen] += work[i];
+    used[chosen] += size[i];
+  }
+  return bins;
+}
+
+TEST(MicroBatchTest, LptPackMatchesTheScanOfEveryBin) {
+  std::mt19937 rng(30);
+  int switched_or_failed = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int k = 1 + static_cast<int>(rng() % 300);
+    const int count = 1 + static_cast<int>(rng() % 40);
+    std::vector<double> work(k), size(k);
+    double total = 0;
+    for (int i = 0; i < k; ++i) {
+      work[i] = static_cast<double>(rng() % 8);  // ties and zeros
+      size[i] = 1.0 + static_cast<double>(rng() % 100);
+      total += size[i];
+    }
+    std::vector<int> order(k);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return work[a] > work[b]; });
+    // From roomy to so tight that some sequence fits no bin.
+    const double capacity =
+        total / count * (0.9 + 0.02 * static_cast<double>(rng() % 20));
+    const auto packed = planner::LptPack(order, work, size, capacity, count);
+    EXPECT_EQ(packed, LptPackByScan(order, work, size, capacity, count))
+        << "trial " << trial;
+    switched_or_failed += packed.empty() || capacity < total / count * 1.05;
+  }
+  EXPECT_GT(switched_or_failed, 40);  // tight packings were drawn
 }
 
 TEST(PlacementTest, SmallGroupsStayInsideNodesWhenPossible) {
