@@ -1,8 +1,11 @@
 #include "planner/lanes.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <queue>
 
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
@@ -71,9 +74,21 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
       PlaceGroups(alloc.degrees, cluster, [&](int p, int f, int d) {
         return RingOrAllToAllS(cm, cluster, shape, groups[p].load, f, d);
       });
+  std::vector<std::vector<int>> rank_sets(lanes.size());
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    rank_sets[p].resize(alloc.degrees[p]);
+    std::iota(rank_sets[p].begin(), rank_sets[p].end(), first[p]);
+  }
+  return ChunkLanes(request, lanes, rank_sets);
+}
+
+std::vector<MicroBatchPlan> ChunkLanes(
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    const std::vector<std::vector<int>>& rank_sets) {
+  const CostModel& cm = request.cost;
   std::vector<MicroBatchPlan> out;
   for (size_t p = 0; p < lanes.size(); ++p) {
-    const int d = alloc.degrees[p];
+    const int d = static_cast<int>(rank_sets[p].size());
     std::vector<int> seqs = lanes[p];
     std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
       return request.sequences[a].length_tokens >
@@ -96,13 +111,75 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     if (out.size() < chunks.size()) out.resize(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) {
       GroupPlan g;
-      g.ranks.resize(d);
-      std::iota(g.ranks.begin(), g.ranks.end(), first[p]);
+      g.ranks = rank_sets[p];
       g.sequences = std::move(chunks[c]);
       out[c].groups.push_back(std::move(g));
     }
   }
   return out;
+}
+
+std::vector<std::vector<int>> HeldLayout(int num_ranks,
+                                         const std::set<std::vector<int>>& held,
+                                         bool largest_first) {
+  std::vector<const std::vector<int>*> sets;
+  for (const std::vector<int>& s : held)
+    if (s.size() > 1) sets.push_back(&s);
+  std::stable_sort(sets.begin(), sets.end(), [&](auto* a, auto* b) {
+    return largest_first ? a->size() > b->size() : a->size() < b->size();
+  });
+  std::vector<bool> used(num_ranks, false);
+  std::vector<std::vector<int>> layout;
+  for (const std::vector<int>* s : sets) {
+    if (std::any_of(s->begin(), s->end(), [&](int r) { return used[r]; }))
+      continue;
+    for (int r : *s) used[r] = true;
+    layout.push_back(*s);
+  }
+  for (int r = 0; r < num_ranks; ++r)
+    if (!used[r]) layout.push_back({r});
+  return layout;
+}
+
+std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
+    const PlanRequest& request, const std::vector<std::vector<int>>& layout,
+    const std::vector<double>& work, const std::vector<int>& order) {
+  // Lanes of one degree are interchangeable but for their loads: one
+  // min-heap of (load, lane) per degree keeps a sequence's choice O(degrees).
+  using Entry = std::pair<double, size_t>;
+  std::map<int, std::priority_queue<Entry, std::vector<Entry>, std::greater<>>>
+      by_degree;
+  for (size_t p = 0; p < layout.size(); ++p)
+    by_degree[static_cast<int>(layout[p].size())].push({0.0, p});
+  std::vector<std::vector<int>> lanes(layout.size());
+  for (int k : order) {
+    const int64_t d_min =
+        MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
+    int best_d = 0;
+    double best_finish = std::numeric_limits<double>::infinity();
+    for (auto it = by_degree.lower_bound(static_cast<int>(
+             std::min<int64_t>(d_min, std::numeric_limits<int>::max())));
+         it != by_degree.end(); ++it) {
+      const double finish = (it->second.top().first + work[k]) / it->first;
+      if (finish < best_finish) {
+        best_finish = finish;
+        best_d = it->first;
+      }
+    }
+    if (best_d == 0) return std::nullopt;
+    auto& heap = by_degree[best_d];
+    auto [load, lane] = heap.top();
+    heap.pop();
+    heap.push({load + work[k], lane});
+    lanes[lane].push_back(k);
+  }
+  std::vector<std::vector<int>> used_lanes, used_sets;
+  for (size_t p = 0; p < layout.size(); ++p) {
+    if (lanes[p].empty()) continue;
+    used_lanes.push_back(std::move(lanes[p]));
+    used_sets.push_back(layout[p]);
+  }
+  return ChunkLanes(request, used_lanes, used_sets);
 }
 
 }  // namespace fcp::planner

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "fcp/scheduler.h"
@@ -39,5 +40,26 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     bool aligned_degrees);
+
+// Lane p's sequences split first fit, longest first, into memory-feasible
+// groups on `rank_sets[p]`; micro-batch m runs every lane's m-th group.
+std::vector<MicroBatchPlan> ChunkLanes(
+    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
+    const std::vector<std::vector<int>>& rank_sets);
+
+// A partition of the N ranks into rank sets that already have communicators
+// (`held`, each sorted; those of one rank are ignored), picked greedily,
+// largest or smallest first, disjoint; every rank left over runs alone.
+std::vector<std::vector<int>> HeldLayout(int num_ranks,
+                                         const std::set<std::vector<int>>& held,
+                                         bool largest_first);
+
+// Lanes on a fixed `layout` of rank sets: sequences in `order` (LPT), each
+// onto the lane of degree >= its d_min whose load (`work`, s) divided by its
+// degree ends lowest, then ChunkLanes; lanes left empty are dropped. nullopt
+// when a sequence's d_min exceeds every lane's degree.
+std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
+    const PlanRequest& request, const std::vector<std::vector<int>>& layout,
+    const std::vector<double>& work, const std::vector<int>& order);
 
 }  // namespace fcp::planner

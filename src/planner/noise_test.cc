@@ -244,6 +244,56 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
   EXPECT_GT(charged_differs, 0);  // the charge must matter somewhere
 }
 
+TEST(CommunicatorTest, SyncBoundFcpKeepsHeldRankSets) {
+  // Where the gradient sync hides every one-group-per-rank plan, any such
+  // plan's step is the sync's floor (2 x collective) and a new communicator
+  // only adds its creation (issue 32: fcp 1 ms behind the static plan, which
+  // reuses its groups). Batch B is batch A with every sequence a little
+  // shorter, so A's one-micro-batch plan runs B on communicators that exist
+  // (A's) at the floor: fcp, charged for new ones, must not score above it.
+  int compared = 0, floor_hits = 0;
+  for (uint64_t seed = 2; seed <= 120; seed += 2) {
+    PlanRequest a = RandomRequestMaybeSync(seed, 7919);
+    a.grad_sync.reset();
+    const Plan plan_a = MakePlan(a, {.strategy = "fcp"});
+    if (plan_a.status != PlanStatus::kOk || plan_a.micro_batches.size() != 1)
+      continue;
+    PlanRequest b = a;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> shrink(0.8, 1.0);
+    for (Sequence& s : b.sequences) {
+      s.length_tokens = std::max<int64_t>(
+          1, static_cast<int64_t>(static_cast<double>(s.length_tokens) *
+                                  shrink(rng)));
+    }
+    b.grad_sync =
+        GradientSync{.collective_s = 10 * plan_a.est_ms / 1000.0, .buckets = 4};
+    b.communicators = CommunicatorCache{.create_s = LowerBoundMs(b) / 4000.0};
+    for (const GroupPlan& g : plan_a.micro_batches[0].groups)
+      b.communicators->existing.push_back(g.ranks);
+    GroupTimeNoise none(0);
+    auto score = [&](std::vector<MicroBatchPlan> mbs) {
+      EstimateMicroBatches(b, mbs);
+      return ExpectedStepMs(b.cluster.num_ranks, mbs, &*b.grad_sync, none,
+                            NewCommunicatorDelaysMs(mbs, *b.communicators));
+    };
+    const double held_ms = score(plan_a.micro_batches);
+    const double floor_ms = 2000.0 * b.grad_sync->collective_s;
+    ASSERT_GE(held_ms, floor_ms * (1 - 1e-12)) << seed;
+    floor_hits += held_ms <= floor_ms * (1 + 1e-12);
+    const Plan fcp = MakePlan(b, {.strategy = "fcp"});
+    ASSERT_EQ(fcp.status, PlanStatus::kOk) << seed;
+    EXPECT_LE(score(fcp.micro_batches), held_ms * (1 + 1e-12)) << seed;
+    ++compared;
+  }
+  std::printf(
+      "sync-bound fcp vs A's plan on held communicators: %d batches, "
+      "%d at the floor\n",
+      compared, floor_hits);
+  EXPECT_GT(compared, 10);
+  EXPECT_GT(floor_hits, 10);
+}
+
 // The field MakePlan's InputError names for `req`, or "" when it plans.
 std::string FieldOf(const PlanRequest& req) {
   try {
