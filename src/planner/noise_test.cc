@@ -23,20 +23,8 @@ namespace {
 using testing::Group;
 using testing::GroupsJson;
 
-// A random request (up to 40 sequences on 32 ranks); every third with a
-// gradient sync of half the lower bound.
 PlanRequest RandomRequestMaybeSync(uint64_t seed, uint64_t salt) {
-  std::mt19937_64 rng(seed * salt);
-  testing::RandomInstanceOptions opt;
-  opt.max_sequences = 40;
-  opt.max_ranks = 32;
-  opt.one_micro_batch_feasible = seed % 2 == 0;
-  PlanRequest req = testing::RandomRequest(rng, opt);
-  if (seed % 3 == 0) {
-    req.grad_sync =
-        GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
-  }
-  return req;
+  return testing::RandomRequestMaybeSync(seed, salt, 40);
 }
 
 // Asserts that no balanced static ring plan of `req` scores below `fcp_ms`.

@@ -27,20 +27,8 @@
 namespace fcp {
 namespace {
 
-// A random instance, every third with a gradient sync (scored by step time),
-// every other one needing several micro-batches.
 PlanRequest RandomInstance(uint64_t seed) {
-  std::mt19937_64 rng(seed * 104729);
-  testing::RandomInstanceOptions opt;
-  opt.max_sequences = 48;
-  opt.max_ranks = 32;
-  opt.one_micro_batch_feasible = seed % 2 == 0;
-  PlanRequest req = testing::RandomRequest(rng, opt);
-  if (seed % 3 == 0) {
-    req.grad_sync =
-        GradientSync{.collective_s = LowerBoundMs(req) / 2000.0, .buckets = 4};
-  }
-  return req;
+  return testing::RandomRequestMaybeSync(seed, 104729, 48);
 }
 
 // The step estimate of `mbs` in `req`'s model (ms): the estimates are
