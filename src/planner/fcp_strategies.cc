@@ -655,38 +655,33 @@ class FcpStrategy final : public Strategy {
         consider(*dual, true);
       }
       if (!best) return std::nullopt;
+      // The winner's grouping realized once more; kept only when its placed
+      // makespan is lower.
+      auto realize_winner_again = [&](bool full_nodes_too,
+                                      bool aligned_degrees) {
+        std::vector<std::vector<int>> winner;
+        for (const GroupPlan& g : best->micro_batch.groups)
+          winner.push_back(g.sequences);
+        auto again =
+            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
+                            full_nodes_too, aligned_degrees);
+        if (again &&
+            again->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
+          best = std::move(again);
+        }
+      };
       // With a partial last node the winner is realized once more with the
       // full nodes' allocation as a further candidate (realize.h); this comes
       // after the ranking so that it cannot steer the candidates above (the
       // dual approximation starts from the best allocator makespan so far),
       // and its placed makespan is never above the winner's.
-      if (partial_node) {
-        std::vector<std::vector<int>> winner;
-        for (const GroupPlan& g : best->micro_batch.groups)
-          winner.push_back(g.sequences);
-        auto on_full_nodes =
-            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                            /*full_nodes_too=*/true);
-        if (on_full_nodes && on_full_nodes->placed_makespan_s <
-                                 best->placed_makespan_s * (1 - 1e-12)) {
-          best = std::move(on_full_nodes);
-        }
-      }
+      if (partial_node)
+        realize_winner_again(/*full_nodes_too=*/true,
+                             /*aligned_degrees=*/false);
       // The winner with node-aligned degrees (realize.h): the allocator may
       // pick degrees such as 14 and 5 on 8-rank nodes whose rings then cross
       // nodes, where 16 and 4 pack into whole nodes (issue 32).
-      {
-        std::vector<std::vector<int>> winner;
-        for (const GroupPlan& g : best->micro_batch.groups)
-          winner.push_back(g.sequences);
-        auto aligned =
-            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                            /*full_nodes_too=*/false, /*aligned_degrees=*/true);
-        if (aligned && aligned->placed_makespan_s <
-                           best->placed_makespan_s * (1 - 1e-12)) {
-          best = std::move(aligned);
-        }
-      }
+      realize_winner_again(/*full_nodes_too=*/false, /*aligned_degrees=*/true);
       (best_is_dual ? wins_dual : wins_bfd)++;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }

@@ -88,8 +88,15 @@ class SortedPairs {
   // std::lower_bound(first, last, e, Less) on a sorted range: a search on the
   // key alone, then past the (rare) equal keys with smaller indices.
   static Iterator PlaceOf(const Entry& e, Iterator first, Iterator last) {
+    return PlaceIn(e, first, last, last);
+  }
+  // PlaceOf, given that the first key >= e.key lies in [lo, hi]: a search on
+  // the key alone there, then past the (rare) equal keys with smaller indices
+  // (up to `last`).
+  static Iterator PlaceIn(const Entry& e, Iterator lo, Iterator hi,
+                          Iterator last) {
     Iterator it = std::partition_point(
-        first, last, [&](const Entry& x) { return x.key < e.key; });
+        lo, hi, [&](const Entry& x) { return x.key < e.key; });
     while (it != last && it->key == e.key && it->index < e.index) ++it;
     return it;
   }
@@ -106,10 +113,7 @@ class SortedPairs {
       }
       hi = probe;
     }
-    Iterator it = std::partition_point(
-        first, hi, [&](const Entry& x) { return x.key < e.key; });
-    while (it != last && it->key == e.key && it->index < e.index) ++it;
-    return it;
+    return PlaceIn(e, first, hi, last);
   }
   // The same searched from `first` forward.
   static Iterator PlaceOfAfter(const Entry& e, Iterator first, Iterator last) {
@@ -123,10 +127,7 @@ class SortedPairs {
       }
       lo = probe + 1;
     }
-    Iterator it = std::partition_point(
-        lo, hi, [&](const Entry& x) { return x.key < e.key; });
-    while (it != last && it->key == e.key && it->index < e.index) ++it;
-    return it;
+    return PlaceIn(e, lo, hi, last);
   }
   std::vector<Entry> entries_;
 };

@@ -90,6 +90,29 @@ class CPGroup:
         return f"CPGroup(ranks={list(self.ranks)}, comm={self.comm!r})"
 
 
+def _plan_micro_batch_groups(plan) -> list:
+    """The group objects of every micro-batch of ``plan``, in order: plan
+    objects, their ``to_dict()`` form or plain nested rank lists."""
+    if isinstance(plan, dict):
+        mbs = plan["micro_batches"]
+    elif hasattr(plan, "micro_batches"):
+        mbs = plan.micro_batches
+    else:
+        mbs = plan
+    return [mb["groups"] if isinstance(mb, dict) else getattr(mb, "groups", mb) for mb in mbs]
+
+
+def _group_ranks(g):
+    """A group's ranks: a dict's ``"ranks"``, an object's ``.ranks``, or the
+    bare rank list itself."""
+    return g["ranks"] if isinstance(g, dict) else getattr(g, "ranks", g)
+
+
+def _group_comm(g) -> str:
+    """A group's ``comm``; groups without one (bare rank lists) are rings."""
+    return g.get("comm", "ring") if isinstance(g, dict) else getattr(g, "comm", "ring")
+
+
 def plan_groups(plan) -> List[List[List[int]]]:
     """Rank lists of every group of every micro-batch of ``plan``.
 
@@ -97,48 +120,19 @@ def plan_groups(plan) -> List[List[List[int]]]:
     ``to_dict()`` form, or a plain ``[[ranks, ...], ...]`` list (one list of
     rank lists per micro-batch).
     """
-    if isinstance(plan, dict):
-        mbs = plan["micro_batches"]
-    elif hasattr(plan, "micro_batches"):
-        mbs = plan.micro_batches
-    else:
-        mbs = plan
-    out = []
-    for mb in mbs:
-        groups = mb["groups"] if isinstance(mb, dict) else getattr(mb, "groups", mb)
-        ranks = []
-        for g in groups:
-            if isinstance(g, dict):
-                g = g["ranks"]
-            elif hasattr(g, "ranks"):
-                g = g.ranks
-            ranks.append([int(r) for r in g])
-        out.append(ranks)
-    return out
+    return [
+        [[int(r) for r in _group_ranks(g)] for g in groups]
+        for groups in _plan_micro_batch_groups(plan)
+    ]
 
 
 def plan_group_comms(plan) -> List[List[str]]:
     """``comm`` (``"ring"`` / ``"all-to-all"``) of every group of every
     micro-batch of ``plan``, in the order of :func:`plan_groups`; groups given
     as bare rank lists are rings."""
-    if isinstance(plan, dict):
-        mbs = plan["micro_batches"]
-    elif hasattr(plan, "micro_batches"):
-        mbs = plan.micro_batches
-    else:
-        mbs = plan
-    out = []
-    for mb in mbs:
-        groups = mb["groups"] if isinstance(mb, dict) else getattr(mb, "groups", mb)
-        out.append(
-            [
-                comm_name(
-                    g.get("comm", "ring") if isinstance(g, dict) else getattr(g, "comm", "ring")
-                )
-                for g in groups
-            ]
-        )
-    return out
+    return [
+        [comm_name(_group_comm(g)) for g in groups] for groups in _plan_micro_batch_groups(plan)
+    ]
 
 
 def check_plan(plan, lengths, cluster=None):
