@@ -10,6 +10,7 @@
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
 #include "planner/first_fit.h"
+#include "planner/microbatch.h"
 #include "planner/placement.h"
 #include "planner/realize.h"
 #include "planner/refine.h"
@@ -50,7 +51,7 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   return out;
 }
 
-std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
+std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     bool aligned_degrees) {
   const CostModel& cm = request.cost;
@@ -79,14 +80,62 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
     rank_sets[p].resize(alloc.degrees[p]);
     std::iota(rank_sets[p].begin(), rank_sets[p].end(), first[p]);
   }
-  return ChunkLanes(request, lanes, rank_sets);
+  return rank_sets;
 }
+
+namespace {
+
+// How many of the lightest groups a sequence tries before balanced chunking
+// gives up on its lane (keeps it O(K log C) for C groups).
+constexpr int kBalanceTries = 4;
+
+// `seqs` (longest first) into `count` groups of `degree` ranks, each onto the
+// group with the least work whose memory still holds it (at most
+// kBalanceTries tried); empty when one finds no room.
+std::vector<std::vector<int>> BalancedChunks(const PlanRequest& request,
+                                             const std::vector<int>& seqs,
+                                             size_t count, int degree) {
+  const CostModel& cm = request.cost;
+  using Entry = std::pair<double, size_t>;  // (work in the group, group)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> lightest;
+  for (size_t c = 0; c < count; ++c) lightest.push({0.0, c});
+  std::vector<double> tokens(count, 0.0);
+  std::vector<std::vector<int>> chunks(count);
+  std::vector<Entry> tried;
+  for (int k : seqs) {
+    const Sequence& s = request.sequences[k];
+    tried.clear();
+    bool placed = false;
+    while (!placed && static_cast<int>(tried.size()) < kBalanceTries &&
+           !lightest.empty()) {
+      Entry e = lightest.top();
+      lightest.pop();
+      GroupLoad load;
+      load.sum_tokens = tokens[e.second];
+      load.Add(s);
+      if (GroupMemBytes(cm, load, degree) <= cm.mem_capacity) {
+        tokens[e.second] += static_cast<double>(s.length_tokens);
+        chunks[e.second].push_back(k);
+        e.first += SequenceWorkS(cm, s);
+        placed = true;
+      }
+      tried.push_back(e);
+    }
+    if (!placed) return {};
+    for (const Entry& e : tried) lightest.push(e);
+  }
+  return chunks;
+}
+
+}  // namespace
 
 std::vector<MicroBatchPlan> ChunkLanes(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
-    const std::vector<std::vector<int>>& rank_sets) {
+    const std::vector<std::vector<int>>& rank_sets, Chunking chunking,
+    bool* several) {
   const CostModel& cm = request.cost;
   std::vector<MicroBatchPlan> out;
+  if (several) *several = false;
   for (size_t p = 0; p < lanes.size(); ++p) {
     const int d = static_cast<int>(rank_sets[p].size());
     std::vector<int> seqs = lanes[p];
@@ -107,6 +156,13 @@ std::vector<MicroBatchPlan> ChunkLanes(
       if (c == chunks.size()) chunks.emplace_back();
       chunks[c].push_back(k);
       first_fit.Add(c, static_cast<double>(s.length_tokens));
+    }
+    if (chunks.size() > 1) {
+      if (several) *several = true;
+      if (chunking == Chunking::kBalanced) {
+        auto balanced = BalancedChunks(request, seqs, chunks.size(), d);
+        if (!balanced.empty()) chunks = std::move(balanced);
+      }
     }
     if (out.size() < chunks.size()) out.resize(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) {

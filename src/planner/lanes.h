@@ -30,22 +30,35 @@ namespace fcp::planner {
 std::vector<std::vector<std::vector<int>>> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual);
 
-// The lanes' micro-batches: degrees by the exact fast allocator over the
-// lanes' whole loads (each lane at least the largest d_min of its sequences),
-// contiguous placement (PlaceGroups), then each lane split first fit, longest
-// first, into memory-feasible groups; micro-batch m runs every lane's m-th
-// group; with `aligned_degrees` only node-aligned degrees (realize.h). Groups
-// are ring (the caller switches to all-to-all where faster); estimates are not
-// filled. nullopt when the lanes' minimum degrees exceed N.
-std::optional<std::vector<MicroBatchPlan>> LaneMicroBatches(
+// The lanes' rank sets: degrees by the exact fast allocator over the lanes'
+// whole loads (each lane at least the largest d_min of its sequences),
+// contiguous placement (PlaceGroups); with `aligned_degrees` only
+// node-aligned degrees (realize.h). nullopt when the lanes' minimum degrees
+// exceed N.
+std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     bool aligned_degrees);
 
-// Lane p's sequences split first fit, longest first, into memory-feasible
-// groups on `rank_sets[p]`; micro-batch m runs every lane's m-th group.
+// How ChunkLanes splits a lane into memory-feasible groups.
+enum class Chunking {
+  // First fit, longest first: the fewest groups, the last often small.
+  kFirstFit,
+  // As many groups as first fit needs, filled by work, heaviest first onto
+  // the lightest group that has memory room (LPT): each group then runs about
+  // the lane's time over their count, so that none is too short to hide the
+  // gradient sync's collectives behind (StepMs). Falls back to first fit for
+  // a lane where LPT finds no room for some sequence within a few tries.
+  kBalanced,
+};
+
+// Lane p's sequences split into memory-feasible groups on `rank_sets[p]`
+// (`chunking`); micro-batch m runs every lane's m-th group. Groups are ring
+// (the caller switches to all-to-all where faster); estimates are not filled.
+// `*several`, when given, is set to whether some lane needs several groups.
 std::vector<MicroBatchPlan> ChunkLanes(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
-    const std::vector<std::vector<int>>& rank_sets);
+    const std::vector<std::vector<int>>& rank_sets,
+    Chunking chunking = Chunking::kFirstFit, bool* several = nullptr);
 
 // A partition of the N ranks into rank sets that already have communicators
 // (`held`, each sorted; those of one rank are ignored), picked greedily,
