@@ -185,8 +185,8 @@ bool LastNodePartial(const Cluster& cluster) {
 }
 
 constexpr int kLocalSearchTrials = 48;
-// LaneGroupings' node-aligned dual grouping (its third).
-constexpr size_t kAlignedLaneGrouping = 2;
+// LaneGroupings' third dual grouping opens lanes of d > 1 at even degrees.
+constexpr int kLaneMultipleOf = 2;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
@@ -586,13 +586,18 @@ class FcpStrategy final : public Strategy {
   static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
                        double upper_s) {
     double best_ms = score(plan);
-    const auto groupings = LaneGroupings(request, upper_s, /*dual=*/true);
-    for (size_t i = 0; i < groupings.size(); ++i) {
-      const auto& lanes = groupings[i];
+    for (const LaneGrouping& grouping :
+         LaneGroupings(request, upper_s, /*dual=*/true, kLaneMultipleOf)) {
+      const auto& lanes = grouping.lanes;
+      // A grouping opened at restricted degrees is laid out at those; a free
+      // one at free and at node-aligned degrees.
+      const bool restricted =
+          grouping.degrees.node_aligned || grouping.degrees.multiple_of > 1;
       for (bool aligned : {false, true}) {
-        // The node-aligned dual grouping (the last) is laid out aligned only.
-        if (!aligned && i == kAlignedLaneGrouping) continue;
-        const auto rank_sets = LaneRankSets(request, lanes, aligned);
+        if (restricted && aligned) break;
+        LaneDegrees layout = grouping.degrees;
+        layout.node_aligned |= aligned;
+        const auto rank_sets = LaneRankSets(request, lanes, layout);
         if (!rank_sets) continue;
         bool several = false;
         for (Chunking chunking : {Chunking::kFirstFit, Chunking::kBalanced}) {

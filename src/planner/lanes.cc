@@ -1,6 +1,7 @@
 #include "planner/lanes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
@@ -17,10 +18,11 @@
 
 namespace fcp::planner {
 
-std::vector<std::vector<std::vector<int>>> LaneGroupings(
-    const PlanRequest& request, double upper_s, bool dual) {
+std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
+                                        double upper_s, bool dual,
+                                        int multiple_of) {
   // Memory never binds a lane as a whole: each sequence needs only its own
-  // d_min, which LaneMicroBatches enforces.
+  // d_min, which LaneRankSets and ChunkLanes enforce.
   PlanRequest relaxed = request;
   const double headroom = request.cost.mem_capacity - request.cost.mem_static;
   relaxed.cost.mem_capacity =
@@ -30,7 +32,7 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   std::iota(members.begin(), members.end(), 0);
   // One lane of everything: every rank on every sequence, in as few
   // micro-batches as memory allows.
-  std::vector<std::vector<std::vector<int>>> out = {{members}};
+  std::vector<LaneGrouping> out = {{{members}, {}}};
   if (!dual) return out;
   // Each sequence keeps its own d_min: a lane narrower than that could not
   // run it (the grouping would then be judged at degrees it never gets).
@@ -41,11 +43,14 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
   const bool nodes_matter =
       request.cluster.ranks_per_node > 1 &&
       request.cluster.num_ranks > request.cluster.ranks_per_node;
-  for (bool aligned : {false, true}) {
-    if (aligned && !nodes_matter) break;
-    if (auto grouping = DualApproxGrouping(relaxed, members, upper_s,
-                                           &request.cost, aligned)) {
-      out.push_back(std::move(*grouping));
+  std::vector<LaneDegrees> rules = {{}};
+  if (nodes_matter) rules.push_back({.node_aligned = true});
+  if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
+  for (const LaneDegrees& rule : rules) {
+    if (auto grouping =
+            DualApproxGrouping(relaxed, members, upper_s, &request.cost,
+                               rule.node_aligned, rule.multiple_of)) {
+      out.push_back({std::move(*grouping), rule});
     }
   }
   return out;
@@ -53,7 +58,7 @@ std::vector<std::vector<std::vector<int>>> LaneGroupings(
 
 std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
-    bool aligned_degrees) {
+    const LaneDegrees& degrees) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   std::vector<AllocGroup> groups(lanes.size());
@@ -66,11 +71,20 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
     }
   }
   const ModelShape* shape = ShapeOf(request);
-  const GroupTimeFn time = aligned_degrees
-                               ? AlignedRingOrAllToAll(cm, cluster, shape)
-                               : BestCaseRingOrAllToAll(cm, cluster, shape);
+  GroupTimeFn time = degrees.node_aligned
+                         ? AlignedRingOrAllToAll(cm, cluster, shape)
+                         : BestCaseRingOrAllToAll(cm, cluster, shape);
+  if (degrees.multiple_of > 1) {
+    // +inf elsewhere: the allocator's monotone envelope grants only these.
+    time = [time = std::move(time), g = degrees.multiple_of](
+               const AllocGroup& group, int d) {
+      return d > 1 && d % g != 0 ? std::numeric_limits<double>::infinity()
+                                 : time(group, d);
+    };
+  }
   const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
-  if (!alloc.feasible) return std::nullopt;
+  // An infinite makespan: some lane has no allowed degree within N ranks.
+  if (!alloc.feasible || !std::isfinite(alloc.makespan_s)) return std::nullopt;
   const std::vector<int> first =
       PlaceGroups(alloc.degrees, cluster, [&](int p, int f, int d) {
         return RingOrAllToAllS(cm, cluster, shape, groups[p].load, f, d);

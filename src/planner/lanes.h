@@ -21,23 +21,36 @@
 
 namespace fcp::planner {
 
+// Which degrees a lane of d > 1 may take (d = 1 always may).
+struct LaneDegrees {
+  bool node_aligned = false;  // AlignedDegree (realize.h)
+  int multiple_of = 1;        // d % multiple_of == 0
+};
+
+// A grouping of every sequence into lanes, and the degrees it was opened at
+// (its lanes are laid out at those; free ones at free and aligned degrees).
+struct LaneGrouping {
+  std::vector<std::vector<int>> lanes;
+  LaneDegrees degrees;
+};
+
 // Groupings of every sequence of `request` into lanes, judged with memory
 // relaxed (a lane spreads its sequences over micro-batches): one lane of
 // everything, and with `dual` the dual approximation (refine.h) searched
-// below `upper_s` (the makespan to beat, s; +inf: unbounded), then the same
-// with lanes opened at node-aligned degrees only (each sequence keeps its own
-// d_min in both). The aligned one, when found, is the third.
-std::vector<std::vector<std::vector<int>>> LaneGroupings(
-    const PlanRequest& request, double upper_s, bool dual);
+// below `upper_s` (the makespan to beat, s; +inf: unbounded) at free
+// degrees, at node-aligned degrees, and at multiples of `multiple_of` when
+// above 1 (each sequence keeps its own d_min in all).
+std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
+                                        double upper_s, bool dual,
+                                        int multiple_of);
 
 // The lanes' rank sets: degrees by the exact fast allocator over the lanes'
-// whole loads (each lane at least the largest d_min of its sequences),
-// contiguous placement (PlaceGroups); with `aligned_degrees` only
-// node-aligned degrees (realize.h). nullopt when the lanes' minimum degrees
-// exceed N.
+// whole loads (each lane at least the largest d_min of its sequences) at
+// `degrees` only, contiguous placement (PlaceGroups). nullopt when the lanes'
+// minimum degrees exceed N, or some lane has no allowed degree within N.
 std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
-    bool aligned_degrees);
+    const LaneDegrees& degrees);
 
 // How ChunkLanes splits a lane into memory-feasible groups.
 enum class Chunking {

@@ -45,6 +45,7 @@ struct DualContext {
   std::vector<std::vector<double>> time_at;
   std::vector<std::vector<double>> min_up_to;
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
+  int multiple_of = 1;   // and at multiples of this only
   BestTimer best_time;
 };
 
@@ -67,10 +68,11 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   }
   const GroupLoad& load = ctx.alone[pos];
   for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
-    const double t =
-        ctx.aligned && d > 1 && !AlignedDegree(ctx.request.cluster, d)
-            ? std::numeric_limits<double>::infinity()
-            : ctx.best_time(load, d);
+    const bool allowed =
+        d == 1 || ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
+                   d % ctx.multiple_of == 0);
+    const double t = allowed ? ctx.best_time(load, d)
+                             : std::numeric_limits<double>::infinity();
     times.push_back(t);
     mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
     if (t <= limit) return d;
@@ -250,11 +252,12 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model, bool aligned_degrees) {
+    const CostModel* d_min_model, bool aligned_degrees, int multiple_of) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{request,         members,           {}, {}, {}, {}, {}, {},
-                  aligned_degrees, BestTimer(request)};
+  DualContext ctx{
+      request,     members,           {}, {}, {}, {}, {}, {}, aligned_degrees,
+      multiple_of, BestTimer(request)};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
   // call (once per micro-batch) made planning O(K · micro-batches) (issue 30).

@@ -20,10 +20,12 @@ namespace fcp::planner {
 // the cost model whose memory sets each sequence's minimum degree (lanes:
 // the real one, while `request` relaxes memory for a lane as a whole). With
 // `aligned_degrees` a group of d > 1 opens at a node-aligned degree only
-// (realize.h: AlignedDegree), which keeps rings inside whole nodes.
+// (realize.h: AlignedDegree), which keeps rings inside whole nodes; and only
+// at a multiple of `multiple_of`.
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model = nullptr, bool aligned_degrees = false);
+    const CostModel* d_min_model = nullptr, bool aligned_degrees = false,
+    int multiple_of = 1);
 
 // Merges the bottleneck group into another, or moves one of its sequences to
 // the groups with the most slack or to a new group, while the fast

@@ -1,0 +1,149 @@
+// Lanes (lanes.h) on fcp's own lane groupings of seeded random batches:
+// ChunkLanes' balanced split against a scan of every group (the same groups
+// as "longest first onto the group with the least work that has memory room,
+// among the 4 lightest"), as many groups as first fit, every group within
+// memory and every sequence in exactly one; LaneRankSets at even degrees
+// gives disjoint rank sets of degree 1 or even, each at least its sequences'
+// d_min.
+#include "planner/lanes.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "fcp/cost_model.h"
+#include "planner/microbatch.h"
+#include "testing/random_batch.h"
+
+namespace fcp::planner {
+namespace {
+
+// Lane p's groups in `mbs` (micro-batch m holds each lane's m-th group; a
+// lane is told by its rank set).
+std::vector<std::vector<std::vector<int>>> GroupsByLane(
+    const std::vector<MicroBatchPlan>& mbs,
+    const std::vector<std::vector<int>>& rank_sets) {
+  std::map<std::vector<int>, size_t> lane_of;
+  for (size_t p = 0; p < rank_sets.size(); ++p) lane_of[rank_sets[p]] = p;
+  std::vector<std::vector<std::vector<int>>> out(rank_sets.size());
+  for (const MicroBatchPlan& mb : mbs)
+    for (const GroupPlan& g : mb.groups)
+      out[lane_of.at(g.ranks)].push_back(g.sequences);
+  return out;
+}
+
+// The scan: `count` groups, longest first onto the lightest (least work, then
+// lowest index) of the 4 lightest groups that holds it; empty when one fits
+// none of them.
+std::vector<std::vector<int>> ScanBalanced(const PlanRequest& req,
+                                           std::vector<int> seqs, size_t count,
+                                           int degree) {
+  std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
+    return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
+  });
+  std::vector<double> work(count, 0.0), tokens(count, 0.0);
+  std::vector<std::vector<int>> groups(count);
+  for (int k : seqs) {
+    std::vector<size_t> by_work(count);
+    std::iota(by_work.begin(), by_work.end(), 0);
+    std::stable_sort(by_work.begin(), by_work.end(),
+                     [&](size_t a, size_t b) { return work[a] < work[b]; });
+    bool placed = false;
+    for (size_t i = 0; i < std::min<size_t>(4, count) && !placed; ++i) {
+      const size_t c = by_work[i];
+      GroupLoad load;
+      load.sum_tokens = tokens[c];
+      load.Add(req.sequences[k]);
+      if (GroupMemBytes(req.cost, load, degree) > req.cost.mem_capacity)
+        continue;
+      tokens[c] += static_cast<double>(req.sequences[k].length_tokens);
+      work[c] += SequenceWorkS(req.cost, req.sequences[k]);
+      groups[c].push_back(k);
+      placed = true;
+    }
+    if (!placed) return {};
+  }
+  return groups;
+}
+
+TEST(ChunkLanesTest, BalancedSplitMatchesTheScan) {
+  int lanes_checked = 0, lanes_balanced = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    const PlanRequest req = testing::RandomRequestMaybeSync(seed, 7919, 48);
+    for (const LaneGrouping& grouping :
+         LaneGroupings(req, std::numeric_limits<double>::infinity(),
+                       /*dual=*/true, /*multiple_of=*/2)) {
+      const auto rank_sets = LaneRankSets(req, grouping.lanes, {});
+      if (!rank_sets) continue;
+      const auto first_fit = GroupsByLane(
+          ChunkLanes(req, grouping.lanes, *rank_sets, Chunking::kFirstFit),
+          *rank_sets);
+      const auto balanced = GroupsByLane(
+          ChunkLanes(req, grouping.lanes, *rank_sets, Chunking::kBalanced),
+          *rank_sets);
+      for (size_t p = 0; p < grouping.lanes.size(); ++p) {
+        const int d = static_cast<int>((*rank_sets)[p].size());
+        ++lanes_checked;
+        ASSERT_EQ(balanced[p].size(), first_fit[p].size()) << "seed " << seed;
+        std::vector<int> members;
+        for (const std::vector<int>& g : balanced[p]) {
+          GroupLoad load;
+          for (int k : g) load.Add(req.sequences[k]);
+          EXPECT_LE(GroupMemBytes(req.cost, load, d), req.cost.mem_capacity)
+              << "seed " << seed;
+          members.insert(members.end(), g.begin(), g.end());
+        }
+        std::vector<int> lane = grouping.lanes[p];
+        std::sort(members.begin(), members.end());
+        std::sort(lane.begin(), lane.end());
+        EXPECT_EQ(members, lane) << "seed " << seed << ", lane " << p;
+        if (first_fit[p].size() < 2) continue;
+        const auto want =
+            ScanBalanced(req, grouping.lanes[p], first_fit[p].size(), d);
+        // No room within the tries: the lane keeps its first-fit groups.
+        EXPECT_EQ(balanced[p], want.empty() ? first_fit[p] : want)
+            << "seed " << seed << ", lane " << p;
+        lanes_balanced += !want.empty();
+      }
+    }
+  }
+  std::printf("%d lanes, %d split balanced\n", lanes_checked, lanes_balanced);
+  EXPECT_GT(lanes_balanced, 20);
+}
+
+TEST(LaneRankSetsTest, EvenDegreesAreEvenDisjointAndHoldTheirSequences) {
+  int even_lanes = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    const PlanRequest req = testing::RandomRequestMaybeSync(seed, 7919, 48);
+    for (const LaneGrouping& grouping :
+         LaneGroupings(req, std::numeric_limits<double>::infinity(),
+                       /*dual=*/true, /*multiple_of=*/2)) {
+      const auto rank_sets =
+          LaneRankSets(req, grouping.lanes, {.multiple_of = 2});
+      if (!rank_sets) continue;
+      std::vector<int> owner(req.cluster.num_ranks, -1);
+      for (size_t p = 0; p < rank_sets->size(); ++p) {
+        const int d = static_cast<int>((*rank_sets)[p].size());
+        EXPECT_TRUE(d == 1 || d % 2 == 0) << "seed " << seed << ": d " << d;
+        even_lanes += d > 1;
+        for (int k : grouping.lanes[p]) {
+          EXPECT_LE(MinDegree(req.cost, GroupLoad::Of(req.sequences[k])), d)
+              << "seed " << seed;
+        }
+        for (int r : (*rank_sets)[p]) {
+          ASSERT_TRUE(r >= 0 && r < req.cluster.num_ranks) << "seed " << seed;
+          EXPECT_EQ(owner[r], -1) << "seed " << seed << ": rank " << r;
+          owner[r] = static_cast<int>(p);
+        }
+      }
+    }
+  }
+  EXPECT_GT(even_lanes, 100);
+}
+
+}  // namespace
+}  // namespace fcp::planner
