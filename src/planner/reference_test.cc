@@ -7,17 +7,25 @@
 // the request's gradient sync, else the list-schedule makespan).
 //
 // Against the static plans the property is exact (they are fcp candidates).
-// Against the heuristics fcp is strictly no worse on most instances and
-// within kRefTolerance on all of them: on 8 of 108 batches it trails by
-// 0.001-0.07 % (7) or 1.3 % (seed 79: the same three lane degrees with other
-// sequences in the two wide lanes), plans that only a reshuffle of several
-// sequences between near-tied lanes reaches. The test can fail: with fcp's
-// lane candidates removed (TryLanes not called) it fails against ref-bisect
-// and ref-grow on seeds 10, 16, 43, ... (up to 4 % behind).
+// Against the heuristics fcp is strictly no worse (1e-9 relative) on 100 of
+// 108 batches. It trails on 8: by 0.003-0.07 % on 7 (a few sequences
+// assigned otherwise among near-tied single ranks or lanes) and by 1.3 % on
+// seed 79 (the same three lane degrees, 17, 12 and 3 ranks, with five
+// sequences placed otherwise between the 17- and the 3-rank lane: a trial
+// lane-level local search, moving or swapping one sequence of the slowest
+// lane at a time, did not reach it even with 5,000 priced trials). So the
+// bound is kRefTolerance on every batch and kNearTolerance on all but
+// kMaxBeyondNear of them. Batches behind by more than 1e-9: 8, 1e-4: 7,
+// 1e-3: 1, 1e-2: 1, 1.4e-2: 0 (printed). The test can fail: with fcp's lane
+// candidates removed (TryLanes not called) it fails against ref-bisect and
+// ref-grow on seeds 10, 16, 43, ... (up to 4 % behind).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -61,8 +69,13 @@ double BestStaticMs(const PlanRequest& req, const std::string& strategy) {
 
 TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
   constexpr double kTol = 1e-9;
-  constexpr double kRefTolerance = 0.015;
-  int batches = 0, strictly_better = 0, behind_ref = 0;
+  constexpr double kRefTolerance = 0.014;
+  constexpr double kNearTolerance = 1e-3;
+  constexpr int kMaxBeyondNear = 1;
+  // Batches where fcp trails some heuristic by more than each tolerance.
+  constexpr double kReported[] = {kTol, 1e-4, kNearTolerance, 1e-2};
+  int behind_by[std::size(kReported)] = {};
+  int batches = 0, strictly_better = 0;
   double worst_ref_gap = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     const PlanRequest req = RandomInstance(seed);
@@ -71,17 +84,22 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
     ++batches;
     const double fcp_ms = StepEstimateMs(req, fcp.micro_batches);
     double best_other = std::numeric_limits<double>::infinity();
+    double best_ref = std::numeric_limits<double>::infinity();
     for (const char* name : {"ref-share", "ref-bisect", "ref-grow"}) {
       const Plan ref = MakePlan(req, {.strategy = name});
       if (ref.status != PlanStatus::kOk) continue;
       const double ref_ms = StepEstimateMs(req, ref.micro_batches);
-      worst_ref_gap = std::max(worst_ref_gap, fcp_ms / ref_ms - 1);
-      behind_ref += fcp_ms > ref_ms * (1 + kTol);
       EXPECT_LE(fcp_ms, ref_ms * (1 + kRefTolerance))
           << "seed " << seed << ": fcp " << fcp_ms << " ms, " << name << " "
           << ref_ms << " ms (" << ref.notes.at("setting") << ")";
-      best_other = std::min(best_other, ref_ms);
+      best_ref = std::min(best_ref, ref_ms);
     }
+    if (std::isfinite(best_ref)) {
+      worst_ref_gap = std::max(worst_ref_gap, fcp_ms / best_ref - 1);
+      for (size_t i = 0; i < std::size(kReported); ++i)
+        behind_by[i] += fcp_ms > best_ref * (1 + kReported[i]);
+    }
+    best_other = std::min(best_other, best_ref);
     for (const char* name : {"megatron", "deepspeed"}) {
       const double static_ms = BestStaticMs(req, name);
       EXPECT_LE(fcp_ms, static_ms * (1 + kTol))
@@ -93,8 +111,14 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
   }
   std::printf(
       "fcp strictly ahead of every reference heuristic and static plan on %d "
-      "of %d batches; behind a heuristic %d times, by at most %.3f %%\n",
-      strictly_better, batches, behind_ref, 100 * worst_ref_gap);
+      "of %d batches; behind the best heuristic by at most %.3f %%; batches "
+      "behind by more than",
+      strictly_better, batches, 100 * worst_ref_gap);
+  for (size_t i = 0; i < std::size(kReported); ++i)
+    std::printf(" %g: %d%s", kReported[i], behind_by[i],
+                i + 1 < std::size(kReported) ? "," : "\n");
+  EXPECT_LE(behind_by[2], kMaxBeyondNear)
+      << "batches behind a heuristic by more than " << kNearTolerance;
   EXPECT_GT(batches, 80);
 }
 
