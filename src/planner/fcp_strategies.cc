@@ -185,7 +185,10 @@ bool LastNodePartial(const Cluster& cluster) {
 }
 
 constexpr int kLocalSearchTrials = 48;
-// LaneGroupings' third dual grouping opens lanes of d > 1 at even degrees.
+// LaneGroupings' third dual grouping opens lanes of d > 1 at even degrees:
+// the free one opens each long sequence at the fewest ranks that meet the
+// target, often odd degrees with no headroom for a second long sequence and
+// no all-to-all (issue 32: Ascend go-src, 64 ranks, gbs 1,024).
 constexpr int kLaneMultipleOf = 2;
 // fcp decides degrees and placement together (realize.h).
 constexpr bool kTopologyAware = true;

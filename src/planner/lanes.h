@@ -56,8 +56,8 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
 enum class Chunking {
   // First fit, longest first: the fewest groups, the last often small.
   kFirstFit,
-  // As many groups as first fit needs, filled by work, heaviest first onto
-  // the lightest group that has memory room (LPT): each group then runs about
+  // As many groups as first fit needs, longest first onto the group with the
+  // least work that has memory room (LPT): each group then runs about
   // the lane's time over their count, so that none is too short to hide the
   // gradient sync's collectives behind (StepMs). Falls back to first fit for
   // a lane where LPT finds no room for some sequence within a few tries.
