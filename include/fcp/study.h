@@ -8,6 +8,7 @@
 // writes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -85,6 +86,11 @@ struct StudyRow {
   double search_s = 0;
   double search_ring_s = 0;
   int search_time_limited = 0;  // searches the time limit ended, both kinds
+  // In fcp's own model (SearchScoreMs on each measured batch's request): the
+  // geometric mean of fcp's plan's score over the search's (fcp-ring's over
+  // search-ring's); >= 1, since fcp's plan is a start (0: not run).
+  double search_model_gain = 0;
+  double search_ring_model_gain = 0;
   double speedup() const {
     return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0;
   }
@@ -106,17 +112,27 @@ struct StudyResult {
   std::string summary;   // a few lines: geometric mean, worst, best, regimes
 };
 
+// What a study search planner saw over its measured batches.
+struct SearchTally {
+  int searches = 0;
+  int time_limited = 0;       // searches the time limit ended
+  double log_model_gain = 0;  // Σ log(score of fcp's start / search's score)
+  double model_gain() const {
+    return searches > 0 ? std::exp(log_model_gain / searches) : 0;
+  }
+};
+
 // The study's local-search planner (ExperimentConfig::extra_planners) for
 // StudyOptions::search_s/search_iterations: on the first `warmup` steps fcp's
 // plan (fcp-ring's when `ring`), so that the measured batches start from the
 // communicators fcp's run holds; then LocalSearch (seed 1 + step) from
 // DefaultSearchStarts, or when `ring` from fcp-ring's plan and those starts
-// with every group turned ring, all_to_all = !ring. Each search that the time
-// limit ended adds 1 to *time_limited (when given; it must outlive the
-// planner).
+// with every group turned ring, all_to_all = !ring. Each search is added to
+// *tally (when given; it must outlive the planner), its gain measured against
+// the start "fcp" ("fcp-ring" when `ring`).
 std::function<Plan(const PlanRequest&, size_t)> StudySearchPlanner(
     const StudyOptions& options, int warmup, bool ring,
-    int* time_limited = nullptr);
+    SearchTally* tally = nullptr);
 
 // Runs every case (progress one line per case) and writes study.md and
 // study.csv into options.out_dir. Throws InputError("out") when the directory

@@ -114,6 +114,8 @@ TEST(Study, SearchColumnsAreNoWorseThanFcpInItsOwnModel) {
     ASSERT_GT(row.search_s, 0);
     ASSERT_GT(row.search_ring_s, 0);
     EXPECT_EQ(row.search_time_limited, 0);
+    EXPECT_GE(row.search_model_gain, 1 - 1e-12);
+    EXPECT_GE(row.search_ring_model_gain, 1 - 1e-12);
     // The row's case rerun by hand (quick: one warm-up, one measured batch),
     // keeping each strategy's last (measured) request and plan.
     ExperimentConfig cfg;
