@@ -86,6 +86,20 @@ void AddStudyOptions(CLI::App& app, StudyFlags& f) {
       "for the "
       "next");
   AddTuneOption(app, f.tune);
+  app.add_option("--search-s", f.opt.search_s,
+                 "the local-search reference (not the fcp planner): time "
+                 "limit in seconds per measured batch and kind; > 0 adds the "
+                 "columns search (all-to-all allowed) and search-ring (ring "
+                 "only), each searched from fcp's plan and the other starts "
+                 "with the request fcp plans, simulated as fcp's plans are; 0 "
+                 "= off")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--search-iterations", f.opt.search_iterations,
+                 "the local search's moves per measured batch and kind (0 = "
+                 "until --search-s; set it for deterministic columns)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000'000}));
 }
 
 // The flags that are not options as such into the study's options.

@@ -94,6 +94,15 @@ struct ExperimentConfig {
   // baseline's setting uses the coefficients above; in hindsight, every
   // candidate's run learns as the kept one does.
   bool learn = false;
+  // Planners outside the strategy registry, by the name their results carry
+  // (`fcp eval study --search-s`'s local-search reference): each is called
+  // instead of MakePlan with the step's request (the run's communicators
+  // included) and the step's index (warm-up first), returns an evaluated plan
+  // and is simulated like any strategy; it has no main setting to tune.
+  // `strategies` may name them; a registered strategy's name may not be used.
+  std::map<std::string,
+           std::function<Plan(const PlanRequest& request, size_t step)>>
+      extra_planners;
   // Progress lines (e.g. to stderr); may be empty.
   std::function<void(const std::string&)> progress;
   // Called with each strategy's first measured global batch: its plan, the

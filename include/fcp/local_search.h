@@ -7,7 +7,8 @@
 // best balanced static plans) and from one group of all N ranks, and improves
 // each by random moves, scored by the same estimate fcp minimises
 // (SearchScoreMs: StepMs with the request's gradient sync, else the plan
-// estimate, the list-schedule makespan of docs/design.md §2). Its plans keep
+// estimate, the list-schedule makespan of docs/design.md §2; new
+// communicators charged when the request gives the held ones). Its plans keep
 // every group on contiguous ranks (idle ranks allowed between groups) and run
 // each group ring or all-to-all, whichever the cost model prices cheaper
 // (all-to-all only on degrees that divide the query heads). The moves: move or
@@ -71,7 +72,11 @@ struct LocalSearchResult {
 };
 
 // The score the search minimises, and fcp ranks its candidates by: StepMs
-// with the request's grad_sync, else plan.est_ms. `plan` must be evaluated.
+// with the request's grad_sync, else plan.est_ms; when the request gives
+// communicators with a creation time, each group on a rank set they do not
+// hold starts that much later (NewCommunicatorDelaysMs, as fcp charges it).
+// group_time_sigma is not modelled (fcp's ExpectedStepMs at sigma 0). `plan`
+// must be evaluated.
 double SearchScoreMs(const PlanRequest& request, const Plan& plan);
 
 // The default starts: fcp, the three reference heuristics (heuristics.h) and

@@ -8,10 +8,13 @@
 // writes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "fcp/scheduler.h"
 
 namespace fcp::sim {
 
@@ -44,6 +47,16 @@ struct StudyOptions {
   bool profiled_coefficients = true;
   // Every strategy learns from the steps it ran (ExperimentConfig::learn).
   bool learn = false;
+  // The local-search reference (include/fcp/local_search.h; not the fcp
+  // planner), off at 0: each measured batch is also planned by LocalSearch
+  // with this time limit (s) in the study's own setting (the same request
+  // fcp plans: coefficients, gradient sync, the run's communicators), once
+  // with all-to-all groups allowed ("search") and once ring-only
+  // ("search-ring"), and simulated as fcp's plans are (StudySearchPlanner).
+  double search_s = 0;
+  // Its max_iterations: moves tried per batch (0 = until search_s). The
+  // columns are deterministic when these, not the time limit, end searches.
+  int64_t search_iterations = 0;
   std::function<void(const std::string&)> progress;  // may be empty
 };
 
@@ -69,6 +82,15 @@ struct StudyRow {
       0;  // best reference heuristic (ref-*, each tuned in hindsight)
   std::string ref_name;  // which one, "ref-share"
   std::string failure;   // why fcp or every static failed, if one did
+  // The local-search reference (StudyOptions::search_s; 0: off or failed).
+  double search_s = 0;
+  double search_ring_s = 0;
+  int search_time_limited = 0;  // searches the time limit ended, both kinds
+  // In fcp's own model (SearchScoreMs on each measured batch's request): the
+  // geometric mean of fcp's plan's score over the search's (fcp-ring's over
+  // search-ring's); >= 1, since fcp's plan is a start (0: not run).
+  double search_model_gain = 0;
+  double search_ring_model_gain = 0;
   double speedup() const {
     return fcp_s > 0 && static_s > 0 ? static_s / fcp_s : 0;
   }
@@ -76,6 +98,12 @@ struct StudyRow {
     return fcp_ring_s > 0 && static_s > 0 ? static_s / fcp_ring_s : 0;
   }
   double vs_ref() const { return fcp_s > 0 && ref_s > 0 ? ref_s / fcp_s : 0; }
+  double search_speedup() const {
+    return search_s > 0 && static_s > 0 ? static_s / search_s : 0;
+  }
+  double search_ring_speedup() const {
+    return search_ring_s > 0 && static_s > 0 ? static_s / search_ring_s : 0;
+  }
 };
 
 struct StudyResult {
@@ -83,6 +111,28 @@ struct StudyResult {
   std::string markdown;  // the report written to out_dir/study.md
   std::string summary;   // a few lines: geometric mean, worst, best, regimes
 };
+
+// What a study search planner saw over its measured batches.
+struct SearchTally {
+  int searches = 0;
+  int time_limited = 0;       // searches the time limit ended
+  double log_model_gain = 0;  // Σ log(score of fcp's start / search's score)
+  double model_gain() const {
+    return searches > 0 ? std::exp(log_model_gain / searches) : 0;
+  }
+};
+
+// The study's local-search planner (ExperimentConfig::extra_planners) for
+// StudyOptions::search_s/search_iterations: on the first `warmup` steps fcp's
+// plan (fcp-ring's when `ring`), so that the measured batches start from the
+// communicators fcp's run holds; then LocalSearch (seed 1 + step) from
+// DefaultSearchStarts, or when `ring` from fcp-ring's plan and those starts
+// with every group turned ring, all_to_all = !ring. Each search is added to
+// *tally (when given; it must outlive the planner), its gain measured against
+// the start "fcp" ("fcp-ring" when `ring`).
+std::function<Plan(const PlanRequest&, size_t)> StudySearchPlanner(
+    const StudyOptions& options, int warmup, bool ring,
+    SearchTally* tally = nullptr);
 
 // Runs every case (progress one line per case) and writes study.md and
 // study.csv into options.out_dir. Throws InputError("out") when the directory

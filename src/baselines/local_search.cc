@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -35,6 +36,29 @@ constexpr int kMaxChain = 64;
 constexpr size_t kSlackGroups = 8;
 // Share of moves followed by a second one before they are scored.
 constexpr double kCompoundShare = 0.25;
+
+// The request's rank sets when it charges the creation of new communicators
+// (as fcp's ranking does), else empty.
+std::optional<std::set<std::vector<int>>> ChargedRankSets(
+    const PlanRequest& r) {
+  if (!r.communicators || r.communicators->create_s <= 0) return std::nullopt;
+  return SortedRankSets(*r.communicators);
+}
+
+// SearchScoreMs of micro-batches whose est_ms are filled; `makespan_ms`:
+// their ListScheduleMs; `held`: ChargedRankSets(r).
+double ScoreMs(const PlanRequest& r, const std::vector<MicroBatchPlan>& view,
+               double makespan_ms,
+               const std::optional<std::set<std::vector<int>>>& held) {
+  const int n = r.cluster.num_ranks;
+  if (held) {
+    GroupTimeNoise exact(0);
+    return ExpectedStepMs(
+        n, view, r.grad_sync ? &*r.grad_sync : nullptr, exact,
+        NewCommunicatorDelaysMs(view, *held, r.communicators->create_s));
+  }
+  return r.grad_sync ? StepMs(n, view, *r.grad_sync) : makespan_ms;
+}
 
 // One CP group: contiguous ranks after `gap` idle ones.
 struct Slot {
@@ -92,6 +116,7 @@ class Searcher {
       : r_(request),
         o_(options),
         n_(request.cluster.num_ranks),
+        held_(ChargedRankSets(request)),
         rng_(options.seed),
         start_(std::chrono::steady_clock::now()) {}
 
@@ -147,6 +172,7 @@ class Searcher {
   const PlanRequest& r_;
   const LocalSearchOptions& o_;
   const int n_;
+  const std::optional<std::set<std::vector<int>>> held_;
   std::mt19937_64 rng_;
   std::chrono::steady_clock::time_point start_;
   State best_;
@@ -201,7 +227,7 @@ bool Searcher::Valid(const MicroBatch& mb) const {
 void Searcher::Evaluate(State& s) const {
   std::vector<std::vector<double>> starts;
   const double makespan = ListScheduleMs(n_, s.view, &starts);
-  s.score = r_.grad_sync ? StepMs(n_, s.view, *r_.grad_sync) : makespan;
+  s.score = ScoreMs(r_, s.view, makespan, held_);
   using Ref = std::pair<int, int>;
   std::vector<double> finish(n_, 0.0);
   std::vector<Ref> owner(n_, {-1, -1});
@@ -778,9 +804,9 @@ bool Searcher::RebuildWindow(State& s) {
 }  // namespace local_search_internal
 
 double SearchScoreMs(const PlanRequest& request, const Plan& plan) {
-  return request.grad_sync ? StepMs(request.cluster.num_ranks,
-                                    plan.micro_batches, *request.grad_sync)
-                           : plan.est_ms;
+  return local_search_internal::ScoreMs(
+      request, plan.micro_batches, plan.est_ms,
+      local_search_internal::ChargedRankSets(request));
 }
 
 std::vector<SearchStart> DefaultSearchStarts(const PlanRequest& request) {

@@ -132,7 +132,9 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg,
   opt.time_limit_s = cfg.time_limit_s;
   opt.seed = cfg.seed + step;
   opt.dealing = cfg.dealing;
-  run.plan = MakePlan(req, opt);
+  const auto extra = cfg.extra_planners.find(strategy);
+  run.plan = extra != cfg.extra_planners.end() ? extra->second(req, step)
+                                               : MakePlan(req, opt);
   run.request = req;
   if (run.plan.status != PlanStatus::kOk) {
     run.infeasible = true;
@@ -210,8 +212,14 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   if (cfg.micro_batch_sequences < 0)
     throw InputError("mbs", "must be >= 1 (0 = fill memory)");
   for (const auto& s : cfg.strategies) {
-    if (!FindStrategy(s))
+    if (!FindStrategy(s) && !cfg.extra_planners.contains(s))
       throw InputError("strategies", UnknownStrategyMessage(s));
+  }
+  for (const auto& [name, planner] : cfg.extra_planners) {
+    if (FindStrategy(name) || !planner)
+      throw InputError("strategies",
+                       "extra planner '" + name +
+                           "': a registered strategy's name or no function");
   }
   if (cfg.lengths.empty() && !FindDataset(cfg.dataset))
     SampleBatch(cfg.dataset, 0, 0);  // throws InputError("dataset", ...)
@@ -393,8 +401,8 @@ WarmupPick PickOnWarmup(const Setup& setup, const ExperimentConfig& cfg,
 StrategyResult RunTunedStrategy(const Setup& setup, const ExperimentConfig& cfg,
                                 const std::string& strategy,
                                 double lower_bound_s) {
-  const Strategy* impl = FindStrategy(strategy);
-  const Setting setting = impl->setting();
+  const Strategy* impl = FindStrategy(strategy);  // null: an extra planner
+  const Setting setting = impl ? impl->setting() : Setting::kNone;
   if (setting == Setting::kNone)
     return RunFixedSetting(setup, cfg, strategy, setting, 0, lower_bound_s,
                            true);

@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fcp/experiment.h"
 #include "fcp/profiler.h"
+#include "fcp/scheduler.h"
 #include "fcp/types.h"
 
 namespace fcp::sim {
@@ -68,6 +72,88 @@ TEST(Study, ProfiledCoefficientsAreThoseFcpProfileFits) {
                    FcpSeconds(preset.rows[changed], std::nullopt));
 }
 
+// What fcp ranks its candidates by, from the planner's public formulas (not
+// the search's own score): the step estimate with the gradient sync, each
+// group on a rank set without a communicator starting its creation later.
+double FcpRankingMs(const PlanRequest& request, const Plan& plan) {
+  GroupTimeNoise exact(0);
+  return ExpectedStepMs(
+      request.cluster.num_ranks, plan.micro_batches, &*request.grad_sync, exact,
+      NewCommunicatorDelaysMs(plan.micro_batches, *request.communicators));
+}
+
+bool AnyAllToAll(const Plan& plan) {
+  for (const MicroBatchPlan& mb : plan.micro_batches)
+    for (const GroupPlan& g : mb.groups)
+      if (g.comm == CommKind::kAllToAll) return true;
+  return false;
+}
+
+// The study's search columns on a tiny grid: each is the simulation of plans
+// that, on every measured batch's own request (coefficients, gradient sync,
+// the run's communicators), fcp's ranking puts no later than fcp's plan for
+// that request (fcp-ring's for search-ring, which has no all-to-all group).
+TEST(Study, SearchColumnsAreNoWorseThanFcpInItsOwnModel) {
+  StudyOptions o;
+  o.quick = true;
+  o.profiled_coefficients = false;
+  o.clusters = {"h100-8x8"};
+  o.global_batches = {64};
+  o.ranks = {8};
+  o.search_s = 60;
+  o.search_iterations = 400;
+  o.out_dir = ::testing::TempDir() + "/study_search";
+  const StudyResult study = RunStudy(o);
+  ASSERT_FALSE(study.rows.empty());
+  EXPECT_NE(study.markdown.find("| search / static | search-ring / static |"),
+            std::string::npos);
+  EXPECT_NE(study.summary.find("search-ring / static: geometric mean"),
+            std::string::npos);
+  for (const StudyRow& row : study.rows) {
+    SCOPED_TRACE(row.dataset + " N=" + std::to_string(row.ranks));
+    ASSERT_GT(row.search_s, 0);
+    ASSERT_GT(row.search_ring_s, 0);
+    EXPECT_EQ(row.search_time_limited, 0);
+    EXPECT_GE(row.search_model_gain, 1 - 1e-12);
+    EXPECT_GE(row.search_ring_model_gain, 1 - 1e-12);
+    // The row's case rerun by hand (quick: one warm-up, one measured batch),
+    // keeping each strategy's last (measured) request and plan.
+    ExperimentConfig cfg;
+    cfg.cluster = row.cluster;
+    cfg.model = row.model;
+    cfg.ranks = row.ranks;
+    cfg.global_batch = row.global_batch;
+    cfg.dataset = row.dataset;
+    cfg.steps = 1;
+    cfg.warmup = 1;
+    cfg.strategies = {"search", "search-ring"};
+    cfg.extra_planners = {{"search", StudySearchPlanner(o, 1, false)},
+                          {"search-ring", StudySearchPlanner(o, 1, true)}};
+    std::map<std::string, std::pair<PlanRequest, Plan>> last;
+    cfg.on_plan = [&](const std::string& s, const PlanRequest& r,
+                      const Plan& p) {
+      last[s] = {r, p};
+    };
+    std::map<std::string, double> simulated;
+    for (const StrategyResult& r : RunExperiment(cfg).results)
+      simulated[r.strategy] = r.iter_s;
+    EXPECT_DOUBLE_EQ(simulated["search"], row.search_s);
+    EXPECT_DOUBLE_EQ(simulated["search-ring"], row.search_ring_s);
+    for (const auto& [name, fcp] :
+         {std::pair{"search", "fcp"}, std::pair{"search-ring", "fcp-ring"}}) {
+      const auto& [request, plan] = last.at(name);
+      ASSERT_TRUE(request.grad_sync && request.communicators);
+      PlanOptions options;
+      options.strategy = fcp;
+      const Plan planned = MakePlan(request, options);
+      EXPECT_LE(FcpRankingMs(request, plan),
+                FcpRankingMs(request, planned) * (1 + 1e-12))
+          << name;
+      if (std::string(name) == "search-ring") EXPECT_FALSE(AnyAllToAll(plan));
+    }
+  }
+}
+
 TEST(Study, BadCountsNameTheField) {
   StudyOptions o;
   o.out_dir = ::testing::TempDir() + "/study_bad";
@@ -77,6 +163,14 @@ TEST(Study, BadCountsNameTheField) {
     FAIL() << "steps = 0 accepted";
   } catch (const InputError& e) {
     EXPECT_EQ(e.field(), "steps");
+  }
+  o.steps = 1;
+  o.search_s = -1;
+  try {
+    RunStudy(o);
+    FAIL() << "search_s = -1 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "search_s");
   }
 }
 
