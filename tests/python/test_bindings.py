@@ -693,6 +693,7 @@ def test_cost_model_fields_come_from_the_cpp_table():
         "gamma_intra",
         "gamma_inter",
         "gamma_serial",
+        "alpha3_home",
         "ring_tail_steps",
     }
     fitted = [c["name"] for c in table if c["fitted"]]
