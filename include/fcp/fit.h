@@ -8,15 +8,17 @@
 //   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h,
 //   gamma_serial)
 // Communication samples (d > 1) fit
-//   Tcm = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge,
+//   Tcm + X = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge
+//             + alpha3_home·x_home,
 //   x_comm = Σs·(d-1)/d / v, x_gi = d-1 on one node (else 0),
-//   x_ge = d-1 across nodes (else 0)                             (Eq. 9 + v2
-//   gamma)
+//   x_ge = d-1 across nodes (else 0), x_home = Σs/d / v (rings only: the
+//   transfer after the last attention step)        (Eq. 9 + v2 gamma, X)
 // Both by weighted least squares minimising RELATIVE residuals (weights 1/y),
 // with coefficients constrained >= 0 (exact active-set search over the few
 // unknowns). A sample may carry only a total time T (no split); such samples
-// refine all nine coefficients on the full formula
-// T = Tcp + Tcm - min(A·(d - ring_tail_steps)/d, Tcm), ring_tail_steps fixed by
+// refine every timing coefficient on the full formula
+// T = Tcp + Tcm + X - min(A·(d - ring_tail_steps)/d, Tcm), ring_tail_steps
+// fixed by
 // FitOptions (see FitOptions::refine_on_total). Predictions call
 // GroupTimePartsS (the one implementation of the formula). With
 // FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
