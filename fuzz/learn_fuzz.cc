@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                   : 0.01 + 2 * fdp.ConsumeProbability<double>();
   options.measurement_sigma = 0.001 + fdp.ConsumeProbability<double>();
   fcp::CoefficientLearner learner(base.cost, options);
-  const std::array<double*, 9> start = fcp::TimingCoefficientFields(base.cost);
+  const auto start = fcp::TimingCoefficientFields(base.cost);
 
   const int steps = fdp.ConsumeIntegralInRange<int>(1, 4);
   for (int step = 0; step < steps; ++step) {
@@ -113,8 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     fcp::CostModel learnt = learner.cost();
-    const std::array<double*, 9> now = fcp::TimingCoefficientFields(learnt);
-    for (int c = 0; c < 9; ++c) {
+    const auto now = fcp::TimingCoefficientFields(learnt);
+    for (size_t c = 0; c < now.size(); ++c) {
       if (!std::isfinite(*now[c]))
         Fail("coefficient not finite", fcp::kTimingCoefficients[c]);
       if ((*now[c] > 0) != (*start[c] > 0) || (*now[c] < 0) != (*start[c] < 0))

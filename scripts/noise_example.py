@@ -36,6 +36,7 @@ TIMING = (
     "gamma_intra",
     "gamma_inter",
     "gamma_serial",
+    "alpha3_home",
 )
 
 

@@ -55,6 +55,10 @@ inline constexpr CostCoefficient kCostCoefficients[] = {
     {"gamma_serial", &CostModel::gamma_serial, "s",
      "per ring step, on the critical path (kernel launches)", true, true,
      false},
+    {"alpha3_home", &CostModel::alpha3_home, "bytes/token",
+     "ring traffic per token of a rank's share after the last attention step "
+     "(dKV home), never hidden",
+     true, true, false},
     {"ring_tail_steps", &CostModel::ring_tail_steps, "steps",
      "steps of a ring whose attention hides no transfer, in [0, 1]", true,
      false, false},

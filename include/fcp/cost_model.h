@@ -48,9 +48,10 @@ void CheckCostModel(const CostModel& cm);
 enum class Link { kIntraNode, kInterNode };
 
 // The parts of T(G, d) (s), docs/design.md §2: attention A, compute Tcp = A +
-// Lin + beta1 + (d - 1)·gamma_serial, communication Tcm (0 for d = 1), total T
-// = Tcp + Tcm - min(A·(d - e)/d, Tcm) with e = ring_tail_steps. This is the one
-// place the formula lives; everything else calls it.
+// Lin + beta1 + (d - 1)·gamma_serial, communication Tcm + X (0 for d = 1) with
+// X = alpha3_home·Σs/d/v the transfer after the last attention step, total
+// T = Tcp + Tcm + X - min(A·(d - e)/d, Tcm) with e = ring_tail_steps. This is
+// the one place the formula lives; everything else calls it.
 struct GroupTimeParts {
   double attn_s = 0;
   double compute_s = 0;
@@ -171,13 +172,17 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm,
   // A ring step's kernel launches are on the critical path (not hidden).
   p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1 +
                 (d - 1) * cm.gamma_serial;
+  // The backward's last transfer (each rank's dKV share going home) starts
+  // after its last attention step: nothing hides it.
+  const double home_s =
+      degree == 1 ? 0.0 : cm.alpha3_home * load.sum_tokens / d / bw;
   p.comm_s = degree == 1 ? 0.0
                          : cm.alpha3 * load.sum_tokens * (d - 1) / d / bw +
-                               cm.beta2 + (d - 1) * gamma;
+                               cm.beta2 + (d - 1) * gamma + home_s;
   // d - 1 transfers overlap d - 1 of the d attention steps; the last
   // ring_tail_steps of them have nothing left to receive.
   const double hideable_s = p.attn_s * (d - cm.ring_tail_steps) / d;
-  p.total_s = p.compute_s + p.comm_s - std::min(hideable_s, p.comm_s);
+  p.total_s = p.compute_s + p.comm_s - std::min(hideable_s, p.comm_s - home_s);
   return p;
 }
 

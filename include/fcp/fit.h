@@ -8,15 +8,17 @@
 //   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h,
 //   gamma_serial)
 // Communication samples (d > 1) fit
-//   Tcm = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge,
+//   Tcm + X = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge
+//             + alpha3_home·x_home,
 //   x_comm = Σs·(d-1)/d / v, x_gi = d-1 on one node (else 0),
-//   x_ge = d-1 across nodes (else 0)                             (Eq. 9 + v2
-//   gamma)
+//   x_ge = d-1 across nodes (else 0), x_home = Σs/d / v (rings only: the
+//   transfer after the last attention step)        (Eq. 9 + v2 gamma, X)
 // Both by weighted least squares minimising RELATIVE residuals (weights 1/y),
 // with coefficients constrained >= 0 (exact active-set search over the few
 // unknowns). A sample may carry only a total time T (no split); such samples
-// refine all nine coefficients on the full formula
-// T = Tcp + Tcm - min(A·(d - ring_tail_steps)/d, Tcm), ring_tail_steps fixed by
+// refine every timing coefficient on the full formula
+// T = Tcp + Tcm + X - min(A·(d - ring_tail_steps)/d, Tcm), ring_tail_steps
+// fixed by
 // FitOptions (see FitOptions::refine_on_total). Predictions call
 // GroupTimePartsS (the one implementation of the formula). With
 // FitOptions::paper_terms_only the v2 columns are left out (the paper's model).
@@ -85,7 +87,7 @@ struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
   // Cost model v2 (docs/design.md §2); 0 with paper_terms_only.
   FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter,
-      gamma_serial;
+      gamma_serial, alpha3_home;
   double ring_tail_steps =
       0;  // FitOptions::ring_tail_steps the fit assumed (0 for paper terms)
   int compute_samples = 0;
@@ -94,7 +96,7 @@ struct FitResult {
   double rms_rel_residual =
       0;  // over total_s (else compute_s vs Tcp) of the fit samples
   bool refined = false;
-  // Copies the nine fitted values and ring_tail_steps into `base` (bandwidths
+  // Copies the fitted values and ring_tail_steps into `base` (bandwidths
   // and memory fields kept).
   CostModel Apply(const CostModel& base) const;
 };
@@ -130,18 +132,19 @@ HeldoutReport EvaluateRelativeError(
     const CostModel& cm, std::span<const FitSample> samples,
     const std::optional<ModelShape>& model = std::nullopt);
 
-// The nine timing coefficients of the cost model (names as in the cost_model
+// The timing coefficients of the cost model (names as in the cost_model
 // JSON; the `fitted` entries of kCostCoefficients, in its order); memory and
 // bandwidths are not among them.
-static_assert(kNumFittedCoefficients == 9);
-inline constexpr std::array<const char*, 9> kTimingCoefficients = [] {
-  std::array<const char*, 9> names{};
-  for (size_t i = 0; i < names.size(); ++i)
-    names[i] = FittedCoefficients()[i]->name.data();
-  return names;
-}();
+inline constexpr std::array<const char*, kNumFittedCoefficients>
+    kTimingCoefficients = [] {
+      std::array<const char*, kNumFittedCoefficients> names{};
+      for (size_t i = 0; i < names.size(); ++i)
+        names[i] = FittedCoefficients()[i]->name.data();
+      return names;
+    }();
 // Pointers to those fields of `cm`, in kTimingCoefficients' order.
-std::array<double*, 9> TimingCoefficientFields(CostModel& cm);
+std::array<double*, kNumFittedCoefficients> TimingCoefficientFields(
+    CostModel& cm);
 
 // Learning from measured steps (docs/planner/learning.md). The coefficients the
 // planner starts with are a prior; group times measured while training refine
@@ -165,11 +168,12 @@ struct RecalibrationOptions {
 };
 
 struct Recalibration {
-  CostModel cost_model;  // `prior` with the nine timing coefficients rescaled
-  std::array<double, 9> scale{};  // c_k / prior c_k, kTimingCoefficients' order
-  int samples = 0;                // measured groups used
-  double rms_rel_before = 0;      // RMS of ln(T̂/T) under the prior
-  double rms_rel_after = 0;       // ... under cost_model
+  CostModel cost_model;  // `prior` with the timing coefficients rescaled
+  std::array<double, kNumFittedCoefficients>
+      scale{};                // c_k / prior c_k, kTimingCoefficients' order
+  int samples = 0;            // measured groups used
+  double rms_rel_before = 0;  // RMS of ln(T̂/T) under the prior
+  double rms_rel_after = 0;   // ... under cost_model
 };
 
 // RMS over `samples` of ln(predicted / measured total_s) under `cm` (0 for no

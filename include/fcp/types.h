@@ -51,6 +51,9 @@ struct CostModel {
   double gamma_inter = 0;  // s: latency of one ring step, group spans nodes
   double gamma_serial =
       0;  // s: per ring step, on the critical path (kernel launches)
+  // bytes/token: ring traffic per token of a rank's share sent after the last
+  // attention step (the backward's dKV hop home), so never hidden.
+  double alpha3_home = 0;
   double ring_tail_steps =
       0;  // steps of a ring whose attention hides no transfer, in [0, 1]
 };

@@ -126,6 +126,17 @@ TEST(CostModelTest, V2TermsMatchHandComputation) {
   ExpectRel(GroupTimeS(cm, g, 4, Link::kIntraNode),
             0.01985 + 0.0248 - 0.006125);
   cm.ring_tail_steps = 1;
+  // The last hop, after the last attention step, is never hidden: 2e5 · 3000 /
+  // 4 / 100e9 = 0.0015 more, even where A would hide all of Tcm.
+  CostModel home = cm;
+  home.alpha3_home = 2e5;
+  ExpectRel(GroupTimeS(home, g, 4, Link::kIntraNode),
+            0.01985 + 0.0248 - 0.00525 + 0.0015);
+  home.alpha3 = 0;
+  home.beta2 = home.gamma_intra = 0;  // Tcm = 0: only the last hop is left
+  ExpectRel(GroupTimeS(home, g, 4, Link::kIntraNode), 0.01985 + 0.0015);
+  EXPECT_EQ(GroupTimeS(home, g, 1, Link::kIntraNode),
+            GroupTimeS(cm, g, 1, Link::kIntraNode));
   // d = 1: no communication, and the overhead does not shrink.
   ExpectRel(GroupTimeS(cm, g, 1, Link::kInterNode),
             2e-9 * (6e6 + 500 * 4000) + 3e-6 * 3000 + 0.01);

@@ -14,7 +14,8 @@ bool Has(double x) { return std::isfinite(x); }
 
 // The regressors of the linear parametrisation, in this column order:
 // alpha1, alpha1·h, alpha2, beta1, gamma_serial (compute) and alpha3, beta2,
-// gamma_intra, gamma_inter (communication).
+// gamma_intra, gamma_inter (communication); alpha3_home (communication, never
+// hidden) last.
 enum Col {
   kAttn,
   kOverhead,
@@ -25,6 +26,7 @@ enum Col {
   kBeta2,
   kGammaIntra,
   kGammaInter,
+  kHome,
   kNumCols
 };
 
@@ -34,6 +36,12 @@ double XLin(const FitSample& s) { return s.load.sum_tokens / s.degree; }
 double XComm(const FitSample& s) {
   return s.degree > 1
              ? s.load.sum_tokens * (s.degree - 1) / s.degree / s.bw_bytes_per_s
+             : 0.0;
+}
+// A ring's transfer after its last attention step (Σs/d/v); Ulysses has none.
+double XHome(const FitSample& s) {
+  return s.degree > 1 && s.comm != CommKind::kAllToAll
+             ? s.load.sum_tokens / s.degree / s.bw_bytes_per_s
              : 0.0;
 }
 double XGamma(const FitSample& s, Link link) {
@@ -76,7 +84,7 @@ struct LsqResult {
 };
 
 // min ||W (X c - y)|| subject to c >= 0, W = diag(1/y). Exact: tries every
-// subset of free coefficients (p <= 9) and keeps the best feasible one.
+// subset of free coefficients (p <= 10) and keeps the best feasible one.
 LsqResult RelativeNnls(const Eigen::MatrixXd& x, const Eigen::VectorXd& y) {
   const int n = static_cast<int>(x.rows()), p = static_cast<int>(x.cols());
   Eigen::MatrixXd xw = x;
@@ -164,6 +172,7 @@ CostModel FitResult::Apply(const CostModel& base) const {
   cm.gamma_intra = gamma_intra.value;
   cm.gamma_inter = gamma_inter.value;
   cm.gamma_serial = gamma_serial.value;
+  cm.alpha3_home = alpha3_home.value;
   cm.ring_tail_steps = ring_tail_steps;
   return cm;
 }
@@ -191,9 +200,9 @@ void StoreColumns(const LsqResult& r, const std::vector<int>& cols,
                   FitResult& out) {
   double values[kNumCols], errors[kNumCols];
   FittedCoefficient* fields[kNumCols] = {
-      &out.alpha1, nullptr,           &out.alpha2,
-      &out.beta1,  &out.gamma_serial, &out.alpha3,
-      &out.beta2,  &out.gamma_intra,  &out.gamma_inter};
+      &out.alpha1,       nullptr,         &out.alpha2, &out.beta1,
+      &out.gamma_serial, &out.alpha3,     &out.beta2,  &out.gamma_intra,
+      &out.gamma_inter,  &out.alpha3_home};
   bool has_overhead = false;
   for (size_t j = 0; j < cols.size(); ++j) {
     values[cols[j]] = r.coef(j);
@@ -268,13 +277,16 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   std::vector<int> compute_cols = {kAttn, kLin, kBeta1};
   if (v2) compute_cols.insert(compute_cols.end(), {kOverhead, kGammaSerial});
   std::vector<int> comm_cols = {kComm, kBeta2};
-  if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter});
+  if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter, kHome});
   auto compute_row = [&](const FitSample& s, double* x) {
     x[kAttn] = XAttn(s);
     x[kOverhead] = XOverhead(s);
     x[kLin] = XLin(s);
     x[kBeta1] = 1.0;
     x[kGammaSerial] = XRingSteps(s);
+    // Never hidden, so a total always carries it (the compute fit has no
+    // such column: it is 0 there).
+    x[kHome] = XHome(s);
     if (s.comm == CommKind::kAllToAll) {  // whole sequences, heads / d
       const double pad = AllToAllFactorsFor(*options.model, s.degree).pad;
       x[kAttn] *= pad;
@@ -284,6 +296,7 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   };
   auto comm_row = [&](const FitSample& s, double* x) {
     x[kComm] = XComm(s);
+    x[kHome] = XHome(s);
     x[kBeta2] = 1.0;
     x[kGammaIntra] = XGamma(s, Link::kIntraNode);
     x[kGammaInter] = XGamma(s, Link::kInterNode);
@@ -401,8 +414,9 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
   return out;
 }
 
-std::array<double*, 9> TimingCoefficientFields(CostModel& cm) {
-  std::array<double*, 9> fields{};
+std::array<double*, kNumFittedCoefficients> TimingCoefficientFields(
+    CostModel& cm) {
+  std::array<double*, kNumFittedCoefficients> fields{};
   for (size_t i = 0; i < fields.size(); ++i)
     fields[i] = &(cm.*(FittedCoefficients()[i]->member));
   return fields;
@@ -452,7 +466,7 @@ Recalibration RecalibrateCostModel(const CostModel& prior,
       throw InputError(field, "total_s must be > 0");
   }
   CheckAllToAllHasModel(measured, options.model);
-  constexpr int kParams = 9;
+  constexpr int kParams = static_cast<int>(kNumFittedCoefficients);
   const int n = static_cast<int>(measured.size());
   CostModel prior_copy = prior;
   const std::array<double*, kParams> prior_fields =

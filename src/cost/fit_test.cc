@@ -155,6 +155,7 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   t.gamma_intra = 2e-4;
   t.gamma_inter = 6e-4;
   t.gamma_serial = 3e-4;
+  t.alpha3_home = 4e4;
   std::vector<FitSample> samples;
   for (int64_t len : {512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {
     for (int d : {1, 2, 3, 4, 6, 8, 12}) {
@@ -177,7 +178,8 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
         if (d > 1) {
           s.comm_s =
               t.alpha3 * s.load.sum_tokens * (dd - 1) / dd / s.bw_bytes_per_s +
-              t.beta2 + (dd - 1) * (d <= 4 ? t.gamma_intra : t.gamma_inter);
+              t.beta2 + (dd - 1) * (d <= 4 ? t.gamma_intra : t.gamma_inter) +
+              t.alpha3_home * s.load.sum_tokens / dd / s.bw_bytes_per_s;
         }
         samples.push_back(s);
       }
@@ -193,6 +195,7 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   EXPECT_NEAR(r.gamma_intra.value, t.gamma_intra, 1e-7 * t.gamma_intra);
   EXPECT_NEAR(r.gamma_inter.value, t.gamma_inter, 1e-7 * t.gamma_inter);
   EXPECT_NEAR(r.gamma_serial.value, t.gamma_serial, 1e-7 * t.gamma_serial);
+  EXPECT_NEAR(r.alpha3_home.value, t.alpha3_home, 1e-7 * t.alpha3_home);
   // The paper-only fit leaves the v2 terms at 0.
   FitOptions paper;
   paper.paper_terms_only = true;
@@ -201,6 +204,7 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   EXPECT_EQ(p.gamma_intra.value, 0);
   EXPECT_EQ(p.gamma_inter.value, 0);
   EXPECT_EQ(p.gamma_serial.value, 0);
+  EXPECT_EQ(p.alpha3_home.value, 0);
   EXPECT_EQ(r.ring_tail_steps, 1);
   EXPECT_EQ(p.ring_tail_steps, 0);
 }
@@ -230,9 +234,10 @@ TEST(FitTest, RejectsBadSamples) {
 // RecalibrateCostModel (learning from measured steps).
 
 // Every timing coefficient of `cm` times the matching factor.
-CostModel Scaled(CostModel cm, const std::array<double, 9>& factors) {
-  const std::array<double*, 9> fields = TimingCoefficientFields(cm);
-  for (int k = 0; k < 9; ++k) *fields[k] *= factors[k];
+CostModel Scaled(CostModel cm,
+                 const std::array<double, kNumFittedCoefficients>& factors) {
+  const auto fields = TimingCoefficientFields(cm);
+  for (size_t k = 0; k < fields.size(); ++k) *fields[k] *= factors[k];
   return cm;
 }
 
@@ -243,8 +248,8 @@ TEST(RecalibrationTest, LearnsTheTruthFromExactTimes) {
   truth.attn_overhead_tokens = 300;
   truth.gamma_intra = 2e-5;
   truth.gamma_serial = 1e-5;
-  const std::array<double, 9> off = {1.2, 0.8, 1.25, 0.85, 1.15,
-                                     0.8, 1.2, 1.0,  0.75};
+  const std::array<double, kNumFittedCoefficients> off = {
+      1.2, 0.8, 1.25, 0.85, 1.15, 0.8, 1.2, 1.0, 0.75, 1.1};
   const CostModel prior = Scaled(truth, off);
   const auto samples = Grid(truth, 0.0, 1, /*split_times=*/false);
   const Recalibration r = RecalibrateCostModel(
@@ -292,7 +297,8 @@ TEST(RecalibrationTest, MatchesTheClosedFormMapForOneCoefficient) {
 // give the prior back.
 TEST(RecalibrationTest, UnidentifiedCoefficientsKeepThePrior) {
   const CostModel truth = Truth();
-  const CostModel prior = Scaled(truth, {1.2, 0.8, 1.1, 1.3, 0.7, 1, 1, 1, 1});
+  const CostModel prior =
+      Scaled(truth, {1.2, 0.8, 1.1, 1.3, 0.7, 1, 1, 1, 1, 1});
   std::vector<FitSample> single_rank;
   for (const FitSample& s : Grid(truth, 0.01, 3, false))
     if (s.degree == 1) single_rank.push_back(s);

@@ -317,7 +317,8 @@ void Trainer::LearnFrom(int step, const Plan& plan,
   std::copy(micro_batch_s.begin(), micro_batch_s.end(),
             all.begin() + static_cast<std::ptrdiff_t>(world_.rank() * num_mb));
   world_.AllReduceSum(all.data(), all.size());
-  double shared[2 + 9] = {};  // error, groups, then the nine coefficients
+  double shared[2 + kNumFittedCoefficients] = {};  // error, groups, then the
+                                                   // timing coefficients
   if (world_.rank() == 0) {
     std::vector<double> group_s;
     for (size_t j = 0; j < num_mb; ++j) {
@@ -338,14 +339,14 @@ void Trainer::LearnFrom(int step, const Plan& plan,
         std::span(learner_->measured()).subspan(before);
     shared[0] = RmsLogError(planned_with, step_groups);
     shared[1] = static_cast<double>(learner_->measured().size());
-    const std::array<double*, 9> fields = TimingCoefficientFields(learnt);
-    for (int k = 0; k < 9; ++k) shared[2 + k] = *fields[k];
+    const auto fields = TimingCoefficientFields(learnt);
+    for (size_t k = 0; k < fields.size(); ++k) shared[2 + k] = *fields[k];
   }
   world_.Broadcast(shared, sizeof shared, 0);
   rep.group_error_rms = shared[0];
   rep.learnt_groups = static_cast<int>(shared[1]);
-  const std::array<double*, 9> fields = TimingCoefficientFields(cost_);
-  for (int k = 0; k < 9; ++k) *fields[k] = shared[2 + k];
+  const auto fields = TimingCoefficientFields(cost_);
+  for (size_t k = 0; k < fields.size(); ++k) *fields[k] = shared[2 + k];
 }
 
 // Long because: plan and broadcast, compute, and the all-reduce are collectives

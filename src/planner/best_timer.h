@@ -58,7 +58,8 @@ class BestTimer {
     const double attn =
         f.attn_sq * add.sum_attn + f.attn_lin * add.sum_attn_tokens;
     const double ring =
-        lin + std::min(attn, attn * f.tail + f.ring_comm * add.sum_tokens);
+        lin + f.ring_home * add.sum_tokens +
+        std::min(attn, attn * f.tail + f.ring_comm * add.sum_tokens);
     if (!f.a2a) return ring;
     return std::min(ring, f.attn_sq * (add.sum_attn + cm_.attn_overhead_tokens *
                                                           add.sum_attn_tokens) +
@@ -99,6 +100,7 @@ class BestTimer {
     double attn_lin = 0;   // alpha1 · h
     double tail = 0;       // e / d
     double ring_comm = 0;  // alpha3 (d - 1) / d / (the faster link)
+    double ring_home = 0;  // alpha3_home / d / (the faster link): never hidden
     bool a2a = false;
     // alpha2 / d + the all-to-all's traffic with no head padding and K/V
     // heads held 1/d each (AllToAllGroupTimeS: both only add), at the best
@@ -116,6 +118,7 @@ class BestTimer {
                           ? std::max(cm_.bw_intra_node, cm_.bw_inter_node)
                           : cm_.bw_inter_node;
     f.ring_comm = degree == 1 ? 0.0 : cm_.alpha3 * (d - 1) / d / bw;
+    f.ring_home = degree == 1 ? 0.0 : cm_.alpha3_home / d / bw;
     if (shape_ && degree > 1 && !Info(degree).a2a_bw.empty()) {
       const std::vector<double>& bws = Info(degree).a2a_bw;
       const double rho =

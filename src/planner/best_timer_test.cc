@@ -41,6 +41,7 @@ PlanRequest RandomTimerRequest(std::mt19937_64& rng) {
     cm.gamma_intra = 1e-3 * unit(rng);
     cm.gamma_inter = 3e-3 * unit(rng);
     cm.gamma_serial = 2e-3 * unit(rng);
+    cm.alpha3_home = 0.5 * cm.alpha3 * unit(rng);
     cm.ring_tail_steps = unit(rng) < 0.3 ? 1.0 : unit(rng);
   }
   // Sometimes the inter-node link is the faster one.

@@ -123,8 +123,9 @@ void ValidateRequest(const PlanRequest& request) {
   // token counts leave the normal range (subnormal numbers keep a few bits)
   // makes estimates and the lower bound disagree by more than rounding
   // (found by planner_fuzz: alpha2 = 5e-324).
-  for (const double c : {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2,
-                         cm.gamma_intra, cm.gamma_inter, cm.gamma_serial}) {
+  for (const double c :
+       {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2, cm.gamma_intra,
+        cm.gamma_inter, cm.gamma_serial, cm.alpha3_home}) {
     if (c > 0 && c < 1e-280) {
       throw InputError(
           "cost_model",

@@ -391,6 +391,7 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
   j["coefficients"]["gamma_intra"] = coef(r.fit.gamma_intra);
   j["coefficients"]["gamma_inter"] = coef(r.fit.gamma_inter);
   j["coefficients"]["gamma_serial"] = coef(r.fit.gamma_serial);
+  j["coefficients"]["alpha3_home"] = coef(r.fit.alpha3_home);
   j["heldout_error"]["mean"] = r.heldout.overall.mean;
   j["heldout_error"]["max"] = r.heldout.overall.max;
   j["heldout_error"]["points"] = r.heldout.overall.count;
@@ -435,6 +436,8 @@ std::string ProfileReportToTable(const ProfileReport& r) {
   row("gamma_e", r.fit.gamma_inter, "s per ring step, across nodes");
   row("gamma_s", r.fit.gamma_serial,
       "s per ring step, not hidden (gamma_serial)");
+  row("alpha3_h", r.fit.alpha3_home,
+      "bytes/token of a rank's share, never hidden (alpha3_home)");
   out << fmt::format("{:<8} {:>14.6g} {:>30}  {}\n", "tail",
                      r.fit.ring_tail_steps, "(not fitted)",
                      "ring steps (ring_tail_steps)");

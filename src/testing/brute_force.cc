@@ -23,7 +23,7 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
   const double a = cm.alpha1 * (sum_attn / d + sum_overhead);
   const double lin = cm.alpha2 * sum_s / d;
   double tcp = a + lin + cm.beta1;
-  double tcm = 0;
+  double tcm = 0, home = 0;
   if (degree > 1) {
     const bool one_node = first / cluster.ranks_per_node ==
                           (first + degree - 1) / cluster.ranks_per_node;
@@ -32,9 +32,10 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
     tcp += (d - 1) * cm.gamma_serial;  // launches: not hidden
     tcm =
         cm.alpha3 * sum_s * (d - 1) / d / v + cm.beta2 + (d - 1) * step_latency;
+    home = cm.alpha3_home * sum_s / d / v;  // after the last step: not hidden
   }
   // The last ring_tail_steps of the d attention steps have no transfer to hide.
-  return tcp + tcm - std::min(a * (d - cm.ring_tail_steps) / d, tcm);
+  return tcp + tcm + home - std::min(a * (d - cm.ring_tail_steps) / d, tcm);
 }
 
 namespace {

@@ -43,6 +43,7 @@ def group_time(cm, seqs, ranks, per_node):
         gamma = cm.get("gamma_intra" if one_node else "gamma_inter", 0.0)
         tcp += (d - 1) * cm.get("gamma_serial", 0.0)  # not hidden behind attention
         tcm = cm["alpha3"] * sum_s * (d - 1) / d / bw + cm["beta2"] + (d - 1) * gamma
+        tcp += cm.get("alpha3_home", 0.0) * sum_s / d / bw  # after the last step
     hideable = attn * (d - cm.get("ring_tail_steps", 0.0)) / d
     return tcp + tcm - min(hideable, tcm)
 

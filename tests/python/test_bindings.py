@@ -686,13 +686,14 @@ def test_cost_model_fields_come_from_the_cpp_table():
     table = fcp._fcp.cost_coefficients
     names = [c["name"] for c in table]
     assert list(fcp.CostModel().to_dict()) == names
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == 16
     v2 = {c["name"] for c in table if c["v2"]}
     assert v2 == {
         "attn_overhead_tokens",
         "gamma_intra",
         "gamma_inter",
         "gamma_serial",
+        "alpha3_home",
         "ring_tail_steps",
     }
     fitted = [c["name"] for c in table if c["fitted"]]
