@@ -96,12 +96,13 @@ class Scorer {
                                        plan.micro_batches, *request_.grad_sync)
                               : plan.est_ms;
   }
-  // The step's gradient sync when the score is StepMs with it or, null, the
-  // plan estimate; nullopt when noise or communicators enter the score.
-  std::optional<const GradientSync*> StepSync() const {
-    if (noise_.sigma() > 0 || charge_communicators_) return std::nullopt;
+  // Whether LayoutScorer ranks layouts as this score does (communicator
+  // costs aside), and what it needs: the gradient sync and the noise.
+  bool LayoutsScorable() const { return !charge_communicators_; }
+  const GradientSync* sync() const {
     return request_.grad_sync ? &*request_.grad_sync : nullptr;
   }
+  GroupTimeNoise* noise() { return &noise_; }
   // Whether a score can differ from the plan estimate.
   bool BeyondMakespan() const {
     return request_.grad_sync || noise_.sigma() > 0 || charge_communicators_;
@@ -475,20 +476,19 @@ class FcpStrategy final : public Strategy {
   // scores lower. Returns how many micro-batches moved. With N a multiple of
   // R both moves keep every group's count of ranks per node, all that its
   // estimate depends on (GroupTimeForPlan), so est_ms is not recomputed per
-  // layout. Ranked by makespan or by step time with the gradient sync, a
-  // layout is scored in O(N) against the schedule's tails (LayoutScorer)
-  // instead of rescheduling the whole plan (issue 30: O(C^2 N) for C
-  // micro-batches); under noise or communicator costs, and with a sync for
-  // a micro-batch before which some rank used later has run nothing, the
-  // plan is rescored.
+  // layout. A layout is scored in O(N) per noise draw against the
+  // schedule's tails (LayoutScorer) instead of rescheduling the whole plan
+  // (issue 30: O(C^2 N) for C micro-batches); under communicator costs, and
+  // with a sync for a micro-batch before which some rank used later has run
+  // nothing, the plan is rescored.
   static int ShiftMicroBatches(const PlanRequest& request, Scorer& score,
                                Plan& plan) {
     const int n = request.cluster.num_ranks;
     const int r = request.cluster.ranks_per_node;
     if (plan.micro_batches.size() < 2 || n % r != 0) return 0;
     std::optional<LayoutScorer> layouts;
-    if (const auto sync = score.StepSync()) {
-      layouts.emplace(n, *sync, plan.micro_batches);
+    if (score.LayoutsScorable()) {
+      layouts.emplace(n, score.sync(), score.noise(), plan.micro_batches);
       layouts->Commit(plan.micro_batches[0]);
     }
     int moved = 0;

@@ -1,44 +1,40 @@
 #include "planner/layout_scorer.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace fcp::planner {
-namespace {
-
-// The list schedule (ListScheduleMs) runs each micro-batch's groups on the
-// ranks' free times `free_at` (ms), updated in place.
-void RunMicroBatch(const MicroBatchPlan& mb, std::vector<double>& free_at) {
-  for (const GroupPlan& g : mb.groups) {
-    double start = 0;
-    for (int rank : g.ranks) start = std::max(start, free_at[rank]);
-    for (int rank : g.ranks) free_at[rank] = start + g.est_ms;
-  }
-}
-
-}  // namespace
 
 LayoutScorer::LayoutScorer(int num_ranks, const GradientSync* sync,
+                           GroupTimeNoise* noise,
                            const std::vector<MicroBatchPlan>& micro_batches)
     : n_(static_cast<size_t>(num_ranks)),
       sync_(sync),
+      noise_(noise && noise->sigma() > 0 ? noise : nullptr),
+      samples_(noise_ ? static_cast<size_t>(noise_->samples()) : 1),
       micro_batches_(micro_batches),
+      first_group_(micro_batches.size()),
       last_use_(n_, -1),
-      free_at_(n_, 0.0),
-      first_ms_(n_, -1.0),
-      last_ms_(n_, 0.0) {
+      free_at_(samples_ * n_, 0.0),
+      first_ms_(samples_ * n_, -1.0),
+      last_ms_(samples_ * n_, 0.0) {
+  size_t groups = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
+    first_group_[m] = groups;
+    groups += micro_batches[m].groups.size();
     for (const GroupPlan& g : micro_batches[m].groups) {
       for (int rank : g.ranks) last_use_[rank] = static_cast<int>(m);
     }
   }
+  block_size_ = std::max<size_t>(
+      1, static_cast<size_t>(
+             std::sqrt(static_cast<double>(micro_batches.size()))));
 }
 
-bool LayoutScorer::CanScore(size_t m) const {
-  if (!sync_) return true;
-  for (size_t r = 0; r < n_; ++r) {
-    if (last_use_[r] > static_cast<int>(m) && first_ms_[r] < 0) return false;
-  }
-  return true;
+double LayoutScorer::Duration(const GroupPlan& g, size_t group,
+                              size_t sample) const {
+  return noise_ ? g.est_ms * noise_->Factor(static_cast<int>(sample), group)
+                : g.est_ms;
 }
 
 // A rank's step terms (StepMs): the all-gather exposed behind its first
@@ -50,67 +46,138 @@ double LayoutScorer::ReduceScatterMs(double last_ms) const {
   return ExposedSyncMs(*sync_, (1 - sync_->forward_share) * last_ms);
 }
 
-double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
-  if (tails_.empty()) ComputeTails(m);
-  scratch_ = free_at_;
-  RunMicroBatch(mb, scratch_);
-  if (sync_) {
-    cover_ms_.assign(n_, -1.0);
-    for (const GroupPlan& g : mb.groups) {
-      for (int rank : g.ranks) cover_ms_[rank] = g.est_ms;
-    }
-  }
-  const double* tail = &tails_[m * n_];
-  double score_ms = 0;
+bool LayoutScorer::CanScore(size_t m) const {
+  if (!sync_) return true;
   for (size_t r = 0; r < n_; ++r) {
-    double ms = scratch_[r];
-    if (last_use_[r] > static_cast<int>(m)) {
-      ms += tail[r];
-    } else if (sync_) {  // added as StepMs adds them
-      const double first = first_ms_[r] >= 0 ? first_ms_[r] : cover_ms_[r];
-      const double last = cover_ms_[r] >= 0 ? cover_ms_[r] : last_ms_[r];
-      ms = AllGatherMs(first) + ms + ReduceScatterMs(last);
-    }
-    score_ms = std::max(score_ms, ms);
+    if (last_use_[r] > static_cast<int>(m) && first_ms_[r] < 0) return false;
   }
-  return score_ms;
+  return true;
+}
+
+double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
+  if (checkpoints_.empty()) ComputeCheckpoints(m);
+  if (m / block_size_ != loaded_block_) LoadBlock(m / block_size_);
+  const size_t first_group = first_group_[m];
+  double sum = 0;
+  for (size_t s = 0; s < samples_; ++s) {
+    const size_t at = s * n_;
+    scratch_.assign(free_at_.begin() + at, free_at_.begin() + at + n_);
+    double score_ms = 0;
+    // Each group in turn (a list schedule); the ranks of m's groups with no
+    // group after m end here.
+    for (size_t i = 0; i < mb.groups.size(); ++i) {
+      const GroupPlan& g = mb.groups[i];
+      const double ms = Duration(g, first_group + i, s);
+      double start = 0;
+      for (int rank : g.ranks) start = std::max(start, scratch_[rank]);
+      for (int rank : g.ranks) scratch_[rank] = start + ms;
+    }
+    const double* tail =
+        &block_tails_[((m - loaded_block_ * block_size_) * samples_ + s) * n_];
+    for (size_t r = 0; r < n_; ++r) {
+      if (last_use_[r] > static_cast<int>(m)) {
+        score_ms = std::max(score_ms, scratch_[r] + tail[r]);
+      } else if (!sync_) {
+        score_ms = std::max(score_ms, scratch_[r]);
+      }
+    }
+    if (sync_) {  // the ranks ending here, their terms added as StepMs adds
+      cover_ms_.assign(n_, -1.0);
+      for (size_t i = 0; i < mb.groups.size(); ++i) {
+        const double ms = Duration(mb.groups[i], first_group + i, s);
+        for (int rank : mb.groups[i].ranks) cover_ms_[rank] = ms;
+      }
+      for (size_t r = 0; r < n_; ++r) {
+        if (last_use_[r] > static_cast<int>(m)) continue;
+        const double first =
+            first_ms_[at + r] >= 0 ? first_ms_[at + r] : cover_ms_[r];
+        const double last = cover_ms_[r] >= 0 ? cover_ms_[r] : last_ms_[at + r];
+        score_ms = std::max(
+            score_ms, AllGatherMs(first) + scratch_[r] + ReduceScatterMs(last));
+      }
+    }
+    sum += score_ms;
+  }
+  return noise_ ? sum / static_cast<double>(samples_) : sum;
 }
 
 void LayoutScorer::Commit(const MicroBatchPlan& mb) {
-  RunMicroBatch(mb, free_at_);
-  for (const GroupPlan& g : mb.groups) {
-    for (int rank : g.ranks) {
-      if (first_ms_[rank] < 0) first_ms_[rank] = g.est_ms;
-      last_ms_[rank] = g.est_ms;
+  const size_t first_group = first_group_[committed_++];
+  for (size_t s = 0; s < samples_; ++s) {
+    const size_t at = s * n_;
+    for (size_t i = 0; i < mb.groups.size(); ++i) {
+      const GroupPlan& g = mb.groups[i];
+      const double ms = Duration(g, first_group + i, s);
+      double start = 0;
+      for (int rank : g.ranks) start = std::max(start, free_at_[at + rank]);
+      for (int rank : g.ranks) {
+        free_at_[at + rank] = start + ms;
+        if (first_ms_[at + rank] < 0) first_ms_[at + rank] = ms;
+        last_ms_[at + rank] = ms;
+      }
     }
   }
 }
 
-// Every tail from micro-batch `from` on, once: with a sync the chains end in
-// the step terms of the ranks with groups after `from`, whose first groups
-// are known (CanScore(from)) and stay so; the ranks with groups after a
-// later m are among them.
-void LayoutScorer::ComputeTails(size_t from) {
-  tails_.resize(micro_batches_.size() * n_);
-  std::vector<double> chain(n_, 0.0);
-  std::vector<char> seen(n_, 0);
-  for (size_t m = micro_batches_.size(); m-- > from;) {
-    std::copy(chain.begin(), chain.end(), tails_.begin() + m * n_);
-    const std::vector<GroupPlan>& groups = micro_batches_[m].groups;
-    for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+void LayoutScorer::ChainBack(size_t m, std::vector<double>& chain,
+                             std::vector<char>& seen) const {
+  const std::vector<GroupPlan>& groups = micro_batches_[m].groups;
+  for (size_t i = groups.size(); i-- > 0;) {
+    const GroupPlan& g = groups[i];
+    for (size_t s = 0; s < samples_; ++s) {
+      const size_t at = s * n_;
+      const double ms = Duration(g, first_group_[m] + i, s);
       double longest = 0;
-      for (int rank : g->ranks) {
+      for (int rank : g.ranks) {
         if (!seen[rank]) {  // its last group: the chain ends in its terms
-          seen[rank] = 1;
-          chain[rank] =
-              sync_ ? AllGatherMs(first_ms_[rank]) + ReduceScatterMs(g->est_ms)
+          chain[at + rank] =
+              sync_ ? AllGatherMs(first_ms_[at + rank]) + ReduceScatterMs(ms)
                     : 0.0;
         }
-        longest = std::max(longest, chain[rank]);
+        longest = std::max(longest, chain[at + rank]);
       }
-      for (int rank : g->ranks) chain[rank] = g->est_ms + longest;
+      for (int rank : g.ranks) chain[at + rank] = ms + longest;
     }
+    for (int rank : g.ranks) seen[rank] = 1;
   }
+}
+
+// The chains before each block's last micro-batch is read back, from the
+// plan's end down to micro-batch `from`'s block, once: with a sync they end
+// in the step terms of ranks with groups after `from`, whose first groups
+// are known (CanScore(from)) and stay so; the ranks with groups after a
+// later m are among them.
+void LayoutScorer::ComputeCheckpoints(size_t from) {
+  const size_t c = micro_batches_.size();
+  const size_t blocks = (c + block_size_ - 1) / block_size_;
+  checkpoints_.assign(blocks * samples_ * n_, 0.0);
+  std::vector<double> chain(samples_ * n_, 0.0);
+  std::vector<char> seen(n_, 0);
+  for (size_t m = c; m-- > from / block_size_ * block_size_;) {
+    if (m + 1 == c || (m + 1) % block_size_ == 0) {
+      std::copy(chain.begin(), chain.end(),
+                checkpoints_.begin() + m / block_size_ * samples_ * n_);
+    }
+    ChainBack(m, chain, seen);
+  }
+}
+
+// Every tail of the block's micro-batches, read back from its checkpoint.
+void LayoutScorer::LoadBlock(size_t block) {
+  const size_t first = block * block_size_;
+  const size_t last = std::min(micro_batches_.size(), first + block_size_) - 1;
+  std::vector<double> chain(checkpoints_.begin() + block * samples_ * n_,
+                            checkpoints_.begin() + (block + 1) * samples_ * n_);
+  std::vector<char> seen(n_);
+  for (size_t r = 0; r < n_; ++r)
+    seen[r] = last_use_[r] > static_cast<int>(last);
+  block_tails_.resize((last - first + 1) * samples_ * n_);
+  for (size_t m = last + 1; m-- > first;) {
+    std::copy(chain.begin(), chain.end(),
+              block_tails_.begin() + (m - first) * samples_ * n_);
+    if (m > first) ChainBack(m, chain, seen);
+  }
+  loaded_block_ = block;
 }
 
 }  // namespace fcp::planner

@@ -11,44 +11,64 @@ namespace fcp::planner {
 
 // Scores the layouts of one micro-batch at a time against the rest of the
 // plan: its makespan (ListScheduleMs) or, given the gradient sync, its step
-// (StepMs). The list schedule is linear in (max, +): read backwards, a rank's
-// tail once micro-batch m has run is its longest chain of group times
-// through micro-batches m + 1 ... C - 1, ending in its step terms (StepMs:
-// the all-gather exposed behind its first group and the reduce-scatter
-// behind its last; 0 for the makespan). The score is the max over ranks of
-// the free time after m plus the tail; a rank with no group after m ends
-// there, its terms read from m's layout. Micro-batches are laid out in order
+// (StepMs); under noise, the mean of either over the noise's draws
+// (ExpectedStepMs). The list schedule is linear in (max, +): read backwards,
+// a rank's tail once micro-batch m has run is its longest chain of group
+// times through micro-batches m + 1 ... C - 1, ending in its step terms
+// (StepMs: the all-gather exposed behind its first group and the
+// reduce-scatter behind its last; 0 for the makespan). The score is the max
+// over ranks of the free time after m plus the tail; a rank with no group
+// after m ends there, its terms read from m's layout. Under noise each draw
+// has its own schedule and tails. Micro-batches are laid out in order
 // (Commit, from micro-batch 0); those after m keep their layouts meanwhile.
-// Reads only the groups' ranks and est_ms.
+// Reads only the groups' ranks and est_ms. The tails are kept at every
+// ~sqrt(C)-th micro-batch and rebuilt a block at a time: O(S·N·sqrt(C))
+// memory for S draws, O(S·N·C) time in all.
 class LayoutScorer {
  public:
-  // `sync` null: the makespan. `micro_batches` must outlive the scorer.
-  LayoutScorer(int num_ranks, const GradientSync* sync,
+  // `sync` null: the makespan. `noise` null or of sigma 0: no draws.
+  // `micro_batches` and `noise` must outlive the scorer.
+  LayoutScorer(int num_ranks, const GradientSync* sync, GroupTimeNoise* noise,
                const std::vector<MicroBatchPlan>& micro_batches);
   // Whether Score gives micro-batch m's score: with a sync, every rank with
   // a group after m has had its first group (the all-gather term in its tail
   // is known). Always true for the makespan.
   bool CanScore(size_t m) const;
   // The score (ms) of the plan with micro-batch m (the next one to commit)
-  // laid out as `mb` is now; equal to the plan's ListScheduleMs or StepMs up
-  // to rounding.
+  // laid out as `mb` is now; equal to the whole plan's ListScheduleMs,
+  // StepMs or ExpectedStepMs up to rounding. m never decreases.
   double Score(size_t m, const MicroBatchPlan& mb);
   // The next micro-batch keeps its layout `mb`.
   void Commit(const MicroBatchPlan& mb);
 
  private:
-  void ComputeTails(size_t from);
+  double Duration(const GroupPlan& g, size_t group, size_t sample) const;
   double AllGatherMs(double first_ms) const;
   double ReduceScatterMs(double last_ms) const;
+  // One micro-batch read backwards into the chains of every draw.
+  void ChainBack(size_t m, std::vector<double>& chain,
+                 std::vector<char>& seen) const;
+  void ComputeCheckpoints(size_t from);
+  void LoadBlock(size_t block);
 
   size_t n_;
   const GradientSync* sync_;
+  GroupTimeNoise* noise_;
+  size_t samples_;
   const std::vector<MicroBatchPlan>& micro_batches_;
+  std::vector<size_t> first_group_;  // each micro-batch's first group index
   std::vector<int> last_use_;  // the last micro-batch using each rank, or -1
-  // After the committed micro-batches: free times, first and last group
-  // times (-1 and 0 while none).
+  size_t committed_ = 0;
+  // Per draw and rank ([sample · N + rank]), after the committed
+  // micro-batches: free times, first and last group times (-1 and 0 while
+  // none).
   std::vector<double> free_at_, first_ms_, last_ms_;
-  std::vector<double> tails_;  // [m · N + rank]
+  size_t block_size_ = 1;
+  // The chains before each block's last micro-batch is read back
+  // ([(block · S + sample) · N + rank]); empty until the first Score.
+  std::vector<double> checkpoints_;
+  size_t loaded_block_ = static_cast<size_t>(-1);
+  std::vector<double> block_tails_;  // [((m - first) · S + sample) · N + rank]
   std::vector<double> scratch_, cover_ms_;
 };
 

@@ -88,22 +88,23 @@ TEST(StepTest, WorkOnAnIdleRankAddsAtMostItself) {
 }
 
 // LayoutScorer (fcp's micro-batch shifts, issue 30) against the oracle, the
-// whole plan rescored by StepMs or ListScheduleMs: random plans whose
-// micro-batches leave random ranks idle (some ranks first used late), each
-// micro-batch after the first tried in random layouts and one of them kept,
-// in order, as ShiftMicroBatches does.
+// whole plan rescored by ListScheduleMs, StepMs or, under noise,
+// ExpectedStepMs: random plans of up to 20 micro-batches (several blocks of
+// tails) whose micro-batches leave random ranks idle (some ranks first used
+// late), each micro-batch after the first tried in random layouts and one of
+// them kept, in order, as ShiftMicroBatches does.
 TEST(StepTest, LayoutScoresEqualTheRescoredPlan) {
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   int scored = 0, skipped = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 9);
-    std::vector<MicroBatchPlan> mbs(2 + rng() % 5);
+    std::vector<MicroBatchPlan> mbs(2 + rng() % (trial % 4 == 0 ? 19 : 5));
     const int late = static_cast<int>(rng() % n);  // idle in the first ones
     for (size_t m = 0; m < mbs.size(); ++m) {
       std::vector<int> ranks;
       for (int r = 0; r < n; ++r) {
-        if ((r != late || m + 1 >= mbs.size() / 2 + 1) && rng() % 5 != 0)
+        if ((r != late || m >= mbs.size() / 2) && rng() % 5 != 0)
           ranks.push_back(r);
       }
       std::shuffle(ranks.begin(), ranks.end(), rng);
@@ -118,10 +119,11 @@ TEST(StepTest, LayoutScoresEqualTheRescoredPlan) {
                             .buckets = 1 + static_cast<int>(rng() % 6),
                             .forward_share = u(rng)};
     const bool with_sync = trial % 3 != 0;
+    GroupTimeNoise noise(trial % 5 < 2 ? 0.0 : 0.5, 16);
     auto rescored = [&] {
-      return with_sync ? StepMs(n, mbs, sync) : ListScheduleMs(n, mbs);
+      return ExpectedStepMs(n, mbs, with_sync ? &sync : nullptr, noise);
     };
-    planner::LayoutScorer layouts(n, with_sync ? &sync : nullptr, mbs);
+    planner::LayoutScorer layouts(n, with_sync ? &sync : nullptr, &noise, mbs);
     layouts.Commit(mbs[0]);
     for (size_t m = 1; m < mbs.size(); ++m) {
       std::vector<int> relabel(n);
@@ -145,7 +147,7 @@ TEST(StepTest, LayoutScoresEqualTheRescoredPlan) {
       layouts.Commit(mbs[m]);  // the last layout tried stays
     }
   }
-  EXPECT_GT(scored, 1000);
+  EXPECT_GT(scored, 2000);
   EXPECT_GT(skipped, 10);  // late first groups do occur
 }
 
