@@ -4,6 +4,27 @@
 #include <cmath>
 
 namespace fcp::planner {
+namespace {
+
+// One micro-batch of the list schedule on the ranks' free times `free_at`
+// (ms, updated): group i runs for duration(i) ms from when all its ranks are
+// free; on_rank(rank, ms) sees each of its ranks.
+template <class Duration, class OnRank>
+void RunGroups(const MicroBatchPlan& mb, double* free_at, Duration&& duration,
+               OnRank&& on_rank) {
+  for (size_t i = 0; i < mb.groups.size(); ++i) {
+    const GroupPlan& g = mb.groups[i];
+    const double ms = duration(i);
+    double start = 0;
+    for (int rank : g.ranks) start = std::max(start, free_at[rank]);
+    for (int rank : g.ranks) {
+      free_at[rank] = start + ms;
+      on_rank(rank, ms);
+    }
+  }
+}
+
+}  // namespace
 
 LayoutScorer::LayoutScorer(int num_ranks, const GradientSync* sync,
                            GroupTimeNoise* noise,
@@ -62,16 +83,14 @@ double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
   for (size_t s = 0; s < samples_; ++s) {
     const size_t at = s * n_;
     scratch_.assign(free_at_.begin() + at, free_at_.begin() + at + n_);
+    if (sync_) cover_ms_.assign(n_, -1.0);  // each rank's group time in m
+    RunGroups(
+        mb, scratch_.data(),
+        [&](size_t i) { return Duration(mb.groups[i], first_group + i, s); },
+        [&](int rank, double ms) {
+          if (sync_) cover_ms_[rank] = ms;
+        });
     double score_ms = 0;
-    // Each group in turn (a list schedule); the ranks of m's groups with no
-    // group after m end here.
-    for (size_t i = 0; i < mb.groups.size(); ++i) {
-      const GroupPlan& g = mb.groups[i];
-      const double ms = Duration(g, first_group + i, s);
-      double start = 0;
-      for (int rank : g.ranks) start = std::max(start, scratch_[rank]);
-      for (int rank : g.ranks) scratch_[rank] = start + ms;
-    }
     const double* tail =
         &block_tails_[((m - loaded_block_ * block_size_) * samples_ + s) * n_];
     for (size_t r = 0; r < n_; ++r) {
@@ -81,12 +100,7 @@ double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
         score_ms = std::max(score_ms, scratch_[r]);
       }
     }
-    if (sync_) {  // the ranks ending here, their terms added as StepMs adds
-      cover_ms_.assign(n_, -1.0);
-      for (size_t i = 0; i < mb.groups.size(); ++i) {
-        const double ms = Duration(mb.groups[i], first_group + i, s);
-        for (int rank : mb.groups[i].ranks) cover_ms_[rank] = ms;
-      }
+    if (sync_) {  // the ranks ending in m, their terms added as StepMs adds
       for (size_t r = 0; r < n_; ++r) {
         if (last_use_[r] > static_cast<int>(m)) continue;
         const double first =
@@ -105,17 +119,13 @@ void LayoutScorer::Commit(const MicroBatchPlan& mb) {
   const size_t first_group = first_group_[committed_++];
   for (size_t s = 0; s < samples_; ++s) {
     const size_t at = s * n_;
-    for (size_t i = 0; i < mb.groups.size(); ++i) {
-      const GroupPlan& g = mb.groups[i];
-      const double ms = Duration(g, first_group + i, s);
-      double start = 0;
-      for (int rank : g.ranks) start = std::max(start, free_at_[at + rank]);
-      for (int rank : g.ranks) {
-        free_at_[at + rank] = start + ms;
-        if (first_ms_[at + rank] < 0) first_ms_[at + rank] = ms;
-        last_ms_[at + rank] = ms;
-      }
-    }
+    RunGroups(
+        mb, &free_at_[at],
+        [&](size_t i) { return Duration(mb.groups[i], first_group + i, s); },
+        [&](int rank, double ms) {
+          if (first_ms_[at + rank] < 0) first_ms_[at + rank] = ms;
+          last_ms_[at + rank] = ms;
+        });
   }
 }
 
