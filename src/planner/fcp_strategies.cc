@@ -96,13 +96,15 @@ class Scorer {
                                        plan.micro_batches, *request_.grad_sync)
                               : plan.est_ms;
   }
-  // Whether LayoutScorer ranks layouts as this score does (communicator
-  // costs aside), and what it needs: the gradient sync and the noise.
-  bool LayoutsScorable() const { return !charge_communicators_; }
-  const GradientSync* sync() const {
-    return request_.grad_sync ? &*request_.grad_sync : nullptr;
+  // A LayoutScorer of `micro_batches` that ranks layouts as this score does.
+  LayoutScorer Layouts(const std::vector<MicroBatchPlan>& micro_batches) {
+    return LayoutScorer(
+        request_.cluster.num_ranks,
+        request_.grad_sync ? &*request_.grad_sync : nullptr, &noise_,
+        charge_communicators_ ? &held_ : nullptr,
+        charge_communicators_ ? request_.communicators->create_s : 0.0,
+        micro_batches);
   }
-  GroupTimeNoise* noise() { return &noise_; }
   // Whether a score can differ from the plan estimate.
   bool BeyondMakespan() const {
     return request_.grad_sync || noise_.sigma() > 0 || charge_communicators_;
@@ -478,25 +480,25 @@ class FcpStrategy final : public Strategy {
   // estimate depends on (GroupTimeForPlan), so est_ms is not recomputed per
   // layout. A layout is scored in O(N) per noise draw against the
   // schedule's tails (LayoutScorer) instead of rescheduling the whole plan
-  // (issue 30: O(C^2 N) for C micro-batches); under communicator costs, and
-  // with a sync for a micro-batch before which some rank used later has run
-  // nothing, the plan is rescored.
+  // (issue 30: O(C^2 N) for C micro-batches). The plan is rescored for a
+  // layout that creates communicators later groups use (their delays
+  // change), and with a sync for a micro-batch before which some rank used
+  // later has run nothing.
   static int ShiftMicroBatches(const PlanRequest& request, Scorer& score,
                                Plan& plan) {
     const int n = request.cluster.num_ranks;
     const int r = request.cluster.ranks_per_node;
     if (plan.micro_batches.size() < 2 || n % r != 0) return 0;
-    std::optional<LayoutScorer> layouts;
-    if (score.LayoutsScorable()) {
-      layouts.emplace(n, score.sync(), score.noise(), plan.micro_batches);
-      layouts->Commit(plan.micro_batches[0]);
-    }
+    LayoutScorer layouts = score.Layouts(plan.micro_batches);
+    layouts.Commit(plan.micro_batches[0]);
     int moved = 0;
     for (size_t m = 1; m < plan.micro_batches.size(); ++m) {
       MicroBatchPlan& mb = plan.micro_batches[m];
-      const bool incremental = layouts && layouts->CanScore(m);
+      const bool incremental = layouts.CanScore(m);
       auto layout_ms = [&] {
-        return incremental ? layouts->Score(m, mb) : score(plan);
+        const std::optional<double> ms =
+            incremental ? layouts.Score(m, mb) : std::nullopt;
+        return ms ? *ms : score(plan);
       };
       double best_ms = layout_ms();  // the plan as it is
       std::vector<std::vector<int>> original;
@@ -526,7 +528,7 @@ class FcpStrategy final : public Strategy {
       }
       lay_out(best_shift, best_mirror);
       moved += best_shift != 0 || best_mirror;
-      if (layouts) layouts->Commit(mb);
+      layouts.Commit(mb);
     }
     plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     return moved;

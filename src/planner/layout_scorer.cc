@@ -7,16 +7,18 @@ namespace fcp::planner {
 namespace {
 
 // One micro-batch of the list schedule on the ranks' free times `free_at`
-// (ms, updated): group i runs for duration(i) ms from when all its ranks are
-// free; on_rank(rank, ms) sees each of its ranks.
+// (ms, updated): group i runs for duration(i) ms from delay_ms[i] after all
+// its ranks are free; on_rank(rank, ms) sees each of its ranks.
 template <class Duration, class OnRank>
-void RunGroups(const MicroBatchPlan& mb, double* free_at, Duration&& duration,
+void RunGroups(const MicroBatchPlan& mb, double* free_at,
+               const std::vector<double>& delay_ms, Duration&& duration,
                OnRank&& on_rank) {
   for (size_t i = 0; i < mb.groups.size(); ++i) {
     const GroupPlan& g = mb.groups[i];
     const double ms = duration(i);
     double start = 0;
     for (int rank : g.ranks) start = std::max(start, free_at[rank]);
+    start += delay_ms[i];
     for (int rank : g.ranks) {
       free_at[rank] = start + ms;
       on_rank(rank, ms);
@@ -24,10 +26,21 @@ void RunGroups(const MicroBatchPlan& mb, double* free_at, Duration&& duration,
   }
 }
 
+// A group's rank set, sorted, when it needs a communicator (d > 1); else
+// empty.
+std::vector<int> RankSetOf(const GroupPlan& g) {
+  if (g.ranks.size() <= 1) return {};
+  std::vector<int> set = g.ranks;
+  std::sort(set.begin(), set.end());
+  return set;
+}
+
 }  // namespace
 
 LayoutScorer::LayoutScorer(int num_ranks, const GradientSync* sync,
                            GroupTimeNoise* noise,
+                           const std::set<std::vector<int>>* held,
+                           double create_s,
                            const std::vector<MicroBatchPlan>& micro_batches)
     : n_(static_cast<size_t>(num_ranks)),
       sync_(sync),
@@ -38,7 +51,9 @@ LayoutScorer::LayoutScorer(int num_ranks, const GradientSync* sync,
       last_use_(n_, -1),
       free_at_(samples_ * n_, 0.0),
       first_ms_(samples_ * n_, -1.0),
-      last_ms_(samples_ * n_, 0.0) {
+      last_ms_(samples_ * n_, 0.0),
+      held_(held),
+      create_ms_(held ? 1000.0 * create_s : 0.0) {
   size_t groups = 0;
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     first_group_[m] = groups;
@@ -46,6 +61,16 @@ LayoutScorer::LayoutScorer(int num_ranks, const GradientSync* sync,
     for (const GroupPlan& g : micro_batches[m].groups) {
       for (int rank : g.ranks) last_use_[rank] = static_cast<int>(m);
     }
+  }
+  delays_.assign(groups, 0.0);
+  if (held_) {
+    for (size_t m = 1; m < micro_batches.size(); ++m) {
+      for (const GroupPlan& g : micro_batches[m].groups) {
+        const RankSet set = RankSetOf(g);
+        if (!set.empty() && !held_->count(set)) ++later_[set];
+      }
+    }
+    if (!micro_batches.empty()) OwnDelays(micro_batches[0], planned_creates_);
   }
   block_size_ = std::max<size_t>(
       1, static_cast<size_t>(
@@ -75,8 +100,53 @@ bool LayoutScorer::CanScore(size_t m) const {
   return true;
 }
 
-double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
-  if (checkpoints_.empty()) ComputeCheckpoints(m);
+std::vector<double> LayoutScorer::OwnDelays(const MicroBatchPlan& mb,
+                                            std::set<RankSet>& creates) const {
+  creates.clear();
+  std::vector<double> delays(mb.groups.size(), 0.0);
+  if (!held_) return delays;
+  for (size_t i = 0; i < mb.groups.size(); ++i) {  // NewCommunicatorDelaysMs
+    RankSet set = RankSetOf(mb.groups[i]);
+    if (set.empty() || held_->count(set) || created_.count(set)) continue;
+    if (creates.insert(std::move(set)).second) delays[i] = create_ms_;
+  }
+  return delays;
+}
+
+std::set<std::vector<int>> LayoutScorer::UsedLater(
+    const std::set<RankSet>& creates) const {
+  std::set<RankSet> used;
+  for (const RankSet& set : creates) {
+    if (later_.count(set)) used.insert(set);
+  }
+  return used;
+}
+
+void LayoutScorer::LaterDelays(size_t m) {
+  std::set<RankSet> created = created_;
+  created.insert(planned_creates_.begin(), planned_creates_.end());
+  for (size_t j = m + 1; j < micro_batches_.size(); ++j) {
+    const std::vector<GroupPlan>& groups = micro_batches_[j].groups;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      RankSet set = RankSetOf(groups[i]);
+      const bool creates = !set.empty() && !held_->count(set) &&
+                           created.insert(std::move(set)).second;
+      delays_[first_group_[j] + i] = creates ? create_ms_ : 0.0;
+    }
+  }
+}
+
+std::optional<double> LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
+  std::set<RankSet> creates;
+  const std::vector<double> own_delays = OwnDelays(mb, creates);
+  if (held_ && UsedLater(creates) != UsedLater(planned_creates_))
+    return std::nullopt;
+  if (checkpoints_.empty() || stale_) {
+    if (held_) LaterDelays(m);
+    ComputeCheckpoints(m);
+    stale_ = false;
+    loaded_block_ = static_cast<size_t>(-1);
+  }
   if (m / block_size_ != loaded_block_) LoadBlock(m / block_size_);
   const size_t first_group = first_group_[m];
   double sum = 0;
@@ -85,7 +155,7 @@ double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
     scratch_.assign(free_at_.begin() + at, free_at_.begin() + at + n_);
     if (sync_) cover_ms_.assign(n_, -1.0);  // each rank's group time in m
     RunGroups(
-        mb, scratch_.data(),
+        mb, scratch_.data(), own_delays,
         [&](size_t i) { return Duration(mb.groups[i], first_group + i, s); },
         [&](int rank, double ms) {
           if (sync_) cover_ms_[rank] = ms;
@@ -116,17 +186,32 @@ double LayoutScorer::Score(size_t m, const MicroBatchPlan& mb) {
 }
 
 void LayoutScorer::Commit(const MicroBatchPlan& mb) {
-  const size_t first_group = first_group_[committed_++];
+  const size_t first_group = first_group_[committed_];
+  std::set<RankSet> creates;
+  const std::vector<double> own_delays = OwnDelays(mb, creates);
+  // A layout that creates other sets used later changes later delays.
+  if (held_ && UsedLater(creates) != UsedLater(planned_creates_)) stale_ = true;
   for (size_t s = 0; s < samples_; ++s) {
     const size_t at = s * n_;
     RunGroups(
-        mb, &free_at_[at],
+        mb, &free_at_[at], own_delays,
         [&](size_t i) { return Duration(mb.groups[i], first_group + i, s); },
         [&](int rank, double ms) {
           if (first_ms_[at + rank] < 0) first_ms_[at + rank] = ms;
           last_ms_[at + rank] = ms;
         });
   }
+  ++committed_;
+  if (!held_) return;
+  created_.insert(creates.begin(), creates.end());
+  if (committed_ >= micro_batches_.size()) return;
+  const MicroBatchPlan& next = micro_batches_[committed_];  // as planned
+  for (const GroupPlan& g : next.groups) {
+    const RankSet set = RankSetOf(g);
+    auto it = later_.find(set);
+    if (it != later_.end() && --it->second == 0) later_.erase(it);
+  }
+  OwnDelays(next, planned_creates_);
 }
 
 void LayoutScorer::ChainBack(size_t m, std::vector<double>& chain,
@@ -146,7 +231,8 @@ void LayoutScorer::ChainBack(size_t m, std::vector<double>& chain,
         }
         longest = std::max(longest, chain[at + rank]);
       }
-      for (int rank : g.ranks) chain[at + rank] = ms + longest;
+      const double delay = delays_[first_group_[m] + i];
+      for (int rank : g.ranks) chain[at + rank] = delay + ms + longest;
     }
     for (int rank : g.ranks) seen[rank] = 1;
   }
