@@ -29,7 +29,8 @@ namespace fcp::planner {
 // tails assume the later delays of the layout as planned).
 // Reads only the groups' ranks and est_ms. The tails are kept at every
 // ~sqrt(C)-th micro-batch and rebuilt a block at a time: O(S·N·sqrt(C))
-// memory for S draws, O(S·N·C) time in all.
+// memory for S draws, O(S·N·C) time in all, once more for each kept layout
+// that changes later delays.
 class LayoutScorer {
  public:
   // `sync` null: the makespan. `noise` null or of sigma 0: no draws. `held`
