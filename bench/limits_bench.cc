@@ -15,12 +15,14 @@
 //   --benchmark_filter='PlanAt4096/(flexsp|bytescale)/1000000'
 //   build/bench/limits_bench --benchmark_filter=PlanWideCluster
 //   build/bench/limits_bench --benchmark_filter='PlanAt32|PlanRanksPerNode'   #
-//   issue 30
+//   issue 30 (PlanAt32Sync, PlanAt32Noise, PlanAt32Comm: fcp ranking by step
+//   time)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,9 +58,14 @@ fcp::PlanRequest GithubBatch(int num_sequences, uint64_t seed,
 constexpr double kFlexSpLimitS = 2.0;
 
 void PlanAtScale(benchmark::State& state, const char* strategy, int ranks,
-                 int ranks_per_node = kRanksPerNode) {
+                 int ranks_per_node = kRanksPerNode,
+                 std::optional<fcp::GradientSync> sync = std::nullopt,
+                 double group_time_sigma = 0, double create_s = 0) {
   const int k = static_cast<int>(state.range(0));
-  const fcp::PlanRequest req = GithubBatch(k, 42, ranks, ranks_per_node);
+  fcp::PlanRequest req = GithubBatch(k, 42, ranks, ranks_per_node);
+  req.grad_sync = sync;
+  req.group_time_sigma = group_time_sigma;
+  if (create_s > 0) req.communicators = fcp::CommunicatorCache{create_s, {}};
   fcp::PlanOptions options;
   options.strategy = strategy;
   options.time_limit_s = kFlexSpLimitS;
@@ -114,6 +121,22 @@ void BaselineSizes(benchmark::internal::Benchmark* b) {
 void PlanAt32(benchmark::State& state, const char* strategy) {
   PlanAtScale(state, strategy, 32, 16);
 }
+// fcp ranking its candidates by step time (issue 30): a gradient sync of
+// 0.5 s per collective in 4 buckets, group-time noise of sigma 0.3 (the
+// expected makespan over 128 draws), or communicators at 0.2 s each, so that
+// the micro-batch shifts score layouts by StepMs or ExpectedStepMs
+// (rescoring the whole plan per layout was O(C^2 N^2 / R)).
+void PlanAt32Sync(benchmark::State& state, const char* strategy) {
+  PlanAtScale(state, strategy, 32, 16,
+              fcp::GradientSync{
+                  .collective_s = 0.5, .buckets = 4, .forward_share = 0.25});
+}
+void PlanAt32Noise(benchmark::State& state, const char* strategy) {
+  PlanAtScale(state, strategy, 32, 16, std::nullopt, 0.3);
+}
+void PlanAt32Comm(benchmark::State& state, const char* strategy) {
+  PlanAtScale(state, strategy, 32, 16, std::nullopt, 0, 0.2);
+}
 void Sizes32(benchmark::internal::Benchmark* b) {
   b->Arg(10'000)->Arg(30'000)->Arg(100'000)->Arg(300'000)->Arg(1'000'000);
   b->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(1);
@@ -167,6 +190,9 @@ void RanksPerNode(benchmark::internal::Benchmark* b) {
 
 FCP_EVERY_STRATEGY(PlanAt32, Sizes32);
 FCP_EVERY_STRATEGY(PlanRanksPerNode, RanksPerNode);
+BENCHMARK_CAPTURE(PlanAt32Sync, fcp_grad_sync, "fcp")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32Noise, fcp_noise, "fcp")->Apply(Sizes32);
+BENCHMARK_CAPTURE(PlanAt32Comm, fcp_communicators, "fcp")->Apply(Sizes32);
 BENCHMARK_CAPTURE(PlanAt4096, fcp, "fcp")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, fcp_paper, "fcp-paper")->Apply(Sizes);
 BENCHMARK_CAPTURE(PlanAt4096, megatron, "megatron")->Apply(BaselineSizes);

@@ -183,6 +183,11 @@ double ListScheduleMs(
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
               const GradientSync& sync);
 
+// What StepMs adds on a rank for one of `sync`'s collectives behind a window
+// of `window_ms` of the rank's work (ms): one bucket, plus whatever of the
+// rest the window does not cover.
+double ExposedSyncMs(const GradientSync& sync, double window_ms);
+
 // Fixed draws of the log-normal group-time factors of PlanRequest::
 // group_time_sigma: `samples` factors per group index, drawn on first use
 // from a fixed seed, so that every plan scored with one object sees the same

@@ -13,6 +13,7 @@
 #include "planner/balanced_static.h"
 #include "planner/bfd.h"
 #include "planner/lanes.h"
+#include "planner/layout_scorer.h"
 #include "planner/microbatch.h"
 #include "planner/realize.h"
 #include "planner/refine.h"
@@ -95,6 +96,15 @@ class Scorer {
                                        plan.micro_batches, *request_.grad_sync)
                               : plan.est_ms;
   }
+  // A LayoutScorer of `micro_batches` that ranks layouts as this score does.
+  LayoutScorer Layouts(const std::vector<MicroBatchPlan>& micro_batches) {
+    return LayoutScorer(
+        request_.cluster.num_ranks,
+        request_.grad_sync ? &*request_.grad_sync : nullptr, &noise_,
+        charge_communicators_ ? &held_ : nullptr,
+        charge_communicators_ ? request_.communicators->create_s : 0.0,
+        micro_batches);
+  }
   // Whether a score can differ from the plan estimate.
   bool BeyondMakespan() const {
     return request_.grad_sync || noise_.sigma() > 0 || charge_communicators_;
@@ -131,52 +141,6 @@ int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan,
     return 0;
   }
   return switched;
-}
-
-// The list schedule (ListScheduleMs) runs each micro-batch's groups on the
-// ranks' free times `free_at` (ms), updated in place.
-void RunMicroBatch(const MicroBatchPlan& mb, std::vector<double>& free_at) {
-  for (const GroupPlan& g : mb.groups) {
-    double start = 0;
-    for (int rank : g.ranks) start = std::max(start, free_at[rank]);
-    for (int rank : g.ranks) free_at[rank] = start + g.est_ms;
-  }
-}
-
-// The list schedule is linear in (max, +): read backwards, tails[m·N + r]
-// is the longest chain of group times (ms) from rank r, once micro-batch m
-// has run, through micro-batches m + 1 ... C - 1 (0 for the last). The
-// makespan of a plan that differs from `micro_batches` in micro-batch m
-// alone is then max_r (r's free time after m + tails[m·N + r]).
-std::vector<double> ScheduleTails(
-    int n, const std::vector<MicroBatchPlan>& micro_batches) {
-  const size_t ranks = static_cast<size_t>(n);
-  std::vector<double> tails(micro_batches.size() * ranks);
-  std::vector<double> chain(ranks, 0.0);
-  for (size_t m = micro_batches.size(); m-- > 0;) {
-    std::copy(chain.begin(), chain.end(), tails.begin() + m * ranks);
-    const std::vector<GroupPlan>& groups = micro_batches[m].groups;
-    for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
-      double longest = 0;
-      for (int rank : g->ranks) longest = std::max(longest, chain[rank]);
-      for (int rank : g->ranks) chain[rank] = g->est_ms + longest;
-    }
-  }
-  return tails;
-}
-
-// The makespan (ms) of the plan whose ranks are free at `free_at` before
-// `mb` runs and whose later micro-batches have the chains `tail`
-// (ScheduleTails). `scratch` is reused across calls.
-double MakespanWith(const MicroBatchPlan& mb,
-                    const std::vector<double>& free_at, const double* tail,
-                    std::vector<double>& scratch) {
-  scratch = free_at;
-  RunMicroBatch(mb, scratch);
-  double makespan = 0;
-  for (size_t rank = 0; rank < scratch.size(); ++rank)
-    makespan = std::max(makespan, scratch[rank] + tail[rank]);
-  return makespan;
 }
 
 // N is not a multiple of the node size: the last node has fewer ranks.
@@ -517,29 +481,29 @@ class FcpStrategy final : public Strategy {
   // scores lower. Returns how many micro-batches moved. With N a multiple of
   // R both moves keep every group's count of ranks per node, all that its
   // estimate depends on (GroupTimeForPlan), so est_ms is not recomputed per
-  // layout; ranked by makespan alone, a layout is scored in O(N) against the
-  // schedule's tails (ScheduleTails) instead of rescheduling the whole plan
-  // (issue 30: O(C^2 N) for C micro-batches).
+  // layout. A layout is scored in O(N) per noise draw against the
+  // schedule's tails (LayoutScorer) instead of rescheduling the whole plan
+  // (issue 30: O(C^2 N) for C micro-batches). The plan is rescored for a
+  // layout that creates communicators later groups use (their delays
+  // change), and with a sync for a micro-batch before which some rank used
+  // later has run nothing.
   static int ShiftMicroBatches(const PlanRequest& request, Scorer& score,
                                Plan& plan) {
     const int n = request.cluster.num_ranks;
     const int r = request.cluster.ranks_per_node;
     if (plan.micro_batches.size() < 2 || n % r != 0) return 0;
-    const bool by_makespan = !score.BeyondMakespan();
-    const std::vector<double> tails = by_makespan
-                                          ? ScheduleTails(n, plan.micro_batches)
-                                          : std::vector<double>{};
-    std::vector<double> free_at(by_makespan ? n : 0, 0.0), scratch;
-    if (by_makespan) RunMicroBatch(plan.micro_batches[0], free_at);
-    double best_ms = by_makespan ? 0.0 : score(plan);
+    LayoutScorer layouts = score.Layouts(plan.micro_batches);
+    layouts.Commit(plan.micro_batches[0]);
     int moved = 0;
     for (size_t m = 1; m < plan.micro_batches.size(); ++m) {
       MicroBatchPlan& mb = plan.micro_batches[m];
+      const bool incremental = layouts.CanScore(m);
       auto layout_ms = [&] {
-        return by_makespan ? MakespanWith(mb, free_at, &tails[m * n], scratch)
-                           : score(plan);
+        const std::optional<double> ms =
+            incremental ? layouts.Score(m, mb) : std::nullopt;
+        return ms ? *ms : score(plan);
       };
-      if (by_makespan) best_ms = layout_ms();  // the plan as it is
+      double best_ms = layout_ms();  // the plan as it is
       std::vector<std::vector<int>> original;
       for (const GroupPlan& g : mb.groups) original.push_back(g.ranks);
       auto lay_out = [&](int shift, bool mirror) {
@@ -567,7 +531,7 @@ class FcpStrategy final : public Strategy {
       }
       lay_out(best_shift, best_mirror);
       moved += best_shift != 0 || best_mirror;
-      if (by_makespan) RunMicroBatch(mb, free_at);
+      layouts.Commit(mb);
     }
     plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     return moved;

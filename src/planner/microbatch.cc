@@ -338,30 +338,66 @@ std::vector<std::vector<int>> SplitMicroBatches(
     const WorkOrder* work_order) {
   if (bfd_groups) bfd_groups->clear();
   const int k = static_cast<int>(seqs.size());
-  int count = MinMicroBatches(seqs, cm, cluster);
+  const int fewest = MinMicroBatches(seqs, cm, cluster);
   WorkOrder own_order;
-  // A few exact steps, then geometric growth; count == K (one sequence per
-  // micro-batch) is always feasible under the precondition.
-  for (int attempt = 0;; ++attempt) {
+  std::vector<std::vector<std::vector<int>>> groups;
+  // The split at `count`, or empty when BFD does not fit it (its groups in
+  // `groups`). count == K (one sequence per micro-batch) is always feasible
+  // under the precondition and built directly: the LPT split leaves
+  // micro-batches empty (and so fails) when sequences have zero work, e.g.
+  // all time coefficients 0 (found by fuzz/planner_fuzz). With positive work
+  // this is exactly what the LPT split returns for count K.
+  auto split_at = [&](int count) -> std::vector<std::vector<int>> {
+    groups.clear();
     if (count >= k) {
-      // One sequence per micro-batch, built directly: the LPT split leaves
-      // micro-batches empty (and so fails) when sequences have zero work,
-      // e.g. all time coefficients 0 (found by fuzz/planner_fuzz). With
-      // positive work this is exactly what the LPT split returns for count K.
       std::vector<std::vector<int>> single(k);
       for (int i = 0; i < k; ++i) single[i] = {i};
       return single;
     }
-    if (!work_order) {  // sorted once for every attempt
+    if (!work_order) {  // sorted once for every count tried
       own_order = MakeWorkOrder(seqs, cm);
       work_order = &own_order;
     }
-    auto mbs = SplitIntoMicroBatches(
-        seqs, cm, cluster, count, /*check_bfd=*/true, bfd_groups, work_order);
-    if (!mbs.empty()) return mbs;
-    count =
-        attempt < 4 ? count + 1 : std::min(k, count + std::max(1, count / 8));
+    return SplitIntoMicroBatches(seqs, cm, cluster, count, /*check_bfd=*/true,
+                                 &groups, work_order);
+  };
+  // The fewest micro-batches whose BFD groupings fit (the paper's rule), to
+  // within CountResolution: BFD fragments nearly full micro-batches, so the
+  // rejected counts above the memory bound grow with the count itself (about
+  // 0.6 % of it on github-like lengths: 5 and more at 10^6 sequences on 32
+  // ranks). Stepping by one from the memory bound packed all K sequences
+  // once per rejected count, so the passes grew with K (issue 30); galloping
+  // by a share of the count and bisecting down to that share took two
+  // passes there at 10^5 and at 10^6, and takes O(log K) at worst.
+  int rejected = fewest - 1;  // the largest count known to be rejected
+  int step = CountResolution(fewest);
+  int count = fewest;
+  std::vector<std::vector<int>> best = split_at(count);
+  while (best.empty()) {
+    rejected = count;
+    count = std::min(k, count + step);
+    step *= 2;
+    best = split_at(count);
   }
+  std::vector<std::vector<std::vector<int>>> best_groups;
+  best_groups.swap(groups);  // split_at clears `groups` on each call
+  // Feasibility is not known to be monotone in the count: the bisection
+  // keeps a rejected count below a feasible one, whatever lies between.
+  while (count - rejected > CountResolution(rejected)) {
+    const int middle = rejected + (count - rejected) / 2;
+    auto mbs = split_at(middle);
+    if (mbs.empty()) {
+      rejected = middle;
+    } else {
+      count = middle;
+      best = std::move(mbs);
+      best_groups.swap(groups);
+    }
+  }
+  if (bfd_groups) *bfd_groups = std::move(best_groups);
+  return best;
 }
+
+int CountResolution(int count) { return std::max(1, count / 64); }
 
 }  // namespace fcp::planner

@@ -24,12 +24,16 @@ struct WorkOrder {
 WorkOrder MakeWorkOrder(const std::vector<Sequence>& seqs, const CostModel& cm);
 
 // Precondition: every sequence fits alone on N ranks (d_min(s) <= N).
-// Returns micro-batches of sequence indices (each sorted ascending), ordered
-// by their first index.
-// `work_order`, when given, is MakeWorkOrder(seqs, cm) (saves the sort).
-// `bfd_groups`, when given, receives the BestFitDecreasing grouping of each
-// returned micro-batch where the split computed it for its feasibility check
-// (same order as the result), or is left empty.
+// The count is the fewest whose split (SplitIntoMicroBatches) BFD fits, to
+// within CountResolution: a fitting count c with a rejected one, or the
+// memory bound MinMicroBatches - 1, at most CountResolution below it (the
+// exact fewest below 128 micro-batches when fitting is monotone in the
+// count). Returns micro-batches of sequence indices (each sorted ascending),
+// ordered by their first index. `work_order`, when given, is
+// MakeWorkOrder(seqs, cm) (saves the sort). `bfd_groups`, when given, receives
+// the BestFitDecreasing grouping of each returned micro-batch where the split
+// computed it for its feasibility check (same order as the result), or is left
+// empty.
 std::vector<std::vector<int>> SplitMicroBatches(
     const std::vector<Sequence>& seqs, const CostModel& cm,
     const Cluster& cluster,
@@ -55,6 +59,10 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       const std::vector<double>& work,
                                       const std::vector<double>& size,
                                       double capacity, int count);
+
+// How close SplitMicroBatches brackets the fewest fitting count near
+// `count`: max(1, count / 64).
+int CountResolution(int count);
 
 // The fewest micro-batches memory allows: ceil(Σ mem_per_token·s /
 // (N·headroom)).

@@ -369,6 +369,47 @@ TEST(PlannerTest, MicroBatchesAreFeasibleAndBalanced) {
   EXPECT_EQ(ValidatePlan(req, plan), "");
 }
 
+// The micro-batch count search (issue 30): the count is one that BFD fits,
+// and a count at most CountResolution below it is rejected (or it is the
+// memory bound), checked against SplitIntoMicroBatches at every count below.
+// Batches of long sequences on 8 ranks need 20-200 micro-batches, BFD's
+// fragmentation a few to tens more than memory; the search this replaced
+// stepped by one four times, then by an eighth of the count.
+TEST(PlannerTest, MicroBatchCountIsWithinItsResolutionOfARejectedCount) {
+  std::mt19937_64 rng(30);
+  int above_memory = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    std::lognormal_distribution<double> length(8.5 + 0.05 * (trial % 20), 1.75);
+    std::vector<int64_t> lengths(200 + 50 * (trial % 17));
+    for (int64_t& s : lengths)
+      s = static_cast<int64_t>(std::clamp(length(rng), 1.0, 120000.0));
+    const PlanRequest req = PresetRequest(lengths, 8, 2 << (trial % 3));
+    const int count = static_cast<int>(
+        planner::SplitMicroBatches(req.sequences, req.cost, req.cluster)
+            .size());
+    const int fewest =
+        planner::MinMicroBatches(req.sequences, req.cost, req.cluster);
+    ASSERT_GE(count, fewest);
+    ASSERT_FALSE(planner::SplitIntoMicroBatches(req.sequences, req.cost,
+                                                req.cluster, count)
+                     .empty());
+    if (count == fewest) continue;
+    ++above_memory;
+    bool bracketed = false;
+    for (int rejected = count - 1;
+         rejected >= fewest &&
+         count - rejected <= planner::CountResolution(rejected);
+         --rejected) {
+      bracketed |= planner::SplitIntoMicroBatches(req.sequences, req.cost,
+                                                  req.cluster, rejected)
+                       .empty();
+    }
+    EXPECT_TRUE(bracketed) << "trial " << trial << ": " << count
+                           << " micro-batches, memory bound " << fewest;
+  }
+  EXPECT_GT(above_memory, 12);
+}
+
 // The least-loaded bin with room, by a scan of every bin (the oracle of
 // LptPack, which switches from a heap to a treap mid-packing).
 std::vector<std::vector<int>> LptPackByScan(const std::vector<int>& order,

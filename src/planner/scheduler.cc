@@ -320,10 +320,8 @@ double StepWith(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
                   });
   if (free_at.empty()) return 0;
   if (!sync) return *std::max_element(free_at.begin(), free_at.end());
-  const double total_ms = 1000.0 * sync->collective_s;
-  const double bucket_ms = total_ms / sync->buckets;
   auto exposed = [&](double window_ms) {
-    return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
+    return ExposedSyncMs(*sync, window_ms);
   };
   // Each rank waits for the all-gather behind its own first forward and
   // for the reduce-scatter behind its own last backward (an idle rank hides
@@ -352,6 +350,12 @@ double ListScheduleMs(int num_ranks,
                   });
   return free_at.empty() ? 0.0
                          : *std::max_element(free_at.begin(), free_at.end());
+}
+
+double ExposedSyncMs(const GradientSync& sync, double window_ms) {
+  const double total_ms = 1000.0 * sync.collective_s;
+  const double bucket_ms = total_ms / sync.buckets;
+  return bucket_ms + std::max(0.0, total_ms - bucket_ms - window_ms);
 }
 
 double StepMs(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,

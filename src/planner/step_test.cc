@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 
 #include "fcp/io.h"
 #include "fcp/scheduler.h"
 #include "planner/balanced_static.h"
+#include "planner/layout_scorer.h"
 #include "planner/schedule_testing.h"
 #include "testing/random_batch.h"
 
@@ -83,6 +87,94 @@ TEST(StepTest, WorkOnAnIdleRankAddsAtMostItself) {
     EXPECT_LE(StepMs(n, mbs, sync), before + work_ms + 1e-9 * before)
         << "trial " << trial;
   }
+}
+
+// LayoutScorer (fcp's micro-batch shifts, issue 30) against the oracle, the
+// whole plan rescored by ListScheduleMs, StepMs or, under noise,
+// ExpectedStepMs, with or without communicator costs: random plans of up to
+// 20 micro-batches (several blocks of tails) whose micro-batches leave random
+// ranks idle (some ranks first used late), each micro-batch after the first
+// tried in random layouts and one of them kept, in order, as
+// ShiftMicroBatches does. Layouts that create communicators later groups use
+// are not scored (and must occur).
+TEST(StepTest, LayoutScoresEqualTheRescoredPlan) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int scored = 0, skipped = 0, scored_with_costs = 0, not_scored = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 9);
+    std::vector<MicroBatchPlan> mbs(2 + rng() % (trial % 4 == 0 ? 19 : 5));
+    const int late = static_cast<int>(rng() % n);  // idle in the first ones
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      std::vector<int> ranks;
+      for (int r = 0; r < n; ++r) {
+        if ((r != late || m >= mbs.size() / 2) && rng() % 5 != 0)
+          ranks.push_back(r);
+      }
+      std::shuffle(ranks.begin(), ranks.end(), rng);
+      while (!ranks.empty()) {
+        const size_t d = 1 + rng() % ranks.size();
+        mbs[m].groups.push_back(
+            Group({ranks.begin(), ranks.begin() + d}, 100 * u(rng)));
+        ranks.erase(ranks.begin(), ranks.begin() + d);
+      }
+    }
+    const GradientSync sync{.collective_s = 0.2 * u(rng),
+                            .buckets = 1 + static_cast<int>(rng() % 6),
+                            .forward_share = u(rng)};
+    const bool with_sync = trial % 3 != 0;
+    GroupTimeNoise noise(trial % 5 < 2 ? 0.0 : 0.5, 16);
+    const bool with_costs = trial % 2 == 0;
+    const double create_s = 0.05 * u(rng);
+    std::set<std::vector<int>> held;  // some of the plan's sets
+    for (const MicroBatchPlan& mb : mbs) {
+      for (const GroupPlan& g : mb.groups) {
+        std::vector<int> set = g.ranks;
+        std::sort(set.begin(), set.end());
+        if (rng() % 3 == 0) held.insert(set);
+      }
+    }
+    auto rescored = [&] {
+      const std::vector<double> delays =
+          with_costs ? NewCommunicatorDelaysMs(mbs, held, create_s)
+                     : std::vector<double>{};
+      return ExpectedStepMs(n, mbs, with_sync ? &sync : nullptr, noise, delays);
+    };
+    planner::LayoutScorer layouts(n, with_sync ? &sync : nullptr, &noise,
+                                  with_costs ? &held : nullptr, create_s, mbs);
+    layouts.Commit(mbs[0]);
+    for (size_t m = 1; m < mbs.size(); ++m) {
+      std::vector<int> relabel(n);
+      std::iota(relabel.begin(), relabel.end(), 0);
+      const MicroBatchPlan original = mbs[m];
+      for (int layout = 0; layout < 4; ++layout) {
+        std::shuffle(relabel.begin(), relabel.end(), rng);
+        for (size_t g = 0; g < original.groups.size(); ++g) {
+          for (size_t j = 0; j < original.groups[g].ranks.size(); ++j)
+            mbs[m].groups[g].ranks[j] = relabel[original.groups[g].ranks[j]];
+        }
+        if (!layouts.CanScore(m)) {
+          ++skipped;
+          continue;
+        }
+        const std::optional<double> ms = layouts.Score(m, mbs[m]);
+        if (!ms) {
+          ++not_scored;
+          continue;
+        }
+        const double expected = rescored();
+        EXPECT_NEAR(*ms, expected, 1e-9 * expected)
+            << "trial " << trial << ", micro-batch " << m;
+        ++scored;
+        scored_with_costs += with_costs;
+      }
+      layouts.Commit(mbs[m]);  // the last layout tried stays
+    }
+  }
+  EXPECT_GT(scored, 2000);
+  EXPECT_GT(scored_with_costs, 500);
+  EXPECT_GT(not_scored, 10);  // layouts that change later delays occur
+  EXPECT_GT(skipped, 10);     // late first groups do occur
 }
 
 // A random request with a random gradient sync: collectives from nothing to
