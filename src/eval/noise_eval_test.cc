@@ -67,10 +67,16 @@ TEST(NoiseEvalTest, PerturbSelectsCoefficients) {
     EXPECT_EQ(row.time_change_mean, 0.0) << row.ranks << " " << row.noise;
   }
   NoiseEvalOptions listed = TinyNoise();
-  listed.perturb = {
-      "gamma_serial", "gamma_inter", "gamma_intra", "attn_overhead_tokens",
-      "beta2",        "alpha3",      "beta1",       "alpha2",
-      "alpha1"};  // all of them, another order
+  listed.perturb = {"alpha3_home",
+                    "gamma_serial",
+                    "gamma_inter",
+                    "gamma_intra",
+                    "attn_overhead_tokens",
+                    "beta2",
+                    "alpha3",
+                    "beta1",
+                    "alpha2",
+                    "alpha1"};  // all of them, another order
   const NoiseEvalReport a = RunNoiseEval(TinyNoise()), b = RunNoiseEval(listed);
   ASSERT_EQ(a.rows.size(), b.rows.size());
   for (size_t i = 0; i < a.rows.size(); ++i) {

@@ -149,7 +149,9 @@ TEST(Study, SearchColumnsAreNoWorseThanFcpInItsOwnModel) {
       EXPECT_LE(FcpRankingMs(request, plan),
                 FcpRankingMs(request, planned) * (1 + 1e-12))
           << name;
-      if (std::string(name) == "search-ring") EXPECT_FALSE(AnyAllToAll(plan));
+      if (std::string(name) == "search-ring") {
+        EXPECT_FALSE(AnyAllToAll(plan));
+      }
     }
   }
 }

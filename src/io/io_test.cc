@@ -129,8 +129,7 @@ TEST(BatchJsonTest, UnsetV2TermsAreZeroBesideTimingCoefficients) {
             "bw_intra_node, bw_inter_node, mem_per_token, mem_static, "
             "mem_capacity; 0 (v2 term "
             "unset beside timing coefficients): gamma_intra, gamma_inter, "
-            "gamma_serial, "
-            "ring_tail_steps");
+            "gamma_serial, alpha3_home, ring_tail_steps");
   // ring_tail_steps alone is not a timing coefficient: the preset's h stays.
   const BatchInput tail = ParseBatchJson(
       R"({"model": "qwen3-8b", "cost_model": {"ring_tail_steps": 0.5}, "sequences": [10]})");

@@ -719,9 +719,10 @@ def test_unset_v2_terms_are_zero_beside_timing_coefficients(tmp_path):
     sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=given)
     cm = sched.cost_model
     assert cm.attn_overhead_tokens == 256.0
-    for name in ("gamma_intra", "gamma_inter", "gamma_serial", "ring_tail_steps"):
+    unset_v2 = ("gamma_intra", "gamma_inter", "gamma_serial", "alpha3_home", "ring_tail_steps")
+    for name in unset_v2:
         assert getattr(cm, name) == 0.0, name
-    zeros = dict(given, gamma_intra=0.0, gamma_inter=0.0, gamma_serial=0.0, ring_tail_steps=0.0)
+    zeros = dict(given, **dict.fromkeys(unset_v2, 0.0))
     explicit = fcp.Scheduler(cluster="h100-8x8", model="qwen3-8b", cost_model=zeros)
     lengths = [30000, 8000, 4000, 1000, 500]
     assert sched.plan(lengths).est_ms == explicit.plan(lengths).est_ms
