@@ -259,8 +259,8 @@ StudyRow RunCase(const StudyOptions& o, const Case& k, ExperimentConfig cfg) {
   if (o.search_s > 0) AddSearch(o, cfg, row);
   cfg.strategies = {"megatron", "deepspeed"};
   cfg.dealing = Dealing::kLoader;
-  if (const StrategyResult* s = BestStatic(RunExperiment(cfg)))
-    row.loader_s = s->iter_s;
+  const ExperimentResult loader = RunExperiment(cfg);
+  if (const StrategyResult* s = BestStatic(loader)) row.loader_s = s->iter_s;
   return row;
 }
 

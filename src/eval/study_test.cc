@@ -25,10 +25,9 @@ StudyResult QuickStudy(bool profiled) {
   return RunStudy(o);
 }
 
-// The case the study ran, rerun by hand: the quick grid measures one batch
-// after one warm-up batch, fcp against megatron and deepspeed dealt by work.
-double FcpSeconds(const StudyRow& row,
-                  const std::optional<CostModel>& coefficients) {
+// The configuration of a case the quick grid ran: one measured batch after
+// one warm-up batch.
+ExperimentConfig QuickCaseConfig(const StudyRow& row) {
   ExperimentConfig cfg;
   cfg.cluster = row.cluster;
   cfg.model = row.model;
@@ -37,6 +36,14 @@ double FcpSeconds(const StudyRow& row,
   cfg.dataset = row.dataset;
   cfg.steps = 1;
   cfg.warmup = 1;
+  return cfg;
+}
+
+// The case the study ran, rerun by hand: fcp against megatron and deepspeed
+// dealt by work.
+double FcpSeconds(const StudyRow& row,
+                  const std::optional<CostModel>& coefficients) {
+  ExperimentConfig cfg = QuickCaseConfig(row);
   cfg.strategies = {"fcp", "megatron", "deepspeed"};
   cfg.dealing = Dealing::kBalanced;
   cfg.cost_model = coefficients;
@@ -118,14 +125,7 @@ TEST(Study, SearchColumnsAreNoWorseThanFcpInItsOwnModel) {
     EXPECT_GE(row.search_ring_model_gain, 1 - 1e-12);
     // The row's case rerun by hand (quick: one warm-up, one measured batch),
     // keeping each strategy's last (measured) request and plan.
-    ExperimentConfig cfg;
-    cfg.cluster = row.cluster;
-    cfg.model = row.model;
-    cfg.ranks = row.ranks;
-    cfg.global_batch = row.global_batch;
-    cfg.dataset = row.dataset;
-    cfg.steps = 1;
-    cfg.warmup = 1;
+    ExperimentConfig cfg = QuickCaseConfig(row);
     cfg.strategies = {"search", "search-ring"};
     cfg.extra_planners = {{"search", StudySearchPlanner(o, 1, false)},
                           {"search-ring", StudySearchPlanner(o, 1, true)}};
