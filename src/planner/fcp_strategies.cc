@@ -143,6 +143,23 @@ int SwitchWhereFaster(const PlanRequest& request, Scorer& score, Plan& plan,
   return switched;
 }
 
+// A candidate built from micro-batches alone: all-to-all where faster
+// (SwitchWhereFaster), then scored; when it scores below `best_score_ms`
+// (updated) its micro-batches and estimate replace `plan`'s. Returns the
+// number of groups switched to all-to-all when it replaced `plan`.
+std::optional<int> KeepIfBetter(const PlanRequest& request, Scorer& score,
+                                Plan candidate, Plan& plan,
+                                double& best_score_ms) {
+  const int switched =
+      SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
+  const double candidate_score_ms = score(candidate);
+  if (candidate_score_ms >= best_score_ms * (1 - 1e-12)) return std::nullopt;
+  best_score_ms = candidate_score_ms;
+  plan.micro_batches = std::move(candidate.micro_batches);
+  plan.est_ms = candidate.est_ms;
+  return switched;
+}
+
 // N is not a multiple of the node size: the last node has fewer ranks.
 bool LastNodePartial(const Cluster& cluster) {
   return cluster.num_ranks % cluster.ranks_per_node != 0;
@@ -349,16 +366,11 @@ class FcpStrategy final : public Strategy {
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      const int static_switched =
-          SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
-      const double candidate_score_ms = score(candidate);
-      if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
-        best_score_ms = candidate_score_ms;
-        plan->micro_batches = std::move(candidate.micro_batches);
-        plan->est_ms = candidate.est_ms;
+      if (const auto switched = KeepIfBetter(
+              request, score, std::move(candidate), *plan, best_score_ms)) {
         plan->notes["grouping"] =
             "balanced static (cp " + std::to_string(cp) + ")";
-        plan->notes["all_to_all_groups"] = std::to_string(static_switched);
+        plan->notes["all_to_all_groups"] = std::to_string(*switched);
       }
     }
     if (request.group_time_sigma > 0) {
@@ -429,12 +441,8 @@ class FcpStrategy final : public Strategy {
         candidate.micro_batches.push_back(std::move(realized->micro_batch));
       }
       if (candidate.micro_batches.size() != members.size()) continue;
-      SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
-      const double candidate_score_ms = score(candidate);
-      if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
-        best_score_ms = candidate_score_ms;
-        plan.micro_batches = std::move(candidate.micro_batches);
-        plan.est_ms = candidate.est_ms;
+      if (KeepIfBetter(request, score, std::move(candidate), plan,
+                       best_score_ms)) {
         best_k = static_cast<int>(k);
       }
     }
@@ -461,12 +469,8 @@ class FcpStrategy final : public Strategy {
       if (!mbs) continue;
       Plan candidate;
       candidate.micro_batches = std::move(*mbs);
-      SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
-      const double candidate_score_ms = score(candidate);
-      if (candidate_score_ms < best_score_ms * (1 - 1e-12)) {
-        best_score_ms = candidate_score_ms;
-        plan.micro_batches = std::move(candidate.micro_batches);
-        plan.est_ms = candidate.est_ms;
+      if (KeepIfBetter(request, score, std::move(candidate), plan,
+                       best_score_ms)) {
         note = "lanes on held communicators";
       }
     }
@@ -574,18 +578,13 @@ class FcpStrategy final : public Strategy {
           Plan candidate;
           candidate.micro_batches =
               ChunkLanes(request, lanes, *rank_sets, chunking, &several);
-          const int switched =
-              SwitchWhereFaster(request, score, candidate, /*estimated=*/false);
-          const double candidate_ms = score(candidate);
-          if (candidate_ms < best_ms * (1 - 1e-12)) {
-            best_ms = candidate_ms;
-            plan.micro_batches = std::move(candidate.micro_batches);
-            plan.est_ms = candidate.est_ms;
+          if (const auto switched = KeepIfBetter(
+                  request, score, std::move(candidate), plan, best_ms)) {
             plan.notes["grouping"] =
                 "lanes: " + std::to_string(lanes.size()) +
                 " persistent groups" +
                 (chunking == Chunking::kBalanced ? ", balanced split" : "");
-            plan.notes["all_to_all_groups"] = std::to_string(switched);
+            plan.notes["all_to_all_groups"] = std::to_string(*switched);
           }
         }
       }

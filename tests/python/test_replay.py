@@ -44,6 +44,14 @@ def _formula(c, seqs, d, bw, inter, tail=1.0):
     return comp, comm, comp + comm - min(attn * (d - tail) / d, comm)
 
 
+def _load(seqs):
+    """The GroupLoad of (length, eta) pairs."""
+    load = core.GroupLoad()
+    for n, e in seqs:
+        load.add(core.Sequence(n, e))
+    return load
+
+
 def _synthetic_samples(bw=2e10):
     samples, what = [], []
     for length in (1024, 2048, 4096, 8192, 16384):
@@ -51,12 +59,9 @@ def _synthetic_samples(bw=2e10):
             for inter in (False, True) if d > 1 else (False,):
                 for seqs in ([(length, 0.0)], [(length // 4, float(k % 2)) for k in range(4)]):
                     comp, comm, total = _formula(TRUE, seqs, d, bw, inter)
-                    load = core.GroupLoad()
-                    for n, e in seqs:
-                        load.add(core.Sequence(n, e))
                     samples.append(
                         core.make_fit_sample(
-                            load,
+                            _load(seqs),
                             d,
                             bw,
                             inter,
@@ -107,12 +112,9 @@ def _a2a_samples(shape, bw=2e10, degrees=(1, 2, 4, 8), split=True):
         for d in degrees:
             for seqs in ([(length, 0.0)], [(length // 4, float(k % 2)) for k in range(4)]):
                 comp, comm, total = _a2a_formula(TRUE, seqs, d, bw, shape.q_heads, shape.kv_heads)
-                load = core.GroupLoad()
-                for n, e in seqs:
-                    load.add(core.Sequence(n, e))
                 samples.append(
                     core.make_fit_sample(
-                        load,
+                        _load(seqs),
                         d,
                         bw,
                         compute_s=comp if split or d == 1 else math.nan,

@@ -303,6 +303,19 @@ def _cu(lengths):
     return cu
 
 
+def _packed_inputs(cu, kv_heads, seed):
+    """Random float64 q (4 heads), k and v (kv_heads) over the packed tokens of
+    `cu`, leaves that need gradients, and an output gradient g like q."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    k, v = (
+        torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
+    g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
+    return q, k, v, g
+
+
 def _softmax_per_sequence(q, k, v, cu, causal):
     """float64 oracle: explicit softmax per whole sequence, GQA by repetition."""
     q, k, v = q.double(), k.double(), v.double()
@@ -342,13 +355,7 @@ def test_packed_shards_partition_the_batch(degree):
 )
 def test_packed_blocks_match_softmax_per_sequence(degree, causal, kv_heads):
     cu = _cu(PACKED_LENGTHS)
-    gen = torch.Generator().manual_seed(degree)
-    q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    k, v = (
-        torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-        for _ in range(2)
-    )
-    g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
+    q, k, v, g = _packed_inputs(cu, kv_heads, seed=degree)
     out = ft.blockwise_attention(q, k, v, degree, causal=causal, cu_seqlens=cu)
     grads = torch.autograd.grad((out * g).sum(), (q, k, v))
     ref = _softmax_per_sequence(q, k, v, cu, causal)
@@ -621,13 +628,7 @@ def test_varlen_block_kernel_runs_each_ring_step_in_one_call(degree, causal, kv_
     # here as a float64 kernel with the same interface; against the float64
     # softmax on whole sequences, forward and gradients.
     cu = _cu(PACKED_LENGTHS)
-    gen = torch.Generator().manual_seed(degree)
-    q = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-    k, v = (
-        torch.randn(kv_heads, cu[-1], 8, generator=gen, dtype=torch.float64, requires_grad=True)
-        for _ in range(2)
-    )
-    g = torch.randn(4, cu[-1], 8, generator=gen, dtype=torch.float64)
+    q, k, v, g = _packed_inputs(cu, kv_heads, seed=degree)
     kernel = _ReferenceVarlen()
     out = ft.blockwise_attention(q, k, v, degree, causal=causal, cu_seqlens=cu, kernel=kernel)
     grads = torch.autograd.grad((out * g).sum(), (q, k, v))
