@@ -157,6 +157,14 @@ struct AllToAllFactors {
 };
 AllToAllFactors AllToAllFactorsFor(const ModelShape& shape, int degree);
 
+// AllToAllGroupTimePartsS with the degree's factors given (`factors` =
+// AllToAllFactorsFor(shape, degree)), for callers that price many loads at
+// one degree (the planner's grouping stages).
+GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
+                                       const AllToAllFactors& factors,
+                                       const GroupLoad& load, int degree,
+                                       double bw_bytes_per_s);
+
 // ---- inline definitions (the formula, docs/design.md §2) ----
 
 inline GroupTimeParts GroupTimePartsS(const CostModel& cm,

@@ -153,8 +153,15 @@ GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
                                        const ModelShape& shape,
                                        const GroupLoad& load, int degree,
                                        double bw_bytes_per_s) {
+  return AllToAllGroupTimePartsS(cm, AllToAllFactorsFor(shape, degree), load,
+                                 degree, bw_bytes_per_s);
+}
+
+GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
+                                       const AllToAllFactors& f,
+                                       const GroupLoad& load, int degree,
+                                       double bw_bytes_per_s) {
   const double d = degree;
-  const AllToAllFactors f = AllToAllFactorsFor(shape, degree);
   GroupTimeParts p;
   // Ulysses runs attention on whole sequences (1/d of the heads each), so the
   // v2 short-chunk overhead h applies to full lengths and shrinks with d.

@@ -36,11 +36,10 @@ class BestTimer {
     const Degree& info = static_cast<size_t>(degree) < degrees_.size()
                              ? degrees_[degree]  // filled up to N up front
                              : Info(degree);
-    if (info.a2a_bw.empty()) return ring;
-    double t = ring;
-    for (double bw : info.a2a_bw)
-      t = std::min(t, AllToAllGroupTimeS(cm_, *shape_, load, degree, bw));
-    return t;
+    if (info.a2a_bw == 0) return ring;
+    return std::min(ring, AllToAllGroupTimePartsS(cm_, info.factors, load,
+                                                  degree, info.a2a_bw)
+                              .total_s);
   }
 
   // A lower bound on how much adding `add` to any load lengthens its
@@ -67,14 +66,17 @@ class BestTimer {
   }
 
  private:
-  // The bandwidths an all-to-all group of this degree is priced at (none:
-  // ring only). A node-aligned degree at its bandwidth on whole nodes (where
-  // an aligned allocation places it, realize.h); any other as the allocator
-  // prices it (BestCaseRingOrAllToAll: the inter-node link, and the
-  // intra-node one too when the group may fit in one node).
+  // The bandwidth an all-to-all group of this degree is priced at (0: ring
+  // only). A node-aligned degree at its bandwidth on whole nodes (where an
+  // aligned allocation places it, realize.h); any other as the allocator
+  // prices it (BestCaseRingOrAllToAll: the faster of the inter-node link and,
+  // when the group may fit in one node, the intra-node one; the time is
+  // monotone in the bandwidth, rounding included, so the fastest alone is
+  // priced).
   struct Degree {
     bool known = false;
-    std::vector<double> a2a_bw;
+    double a2a_bw = 0;
+    AllToAllFactors factors{};  // AllToAllFactorsFor(*shape_, degree)
   };
   const Degree& Info(int degree) {
     if (static_cast<size_t>(degree) >= degrees_.size())
@@ -84,12 +86,13 @@ class BestTimer {
     info.known = true;
     if (!AllToAllAllowed(shape_, degree)) return info;
     if (AlignedDegree(cluster_, degree)) {
-      info.a2a_bw = {AllToAllBandwidthOnRange(cm_, cluster_, 0, degree)};
+      info.a2a_bw = AllToAllBandwidthOnRange(cm_, cluster_, 0, degree);
     } else {
-      info.a2a_bw = {cm_.bw_inter_node};
-      if (degree <= cluster_.ranks_per_node)
-        info.a2a_bw.push_back(cm_.bw_intra_node);
+      info.a2a_bw = degree <= cluster_.ranks_per_node
+                        ? std::max(cm_.bw_inter_node, cm_.bw_intra_node)
+                        : cm_.bw_inter_node;
     }
+    info.factors = AllToAllFactorsFor(*shape_, degree);
     return info;
   }
 
@@ -119,15 +122,14 @@ class BestTimer {
                           : cm_.bw_inter_node;
     f.ring_comm = degree == 1 ? 0.0 : cm_.alpha3 * (d - 1) / d / bw;
     f.ring_home = degree == 1 ? 0.0 : cm_.alpha3_home / d / bw;
-    if (shape_ && degree > 1 && !Info(degree).a2a_bw.empty()) {
-      const std::vector<double>& bws = Info(degree).a2a_bw;
+    if (shape_ && degree > 1 && Info(degree).a2a_bw > 0) {
       const double rho =
           shape_->q_heads > 0 && shape_->kv_heads > 0
               ? 0.75 * (shape_->q_heads + shape_->kv_heads) / shape_->kv_heads
               : 3.75;
       f.a2a = true;
-      f.a2a_tokens = f.lin + rho * cm_.alpha3 * (d - 1) / d / d /
-                                 *std::max_element(bws.begin(), bws.end());
+      f.a2a_tokens =
+          f.lin + rho * cm_.alpha3 * (d - 1) / d / d / Info(degree).a2a_bw;
     }
     return f;
   }

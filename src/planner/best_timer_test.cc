@@ -2,7 +2,8 @@
 // models (v2 terms included), clusters, model shapes, loads and degrees, adding
 // a load never lengthens a group by less than the floor. The dual grouping
 // passes over groups on this bound without pricing them, so a floor above the
-// real growth would change plans.
+// real growth would change plans. And BestTimer's prices against the
+// allocator's group times (realize.h).
 #include "planner/best_timer.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <random>
 
 #include "fcp/presets.h"
+#include "planner/allocation.h"
+#include "planner/realize.h"
 #include "testing/random_batch.h"
 
 namespace fcp::planner {
@@ -106,6 +109,36 @@ TEST(BestTimerTest, GrowthFloorNeverExceedsTheGrowthOnPresets) {
       request.cost = DeriveCostModel(model, cluster);
       request.model = model.shape;
       ExpectFloorBelowGrowth(request, rng, 5000);
+    }
+  }
+}
+
+// BestTimer prices each degree once (its all-to-all factors and one
+// bandwidth: the fastest it may run at); the allocator's own group times
+// (realize.h) price every candidate bandwidth each call. Both must agree to
+// the bit, or the dual grouping would judge groups otherwise than the
+// allocator that sizes them.
+TEST(BestTimerTest, PricesAsTheAllocatorDoes) {
+  std::mt19937_64 rng(20261205);
+  for (int instance = 0; instance < 400; ++instance) {
+    const PlanRequest request = RandomTimerRequest(rng);
+    const ModelShape* shape = request.model ? &*request.model : nullptr;
+    const GroupTimeFn free_time =
+        BestCaseRingOrAllToAll(request.cost, request.cluster, shape);
+    const GroupTimeFn aligned_time =
+        AlignedRingOrAllToAll(request.cost, request.cluster, shape);
+    BestTimer timer(request);
+    std::uniform_int_distribution<int> degree_of(1, request.cluster.num_ranks);
+    for (int t = 0; t < 50; ++t) {
+      const int d = degree_of(rng);
+      AllocGroup group;
+      group.load = RandomLoad(rng, 6);
+      const double want = AlignedDegree(request.cluster, d)
+                              ? aligned_time(group, d)
+                              : free_time(group, d);
+      EXPECT_EQ(timer(group.load, d), want)
+          << "degree " << d << " of " << request.cluster.num_ranks << " (R "
+          << request.cluster.ranks_per_node << ")";
     }
   }
 }

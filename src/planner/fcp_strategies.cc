@@ -560,6 +560,8 @@ class FcpStrategy final : public Strategy {
     for (const LaneGrouping& grouping :
          LaneGroupings(request, upper_s, /*dual=*/true, kLaneMultipleOf)) {
       const auto& lanes = grouping.lanes;
+      // Sorted once for every layout and split below.
+      const auto sorted_lanes = LongestFirst(request, lanes);
       // A grouping opened at restricted degrees is laid out at those; a free
       // one at free and at node-aligned degrees.
       const bool restricted =
@@ -577,7 +579,8 @@ class FcpStrategy final : public Strategy {
             break;
           Plan candidate;
           candidate.micro_batches =
-              ChunkLanes(request, lanes, *rank_sets, chunking, &several);
+              ChunkLanes(request, sorted_lanes, *rank_sets, chunking,
+                         &several);
           if (const auto switched = KeepIfBetter(
                   request, score, std::move(candidate), plan, best_ms)) {
             plan.notes["grouping"] =

@@ -46,10 +46,10 @@ std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
   std::vector<LaneDegrees> rules = {{}};
   if (nodes_matter) rules.push_back({.node_aligned = true});
   if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
+  DualApprox dual_approx(relaxed, members, &request.cost);
   for (const LaneDegrees& rule : rules) {
     if (auto grouping =
-            DualApproxGrouping(relaxed, members, upper_s, &request.cost,
-                               rule.node_aligned, rule.multiple_of)) {
+            dual_approx.Group(upper_s, rule.node_aligned, rule.multiple_of)) {
       out.push_back({std::move(*grouping), rule});
     }
   }
@@ -141,36 +141,66 @@ std::vector<std::vector<int>> BalancedChunks(const PlanRequest& request,
   return chunks;
 }
 
+// Longest first, ties in their order; a lane already so ordered (the same
+// lanes are chunked on several layouts) costs one pass.
+void SortLongestFirst(const PlanRequest& request, std::vector<int>& seqs) {
+  auto longer = [&](int a, int b) {
+    return request.sequences[a].length_tokens >
+           request.sequences[b].length_tokens;
+  };
+  if (!std::is_sorted(seqs.begin(), seqs.end(), longer))
+    std::stable_sort(seqs.begin(), seqs.end(), longer);
+}
+
+// `seqs` (longest first) first fit into groups of `degree` ranks that fit
+// memory.
+std::vector<std::vector<int>> FirstFit(const PlanRequest& request,
+                                       const std::vector<int>& seqs,
+                                       int degree) {
+  const CostModel& cm = request.cost;
+  // Memory grows with a group's tokens alone, so when the whole lane fits
+  // every prefix does, and first fit keeps one group: no search (most lanes).
+  GroupLoad whole;
+  for (int k : seqs)
+    whole.sum_tokens += static_cast<double>(request.sequences[k].length_tokens);
+  if (!seqs.empty() && GroupMemBytes(cm, whole, degree) <= cm.mem_capacity)
+    return {seqs};
+  FirstFitChunks first_fit(seqs.size());
+  std::vector<std::vector<int>> chunks;
+  for (int k : seqs) {
+    const Sequence& s = request.sequences[k];
+    const size_t c = first_fit.Find([&](double sum_tokens) {
+      GroupLoad load;
+      load.sum_tokens = sum_tokens;
+      load.Add(s);
+      return GroupMemBytes(cm, load, degree) <= cm.mem_capacity;
+    });
+    if (c == chunks.size()) chunks.emplace_back();
+    chunks[c].push_back(k);
+    first_fit.Add(c, static_cast<double>(s.length_tokens));
+  }
+  return chunks;
+}
+
 }  // namespace
+
+std::vector<std::vector<int>> LongestFirst(
+    const PlanRequest& request, std::vector<std::vector<int>> lanes) {
+  for (std::vector<int>& lane : lanes) SortLongestFirst(request, lane);
+  return lanes;
+}
 
 std::vector<MicroBatchPlan> ChunkLanes(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     const std::vector<std::vector<int>>& rank_sets, Chunking chunking,
     bool* several) {
-  const CostModel& cm = request.cost;
   std::vector<MicroBatchPlan> out;
   if (several) *several = false;
   for (size_t p = 0; p < lanes.size(); ++p) {
     const int d = static_cast<int>(rank_sets[p].size());
     std::vector<int> seqs = lanes[p];
-    std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
-      return request.sequences[a].length_tokens >
-             request.sequences[b].length_tokens;
-    });
-    FirstFitChunks first_fit(seqs.size());
-    std::vector<std::vector<int>> chunks;
-    for (int k : seqs) {
-      const Sequence& s = request.sequences[k];
-      const size_t c = first_fit.Find([&](double sum_tokens) {
-        GroupLoad load;
-        load.sum_tokens = sum_tokens;
-        load.Add(s);
-        return GroupMemBytes(cm, load, d) <= cm.mem_capacity;
-      });
-      if (c == chunks.size()) chunks.emplace_back();
-      chunks[c].push_back(k);
-      first_fit.Add(c, static_cast<double>(s.length_tokens));
-    }
+    SortLongestFirst(request, seqs);
+    std::vector<std::vector<int>> chunks = FirstFit(request, seqs, d);
     if (chunks.size() > 1) {
       if (several) *several = true;
       if (chunking == Chunking::kBalanced) {

@@ -64,6 +64,11 @@ enum class Chunking {
   kBalanced,
 };
 
+// Each lane's sequences longest first, ties in their order (ChunkLanes'
+// order: lanes passed to it in this order are not sorted again).
+std::vector<std::vector<int>> LongestFirst(const PlanRequest& request,
+                                           std::vector<std::vector<int>> lanes);
+
 // Lane p's sequences split into memory-feasible groups on `rank_sets[p]`
 // (`chunking`); micro-batch m runs every lane's m-th group. Groups are ring
 // (the caller switches to all-to-all where faster); estimates are not filled.

@@ -1,7 +1,8 @@
 // Lanes (lanes.h) on fcp's own lane groupings of seeded random batches:
-// ChunkLanes' balanced split against a scan of every group (the same groups
-// as "longest first onto the group with the least work that has memory room,
-// among the 4 lightest"), as many groups as first fit, every group within
+// ChunkLanes' first fit and its balanced split against scans of every group
+// (the latter: "longest first onto the group with the least work that has
+// memory room, among the 4 lightest"), as many groups as first fit, every
+// group within
 // memory and every sequence in exactly one; LaneRankSets at even degrees
 // gives disjoint rank sets of degree 1 or even, each at least its sequences'
 // d_min.
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -68,6 +70,57 @@ std::vector<std::vector<int>> ScanBalanced(const PlanRequest& req,
     if (!placed) return {};
   }
   return groups;
+}
+
+// First fit by a scan of every open group, longest first (ties in lane
+// order); a new group takes any sequence.
+std::vector<std::vector<int>> ScanFirstFit(const PlanRequest& req,
+                                           std::vector<int> seqs, int degree) {
+  std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
+    return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
+  });
+  std::vector<std::vector<int>> groups;
+  std::vector<double> tokens;
+  for (int k : seqs) {
+    size_t c = 0;
+    for (; c < groups.size(); ++c) {
+      GroupLoad load;
+      load.sum_tokens = tokens[c];
+      load.Add(req.sequences[k]);
+      if (GroupMemBytes(req.cost, load, degree) <= req.cost.mem_capacity)
+        break;
+    }
+    if (c == groups.size()) groups.emplace_back(), tokens.push_back(0);
+    groups[c].push_back(k);
+    tokens[c] += static_cast<double>(req.sequences[k].length_tokens);
+  }
+  return groups;
+}
+
+// ChunkLanes' first fit (a segment tree, and no search at all when the whole
+// lane fits) against the scan, on lanes that fit whole and lanes that do not.
+TEST(ChunkLanesTest, FirstFitMatchesTheScan) {
+  int whole = 0, split = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    const PlanRequest req = testing::RandomRequestMaybeSync(seed, 7919, 48);
+    for (const LaneGrouping& grouping :
+         LaneGroupings(req, std::numeric_limits<double>::infinity(),
+                       /*dual=*/true, /*multiple_of=*/2)) {
+      const auto rank_sets = LaneRankSets(req, grouping.lanes, {});
+      if (!rank_sets) continue;
+      const auto chunked = GroupsByLane(
+          ChunkLanes(req, grouping.lanes, *rank_sets, Chunking::kFirstFit),
+          *rank_sets);
+      for (size_t p = 0; p < grouping.lanes.size(); ++p) {
+        const auto want = ScanFirstFit(
+            req, grouping.lanes[p], static_cast<int>((*rank_sets)[p].size()));
+        EXPECT_EQ(chunked[p], want) << "seed " << seed << ", lane " << p;
+        ++(want.size() == 1 ? whole : split);
+      }
+    }
+  }
+  std::printf("%d lanes whole, %d split\n", whole, split);
+  EXPECT_GT(split, 20);
 }
 
 TEST(ChunkLanesTest, BalancedSplitMatchesTheScan) {

@@ -219,6 +219,15 @@ std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       double capacity, int count) {
   // Each sequence goes to the least-loaded bin (by work) with room for it;
   // an empty bin always has room.
+  if (count == 1) {  // all in order while room lasts: no heap to keep
+    double used = 0;
+    for (size_t j = 0; j < order.size(); ++j) {
+      const double item_size = size[order[j]];
+      if (j > 0 && !(used + item_size <= capacity)) return {};
+      used += item_size;
+    }
+    return {order};
+  }
   std::vector<std::vector<int>> bins(count);
   std::vector<double> used(count, 0.0);
   LptBins by_work(count);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -32,6 +33,9 @@ constexpr int kLongTries = 16;
 // priced time can round apart, so the choice is the one pricing makes.
 constexpr double kFloorMargin = 1e-9;
 
+}  // namespace
+
+// What every degree rule shares (refine.h: DualApprox).
 struct DualContext {
   const PlanRequest& request;
   std::vector<int> order;        // members by work, descending
@@ -39,15 +43,20 @@ struct DualContext {
   std::vector<double> t_one;     // T({s}, 1)
   std::vector<double> work;      // alpha1(1+eta)s² + alpha2 s
   std::vector<GroupLoad> alone;  // GroupLoad::Of each member, by position
-  // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ... and the
-  // running minimum of those, filled on demand and shared by every TryTau of
-  // the bisection (each call scanned the degrees again).
+  double lower_s = 0;  // no grouping meets a lower makespan (s)
+  // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ..., filled
+  // on demand (NaN: not priced yet) and shared by every TryTau of every
+  // rule's bisection (each call scanned the degrees again).
   std::vector<std::vector<double>> time_at;
+  // Per member position, for the rule being run: the running minimum of
+  // those times over the degrees the rule allows (+inf for the others).
   std::vector<std::vector<double>> min_up_to;
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
   int multiple_of = 1;   // and at multiples of this only
   BestTimer best_time;
 };
+
+namespace {
 
 // The smallest d in [d_min, max_degree] with T_best({s}, d) <= limit for the
 // member at `pos` (the first hit of a scan upward from d_min), or
@@ -67,13 +76,18 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
     return std::min(d, max_degree + 1);
   }
   const GroupLoad& load = ctx.alone[pos];
-  for (int d = d_min + static_cast<int>(times.size()); d <= max_degree; ++d) {
+  for (int d = d_min + static_cast<int>(mins.size()); d <= max_degree; ++d) {
     const bool allowed =
         d == 1 || ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
                    d % ctx.multiple_of == 0);
-    const double t = allowed ? ctx.best_time(load, d)
-                             : std::numeric_limits<double>::infinity();
-    times.push_back(t);
+    double t = std::numeric_limits<double>::infinity();
+    if (allowed) {
+      const size_t i = static_cast<size_t>(d - d_min);
+      if (i >= times.size())
+        times.resize(i + 1, std::numeric_limits<double>::quiet_NaN());
+      if (std::isnan(times[i])) times[i] = ctx.best_time(load, d);
+      t = times[i];
+    }
     mins.push_back(mins.empty() ? t : std::min(mins.back(), t));
     if (t <= limit) return d;
   }
@@ -250,14 +264,15 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 
 }  // namespace
 
-std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
-    const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model, bool aligned_degrees, int multiple_of) {
+DualApprox::DualApprox(const PlanRequest& request,
+                       const std::vector<int>& members,
+                       const CostModel* d_min_model)
+    : ctx_(std::make_unique<DualContext>(
+          DualContext{request, members, {}, {}, {}, {}, 0, {}, {}, false, 1,
+                      BestTimer(request)})) {
+  DualContext& ctx = *ctx_;
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
-  DualContext ctx{
-      request,     members,           {}, {}, {}, {}, {}, {}, aligned_degrees,
-      multiple_of, BestTimer(request)};
   const auto& seqs = request.sequences;
   // (work, member), sorted together: a work vector over all K sequences per
   // call (once per micro-batch) made planning O(K · micro-batches) (issue 30).
@@ -273,7 +288,7 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
       [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t pos = 0; pos < by_work.size(); ++pos)
     ctx.order[pos] = by_work[pos].second;
-  double lower = total_work / cluster.num_ranks + cm.beta1;
+  ctx.lower_s = total_work / cluster.num_ranks + cm.beta1;
   for (size_t pos = 0; pos < by_work.size(); ++pos) {
     const GroupLoad& load =
         ctx.alone.emplace_back(GroupLoad::Of(seqs[by_work[pos].second]));
@@ -282,7 +297,6 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     ctx.work.push_back(by_work[pos].first);
   }
   ctx.time_at.resize(ctx.order.size());
-  ctx.min_up_to.resize(ctx.order.size());
   // Lower end: the longest sequence cannot beat its own best degree.
   if (!ctx.order.empty()) {
     const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
@@ -291,23 +305,34 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
          ++d) {
       best = std::min(best, ctx.best_time(load, d));
     }
-    lower = std::max(lower, best);
+    ctx.lower_s = std::max(ctx.lower_s, best);
   }
+}
+
+DualApprox::~DualApprox() = default;
+
+std::optional<std::vector<std::vector<int>>> DualApprox::Group(
+    double upper_s, bool aligned_degrees, int multiple_of) {
+  DualContext& ctx = *ctx_;
+  const CostModel& cm = ctx.request.cost;
+  ctx.aligned = aligned_degrees;
+  ctx.multiple_of = multiple_of;
+  ctx.min_up_to.assign(ctx.order.size(), {});
   if (!std::isfinite(upper_s)) {
     // No feasible grouping known: start where time cannot bind (every sequence
     // run one after another), so only memory decides.
     upper_s = cm.beta1;
-    for (int i : ctx.order) {
-      const GroupLoad load = GroupLoad::Of(seqs[i]);
-      upper_s +=
-          ctx.best_time(load, static_cast<int>(std::min<int64_t>(
-                                  MinDegree(cm, load), cluster.num_ranks)));
+    for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
+      const GroupLoad& load = ctx.alone[pos];
+      upper_s += ctx.best_time(
+          load, static_cast<int>(std::min<int64_t>(
+                    MinDegree(cm, load), ctx.request.cluster.num_ranks)));
     }
     upper_s *= 2;
   }
   TauGrouping best = TryTau(ctx, upper_s);
   if (best.num_groups == 0) return std::nullopt;
-  double hi = upper_s, lo = std::min(lower, upper_s);
+  double hi = upper_s, lo = std::min(ctx.lower_s, upper_s);
   for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
     TauGrouping found = TryTau(ctx, mid);
@@ -319,6 +344,13 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     }
   }
   return BuildGroups(ctx, best);
+}
+
+std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
+    const PlanRequest& request, const std::vector<int>& members, double upper_s,
+    const CostModel* d_min_model, bool aligned_degrees, int multiple_of) {
+  return DualApprox(request, members, d_min_model)
+      .Group(upper_s, aligned_degrees, multiple_of);
 }
 
 // Long because: every kind of trial resumes one shared allocator state.

@@ -1,8 +1,9 @@
 // Beyond the paper (strategy `fcp`): a dual-approximation grouping and a
 // move-based local search, both judged by the exact fast allocator.
-// Thread-safety: pure functions.
+// Thread-safety: pure functions; a DualApprox is used by one thread.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -26,6 +27,28 @@ std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
     const CostModel* d_min_model = nullptr, bool aligned_degrees = false,
     int multiple_of = 1);
+
+struct DualContext;
+
+// DualApproxGrouping prepared once for `members` and run under several degree
+// rules (LaneGroupings: free, node-aligned, even degrees): the order, minimum
+// degrees, single-rank times and the bisection's lower end are the same for
+// every rule, and each sequence is priced at each degree once. `request`
+// (and `d_min_model`) must outlive it.
+class DualApprox {
+ public:
+  DualApprox(const PlanRequest& request, const std::vector<int>& members,
+             const CostModel* d_min_model = nullptr);
+  ~DualApprox();
+  // DualApproxGrouping(request, members, upper_s, d_min_model,
+  // aligned_degrees, multiple_of).
+  std::optional<std::vector<std::vector<int>>> Group(double upper_s,
+                                                     bool aligned_degrees,
+                                                     int multiple_of);
+
+ private:
+  std::unique_ptr<DualContext> ctx_;
+};
 
 // Merges the bottleneck group into another, or moves one of its sequences to
 // the groups with the most slack or to a new group, while the fast
