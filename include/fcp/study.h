@@ -78,6 +78,9 @@ struct StudyRow {
   std::string static_warmup_name;
   double loader_s = 0;    // best static in data-loader order (0: not run)
   double fcp_ring_s = 0;  // fcp-ring (ring groups only; 0: failed)
+  // The best static plan a ring-only runtime runs: megatron (ring CP), its
+  // degree tuned as static_s's is (0: none ran).
+  double ring_static_s = 0;
   double ref_s =
       0;  // best reference heuristic (ref-*, each tuned in hindsight)
   std::string ref_name;  // which one, "ref-share"
@@ -96,6 +99,9 @@ struct StudyRow {
   }
   double ring_speedup() const {
     return fcp_ring_s > 0 && static_s > 0 ? static_s / fcp_ring_s : 0;
+  }
+  double ring_vs_ring_static() const {
+    return fcp_ring_s > 0 && ring_static_s > 0 ? ring_static_s / fcp_ring_s : 0;
   }
   double vs_ref() const { return fcp_s > 0 && ref_s > 0 ? ref_s / fcp_s : 0; }
   double search_speedup() const {

@@ -201,6 +201,8 @@ void FillFromBalanced(const ExperimentResult& balanced, StudyRow& row) {
   }
   if (const StrategyResult* f = Find(balanced, "fcp-ring"); Ok(f))
     row.fcp_ring_s = f->iter_s;
+  if (const StrategyResult* m = Find(balanced, "megatron"); Ok(m))
+    row.ring_static_s = m->iter_s;
   for (const char* name : kReferenceHeuristics) {
     const StrategyResult* h = Find(balanced, name);
     if (Ok(h) && (row.ref_s == 0 || h->iter_s < row.ref_s)) {
@@ -344,6 +346,8 @@ std::string Summary(const StudyOptions& o, const std::vector<StudyRow>& rows) {
   }
   const RatioStats ring =
       Stats(rows, [](const StudyRow& r) { return r.ring_speedup(); });
+  const RatioStats ring_vs_ring =
+      Stats(rows, [](const StudyRow& r) { return r.ring_vs_ring_static(); });
   const RatioStats ref =
       Stats(rows, [](const StudyRow& r) { return r.vs_ref(); });
   auto name = [](const StudyRow* r) {
@@ -357,14 +361,17 @@ std::string Summary(const StudyOptions& o, const std::vector<StudyRow>& rows) {
              "cases >= 1.20x: {}; cases < 1.00x: {}; fcp within 5 % of the "
              "physical bound: {}\n"
              "fcp-ring / best balanced static: geometric mean {:.3f}x, min "
-             "{:.3f}x\n"
+             "{:.3f}x, cases < 1.00x: {}; / best ring static (megatron): "
+             "geometric mean {:.3f}x, min {:.3f}x, cases < 1.00x: {}\n"
              "fcp / best reference heuristic: geometric mean {:.3f}x, min "
              "{:.3f}x\n",
              rows.size(), ratios.size(), failed,
              o.tune_in_hindsight ? "tuned in hindsight"
                                  : "tuned on warm-up batches",
              GeoMean(ratios), name(worst), name(best), wins20, losses,
-             near_bound, ring.geomean, ring.min, ref.geomean, ref.min) +
+             near_bound, ring.geomean, ring.min, ring.below_one,
+             ring_vs_ring.geomean, ring_vs_ring.min, ring_vs_ring.below_one,
+             ref.geomean, ref.min) +
          (o.search_s > 0 ? SearchSummary(o, rows) : std::string()) +
          fmt::format("(simulated; planner coefficients: {}{})",
                      o.profiled_coefficients
@@ -500,7 +507,8 @@ std::string Csv(const StudyOptions& o, const std::vector<StudyRow>& rows) {
   std::string csv =
       "part,cluster,dataset,model,ranks,global_batch,bound_s,fcp_s,static_s,"
       "static,loader_s,"
-      "speedup,fcp_vs_bound,fcp_ring_s,ring_speedup,ref_s,ref,fcp_vs_ref,"
+      "speedup,fcp_vs_bound,fcp_ring_s,ring_speedup,ring_static_s,"
+      "ring_vs_ring_static,ref_s,ref,fcp_vs_ref,"
       "static_warmup_s,"
       "static_warmup,failure";
   csv += search
@@ -510,13 +518,14 @@ std::string Csv(const StudyOptions& o, const std::vector<StudyRow>& rows) {
   for (const StudyRow& r : rows) {
     csv += fmt::format(
         "{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f},{:.6f},{:.6f},"
-        "{:.6f},{:.6f},{},"
+        "{:.6f},{:.6f},{:.6f},{:.6f},{},"
         "{:.6f},{:.6f},{},\"{}\"",
         r.part, r.cluster, r.dataset, r.model, r.ranks, r.global_batch,
         r.bound_s, r.fcp_s, r.static_s, r.static_name, r.loader_s, r.speedup(),
         r.bound_s > 0 ? r.fcp_s / r.bound_s : 0.0, r.fcp_ring_s,
-        r.ring_speedup(), r.ref_s, r.ref_name, r.vs_ref(), r.static_warmup_s,
-        r.static_warmup_name, r.failure);
+        r.ring_speedup(), r.ring_static_s, r.ring_vs_ring_static(), r.ref_s,
+        r.ref_name, r.vs_ref(), r.static_warmup_s, r.static_warmup_name,
+        r.failure);
     csv += search
                ? fmt::format(",{:.6f},{:.6f},{:.6f},{:.6f},{},{:.6f},{:.6f}\n",
                              r.search_s, r.search_speedup(), r.search_ring_s,

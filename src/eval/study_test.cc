@@ -79,6 +79,31 @@ TEST(Study, ProfiledCoefficientsAreThoseFcpProfileFits) {
                    FcpSeconds(preset.rows[changed], std::nullopt));
 }
 
+// The ring-only yardstick is megatron's ring CP tuned in hindsight on the
+// measured batches, rerun here by hand for every quick case; the best static
+// plan (megatron or deepspeed) is never slower than it.
+TEST(Study, RingStaticIsMegatronTunedInHindsight) {
+  const StudyResult study = QuickStudy(false);
+  int compared = 0;
+  for (const StudyRow& row : study.rows) {
+    ExperimentConfig cfg = QuickCaseConfig(row);
+    cfg.strategies = {"megatron"};
+    cfg.dealing = Dealing::kBalanced;
+    cfg.tune = Tuning::kHindsight;
+    const ExperimentResult rerun = RunExperiment(cfg);
+    ASSERT_EQ(rerun.results.size(), 1u);
+    const StrategyResult& megatron = rerun.results[0];
+    if (megatron.oom || megatron.infeasible) continue;
+    EXPECT_DOUBLE_EQ(row.ring_static_s, megatron.iter_s)
+        << row.cluster << " " << row.dataset << " gbs " << row.global_batch;
+    EXPECT_LE(row.static_s, row.ring_static_s);
+    ++compared;
+  }
+  EXPECT_GT(compared, 10);
+  EXPECT_NE(study.summary.find("/ best ring static (megatron)"),
+            std::string::npos);
+}
+
 // What fcp ranks its candidates by, from the planner's public formulas (not
 // the search's own score): the step estimate with the gradient sync, each
 // group on a rank set without a communicator starting its creation later.

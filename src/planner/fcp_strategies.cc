@@ -579,8 +579,7 @@ class FcpStrategy final : public Strategy {
             break;
           Plan candidate;
           candidate.micro_batches =
-              ChunkLanes(request, sorted_lanes, *rank_sets, chunking,
-                         &several);
+              ChunkLanes(request, sorted_lanes, *rank_sets, chunking, &several);
           if (const auto switched = KeepIfBetter(
                   request, score, std::move(candidate), plan, best_ms)) {
             plan.notes["grouping"] =

@@ -43,7 +43,7 @@ struct DualContext {
   std::vector<double> t_one;     // T({s}, 1)
   std::vector<double> work;      // alpha1(1+eta)s² + alpha2 s
   std::vector<GroupLoad> alone;  // GroupLoad::Of each member, by position
-  double lower_s = 0;  // no grouping meets a lower makespan (s)
+  double lower_s = 0;            // no grouping meets a lower makespan (s)
   // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ..., filled
   // on demand (NaN: not priced yet) and shared by every TryTau of every
   // rule's bisection (each call scanned the degrees again).
@@ -267,9 +267,18 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 DualApprox::DualApprox(const PlanRequest& request,
                        const std::vector<int>& members,
                        const CostModel* d_min_model)
-    : ctx_(std::make_unique<DualContext>(
-          DualContext{request, members, {}, {}, {}, {}, 0, {}, {}, false, 1,
-                      BestTimer(request)})) {
+    : ctx_(std::make_unique<DualContext>(DualContext{request,
+                                                     members,
+                                                     {},
+                                                     {},
+                                                     {},
+                                                     {},
+                                                     0,
+                                                     {},
+                                                     {},
+                                                     false,
+                                                     1,
+                                                     BestTimer(request)})) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;

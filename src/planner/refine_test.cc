@@ -56,15 +56,17 @@ TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
     double work_s = 0;
     for (const Sequence& s : req.sequences)
       work_s += WorkS(req.cost, GroupLoad::Of(s));
-    const double tight_s = 1.5 * work_s / req.cluster.num_ranks + req.cost.beta1;
+    const double tight_s =
+        1.5 * work_s / req.cluster.num_ranks + req.cost.beta1;
     for (double upper_s : {std::numeric_limits<double>::infinity(), tight_s}) {
-      const auto forward = RunShared(relaxed, members, req.cost, rules, upper_s);
+      const auto forward =
+          RunShared(relaxed, members, req.cost, rules, upper_s);
       const auto backward =
           RunShared(relaxed, members, req.cost, reversed, upper_s);
       for (size_t i = 0; i < rules.size(); ++i) {
-        const Grouping alone = DualApprox(relaxed, members, &req.cost)
-                                   .Group(upper_s, rules[i].aligned,
-                                          rules[i].multiple_of);
+        const Grouping alone =
+            DualApprox(relaxed, members, &req.cost)
+                .Group(upper_s, rules[i].aligned, rules[i].multiple_of);
         EXPECT_EQ(forward[i], alone) << "seed " << seed << ", rule " << i;
         EXPECT_EQ(backward[rules.size() - 1 - i], alone)
             << "seed " << seed << ", rule " << i << " run first";
