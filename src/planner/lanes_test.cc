@@ -37,15 +37,20 @@ std::vector<std::vector<std::vector<int>>> GroupsByLane(
   return out;
 }
 
+// Longest first, ties in lane order (both scans' order).
+void SortLongestFirst(const PlanRequest& req, std::vector<int>& seqs) {
+  std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
+    return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
+  });
+}
+
 // The scan: `count` groups, longest first onto the lightest (least work, then
 // lowest index) of the 4 lightest groups that holds it; empty when one fits
 // none of them.
 std::vector<std::vector<int>> ScanBalanced(const PlanRequest& req,
                                            std::vector<int> seqs, size_t count,
                                            int degree) {
-  std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
-    return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
-  });
+  SortLongestFirst(req, seqs);
   std::vector<double> work(count, 0.0), tokens(count, 0.0);
   std::vector<std::vector<int>> groups(count);
   for (int k : seqs) {
@@ -75,9 +80,7 @@ std::vector<std::vector<int>> ScanBalanced(const PlanRequest& req,
 // order); a new group takes any sequence.
 std::vector<std::vector<int>> ScanFirstFit(const PlanRequest& req,
                                            std::vector<int> seqs, int degree) {
-  std::stable_sort(seqs.begin(), seqs.end(), [&](int a, int b) {
-    return req.sequences[a].length_tokens > req.sequences[b].length_tokens;
-  });
+  SortLongestFirst(req, seqs);
   std::vector<std::vector<int>> groups;
   std::vector<double> tokens;
   for (int k : seqs) {

@@ -37,6 +37,8 @@ constexpr double kFloorMargin = 1e-9;
 
 // What every degree rule shares (refine.h: DualApprox).
 struct DualContext {
+  DualContext(const PlanRequest& r, const std::vector<int>& members)
+      : request(r), order(members), best_time(r) {}
   const PlanRequest& request;
   std::vector<int> order;        // members by work, descending
   std::vector<int64_t> d_min;    // per member position in `order`
@@ -267,18 +269,7 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 DualApprox::DualApprox(const PlanRequest& request,
                        const std::vector<int>& members,
                        const CostModel* d_min_model)
-    : ctx_(std::make_unique<DualContext>(DualContext{request,
-                                                     members,
-                                                     {},
-                                                     {},
-                                                     {},
-                                                     {},
-                                                     0,
-                                                     {},
-                                                     {},
-                                                     false,
-                                                     1,
-                                                     BestTimer(request)})) {
+    : ctx_(std::make_unique<DualContext>(request, members)) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
@@ -308,7 +299,7 @@ DualApprox::DualApprox(const PlanRequest& request,
   ctx.time_at.resize(ctx.order.size());
   // Lower end: the longest sequence cannot beat its own best degree.
   if (!ctx.order.empty()) {
-    const GroupLoad load = GroupLoad::Of(seqs[ctx.order.front()]);
+    const GroupLoad& load = ctx.alone.front();
     double best = std::numeric_limits<double>::infinity();
     for (int d = static_cast<int>(ctx.d_min.front()); d <= cluster.num_ranks;
          ++d) {
