@@ -37,12 +37,15 @@ using LengthArray =
     py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using EtaArray = std::optional<
     py::array_t<double, py::array::c_style | py::array::forcecast>>;
+using VisionArray = std::optional<
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast>>;
 
 // Builds request.sequences from int64/float64 arrays (already converted and
 // range-checked by pybind11's array_t casters). Validation of the values is
 // MakePlan's (InputError "sequences[i]: ...").
 std::vector<fcp::Sequence> SequencesFromArrays(LengthArray lengths,
-                                               EtaArray etas) {
+                                               EtaArray etas,
+                                               VisionArray visions = {}) {
   if (lengths.ndim() != 1)
     throw fcp::InputError("sequences", "lengths must be one-dimensional");
   const auto n = static_cast<size_t>(lengths.shape(0));
@@ -50,12 +53,20 @@ std::vector<fcp::Sequence> SequencesFromArrays(LengthArray lengths,
     throw fcp::InputError(
         "eta", "must have one value per sequence (" + std::to_string(n) + ")");
   }
+  if (visions &&
+      (visions->ndim() != 1 || static_cast<size_t>(visions->shape(0)) != n)) {
+    throw fcp::InputError(
+        "vision_tokens",
+        "must have one value per sequence (" + std::to_string(n) + ")");
+  }
   std::vector<fcp::Sequence> out(n);
   const int64_t* len = lengths.data();
   const double* eta = etas ? etas->data() : nullptr;
+  const int64_t* vision = visions ? visions->data() : nullptr;
   for (size_t i = 0; i < n; ++i) {
     out[i].length_tokens = len[i];
     out[i].eta = eta ? eta[i] : 0.0;
+    out[i].vision_tokens = vision ? vision[i] : 0;
   }
   return out;
 }
@@ -65,8 +76,9 @@ std::vector<fcp::Sequence> SequencesFromArrays(LengthArray lengths,
 // (from_dict, unpickling) with out-of-range ranks must be a ValueError, not a
 // crash.
 void CheckPlanFor(fcp::PlanRequest& request, const LengthArray& lengths,
-                  const EtaArray& etas, const fcp::Plan& plan) {
-  request.sequences = SequencesFromArrays(lengths, etas);
+                  const EtaArray& etas, const VisionArray& visions,
+                  const fcp::Plan& plan) {
+  request.sequences = SequencesFromArrays(lengths, etas, visions);
   fcp::ValidateRequest(request);
   fcp::CheckPlanShape(request, plan);
 }
@@ -103,15 +115,19 @@ PYBIND11_MODULE(_fcp, m) {
 
   py::class_<fcp::Sequence>(m, "Sequence")
       .def(py::init<>())
-      .def(py::init([](int64_t length_tokens, double eta) {
-             return fcp::Sequence{length_tokens, eta};
-           }),
-           py::arg("length_tokens"), py::arg("eta") = 0.0)
+      .def(py::init(
+               [](int64_t length_tokens, double eta, int64_t vision_tokens) {
+                 return fcp::Sequence{length_tokens, eta, vision_tokens};
+               }),
+           py::arg("length_tokens"), py::arg("eta") = 0.0,
+           py::arg("vision_tokens") = 0)
       .def_readwrite("length_tokens", &fcp::Sequence::length_tokens)
       .def_readwrite("eta", &fcp::Sequence::eta)
+      .def_readwrite("vision_tokens", &fcp::Sequence::vision_tokens)
       .def("__repr__", [](const fcp::Sequence& s) {
         return "Sequence(length_tokens=" + std::to_string(s.length_tokens) +
-               ", eta=" + py::repr(py::float_(s.eta)).cast<std::string>() + ")";
+               ", eta=" + py::repr(py::float_(s.eta)).cast<std::string>() +
+               ", vision_tokens=" + std::to_string(s.vision_tokens) + ")";
       });
 
   py::class_<fcp::Cluster>(m, "Cluster")
@@ -261,7 +277,7 @@ PYBIND11_MODULE(_fcp, m) {
   m.def("model_presets", &fcp::ModelPresets, py::return_value_policy::copy);
   m.def("cluster_presets", &fcp::ClusterPresets, py::return_value_policy::copy);
   m.def("derive_cost_model", &fcp::DeriveCostModel, py::arg("model"),
-        py::arg("cluster"));
+        py::arg("cluster"), py::arg("vision_frozen") = false);
   m.def("parse_batch_json", &fcp::ParseBatchJson, py::arg("text"),
         "Parses `fcp plan`'s input JSON; ValueError naming the field.");
   m.def(
@@ -284,15 +300,16 @@ PYBIND11_MODULE(_fcp, m) {
         py::call_guard<py::gil_scoped_release>(),
         "MakePlan; releases the GIL while planning.");
   m.def("sequences_from_arrays", &SequencesFromArrays, py::arg("lengths"),
-        py::arg("eta") = py::none());
+        py::arg("eta") = py::none(), py::arg("vision_tokens") = py::none());
   // MakePlan on `request` with its sequences replaced by the arrays; the
   // conversion holds the GIL, planning releases it.
   m.def(
       "make_plan_lengths",
       [](fcp::PlanRequest request, const fcp::PlanOptions& options,
          LengthArray lengths, EtaArray etas,
-         std::optional<std::vector<std::vector<int>>> existing_communicators) {
-        request.sequences = SequencesFromArrays(lengths, etas);
+         std::optional<std::vector<std::vector<int>>> existing_communicators,
+         VisionArray visions) {
+        request.sequences = SequencesFromArrays(lengths, etas, visions);
         // The rank sets the runtime holds now (per call); what creating one
         // costs comes with the request (Scheduler(communicators=...)).
         if (existing_communicators) {
@@ -309,19 +326,21 @@ PYBIND11_MODULE(_fcp, m) {
       },
       py::arg("request"), py::arg("options"), py::arg("lengths"),
       py::arg("eta") = py::none(),
-      py::arg("existing_communicators") = py::none());
+      py::arg("existing_communicators") = py::none(),
+      py::arg("vision_tokens") = py::none());
   // MeasuredGroupSamples for `plan` of `request` with its sequences replaced
   // by the arrays.
   m.def(
       "measured_group_samples",
       [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
-         const fcp::Plan& plan, const std::vector<double>& group_times_s) {
-        request.sequences = SequencesFromArrays(lengths, etas);
+         const fcp::Plan& plan, const std::vector<double>& group_times_s,
+         VisionArray visions) {
+        request.sequences = SequencesFromArrays(lengths, etas, visions);
         fcp::ValidateRequest(request);
         return fcp::MeasuredGroupSamples(request, plan, group_times_s);
       },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
-      py::arg("group_times_s"));
+      py::arg("group_times_s"), py::arg("vision_tokens") = py::none());
   m.def(
       "recalibrate",
       [](const fcp::CostModel& prior,
@@ -339,18 +358,22 @@ PYBIND11_MODULE(_fcp, m) {
   m.def(
       "evaluate_plan",
       [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
-         fcp::Plan plan) {
-        CheckPlanFor(request, lengths, etas, plan);
+         fcp::Plan plan, VisionArray visions) {
+        CheckPlanFor(request, lengths, etas, visions, plan);
         fcp::EvaluatePlan(request, plan);
         return plan;
       },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
+      py::arg("vision_tokens") = py::none(),
       "The plan with every estimate recomputed under request's cost model.");
   m.def(
       "check_plan",
       [](fcp::PlanRequest request, LengthArray lengths, EtaArray etas,
-         const fcp::Plan& plan) { CheckPlanFor(request, lengths, etas, plan); },
+         const fcp::Plan& plan, VisionArray visions) {
+        CheckPlanFor(request, lengths, etas, visions, plan);
+      },
       py::arg("request"), py::arg("lengths"), py::arg("eta"), py::arg("plan"),
+      py::arg("vision_tokens") = py::none(),
       "CheckPlanShape of `plan` for `request` with these sequences: ValueError "
       "naming the field (plan.micro_batches[m].groups[g].ranks[i], ...).");
 
@@ -360,6 +383,7 @@ PYBIND11_MODULE(_fcp, m) {
       .def_readwrite("sum_tokens", &fcp::GroupLoad::sum_tokens)
       .def_readwrite("sum_attn", &fcp::GroupLoad::sum_attn)
       .def_readwrite("sum_attn_tokens", &fcp::GroupLoad::sum_attn_tokens)
+      .def_readwrite("sum_vision", &fcp::GroupLoad::sum_vision)
       .def("add", &fcp::GroupLoad::Add, py::arg("sequence"));
   // A FitSample from Python (NaN = not measured); `across_nodes` picks the
   // inter-node step latency (gamma_inter); `all_to_all` makes it a Ulysses
@@ -479,7 +503,7 @@ PYBIND11_MODULE(_fcp, m) {
       "simulate_plan",
       [](const std::string& model, const std::string& cluster, int num_ranks,
          const std::string& recompute, const fcp::Plan& plan,
-         LengthArray lengths, EtaArray etas) {
+         LengthArray lengths, EtaArray etas, VisionArray visions) {
         const fcp::ModelPreset* mp = fcp::FindModelPreset(model);
         if (!mp)
           throw fcp::InputError("model",
@@ -492,7 +516,7 @@ PYBIND11_MODULE(_fcp, m) {
             fcp::sim::MakeHardwareModel(*mp, *cp, num_ranks);
         hw.recompute = fcp::sim::ParseRecompute(recompute);
         const std::vector<fcp::Sequence> seqs =
-            SequencesFromArrays(lengths, etas);
+            SequencesFromArrays(lengths, etas, visions);
         py::gil_scoped_release release;
         const fcp::sim::SimResult r = fcp::sim::SimulatePlan(hw, plan, seqs);
         if (r.oom)
@@ -503,5 +527,5 @@ PYBIND11_MODULE(_fcp, m) {
       },
       py::arg("model"), py::arg("cluster"), py::arg("num_ranks"),
       py::arg("recompute"), py::arg("plan"), py::arg("lengths"),
-      py::arg("eta") = py::none());
+      py::arg("eta") = py::none(), py::arg("vision_tokens") = py::none());
 }

@@ -62,6 +62,10 @@ inline constexpr CostCoefficient kCostCoefficients[] = {
     {"ring_tail_steps", &CostModel::ring_tail_steps, "steps",
      "steps of a ring whose attention hides no transfer, in [0, 1]", true,
      false, false},
+    {"alpha2_vision", &CostModel::alpha2_vision, "s/token",
+     "vision encoder and projector per LLM vision token (MLLMs), on top of "
+     "alpha2",
+     true, true, false},
 };
 
 inline constexpr size_t kNumCostCoefficients = std::size(kCostCoefficients);

@@ -18,17 +18,20 @@ struct GroupLoad {
   double sum_attn = 0;    // Σ (1 + eta_k) s_k²
   double sum_attn_tokens =
       0;  // Σ (1 + eta_k) s_k (the v2 short-chunk term's weight)
+  double sum_vision = 0;  // Σ v_k, the vision tokens
   void Add(const Sequence& s) {
     const double len = static_cast<double>(s.length_tokens);
     sum_tokens += len;
     sum_attn += (1.0 + s.eta) * len * len;
     sum_attn_tokens += (1.0 + s.eta) * len;
+    sum_vision += static_cast<double>(s.vision_tokens);
   }
   void Remove(const Sequence& s) {
     const double len = static_cast<double>(s.length_tokens);
     sum_tokens -= len;
     sum_attn -= (1.0 + s.eta) * len * len;
     sum_attn_tokens -= (1.0 + s.eta) * len;
+    sum_vision -= static_cast<double>(s.vision_tokens);
   }
   static GroupLoad Of(const Sequence& s) {
     GroupLoad g;
@@ -64,17 +67,25 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm,
                                       const GroupLoad& load, int degree,
                                       Link link);
 
+// The linear term Lin on each of `degree` ranks (s): alpha2·Σs/d +
+// alpha2_vision·Σv/d, every layer but attention, and the vision encoder on
+// the vision tokens.
+inline double LinearS(const CostModel& cm, const GroupLoad& load, double d) {
+  return cm.alpha2 * load.sum_tokens / d +
+         cm.alpha2_vision * load.sum_vision / d;
+}
+
 // The work term: a load's compute on each of `degree` ranks, fixed costs
 // (beta1, gamma_serial) left out (s): alpha1·(Σ(1+eta)s²/d + h·Σ(1+eta)s) +
-// alpha2·Σs/d. Times `degree` it is the load's rank-seconds, smallest at
-// d = 1, so WorkS(cm, load, 1) summed over a batch and divided by N bounds any
-// plan's makespan from below. The planner's one copy of the work term.
+// Lin. Times `degree` it is the load's rank-seconds, smallest at d = 1, so
+// WorkS(cm, load, 1) summed over a batch and divided by N bounds any plan's
+// makespan from below. The planner's one copy of the work term.
 inline double WorkS(const CostModel& cm, const GroupLoad& load,
                     int degree = 1) {
   const double d = degree;
   return cm.alpha1 * (load.sum_attn / d +
                       cm.attn_overhead_tokens * load.sum_attn_tokens) +
-         cm.alpha2 * load.sum_tokens / d;
+         LinearS(cm, load, d);
 }
 
 // Whether an all-to-all (Ulysses) group of `degree` ranks runs: its degree
@@ -178,8 +189,8 @@ inline GroupTimeParts GroupTimePartsS(const CostModel& cm,
   p.attn_s = cm.alpha1 * (load.sum_attn / d +
                           cm.attn_overhead_tokens * load.sum_attn_tokens);
   // A ring step's kernel launches are on the critical path (not hidden).
-  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1 +
-                (d - 1) * cm.gamma_serial;
+  p.compute_s =
+      p.attn_s + LinearS(cm, load, d) + cm.beta1 + (d - 1) * cm.gamma_serial;
   // The backward's last transfer (each rank's dKV share going home) starts
   // after its last attention step: nothing hides it.
   const double home_s =

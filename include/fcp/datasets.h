@@ -61,8 +61,7 @@ struct DatasetOptions {
 
 // One sampled sequence with its vision composition (0 vision tokens for text).
 struct SampleDetail {
-  Sequence sequence;          // length_tokens and eta (mask factor)
-  int64_t vision_tokens = 0;  // LLM tokens that are image/frame tokens
+  Sequence sequence;  // length_tokens, eta (mask factor) and vision_tokens
   int64_t vision_block_tokens =
       0;               // tokens per full-attention block (one frame)
   int64_t frames = 0;  // frames (video) or 0
@@ -70,9 +69,9 @@ struct SampleDetail {
 
 // `count` sequences of `dataset`, drawn with `seed`. Text: eta = 0. Video:
 // eta = Σ block² / length² (full attention inside every frame block on top of
-// the causal mask, docs/design.md §2). Throws InputError("dataset", ...) for an
-// unknown name, InputError("count", ...) when count < 0, and
-// InputError("options....", ...) for bad options.
+// the causal mask, docs/design.md §2) and vision_tokens the frames' tokens.
+// Throws InputError("dataset", ...) for an unknown name, InputError("count",
+// ...) when count < 0, and InputError("options....", ...) for bad options.
 std::vector<Sequence> SampleBatch(std::string_view dataset, int64_t count,
                                   uint64_t seed,
                                   const DatasetOptions& options = {});

@@ -4,9 +4,10 @@
 //
 // Compute samples fit  Tcp = alpha1·x_attn + (alpha1·h)·x_h + alpha2·x_lin +
 // beta1
-//                           + gamma_serial·(d-1),
-//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d (Eq. 8 + v2 h,
-//   gamma_serial)
+//                           + gamma_serial·(d-1) + alpha2_vision·x_v,
+//   x_attn = Σ(1+eta)s²/d, x_h = Σ(1+eta)s, x_lin = Σs/d, x_v = Σv/d (Eq. 8 +
+//   v2 h, gamma_serial, and the vision tokens' column where some sample has
+//   any)
 // Communication samples (d > 1) fit
 //   Tcm + X = alpha3·x_comm + beta2 + gamma_intra·x_gi + gamma_inter·x_ge
 //             + alpha3_home·x_home,
@@ -87,7 +88,7 @@ struct FitResult {
   FittedCoefficient alpha1, alpha2, beta1, alpha3, beta2;
   // Cost model v2 (docs/design.md §2); 0 with paper_terms_only.
   FittedCoefficient attn_overhead_tokens, gamma_intra, gamma_inter,
-      gamma_serial, alpha3_home;
+      gamma_serial, alpha3_home, alpha2_vision;
   double ring_tail_steps =
       0;  // FitOptions::ring_tail_steps the fit assumed (0 for paper terms)
   int compute_samples = 0;

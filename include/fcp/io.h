@@ -42,7 +42,7 @@ struct BatchInput {
 // lengths in [1, 2^40], N in [1, 2^20], nesting 16 deep, at most 2^16 JSON
 // values outside "sequences", no NUL byte. The text is parsed as a stream:
 // sequences are converted one at a time, so memory is the parsed batch
-// (16 bytes a sequence), not a JSON document tree.
+// (24 bytes a sequence), not a JSON document tree.
 BatchInput ParseBatchJson(std::string_view text);
 // The same, read from a file or "-" (stdin) while parsing; the text is never
 // held in memory as a whole (docs/reliability.md states the peak).

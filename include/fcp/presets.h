@@ -43,6 +43,11 @@ struct ClusterPreset {
   double attn_causal_exponent = 0.794;
 };
 
+// An MLLM's vision encoder: ViT patches per LLM vision token (the 2×2 merge)
+// and per 448² tile of 14² patches (full attention inside a tile).
+inline constexpr int kVisionPatchesPerToken = 4;
+inline constexpr int kVisionPatchesPerTile = 1024;
+
 struct ModelPreset {
   ModelShape shape;
   bool multimodal = false;
@@ -62,8 +67,10 @@ inline constexpr std::string_view kDefaultCluster = "ascend910c-4x16";
 inline constexpr std::string_view kDefaultModel = "qwen3-8b";
 
 // Default coefficients for `model` trained on `cluster` (see presets.cc for the
-// FLOP/byte derivation, recompute policy and sharding assumed).
+// FLOP/byte derivation, recompute policy and sharding assumed); an MLLM's
+// vision encoder trained, or frozen (forward only) with `vision_frozen`.
 CostModel DeriveCostModel(const ModelPreset& model,
-                          const ClusterPreset& cluster);
+                          const ClusterPreset& cluster,
+                          bool vision_frozen = false);
 
 }  // namespace fcp

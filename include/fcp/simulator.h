@@ -91,10 +91,10 @@ struct HardwareModel {
   ModelShape shape;
   bool multimodal = false;
   int vision_tokens_per_tile = 0;  // LLM tokens per 448² tile / frame
-  int vision_patches_per_token =
-      4;  // encoder patches per LLM vision token (2×2 merge)
-  int vision_patches_per_tile =
-      1024;                    // full attention inside a tile in the ViT
+  // Encoder patches per LLM vision token and per tile (full attention inside a
+  // tile in the ViT).
+  int vision_patches_per_token = kVisionPatchesPerToken;
+  int vision_patches_per_tile = kVisionPatchesPerTile;
   bool vision_frozen = false;  // frozen: encoder forward only, no encoder grads
 };
 
@@ -151,14 +151,14 @@ struct GroupSimResult {
 
 // Simulates one group of `sequences` on `ranks` (global rank ids in ring
 // order; placement decides intra/inter-node links) communicating by `comm`.
-// `vision_tokens` (optional, one per sequence) are the LLM vision tokens of
-// each sequence; when empty and hw.multimodal they are estimated from eta as
-// eta·len²/vision_tokens_per_tile. No noise. Throws InputError for empty
-// ranks, a rank outside [0, hw.num_ranks), or an empty sequence list.
+// With hw.multimodal the vision encoder runs on each sequence's
+// Sequence::vision_tokens, or, where that is 0, on eta·len²/
+// vision_tokens_per_tile of them (the estimate for batches that give only
+// eta). No noise. Throws InputError for empty ranks, a rank outside [0,
+// hw.num_ranks), or an empty sequence list.
 GroupSimResult SimulateGroup(const HardwareModel& hw,
                              std::span<const Sequence> sequences,
-                             std::span<const int> ranks, CommKind comm,
-                             std::span<const int64_t> vision_tokens = {});
+                             std::span<const int> ranks, CommKind comm);
 
 // SimulateGroup(...).time_s: the simulated time (s) of ONE group. This is the
 // sampling API the profiler fits the cost model to; kept stable. It returns
@@ -167,8 +167,7 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
 double SimulateGroupTimeS(const HardwareModel& hw,
                           std::span<const Sequence> sequences,
                           std::span<const int> ranks,
-                          CommKind comm = CommKind::kRing,
-                          std::span<const int64_t> vision_tokens = {});
+                          CommKind comm = CommKind::kRing);
 
 // The simulator's memory accounting expressed in the planner's two memory
 // coefficients, as a profiler measuring memory on this hardware would report
@@ -184,8 +183,6 @@ struct SimOptions {
   // (0 = deterministic). Drawn in (micro-batch, group) order from noise_seed.
   double noise_rel = 0;
   uint64_t noise_seed = 0;
-  // Per-sequence LLM vision tokens (see SimulateGroup); empty = from eta.
-  std::vector<int64_t> vision_tokens;
   // Add the gradient reduce-scatter/all-gather and optimizer step (once per
   // global batch).
   bool include_grad_sync = true;
@@ -260,11 +257,10 @@ std::vector<double> MeasuredGroupTimesS(const Plan& plan,
 // spread work W, one collective's time T and its last bucket b: one bucket
 // of each collective, and all of the sync beyond the compute it can hide
 // behind (derivation in docs/simulator.md). No plan simulates faster
-// (noise aside). `vision_tokens` as in SimOptions.
+// (noise aside). Vision tokens as in SimulateGroup.
 double PhysicalLowerBoundS(const HardwareModel& hw,
                            std::span<const Sequence> sequences,
-                           bool overlap_grad_reduce = true,
-                           std::span<const int64_t> vision_tokens = {});
+                           bool overlap_grad_reduce = true);
 
 // The gradient sync this simulator charges with overlap (SimOptions::
 // overlap_grad_reduce), as a planner input (PlanRequest::grad_sync): one

@@ -16,10 +16,13 @@ namespace fcp {
 // One training sequence. `length_tokens` > 0. `eta` in [0, 1] is the attention
 // mask factor of docs/design.md §2: 0 = causal, 1 = full bidirectional, between
 // = mixed (e.g. vision blocks with full attention inside a causal text
-// sequence).
+// sequence). `vision_tokens` in [0, length_tokens] are the LLM tokens that
+// are image or frame tokens (MLLMs; 0 for text): the vision encoder runs on
+// them, priced by CostModel::alpha2_vision.
 struct Sequence {
   int64_t length_tokens = 0;
   double eta = 0.0;
+  int64_t vision_tokens = 0;
 };
 
 // The cluster as the planner sees it: `num_ranks` (N) model replicas, of which
@@ -56,6 +59,9 @@ struct CostModel {
   double alpha3_home = 0;
   double ring_tail_steps =
       0;  // steps of a ring whose attention hides no transfer, in [0, 1]
+  // s/token: the vision encoder and projector per LLM vision token (MLLMs),
+  // on top of alpha2, which every token pays.
+  double alpha2_vision = 0;
 };
 
 // `cm` with the v2 terms (fcp/cost_coefficients.h) zeroed: the paper's Eq. 8-9

@@ -506,19 +506,50 @@ def _lengths_array(lengths, field="sequences"):
     return out
 
 
-def _eta_array(eta, n):
+def _per_sequence(values, n, field, what):
+    """``values`` as a float64 array, a scalar repeated ``n`` times."""
     import numpy as np
 
     try:
-        etas = np.asarray(eta, dtype=np.float64)
+        out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as e:
-        raise ValueError(f"eta: must be numbers ({e})") from None
-    if etas.ndim == 0:
-        etas = np.full(n, float(etas))
+        raise ValueError(f"{field}: must be {what} ({e})") from None
+    return np.full(n, float(out)) if out.ndim == 0 else out
+
+
+def _eta_array(eta, n):
+    import numpy as np
+
+    etas = _per_sequence(eta, n, "eta", "numbers")
     bad = ~np.isfinite(etas) if etas.ndim == 1 else None
     if bad is not None and bad.any():
         raise ValueError(f"eta[{int(np.argmax(bad))}]: must be in [0, 1], got {etas[bad][0]}")
     return etas
+
+
+def _vision_array(vision_tokens, lengths):
+    import numpy as np
+
+    n = lengths.shape[0]
+    visions = _per_sequence(vision_tokens, n, "vision_tokens", "integers")
+    if visions.ndim != 1 or visions.shape[0] != n:
+        raise ValueError(f"vision_tokens: must have one value per sequence ({n})")
+    bad = ~((visions >= 0) & (visions <= lengths) & (visions == np.floor(visions)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"sequences[{i}].vision_tokens: must be an integer in [0, length], got {visions[i]}"
+        )
+    return visions.astype(np.int64)
+
+
+def _sequence_arrays(lengths, eta, vision_tokens):
+    """The (lengths, eta, vision_tokens) arrays every binding takes; None for
+    an array not given."""
+    arr = _lengths_array(lengths)
+    etas = None if eta is None else _eta_array(eta, arr.shape[0])
+    visions = None if vision_tokens is None else _vision_array(vision_tokens, arr)
+    return arr, etas, visions
 
 
 _LEARNING_DEFAULTS = {"prior_sigma": 0.2, "measurement_sigma": 0.03, "window_groups": 4096}
@@ -703,18 +734,20 @@ class Scheduler:
     def strategy(self) -> str:
         return self._options.strategy
 
-    def plan(self, lengths, eta=None, existing_communicators=None):
+    def plan(self, lengths, eta=None, existing_communicators=None, vision_tokens=None):
         """Plans one global batch. ``lengths``: token counts (list, tuple or
         numpy array of integers >= 1). ``eta``: optional mask factor per
-        sequence in [0, 1] (0 causal, 1 full). ``existing_communicators``:
+        sequence in [0, 1] (0 causal, 1 full). ``vision_tokens``: optional
+        image or frame tokens per sequence in [0, length] (MLLMs: they pay
+        the cost model's ``alpha2_vision``). ``existing_communicators``:
         the rank sets (plan ranks) your runtime holds a communicator for now,
         replacing the configuration's ``communicators["existing"]`` for this
         call (the Scheduler must have been made with ``communicators``).
         Returns an ``fcp.Plan``. Releases the GIL while planning. Raises
         ValueError naming the field (``sequences[i]``, ``eta``,
-        ``existing_communicators``, ``communicators.existing[i][j]``)."""
-        arr = _lengths_array(lengths)
-        etas = None if eta is None else _eta_array(eta, arr.shape[0])
+        ``vision_tokens``, ``existing_communicators``,
+        ``communicators.existing[i][j]``)."""
+        arr, etas, visions = _sequence_arrays(lengths, eta, vision_tokens)
         sets = None
         if existing_communicators is not None:
             try:
@@ -726,17 +759,20 @@ class Scheduler:
             if any(not -(2**31) <= r < 2**31 for s in sets for r in s):
                 raise ValueError("existing_communicators: ranks out of range")
         return _with_cost_note(
-            _fcp.make_plan_lengths(self._request, self._options, arr, etas, sets),
+            _fcp.make_plan_lengths(
+                self._request, self._options, arr, etas, sets, vision_tokens=visions
+            ),
             self.cost_model_sources,
         )
 
-    def observe(self, lengths, plan, group_times_s, eta=None) -> dict:
+    def observe(self, lengths, plan, group_times_s, eta=None, vision_tokens=None) -> dict:
         """Learns from a step that ran: the coefficients are recalibrated from
         the ones the Scheduler was made with and every group observed so far
         (the last ``learning["window_groups"]``), and later ``plan`` calls use
         them (docs/planner/learning.md).
 
-        ``lengths``, ``eta``: the batch ``plan`` was made for. ``group_times_s``:
+        ``lengths``, ``eta``, ``vision_tokens``: the batch ``plan`` was made
+        for. ``group_times_s``:
         the measured time in seconds of each group, per micro-batch
         (``[[t for g in mb.groups] for mb in plan.micro_batches]``) or flat in
         that order; ``float("nan")`` for a group not measured. Every rank that
@@ -749,11 +785,11 @@ class Scheduler:
         ``group_times_s[i]``, ``plan``)."""
         _check_plan_type(plan)
         times = _flat_group_times(plan, group_times_s)
-        arr = _lengths_array(lengths)
-        etas = None if eta is None else _eta_array(eta, arr.shape[0])
-        self._observed = (
-            self._observed + _fcp.measured_group_samples(self._request, arr, etas, plan, times)
-        )[-self._learning["window_groups"] :]
+        arr, etas, visions = _sequence_arrays(lengths, eta, vision_tokens)
+        samples = _fcp.measured_group_samples(
+            self._request, arr, etas, plan, times, vision_tokens=visions
+        )
+        self._observed = (self._observed + samples)[-self._learning["window_groups"] :]
         rec = _fcp.recalibrate(
             self._prior_cost,
             self._observed,
@@ -779,16 +815,15 @@ class Scheduler:
         """What the last :meth:`observe` learnt (its return value), or None."""
         return self._calibration
 
-    def estimate(self, lengths, plan, eta=None):
+    def estimate(self, lengths, plan, eta=None, vision_tokens=None):
         """``plan`` with every estimate (``est_ms`` of groups, micro-batches,
         the plan) recomputed under the Scheduler's current coefficients.
         The plan is checked first as :meth:`validate` checks it."""
         _check_plan_type(plan)
-        arr = _lengths_array(lengths)
-        etas = None if eta is None else _eta_array(eta, arr.shape[0])
-        return _fcp.evaluate_plan(self._request, arr, etas, plan)
+        arr, etas, visions = _sequence_arrays(lengths, eta, vision_tokens)
+        return _fcp.evaluate_plan(self._request, arr, etas, plan, vision_tokens=visions)
 
-    def validate(self, lengths, plan, eta=None) -> None:
+    def validate(self, lengths, plan, eta=None, vision_tokens=None) -> None:
         """Checks that ``plan`` (e.g. from ``Plan.from_dict``, unpickled, or
         another rank) is a plan of this batch on this Scheduler's cluster
         before anything runs it: status ok, as many ranks as the cluster,
@@ -799,9 +834,8 @@ class Scheduler:
         Raises ValueError naming the field
         (``plan.micro_batches[0].groups[1].ranks[2]: ...``)."""
         _check_plan_type(plan)
-        arr = _lengths_array(lengths)
-        etas = None if eta is None else _eta_array(eta, arr.shape[0])
-        _fcp.check_plan(self._request, arr, etas, plan)
+        arr, etas, visions = _sequence_arrays(lengths, eta, vision_tokens)
+        _fcp.check_plan(self._request, arr, etas, plan, vision_tokens=visions)
 
     def __deepcopy__(self, memo):
         # The bound option struct does not pickle; everything else is values.

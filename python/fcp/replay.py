@@ -53,6 +53,7 @@ class PlannedBatch:
     plan: object  # fcp.Plan
     lengths: List[int]
     etas: List[float]
+    visions: List[int]  # vision tokens per sequence (0 for text)
 
 
 def read_plans(path: str, limit: Optional[int] = None) -> List[PlannedBatch]:
@@ -91,7 +92,8 @@ def read_plans(path: str, limit: Optional[int] = None) -> List[PlannedBatch]:
             raise ValueError(f"{where}.plan: {problem}")
         lengths = [s.length_tokens for s in request.sequences]
         etas = [s.eta for s in request.sequences]
-        out.append(PlannedBatch(request, plan, lengths, etas))
+        visions = [s.vision_tokens for s in request.sequences]
+        out.append(PlannedBatch(request, plan, lengths, etas, visions))
     return out
 
 
@@ -200,13 +202,13 @@ def replay_file(
         planned = b.plan.est_ms
         request = b.request
         request.cost = cost_model
-        estimated = core.evaluate_plan(request, b.lengths, b.etas, b.plan)
+        estimated = core.evaluate_plan(request, b.lengths, b.etas, b.plan, vision_tokens=b.visions)
         model_ms = estimated.est_ms
         model_groups = [g.est_ms for mb in estimated.micro_batches for g in mb.groups]
         sim_ms, sim_groups = math.nan, None
         if sim:
             _, compute_s, sim_groups = core.simulate_plan(
-                sim[0], sim[1], b.plan.num_ranks, sim[2], b.plan, b.lengths, b.etas
+                sim[0], sim[1], b.plan.num_ranks, sim[2], b.plan, b.lengths, b.etas, b.visions
             )
             sim_ms = 1000.0 * compute_s
         measured_ms, times = replay_plan(b, timer)

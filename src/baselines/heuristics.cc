@@ -51,7 +51,8 @@ double LaneTimeS(const PlanRequest& r, const GroupLoad& load, int d) {
 double WorkS(const PlanRequest& r, int k) {
   const Sequence& s = r.sequences[k];
   const double len = static_cast<double>(s.length_tokens);
-  return r.cost.alpha1 * (1 + s.eta) * len * len + r.cost.alpha2 * len;
+  return r.cost.alpha1 * (1 + s.eta) * len * len + r.cost.alpha2 * len +
+         r.cost.alpha2_vision * static_cast<double>(s.vision_tokens);
 }
 
 std::vector<int> ByWorkDescending(const PlanRequest& r) {

@@ -120,6 +120,15 @@ PlanRequest RandomRequest(std::mt19937_64& rng,
     ranks_needed += static_cast<int64_t>(bins.size());
     if (ranks_needed <= req.cluster.num_ranks) break;
   }
+  if (options.vision_probability > 0) {
+    // Up to twice alpha2 (qwen3-vl's encoder is about a quarter of it).
+    req.cost.alpha2_vision = req.cost.alpha2 * LogUniform(rng, 0.05, 2.0);
+    for (Sequence& s : req.sequences) {
+      if (u01(rng) >= options.vision_probability) continue;
+      std::uniform_int_distribution<int64_t> v(0, s.length_tokens);
+      s.vision_tokens = v(rng);
+    }
+  }
   return req;
 }
 

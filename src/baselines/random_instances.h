@@ -28,6 +28,10 @@ struct RandomInstanceOptions {
   bool one_micro_batch_feasible = true;
   // Attach a ModelShape with random power-of-two-ish head counts.
   bool with_model = true;
+  // Probability that a sequence is multimodal: vision_tokens uniform in
+  // [0, length], with a random alpha2_vision. Drawn after everything else
+  // (0: no draws, so the other options' instances stay as they were).
+  double vision_probability = 0;
 };
 
 // A cost model around the qwen3-8b-on-Ascend magnitudes with every

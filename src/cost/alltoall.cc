@@ -168,7 +168,7 @@ GroupTimeParts AllToAllGroupTimePartsS(const CostModel& cm,
   p.attn_s = f.pad * cm.alpha1 *
              (load.sum_attn + cm.attn_overhead_tokens * load.sum_attn_tokens) /
              d;
-  p.compute_s = p.attn_s + cm.alpha2 * load.sum_tokens / d + cm.beta1;
+  p.compute_s = p.attn_s + LinearS(cm, load, d) + cm.beta1;
   p.total_s = p.compute_s;
   if (degree <= 1) return p;
   const double bytes_per_rank =

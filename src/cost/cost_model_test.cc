@@ -148,6 +148,33 @@ TEST(CostModelTest, V2TermsMatchHandComputation) {
             GroupTimeS(plain, g, 4, Link::kInterNode));
 }
 
+TEST(CostModelTest, VisionTokensPayTheEncoderOnTopOfLinearWork) {
+  CostModel cm = HandModel();
+  cm.alpha2_vision = 1e-6;
+  GroupLoad g;
+  g.Add({2000, 0.0, 1500});  // a clip: 1,500 vision tokens, 500 text
+  g.Add({1000, 0.0});        // text
+  EXPECT_EQ(g.sum_vision, 1500);
+  // Lin = 3e-6 · 3000 / 2 + 1e-6 · 1500 / 2 = 0.0045 + 0.00075.
+  CostModel text_only = cm;
+  text_only.alpha2_vision = 0;
+  EXPECT_NEAR(GroupTimePartsS(cm, g, 2, Link::kIntraNode).compute_s -
+                  GroupTimePartsS(text_only, g, 2, Link::kIntraNode).compute_s,
+              0.00075, 1e-15);
+  EXPECT_NEAR(WorkS(cm, g, 2) - WorkS(text_only, g, 2), 0.00075, 1e-15);
+  ModelShape shape;
+  shape.q_heads = 32;
+  shape.kv_heads = 8;
+  EXPECT_NEAR(
+      AllToAllGroupTimePartsS(cm, shape, g, 2, 1e11).compute_s -
+          AllToAllGroupTimePartsS(text_only, shape, g, 2, 1e11).compute_s,
+      0.00075, 1e-15);
+  g.Remove({2000, 0.0, 1500});
+  EXPECT_EQ(g.sum_vision, 0);
+  // The paper's model has no vision term.
+  EXPECT_EQ(PaperTerms(cm).alpha2_vision, 0);
+}
+
 TEST(CostModelTest, MinDegreeIsBoundedWhenHeadroomIsAFewUlps) {
   // Issue 18: mem_static a few ulps below mem_capacity made the rounding
   // correction step one degree at a time (14 s for 10 tokens, hours for 10k).

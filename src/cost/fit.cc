@@ -15,7 +15,8 @@ bool Has(double x) { return std::isfinite(x); }
 // The regressors of the linear parametrisation, in this column order:
 // alpha1, alpha1·h, alpha2, beta1, gamma_serial (compute) and alpha3, beta2,
 // gamma_intra, gamma_inter (communication); alpha3_home (communication, never
-// hidden) last.
+// hidden); alpha2_vision (compute) last, so that the subsets RelativeNnls tries
+// without it come first, in the order they had before it.
 enum Col {
   kAttn,
   kOverhead,
@@ -27,12 +28,14 @@ enum Col {
   kGammaIntra,
   kGammaInter,
   kHome,
+  kVision,
   kNumCols
 };
 
 double XAttn(const FitSample& s) { return s.load.sum_attn / s.degree; }
 double XOverhead(const FitSample& s) { return s.load.sum_attn_tokens; }
 double XLin(const FitSample& s) { return s.load.sum_tokens / s.degree; }
+double XVision(const FitSample& s) { return s.load.sum_vision / s.degree; }
 double XComm(const FitSample& s) {
   return s.degree > 1
              ? s.load.sum_tokens * (s.degree - 1) / s.degree / s.bw_bytes_per_s
@@ -173,6 +176,7 @@ CostModel FitResult::Apply(const CostModel& base) const {
   cm.gamma_inter = gamma_inter.value;
   cm.gamma_serial = gamma_serial.value;
   cm.alpha3_home = alpha3_home.value;
+  cm.alpha2_vision = alpha2_vision.value;
   cm.ring_tail_steps = ring_tail_steps;
   return cm;
 }
@@ -200,9 +204,9 @@ void StoreColumns(const LsqResult& r, const std::vector<int>& cols,
                   FitResult& out) {
   double values[kNumCols], errors[kNumCols];
   FittedCoefficient* fields[kNumCols] = {
-      &out.alpha1,       nullptr,         &out.alpha2, &out.beta1,
-      &out.gamma_serial, &out.alpha3,     &out.beta2,  &out.gamma_intra,
-      &out.gamma_inter,  &out.alpha3_home};
+      &out.alpha1,       nullptr,          &out.alpha2,       &out.beta1,
+      &out.gamma_serial, &out.alpha3,      &out.beta2,        &out.gamma_intra,
+      &out.gamma_inter,  &out.alpha3_home, &out.alpha2_vision};
   bool has_overhead = false;
   for (size_t j = 0; j < cols.size(); ++j) {
     values[cols[j]] = r.coef(j);
@@ -276,12 +280,19 @@ FitResult FitCostCoefficients(std::span<const FitSample> samples,
         "need at least 3 samples with a compute time (or d = 1 total)");
   std::vector<int> compute_cols = {kAttn, kLin, kBeta1};
   if (v2) compute_cols.insert(compute_cols.end(), {kOverhead, kGammaSerial});
+  // Only where some sample has vision tokens (else an all-zero column).
+  const bool vision =
+      v2 && std::any_of(comp.begin(), comp.end(), [](const FitSample* s) {
+        return s->load.sum_vision > 0;
+      });
+  if (vision) compute_cols.push_back(kVision);
   std::vector<int> comm_cols = {kComm, kBeta2};
   if (v2) comm_cols.insert(comm_cols.end(), {kGammaIntra, kGammaInter, kHome});
   auto compute_row = [&](const FitSample& s, double* x) {
     x[kAttn] = XAttn(s);
     x[kOverhead] = XOverhead(s);
     x[kLin] = XLin(s);
+    x[kVision] = XVision(s);
     x[kBeta1] = 1.0;
     x[kGammaSerial] = XRingSteps(s);
     // Never hidden, so a total always carries it (the compute fit has no

@@ -209,6 +209,45 @@ TEST(FitTest, RecoversV2TermsExactlyWithoutNoise) {
   EXPECT_EQ(p.ring_tail_steps, 0);
 }
 
+TEST(FitTest, TellsTheVisionEncoderFromEveryTokensLinearWork) {
+  // Vision clips packed with text, as `fcp profile` samples an MLLM: the
+  // vision tokens' column is identified and recovered exactly.
+  CostModel t = Truth();
+  t.alpha2_vision = 0.8e-6;
+  std::vector<FitSample> samples;
+  for (int64_t len : {1024, 4096, 16384, 65536}) {
+    for (int d : {1, 2, 4, 8}) {
+      for (int packed : {1, 4}) {
+        FitSample s;
+        for (int k = 0; k < packed; ++k) {
+          const int64_t l = len / packed;
+          s.load.Add(k % 2 ? Sequence{l, 0.0} : Sequence{l, 256.0 / l, l});
+        }
+        s.degree = d;
+        s.bw_bytes_per_s = kBw;
+        // By hand: Lin = alpha2·Σs/d + alpha2_vision·Σv/d.
+        s.compute_s = t.alpha1 * s.load.sum_attn / d +
+                      t.alpha2 * s.load.sum_tokens / d +
+                      t.alpha2_vision * s.load.sum_vision / d + t.beta1;
+        samples.push_back(s);
+      }
+    }
+  }
+  const FitResult r = FitCostCoefficients(samples);
+  EXPECT_NEAR(r.alpha2_vision.value, t.alpha2_vision, 1e-8 * t.alpha2_vision);
+  EXPECT_NEAR(r.alpha2.value, t.alpha2, 1e-8 * t.alpha2);
+  EXPECT_NEAR(r.alpha1.value, t.alpha1, 1e-8 * t.alpha1);
+  // Without vision tokens the column is absent: alpha2_vision stays 0 and
+  // the other coefficients are those of a fit that never had it.
+  const std::vector<FitSample> text = Grid(Truth(), 0.02, 3, true);
+  const FitResult plain = FitCostCoefficients(text);
+  EXPECT_EQ(plain.alpha2_vision.value, 0);
+  EXPECT_EQ(plain.Apply(CostModel{}).alpha2_vision, 0);
+  FitOptions paper;
+  paper.paper_terms_only = true;
+  EXPECT_EQ(FitCostCoefficients(samples, paper).alpha2_vision.value, 0);
+}
+
 TEST(FitTest, CoefficientsStayNonNegative) {
   CostModel t = Truth();
   t.beta1 = 0;

@@ -112,6 +112,38 @@ Error AllToAllError(const ModelPreset& model, const ClusterPreset& cluster) {
   return {sum / points, worst, signed_sum / points};
 }
 
+// alpha2_vision against the simulator's vision encoder on one rank's vision
+// tokens, trained and frozen: the derivation leaves out only the GEMMs'
+// half-efficiency rows (a constant) and the encoder's kernel launches.
+TEST(PresetFidelityTest, VisionEncoderTracksTheSimulator) {
+  int checked = 0;
+  for (const ClusterPreset& cluster : ClusterPresets()) {
+    for (const ModelPreset& model : ModelPresets()) {
+      for (bool frozen : {false, true}) {
+        const CostModel cm = DeriveCostModel(model, cluster, frozen);
+        if (!model.multimodal) {
+          EXPECT_EQ(cm.alpha2_vision, 0) << model.shape.name;
+          continue;
+        }
+        sim::HardwareModel hw = sim::MakeHardwareModel(model, cluster, 8);
+        hw.vision_frozen = frozen;
+        for (int64_t v : {4096, 65536}) {
+          const std::vector<Sequence> clip = {{v, 0.0, v}};
+          const double real =
+              sim::SimulateGroup(hw, clip, std::vector<int>{0}, CommKind::kRing)
+                  .vision_s;
+          SCOPED_TRACE(model.shape.name + " on " + cluster.name +
+                       (frozen ? ", frozen" : ""));
+          EXPECT_NEAR(cm.alpha2_vision * static_cast<double>(v), real,
+                      0.02 * real);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 8);
+}
+
 TEST(PresetFidelityTest, AllToAllEstimateTracksTheSimulator) {
   for (const ClusterPreset& cluster : ClusterPresets()) {
     for (const ModelPreset& model : ModelPresets()) {

@@ -22,7 +22,6 @@ namespace {
 
 struct Batch {
   std::vector<Sequence> seqs;
-  std::vector<int64_t> vision;
   double tokens = 0;
 };
 
@@ -147,7 +146,6 @@ StepRun RunStep(const Setup& setup, const ExperimentConfig& cfg,
   so.overlap_grad_reduce = cfg.overlap_grad_reduce;
   so.noise_rel = cfg.noise_rel;
   so.noise_seed = cfg.seed * 1000003ULL + step;
-  so.vision_tokens = setup.batches[step].vision;
   so.communicator_cache = cache;
   run.sim = SimulatePlan(setup.hw, run.plan, req.sequences, so);
   if (run.sim.oom) {
@@ -248,8 +246,9 @@ Setup MakeSetup(ExperimentConfig& cfg) {
   setup.hw.vision_frozen = cfg.vision_frozen;
   setup.hw.recompute = cfg.recompute;
   setup.base.cluster = Cluster{cp.num_ranks, cp.ranks_per_node};
-  setup.base.cost =
-      cfg.cost_model ? *cfg.cost_model : DeriveCostModel(*model, cp);
+  setup.base.cost = cfg.cost_model
+                        ? *cfg.cost_model
+                        : DeriveCostModel(*model, cp, cfg.vision_frozen);
   if (!cfg.cost_model) CheckModelFitsOneRank(setup.base.cost, *model, cp);
   if (cfg.calibrate_memory)
     setup.base.cost = CalibrateMemory(setup.hw, setup.base.cost);
@@ -270,11 +269,7 @@ Setup MakeSetup(ExperimentConfig& cfg) {
     if (!cfg.lengths.empty()) {
       b.seqs = SampleFromLengths(cfg.lengths, cfg.global_batch, seed);
     } else {
-      for (const auto& d :
-           SampleBatchDetailed(cfg.dataset, cfg.global_batch, seed, dopt)) {
-        b.seqs.push_back(d.sequence);
-        b.vision.push_back(d.vision_tokens);
-      }
+      b.seqs = SampleBatch(cfg.dataset, cfg.global_batch, seed, dopt);
     }
     for (const auto& s : b.seqs)
       b.tokens += static_cast<double>(s.length_tokens);
@@ -519,9 +514,8 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
   double tokens_sum = 0, bound_sum = 0;
   for (size_t i = first_measured; i < total; ++i) {
     tokens_sum += setup.batches[i].tokens;
-    bound_sum +=
-        PhysicalLowerBoundS(setup.hw, setup.batches[i].seqs,
-                            cfg.overlap_grad_reduce, setup.batches[i].vision);
+    bound_sum += PhysicalLowerBoundS(setup.hw, setup.batches[i].seqs,
+                                     cfg.overlap_grad_reduce);
   }
   result.mean_tokens_per_batch = tokens_sum / cfg.steps;
   result.lower_bound_s = bound_sum / cfg.steps;

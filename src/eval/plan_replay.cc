@@ -156,9 +156,13 @@ std::string PlannedBatchToJson(const PlanRequest& request, const Plan& plan) {
   }
   json seqs = json::array();
   for (const Sequence& s : request.sequences) {
-    seqs.push_back(s.eta == 0
-                       ? json(s.length_tokens)
-                       : json{{"length", s.length_tokens}, {"eta", s.eta}});
+    if (s.eta == 0 && s.vision_tokens == 0) {
+      seqs.push_back(s.length_tokens);
+      continue;
+    }
+    json j = {{"length", s.length_tokens}, {"eta", s.eta}};
+    if (s.vision_tokens > 0) j["vision_tokens"] = s.vision_tokens;
+    seqs.push_back(std::move(j));
   }
   batch["sequences"] = std::move(seqs);
   json out;
@@ -243,7 +247,7 @@ ExperimentResult ReplayPlannedBatches(const std::vector<PlannedBatch>& batches,
                static_cast<double>(cache.size()) - before, hw.group_create_s,
                tokens, r);
     bound_sum += PhysicalLowerBoundS(hw, pb.batch.request.sequences,
-                                     cfg.overlap_grad_reduce, {});
+                                     cfg.overlap_grad_reduce);
     gbs += static_cast<int64_t>(pb.batch.request.sequences.size());
     for (const auto& mb : pb.plan.micro_batches) {
       for (const auto& g : mb.groups) ++r.degree_histogram[g.degree()];

@@ -285,6 +285,9 @@ Sequence ParseSequence(const json& j, size_t index) {
         if (s.eta < 0 || s.eta > 1)
           throw InputError(field + ".eta", "must be in [0, 1]");
         has_eta = true;
+      } else if (key == "vision_tokens") {
+        s.vision_tokens =
+            GetInt(it.value(), field + ".vision_tokens", 0, kMaxLength);
       } else if (key == "attention") {
         if (!it.value().is_string()) {
           throw InputError(field + ".attention",
@@ -302,10 +305,16 @@ Sequence ParseSequence(const json& j, size_t index) {
         has_attention = true;
       } else {
         throw InputError(field + "." + key,
-                         "unknown key (expected length, attention, eta)");
+                         "unknown key (expected length, attention, eta, "
+                         "vision_tokens)");
       }
     }
     if (!j.contains("length")) throw InputError(field + ".length", "missing");
+    if (s.vision_tokens > s.length_tokens) {
+      throw InputError(
+          field + ".vision_tokens",
+          "must not exceed length (" + std::to_string(s.length_tokens) + ")");
+    }
     if (has_eta && has_attention) {
       throw InputError(field, "give either attention or eta, not both");
     }

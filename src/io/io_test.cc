@@ -24,10 +24,12 @@ std::string FieldOf(const std::string& text) {
 TEST(BatchJsonTest, ParsesPresetsAndSequenceForms) {
   const BatchInput in = ParseBatchJson(
       R"({"cluster": "h100-8x8", "model": "llama3-8b",
-          "sequences": [131072, {"length": 2048, "attention": "full"}, {"length": 900, "eta": 0.4}]})");
+          "sequences": [131072, {"length": 2048, "attention": "full"}, {"length": 900, "eta": 0.4, "vision_tokens": 768}]})");
   EXPECT_EQ(in.request.cluster.num_ranks, 64);
   EXPECT_EQ(in.request.cluster.ranks_per_node, 8);
   ASSERT_EQ(in.request.sequences.size(), 3u);
+  EXPECT_EQ(in.request.sequences[0].vision_tokens, 0);
+  EXPECT_EQ(in.request.sequences[2].vision_tokens, 768);
   EXPECT_EQ(in.request.sequences[0].length_tokens, 131072);
   EXPECT_EQ(in.request.sequences[1].eta, 1.0);
   EXPECT_EQ(in.request.sequences[2].eta, 0.4);
@@ -129,7 +131,7 @@ TEST(BatchJsonTest, UnsetV2TermsAreZeroBesideTimingCoefficients) {
             "bw_intra_node, bw_inter_node, mem_per_token, mem_static, "
             "mem_capacity; 0 (v2 term "
             "unset beside timing coefficients): gamma_intra, gamma_inter, "
-            "gamma_serial, alpha3_home, ring_tail_steps");
+            "gamma_serial, alpha3_home, ring_tail_steps, alpha2_vision");
   // ring_tail_steps alone is not a timing coefficient: the preset's h stays.
   const BatchInput tail = ParseBatchJson(
       R"({"model": "qwen3-8b", "cost_model": {"ring_tail_steps": 0.5}, "sequences": [10]})");
@@ -167,6 +169,10 @@ TEST(BatchJsonTest, ErrorsNameTheField) {
       FieldOf(R"({"sequences": [1], "cluster": {"ranks": 4, "nodes": 2}})"),
       "cluster.nodes");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "model": 7})"), "model");
+  EXPECT_EQ(FieldOf(R"({"sequences": [{"length": 5, "vision_tokens": 6}]})"),
+            "sequences[0].vision_tokens");
+  EXPECT_EQ(FieldOf(R"({"sequences": [{"length": 5, "vision_tokens": -1}]})"),
+            "sequences[0].vision_tokens");
   EXPECT_EQ(FieldOf(R"({"sequences": [1], "sequences": [2]})"), "input");
   EXPECT_EQ(FieldOf("{\"sequences\": [1]"), "input");
   EXPECT_EQ(FieldOf(std::string(100, '[') + std::string(100, ']')), "input");

@@ -53,7 +53,8 @@ class BestTimer {
   // at least the smaller of their growths.
   double GrowthFloor(const GroupLoad& add, int degree) const {
     const Floor& f = floors_[degree];
-    const double lin = f.lin * add.sum_tokens;
+    const double lin_vision = f.lin_vision * add.sum_vision;
+    const double lin = f.lin * add.sum_tokens + lin_vision;
     const double attn =
         f.attn_sq * add.sum_attn + f.attn_lin * add.sum_attn_tokens;
     const double ring =
@@ -62,7 +63,7 @@ class BestTimer {
     if (!f.a2a) return ring;
     return std::min(ring, f.attn_sq * (add.sum_attn + cm_.attn_overhead_tokens *
                                                           add.sum_attn_tokens) +
-                              f.a2a_tokens * add.sum_tokens);
+                              f.a2a_tokens * add.sum_tokens + lin_vision);
   }
 
  private:
@@ -98,12 +99,13 @@ class BestTimer {
 
   // GrowthFloor's coefficients at one degree d (per unit of the load's sums).
   struct Floor {
-    double lin = 0;        // alpha2 / d
-    double attn_sq = 0;    // alpha1 / d
-    double attn_lin = 0;   // alpha1 · h
-    double tail = 0;       // e / d
-    double ring_comm = 0;  // alpha3 (d - 1) / d / (the faster link)
-    double ring_home = 0;  // alpha3_home / d / (the faster link): never hidden
+    double lin = 0;         // alpha2 / d
+    double lin_vision = 0;  // alpha2_vision / d
+    double attn_sq = 0;     // alpha1 / d
+    double attn_lin = 0;    // alpha1 · h
+    double tail = 0;        // e / d
+    double ring_comm = 0;   // alpha3 (d - 1) / d / (the faster link)
+    double ring_home = 0;   // alpha3_home / d / (the faster link): never hidden
     bool a2a = false;
     // alpha2 / d + the all-to-all's traffic with no head padding and K/V
     // heads held 1/d each (AllToAllGroupTimeS: both only add), at the best
@@ -114,6 +116,7 @@ class BestTimer {
     const double d = degree;
     Floor f;
     f.lin = cm_.alpha2 / d;
+    f.lin_vision = cm_.alpha2_vision / d;
     f.attn_sq = cm_.alpha1 / d;
     f.attn_lin = cm_.alpha1 * cm_.attn_overhead_tokens;
     f.tail = cm_.ring_tail_steps / d;

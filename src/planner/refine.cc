@@ -43,7 +43,7 @@ struct DualContext {
   std::vector<int> order;        // members by work, descending
   std::vector<int64_t> d_min;    // per member position in `order`
   std::vector<double> t_one;     // T({s}, 1)
-  std::vector<double> work;      // alpha1(1+eta)s² + alpha2 s
+  std::vector<double> work;      // SequenceWorkS
   std::vector<GroupLoad> alone;  // GroupLoad::Of each member, by position
   double lower_s = 0;            // no grouping meets a lower makespan (s)
   // Per member position: T_best({s}, d) for d = d_min, d_min + 1, ..., filled
@@ -128,7 +128,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   std::vector<Long> longs;
   longs.reserve(n);  // every group holds a rank
   // (degree · (τ - T), index into longs): a sequence of s tokens can only fit
-  // where alpha2·s/d <= τ - T, i.e. at or after lower_bound(alpha2·s).
+  // where Lin/d <= τ - T, i.e. at or after lower_bound(Lin) (Lin at d = 1).
   SortedPairs long_slack;
   long_slack.Reserve(n);
   int64_t ranks = 0;
@@ -145,12 +145,12 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   auto absorb = [&](size_t pos, size_t& hint, int max_tries) {
     const Sequence& s = seqs[ctx.order[pos]];
     int tries_long = 0;
-    const double linear_s = cm.alpha2 * static_cast<double>(s.length_tokens);
+    const GroupLoad& alone = ctx.alone[pos];
+    const double linear_s = LinearS(cm, alone, 1.0);
     // lower_bound finds nothing when even the largest slack is below linear_s.
     const bool may_fit_long =
         !long_slack.empty() && long_slack.back().key >= linear_s;
     if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
-    const GroupLoad& alone = ctx.alone[pos];
     for (size_t it = may_fit_long ? hint : long_slack.size();
          it < long_slack.size() && tries_long < max_tries; ++it) {
       Long& l = longs[long_slack[it].index];

@@ -86,6 +86,9 @@ void ValidateRequest(const PlanRequest& request) {
     if (!std::isfinite(s.eta) || s.eta < 0 || s.eta > 1) {
       throw InputError(field() + ".eta", "must be in [0, 1]");
     }
+    if (s.vision_tokens < 0 || s.vision_tokens > s.length_tokens) {
+      throw InputError(field() + ".vision_tokens", "must be in [0, length]");
+    }
   }
   // Numeric range (issue 8): per-rank memory is reported as int64 bytes, and
   // every time the planner computes must stay finite. A bound on any plan's
@@ -104,7 +107,7 @@ void ValidateRequest(const PlanRequest& request) {
   }
   const double worst_s =
       cm.alpha1 * (sum_attn + 2.0 * cm.attn_overhead_tokens * sum_tokens) +
-      cm.alpha2 * sum_tokens + cm.beta1 +
+      (cm.alpha2 + cm.alpha2_vision) * sum_tokens + cm.beta1 +
       cm.alpha3 * sum_tokens / std::min(cm.bw_intra_node, cm.bw_inter_node) +
       cm.beta2 +
       (std::max(cm.gamma_intra, cm.gamma_inter) + cm.gamma_serial) *
@@ -125,7 +128,7 @@ void ValidateRequest(const PlanRequest& request) {
   // (found by planner_fuzz: alpha2 = 5e-324).
   for (const double c :
        {cm.alpha1, cm.alpha2, cm.beta1, cm.alpha3, cm.beta2, cm.gamma_intra,
-        cm.gamma_inter, cm.gamma_serial, cm.alpha3_home}) {
+        cm.gamma_inter, cm.gamma_serial, cm.alpha3_home, cm.alpha2_vision}) {
     if (c > 0 && c < 1e-280) {
       throw InputError(
           "cost_model",

@@ -52,8 +52,8 @@
 // MLP input, gate/up, activation, down input). Logits are computed in chunks by
 // a fused cross-entropy, so the vocabulary adds no per-token term.
 // MLLMs: the backbone's coefficients; the vision encoder's parameters are added
-// to the model states; its compute runs per image before CP and is modelled
-// by the simulator, not by the planner's alpha terms.
+// to the model states; its compute (on each rank's share of the vision
+// tokens) is alpha2_vision per vision token (VisionEncoderSPerToken below).
 #include "fcp/presets.h"
 
 #include <algorithm>
@@ -227,8 +227,41 @@ std::string UnknownClusterPresetMessage(std::string_view name) {
          ")";
 }
 
+namespace {
+
+// The vision encoder and projector per LLM vision token (s; 0 for LLMs), as
+// the simulator runs them on P = kVisionPatchesPerTile patches per tile and
+// kVisionPatchesPerToken per token: ViT GEMMs 24·vh²·vl FLOPs per patch and
+// pass at the GEMM ceiling (4 passes trained, 1 frozen), full attention
+// inside a tile 4·vh·P·vl per patch forward at the unmasked curves at P
+// (trained: two forwards and the backward's 2.5×; frozen: one forward), and
+// the projector 2·(vh·patches·h + h²) per token, three passes either way.
+double VisionEncoderSPerToken(const ModelPreset& model,
+                              const ClusterPreset& cluster,
+                              bool vision_frozen) {
+  const ModelShape& s = model.shape;
+  if (!model.multimodal || s.vision_layers <= 0 || s.vision_hidden <= 0)
+    return 0;
+  const double vh = s.vision_hidden, vl = s.vision_layers, h = s.hidden;
+  const double patches = kVisionPatchesPerToken, tile = kVisionPatchesPerTile;
+  const double gemm_rate = cluster.peak_flops * cluster.gemm_eff_max;
+  const double vit_gemm_s = 24.0 * vh * vh * vl * patches / gemm_rate;
+  const double attn_flops = 4.0 * vh * tile * vl * patches;
+  const double fwd_s =
+      attn_flops / (cluster.peak_flops * cluster.attn_fwd_eff_max * tile /
+                    (tile + cluster.attn_fwd_half_tokens));
+  const double bwd_s = 2.5 * attn_flops /
+                       (cluster.peak_flops * cluster.attn_bwd_eff_max * tile /
+                        (tile + cluster.attn_bwd_half_tokens));
+  const double proj_s = 2.0 * (vh * patches * h + h * h) / gemm_rate;
+  if (vision_frozen) return vit_gemm_s + fwd_s + 3.0 * proj_s;
+  return 4.0 * vit_gemm_s + 2.0 * fwd_s + bwd_s + 3.0 * proj_s;
+}
+
+}  // namespace
+
 CostModel DeriveCostModel(const ModelPreset& model,
-                          const ClusterPreset& cluster) {
+                          const ClusterPreset& cluster, bool vision_frozen) {
   const ModelShape& s = model.shape;
   const double dq = static_cast<double>(s.q_heads) * s.head_dim;
   const double dkv = static_cast<double>(s.kv_heads) * s.head_dim;
@@ -257,6 +290,7 @@ CostModel DeriveCostModel(const ModelPreset& model,
   const double elementwise_s_per_token =
       4.0 * layers * ElementwiseBytesPerToken(s) / cluster.hbm_bytes_per_s;
   cm.alpha2 = gemm_s_per_token + elementwise_s_per_token;
+  cm.alpha2_vision = VisionEncoderSPerToken(model, cluster, vision_frozen);
   cm.beta1 = gemm_s_per_token * cluster.gemm_eff_half_rows +
              layers * 3 * kKernelsPerLayerPass * cluster.launch_s;
   // Ring.

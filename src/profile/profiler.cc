@@ -67,18 +67,21 @@ void Validate(const ProfileOptions& o) {
 }
 
 // The groups sampled at one grid point: one sequence of `len`, and (packed)
-// four sequences of len/4. Text models: causal, the packed group alternating
-// causal and full masks. Multimodal models (`tokens_per_tile` > 0): video-like
-// sequences, full attention inside frame blocks of tokens_per_tile tokens on
-// top of the causal mask, eta = tokens_per_tile / len (docs/design.md §2),
-// which is what the MLLM datasets produce.
+// four sequences of len/4, alternating two kinds. Text models: causal, the
+// packed group alternating causal and full masks. Multimodal models
+// (`tokens_per_tile` > 0): video-like sequences, all vision tokens, full
+// attention inside frame blocks of tokens_per_tile tokens on top of the
+// causal mask, eta = tokens_per_tile / len (docs/design.md §2), which is what
+// the MLLM datasets produce; the packed group alternates them with causal
+// text, so that the fit can tell the vision encoder's cost (alpha2_vision)
+// from every token's (alpha2).
 std::vector<std::vector<Sequence>> GroupsAt(int64_t len, bool packed,
                                             int tokens_per_tile) {
-  auto seq = [&](int64_t l, bool full) {
-    if (tokens_per_tile > 0)
-      return Sequence{l,
-                      std::min(1.0, static_cast<double>(tokens_per_tile) / l)};
-    return Sequence{l, full ? 1.0 : 0.0};
+  auto seq = [&](int64_t l, bool other_kind) {
+    if (tokens_per_tile <= 0) return Sequence{l, other_kind ? 1.0 : 0.0};
+    if (other_kind) return Sequence{l, 0.0};
+    return Sequence{l, std::min(1.0, static_cast<double>(tokens_per_tile) / l),
+                    l};
   };
   std::vector<std::vector<Sequence>> g = {{seq(len, false)}};
   if (packed && len >= 32) {
@@ -97,8 +100,12 @@ GroupLoad LoadOf(const std::vector<Sequence>& seqs) {
 
 std::string Describe(const std::vector<Sequence>& seqs) {
   const bool mixed = seqs.size() > 1 && seqs[0].eta != seqs[1].eta;
+  const bool text_and_vision =
+      mixed && seqs[0].vision_tokens != seqs[1].vision_tokens;
   return fmt::format("{}x{}{}", seqs.size(), seqs[0].length_tokens,
-                     mixed ? " (mixed masks)" : "");
+                     text_and_vision ? " (text and vision)"
+                     : mixed         ? " (mixed masks)"
+                                     : "");
 }
 
 struct Collected {
@@ -392,6 +399,7 @@ std::string ProfileReportToJson(const ProfileReport& r, int indent) {
   j["coefficients"]["gamma_inter"] = coef(r.fit.gamma_inter);
   j["coefficients"]["gamma_serial"] = coef(r.fit.gamma_serial);
   j["coefficients"]["alpha3_home"] = coef(r.fit.alpha3_home);
+  j["coefficients"]["alpha2_vision"] = coef(r.fit.alpha2_vision);
   j["heldout_error"]["mean"] = r.heldout.overall.mean;
   j["heldout_error"]["max"] = r.heldout.overall.max;
   j["heldout_error"]["points"] = r.heldout.overall.count;
@@ -438,6 +446,9 @@ std::string ProfileReportToTable(const ProfileReport& r) {
       "s per ring step, not hidden (gamma_serial)");
   row("alpha3_h", r.fit.alpha3_home,
       "bytes/token of a rank's share, never hidden (alpha3_home)");
+  if (r.fit.alpha2_vision.value > 0)  // fitted on multimodal samples only
+    row("alpha2_v", r.fit.alpha2_vision,
+        "s per vision token, on top of alpha2 (alpha2_vision)");
   out << fmt::format("{:<8} {:>14.6g} {:>30}  {}\n", "tail",
                      r.fit.ring_tail_steps, "(not fitted)",
                      "ring steps (ring_tail_steps)");

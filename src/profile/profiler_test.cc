@@ -9,6 +9,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
+#include "fcp/simulator.h"
 #include "profile/cpu_info.h"
 
 namespace fcp {
@@ -49,6 +50,28 @@ TEST(ProfilerTest, SimTinyGridWritesCostModelThatParses) {
   EXPECT_GT(r.heldout.overall.count, 0);
   EXPECT_GE(r.heldout.overall.max, r.heldout.overall.mean);
   EXPECT_FALSE(ProfileReportToTable(r).empty());
+}
+
+TEST(ProfilerTest, MultimodalProfilesFitTheVisionEncoderApart) {
+  // Without noise, alpha2_vision is the simulator's vision encoder per vision
+  // token (its time on one rank over the tokens, the independent oracle), and
+  // a text model's profile has none.
+  ProfileOptions o = TinySim();
+  o.target = "sim:h100-8x8";
+  o.model = "qwen3-vl-8b";
+  o.noise_rel = 0;
+  const ProfileReport r = RunProfile(o);
+  const sim::HardwareModel hw = sim::MakeHardwareModel(
+      *FindModelPreset("qwen3-vl-8b"), *FindClusterPreset("h100-8x8"));
+  const int64_t len = 16384;
+  const std::vector<Sequence> clip = {{len, 98.0 / len, len}};
+  const double encoder_s_per_token =
+      sim::SimulateGroup(hw, clip, std::vector<int>{0}, CommKind::kRing)
+          .vision_s /
+      static_cast<double>(len);
+  EXPECT_NEAR(r.cost_model.alpha2_vision, encoder_s_per_token,
+              0.05 * encoder_s_per_token);
+  EXPECT_EQ(RunProfile(TinySim()).cost_model.alpha2_vision, 0);
 }
 
 TEST(ProfilerTest, SimIsDeterministicForASeed) {

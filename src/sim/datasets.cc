@@ -109,13 +109,13 @@ SampleDetail Video(DeterministicRng& rng, const VideoParams& p,
   SampleDetail d;
   d.frames = frames;
   d.vision_block_tokens = block;
-  d.vision_tokens = frames * block;
-  const int64_t len = std::min(o.max_length_tokens, d.vision_tokens + text);
+  const int64_t vision = frames * block;
+  const int64_t len = std::min(o.max_length_tokens, vision + text);
   const double s = static_cast<double>(len);
   const double eta =
       std::min(1.0, static_cast<double>(frames) * static_cast<double>(block) *
                         static_cast<double>(block) / (s * s));
-  d.sequence = Sequence{len, eta};
+  d.sequence = Sequence{len, eta, vision};
   return d;
 }
 

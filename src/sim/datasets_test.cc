@@ -157,8 +157,8 @@ TEST(Datasets, VideoEtaIsBlockSquaresOverLengthSquared) {
     for (const auto& d : SampleBatchDetailed(name, 500, 2, o)) {
       const double s = static_cast<double>(d.sequence.length_tokens);
       const double b = static_cast<double>(d.vision_block_tokens);
-      EXPECT_EQ(d.vision_tokens, d.frames * d.vision_block_tokens);
-      EXPECT_LT(d.vision_tokens,
+      EXPECT_EQ(d.sequence.vision_tokens, d.frames * d.vision_block_tokens);
+      EXPECT_LT(d.sequence.vision_tokens,
                 d.sequence.length_tokens);  // text is never empty
       EXPECT_NEAR(d.sequence.eta, d.frames * b * b / (s * s), 1e-12) << name;
       EXPECT_EQ(d.vision_block_tokens % 98, 0);

@@ -344,13 +344,10 @@ namespace {
 
 void CheckGroupInputs(const HardwareModel& hw,
                       std::span<const Sequence> sequences,
-                      std::span<const int> ranks,
-                      std::span<const int64_t> vision_tokens) {
+                      std::span<const int> ranks) {
   if (ranks.empty()) throw InputError("ranks", "group has no ranks");
   if (sequences.empty())
     throw InputError("sequences", "group has no sequences");
-  if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
-    throw InputError("vision_tokens", "must have one entry per sequence");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= hw.num_ranks)
       throw InputError("ranks[" + std::to_string(i) + "]",
@@ -524,31 +521,28 @@ struct VisionEncoderCost {
   double launches = 0, launches_fwd = 0;
 };
 
-// The group's LLM vision tokens: given, else estimated from eta.
+// A sequence's LLM vision tokens: given, else (0) estimated from eta.
+double VisionTokensOf(const HardwareModel& hw, const Sequence& seq) {
+  const double len = static_cast<double>(seq.length_tokens);
+  if (seq.vision_tokens > 0)
+    return std::min(len, static_cast<double>(seq.vision_tokens));
+  if (hw.vision_tokens_per_tile <= 0) return 0;
+  return std::min(len, seq.eta * len * len / hw.vision_tokens_per_tile);
+}
+
 double VisionTokensOfGroup(const HardwareModel& hw,
-                           std::span<const Sequence> sequences,
-                           std::span<const int64_t> vision_tokens) {
+                           std::span<const Sequence> sequences) {
   double vt = 0;
-  for (size_t k = 0; k < sequences.size(); ++k) {
-    if (!vision_tokens.empty()) {
-      vt += static_cast<double>(
-          std::min(vision_tokens[k], sequences[k].length_tokens));
-    } else if (hw.vision_tokens_per_tile > 0) {
-      const double len = static_cast<double>(sequences[k].length_tokens);
-      vt += std::min(len,
-                     sequences[k].eta * len * len / hw.vision_tokens_per_tile);
-    }
-  }
+  for (const Sequence& seq : sequences) vt += VisionTokensOf(hw, seq);
   return vt;
 }
 
 VisionEncoderCost VisionEncoder(const HardwareModel& hw,
-                                std::span<const Sequence> sequences, int d,
-                                std::span<const int64_t> vision_tokens) {
+                                std::span<const Sequence> sequences, int d) {
   const ModelShape& s = hw.shape;
   VisionEncoderCost v;
   if (!hw.multimodal || s.vision_layers <= 0 || s.vision_hidden <= 0) return v;
-  const double vt = VisionTokensOfGroup(hw, sequences, vision_tokens);
+  const double vt = VisionTokensOfGroup(hw, sequences);
   if (vt <= 0) return v;
   const double h = s.hidden;
   const double vh = s.vision_hidden, vl = s.vision_layers;
@@ -612,9 +606,8 @@ double GroupActivationBytes(const HardwareModel& hw, double m, int d, bool ring,
 
 GroupSimResult SimulateGroup(const HardwareModel& hw,
                              std::span<const Sequence> sequences,
-                             std::span<const int> ranks, CommKind comm,
-                             std::span<const int64_t> vision_tokens) {
-  CheckGroupInputs(hw, sequences, ranks, vision_tokens);
+                             std::span<const int> ranks, CommKind comm) {
+  CheckGroupInputs(hw, sequences, ranks);
   const ModelShape& s = hw.shape;
   const int d = static_cast<int>(ranks.size());
   const double L = s.layers, h = s.hidden;
@@ -652,8 +645,7 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
   r.comm_bytes_per_rank = L * attn.bytes;
   r.exposed_comm_s = L * std::max(0.0, attn.wall_s - attn.compute_s);
 
-  const VisionEncoderCost vision =
-      VisionEncoder(hw, sequences, d, vision_tokens);
+  const VisionEncoderCost vision = VisionEncoder(hw, sequences, d);
   r.vision_s = vision.total_s;
   launches += vision.launches;  // 0 without an encoder run
   launches_fwd += vision.launches_fwd;
@@ -693,29 +685,23 @@ CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
 
 double SimulateGroupTimeS(const HardwareModel& hw,
                           std::span<const Sequence> sequences,
-                          std::span<const int> ranks, CommKind comm,
-                          std::span<const int64_t> vision_tokens) {
-  return SimulateGroup(hw, sequences, ranks, comm, vision_tokens).time_s;
+                          std::span<const int> ranks, CommKind comm) {
+  return SimulateGroup(hw, sequences, ranks, comm).time_s;
 }
 
 namespace {
 
-// The sequences (and vision tokens) of group `gp`, checked against the batch
-// and the ranks; adds their tokens to `tokens`. `where` names the group.
+// The sequences of group `gp`, checked against the batch and the ranks; adds
+// their tokens to `tokens`. `where` names the group.
 void CollectGroupInputs(const GroupPlan& gp, const std::string& where,
-                        std::span<const Sequence> sequences,
-                        std::span<const int64_t> vision_tokens, int num_ranks,
-                        std::vector<Sequence>& group_seqs,
-                        std::vector<int64_t>& group_vision, double& tokens) {
+                        std::span<const Sequence> sequences, int num_ranks,
+                        std::vector<Sequence>& group_seqs, double& tokens) {
   group_seqs.clear();
-  group_vision.clear();
   for (int idx : gp.sequences) {
     if (idx < 0 || static_cast<size_t>(idx) >= sequences.size())
       throw InputError(where + ".sequences",
                        "index " + std::to_string(idx) + " outside the batch");
     group_seqs.push_back(sequences[static_cast<size_t>(idx)]);
-    if (!vision_tokens.empty())
-      group_vision.push_back(vision_tokens[static_cast<size_t>(idx)]);
     tokens +=
         static_cast<double>(sequences[static_cast<size_t>(idx)].length_tokens);
   }
@@ -789,14 +775,10 @@ double GroupStartS(const HardwareModel& hw, std::span<const int> ranks,
   return start;
 }
 
-void CheckPlanInputs(const Plan& plan, std::span<const Sequence> sequences,
-                     const SimOptions& options) {
+void CheckPlanInputs(const Plan& plan, const SimOptions& options) {
   if (plan.status != PlanStatus::kOk)
     throw InputError("plan.status",
                      "cannot simulate an infeasible plan: " + plan.message);
-  if (!options.vision_tokens.empty() &&
-      options.vision_tokens.size() != sequences.size())
-    throw InputError("vision_tokens", "must have one entry per sequence");
   if (options.noise_rel < 0) throw InputError("noise", "must be >= 0");
 }
 
@@ -818,7 +800,7 @@ SimResult OomResult(const HardwareModel& hw, const GroupSimResult& gr,
 SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
                        std::span<const Sequence> sequences,
                        const SimOptions& options) {
-  CheckPlanInputs(plan, sequences, options);
+  CheckPlanInputs(plan, options);
   const int n = hw.num_ranks;
   SimResult res;
   RankClocks clocks(n);
@@ -828,7 +810,6 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
                                                   : local_communicators;
   DeterministicRng rng(options.noise_seed ^ 0x73696D6E6F697365ULL);
   std::vector<Sequence> group_seqs;
-  std::vector<int64_t> group_vision;
 
   for (size_t mb = 0; mb < plan.micro_batches.size(); ++mb) {
     double mb_end = 0;
@@ -837,11 +818,10 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
       const GroupPlan& gp = groups[g];
       const std::string where = "plan.micro_batches[" + std::to_string(mb) +
                                 "].groups[" + std::to_string(g) + "]";
-      CollectGroupInputs(gp, where, sequences, options.vision_tokens, n,
-                         group_seqs, group_vision, res.tokens);
+      CollectGroupInputs(gp, where, sequences, n, group_seqs, res.tokens);
       if (group_seqs.empty()) continue;  // an idle group does nothing
       const GroupSimResult gr =
-          SimulateGroup(hw, group_seqs, gp.ranks, gp.comm, group_vision);
+          SimulateGroup(hw, group_seqs, gp.ranks, gp.comm);
       if (gr.oom) return OomResult(hw, gr, where);
       double dur = gr.time_s;
       double noise = 1.0;
@@ -888,10 +868,7 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
 
 double PhysicalLowerBoundS(const HardwareModel& hw,
                            std::span<const Sequence> sequences,
-                           bool overlap_grad_reduce,
-                           std::span<const int64_t> vision_tokens) {
-  if (!vision_tokens.empty() && vision_tokens.size() != sequences.size())
-    throw InputError("vision_tokens", "must have one entry per sequence");
+                           bool overlap_grad_reduce) {
   const ModelShape& s = hw.shape;
   const Passes passes = PassesOf(hw);
   const double L = s.layers, h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
@@ -914,14 +891,7 @@ double PhysicalLowerBoundS(const HardwareModel& hw,
     work_s += passes.attn_fwd * attn / fwd_rate +
               kAttnBackwardFactor * attn / bwd_rate;
     if (hw.multimodal && s.vision_layers > 0 && s.vision_hidden > 0) {
-      double vt = 0;
-      if (!vision_tokens.empty()) {
-        vt = static_cast<double>(
-            std::min(vision_tokens[k], sequences[k].length_tokens));
-      } else if (hw.vision_tokens_per_tile > 0) {
-        vt = std::min(len,
-                      sequences[k].eta * len * len / hw.vision_tokens_per_tile);
-      }
+      const double vt = VisionTokensOf(hw, sequences[k]);
       const double vh = s.vision_hidden, vl = s.vision_layers;
       const double patches = vt * hw.vision_patches_per_token;
       const double vision_passes = hw.vision_frozen ? 1.0 : 4.0;

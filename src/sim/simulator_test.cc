@@ -299,13 +299,10 @@ TEST(SimulateGroup, FullAttentionCostsMoreThanCausalByHand) {
 
 TEST(SimulateGroup, VisionEncoderFrozenIsCheaperAndTextModelsHaveNone) {
   HardwareModel hw = Hw("internvl3-8b");
-  const std::vector<Sequence> seqs = {{8000, 0.0}};
-  const std::vector<int64_t> vision = {7680};
-  const auto unfrozen =
-      SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  const std::vector<Sequence> seqs = {{8000, 0.0, 7680}};
+  const auto unfrozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing);
   hw.vision_frozen = true;
-  const auto frozen =
-      SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing, vision);
+  const auto frozen = SimulateGroup(hw, seqs, Range(0, 2), CommKind::kRing);
   EXPECT_GT(unfrozen.vision_s, 0);
   EXPECT_LT(frozen.vision_s, unfrozen.vision_s);
   EXPECT_LT(frozen.mem_bytes_per_rank, unfrozen.mem_bytes_per_rank);
@@ -314,8 +311,8 @@ TEST(SimulateGroup, VisionEncoderFrozenIsCheaperAndTextModelsHaveNone) {
   const auto from_eta = SimulateGroup(hw, std::vector<Sequence>{{8000, eta}},
                                       Range(0, 2), CommKind::kRing);
   const auto explicit_vt =
-      SimulateGroup(hw, std::vector<Sequence>{{8000, eta}}, Range(0, 2),
-                    CommKind::kRing, std::vector<int64_t>{30 * 256});
+      SimulateGroup(hw, std::vector<Sequence>{{8000, eta, 30 * 256}},
+                    Range(0, 2), CommKind::kRing);
   EXPECT_NEAR(from_eta.vision_s, explicit_vt.vision_s,
               1e-9 * explicit_vt.vision_s);
   EXPECT_EQ(SimulateGroup(Hw(), seqs, Range(0, 2), CommKind::kRing).vision_s,

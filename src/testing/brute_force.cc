@@ -11,17 +11,18 @@ double ReferenceGroupTimeS(const CostModel& cm, const Cluster& cluster,
                            const std::vector<Sequence>& sequences,
                            const std::vector<int>& members, int first,
                            int degree) {
-  double sum_s = 0, sum_attn = 0, sum_overhead = 0;
+  double sum_s = 0, sum_attn = 0, sum_overhead = 0, sum_vision = 0;
   for (int k : members) {
     const double s = static_cast<double>(sequences[k].length_tokens);
     const double mask = 1.0 + sequences[k].eta;
     sum_s += s;
+    sum_vision += static_cast<double>(sequences[k].vision_tokens);
     sum_attn += mask * s * s;
     sum_overhead += mask * cm.attn_overhead_tokens * s;  // v2: h·s per sequence
   }
   const double d = degree;
   const double a = cm.alpha1 * (sum_attn / d + sum_overhead);
-  const double lin = cm.alpha2 * sum_s / d;
+  const double lin = cm.alpha2 * sum_s / d + cm.alpha2_vision * sum_vision / d;
   double tcp = a + lin + cm.beta1;
   double tcm = 0, home = 0;
   if (degree > 1) {

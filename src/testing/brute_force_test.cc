@@ -30,7 +30,9 @@ CostModel SimpleModel() {
 TEST(ReferenceGroupTime, MatchesCostModelLibrary) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 500; ++i) {
-    PlanRequest req = RandomRequest(rng);
+    RandomInstanceOptions opt;
+    opt.vision_probability = i % 2 ? 0.5 : 0.0;  // MLLM batches on odd i
+    PlanRequest req = RandomRequest(rng, opt);
     std::vector<int> members;
     GroupLoad load;
     for (int k = 0; k < static_cast<int>(req.sequences.size()); ++k) {

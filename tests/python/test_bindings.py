@@ -208,6 +208,35 @@ def test_unknown_names_list_the_valid_ones():
         assert all(name in str(e.value) for name in fcp.presets()[key]), str(e.value)
 
 
+def test_vision_tokens_plan_as_the_cli(tmp_path):
+    # MLLM batches: the binding's vision_tokens reach the planner as the CLI's
+    # "vision_tokens" keys do, and each one costs alpha2_vision.
+    lengths = [8192, 4096, 2048, 1024, 700, 500]
+    eta = [0.1, 0.1, 0.2, 0.3, 0.0, 0.0]
+    vision = [7680, 3840, 1792, 768, 0, 0]
+    cost = {"alpha2_vision": 2e-5}
+    sched = fcp.Scheduler(cluster="h100-8x8", model="qwen3-vl-8b", cost_model=cost)
+    plan = sched.plan(lengths, eta=eta, vision_tokens=vision).to_dict()
+    seqs = [{"length": n, "eta": e, "vision_tokens": v} for n, e, v in zip(lengths, eta, vision)]
+    cli = _cli_plan(
+        {"cluster": "h100-8x8", "model": "qwen3-vl-8b", "cost_model": cost, "sequences": seqs},
+        tmp_path,
+    )
+    assert _without_solver_ms(plan) == _without_solver_ms(cli)
+    # Re-estimated without the vision tokens, every group whose sequences
+    # have some is cheaper by alpha2_vision per vision token over its degree.
+    text = sched.estimate(lengths, fcp.Plan.from_dict(plan), eta=eta).to_dict()
+    for g, t in zip(plan["micro_batches"][0]["groups"], text["micro_batches"][0]["groups"]):
+        v = sum(vision[i] for i in g["sequences"])
+        assert g["est_ms"] - t["est_ms"] == pytest.approx(
+            1e3 * 2e-5 * v / len(g["ranks"]), rel=1e-9
+        )
+    with pytest.raises(ValueError, match=r"^sequences\[4\]\.vision_tokens"):
+        sched.plan(lengths, vision_tokens=[0, 0, 0, 0, 701, 0])
+    with pytest.raises(ValueError, match="^vision_tokens"):
+        sched.plan(lengths, vision_tokens=[0, 0])
+
+
 def test_grad_sync_plans_as_the_cli(tmp_path):
     # The same input through the CLI and the binding: identical plans, ranked
     # by step time (the step_ms note) with the gradient sync.
@@ -686,7 +715,7 @@ def test_cost_model_fields_come_from_the_cpp_table():
     table = fcp._fcp.cost_coefficients
     names = [c["name"] for c in table]
     assert list(fcp.CostModel().to_dict()) == names
-    assert len(names) == len(set(names)) == 16
+    assert len(names) == len(set(names)) == 17
     v2 = {c["name"] for c in table if c["v2"]}
     assert v2 == {
         "attn_overhead_tokens",
@@ -695,6 +724,7 @@ def test_cost_model_fields_come_from_the_cpp_table():
         "gamma_serial",
         "alpha3_home",
         "ring_tail_steps",
+        "alpha2_vision",
     }
     fitted = [c["name"] for c in table if c["fitted"]]
     assert fitted == list(fcp._fcp.timing_coefficients)
