@@ -150,7 +150,7 @@ inline void MaybeGroupTimeSigma(FuzzedDataProvider& fdp, PlanRequest& req) {
 }
 
 // The documented input rules (scheduler.h, types.h), restated
-// independently, without the numeric-range rule.
+// independently, without the numeric-range rule (NumericRangeField).
 inline bool RequestValid(const PlanRequest& req) {
   const CostModel& cm = req.cost;
   auto finite_ge0 = [](double x) { return std::isfinite(x) && x >= 0; };
@@ -172,6 +172,15 @@ inline bool RequestValid(const PlanRequest& req) {
              s.eta >= 0 && s.eta <= 1;
   }
   return valid;
+}
+
+// Whether an InputError's field is the numeric-range rule's, which depends on
+// the whole request: times that would overflow (cost_model), memory above 2^62
+// bytes per rank (cost_model.mem_capacity) or for the batch on one rank
+// (cost_model.mem_per_token).
+inline bool NumericRangeField(const std::string& field) {
+  return field == "cost_model" || field == "cost_model.mem_capacity" ||
+         field == "cost_model.mem_per_token";
 }
 
 // The first sequence that does not fit on all N ranks

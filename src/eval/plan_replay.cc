@@ -55,6 +55,9 @@ PlannedBatch ParseItem(const json& item, size_t i, const PlannedBatch* first) {
   PlannedBatch pb;
   try {
     pb.batch = ParseBatchJson(item["batch"].dump());
+    // The ranges fcp plan checks (e.g. memory that fits an int64), before the
+    // plan's estimates are recomputed from the batch.
+    ValidateRequest(pb.batch.request);
   } catch (const InputError& e) {
     throw InputError(field + ".batch." + e.field(), WhatOf(e));
   }

@@ -134,6 +134,12 @@ TEST(LimitsTest, MemoryBeyondInt64IsRejected) {
   const Plan plan = MakePlan(req, {.strategy = "fcp"});
   ASSERT_EQ(plan.status, PlanStatus::kOk);
   EXPECT_EQ(ValidatePlan(req, plan), "");
+  // A plan read from a file need not respect the capacity: a group's memory
+  // must still fit an int64 (plan_file_fuzz: mem_per_token 4.6e17).
+  PlanRequest small = Request({49, 304, 786});
+  small.cost.mem_capacity = 64e9;
+  small.cost.mem_per_token = 4.6e17;
+  EXPECT_EQ(RejectedField(small, "fcp"), "cost_model.mem_per_token");
 }
 
 TEST(LimitsTest, ExtremesWithinRangePlan) {

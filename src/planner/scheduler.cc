@@ -105,6 +105,14 @@ void ValidateRequest(const PlanRequest& request) {
     sum_tokens += len;
     sum_attn += (1.0 + s.eta) * len * len;
   }
+  // A group's memory is reported as int64 bytes too, also for a plan read from
+  // a file that ignores the capacity: the whole batch on one rank must fit
+  // (found by plan_file_fuzz: mem_per_token 4.6e17).
+  if (!(cm.mem_static + cm.mem_per_token * sum_tokens <= 0x1p62)) {
+    throw InputError("cost_model.mem_per_token",
+                     "the batch on one rank (mem_static + mem_per_token × its "
+                     "tokens) must be <= 2^62 bytes");
+  }
   const double worst_s =
       cm.alpha1 * (sum_attn + 2.0 * cm.attn_overhead_tokens * sum_tokens) +
       (cm.alpha2 + cm.alpha2_vision) * sum_tokens + cm.beta1 +
