@@ -55,16 +55,20 @@ def group_ratios(pair, cluster, model):
     ]
 
 
+def _ratio_cell(row):
+    sequences, mean_length, ratio = row
+    return f"{ratio:.4f} ({sequences} x {mean_length:.0f} tokens)"
+
+
 def print_group_ratios(lines, cluster, model):
     print(
         f"{'batch':>5} {'groups':>6}  {'shortest sequences':>26}  {'longest sequences':>26}  range"
     )
     for i, line in enumerate(lines):
         rows = sorted(group_ratios(json.loads(line), cluster, model), key=lambda r: r[1])
-        cell = lambda r: f"{r[2]:.4f} ({r[0]} x {r[1]:.0f} tokens)"  # noqa: E731
         low, high = min(r[2] for r in rows), max(r[2] for r in rows)
         print(
-            f"{i:>5} {len(rows):>6}  {cell(rows[0]):>26}  {cell(rows[-1]):>26}  {low:.4f}-{high:.4f}"
+            f"{i:>5} {len(rows):>6}  {_ratio_cell(rows[0]):>26}  {_ratio_cell(rows[-1]):>26}  {low:.4f}-{high:.4f}"
         )
     print("(simulated group time / planner estimate; mean tokens per sequence of the group)")
 
