@@ -52,8 +52,10 @@ TEST(ReferenceHeuristics, PlansValidate) {
 // In its own model (the score it ranks candidates by) fcp against every
 // reference heuristic on random small instances. Issue 32's goal is "never
 // worse"; it is not met yet (docs/planner/reference-heuristics.md), so this
-// guards what holds today: fcp behind in at most 5 % of the comparisons and
-// never by more than 35 %. Tighten both when the search closes the gap.
+// guards what holds today: fcp behind in at most 1 % of the comparisons and
+// never by more than 0.5 % (5 of 642, worst 0.3 %, since fcp polishes its
+// lanes; before: 12, worst 1.1 %). Tighten both when the search closes the
+// gap.
 TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
   std::mt19937_64 rng(3202);
   int compared = 0, strictly_better = 0, behind = 0;
@@ -73,7 +75,7 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
         ++behind;
         worst = std::max(worst, fcp_ms / ref_ms);
       }
-      EXPECT_LE(fcp_ms, ref_ms * 1.35)
+      EXPECT_LE(fcp_ms, ref_ms * 1.005)
           << name << " instance " << i << ": N=" << req.cluster.num_ranks
           << " sequences=" << req.sequences.size() << " ("
           << ref.notes.at("setting") << ")";
@@ -85,7 +87,7 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
       "(worst %.3fx)\n",
       strictly_better, behind, compared, worst);
   EXPECT_GT(compared, 600);
-  EXPECT_LE(behind, compared / 20);
+  EXPECT_LE(behind, compared / 100);
 }
 
 }  // namespace

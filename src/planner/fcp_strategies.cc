@@ -175,6 +175,13 @@ constexpr int kLaneMultipleOf = 2;
 constexpr bool kTopologyAware = true;
 // How many micro-batches fewer than the BFD split fcp tries.
 constexpr int kMaxFewerMicroBatches = 2;
+// Trials PolishLanes may spend per start (TryPolishedLanes; lanes.h).
+constexpr int kPolishTrials = 1000;
+// The most lanes whose rank sets TryPolishedLanes deals afresh: a fresh deal
+// of 8,192 sequences onto ~1,000 lanes cost 4 % of planning at 8,192 /
+// 1,024 (6 M instructions) and changed no plan of the study, whose winners
+// have at most 64 lanes.
+constexpr size_t kFreshDealMaxLanes = 64;
 
 // The paper's plan (docs/design.md §3 verbatim): BFD micro-batch split and
 // grouping, then Algorithm 1, on the paper's terms (Eq. 8-9: the v2 terms are
@@ -384,6 +391,11 @@ class FcpStrategy final : public Strategy {
             TryHeldLayouts(request, score, work_order, *plan, best_score_ms)) {
       plan->notes["grouping"] = layout;
     }
+    if (const std::string polished =
+            TryPolishedLanes(request, score, work_order, *plan, best_score_ms);
+        !polished.empty()) {
+      plan->notes["polished_lanes"] = polished;
+    }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) +
                                    ", memory " + std::to_string(fewest) + ")";
@@ -539,6 +551,57 @@ class FcpStrategy final : public Strategy {
     }
     plan.est_ms = EstimateMicroBatches(request, plan.micro_batches);
     return moved;
+  }
+
+  // The winner's lanes (when its groups form lanes: a one-micro-batch plan,
+  // a static or a lane plan), polished (PolishLanes), and the winner's rank
+  // sets dealt afresh (DealOnto: LPT by work per rank; up to
+  // kFreshDealMaxLanes lanes), polished too. The
+  // stages above deal sequences once, by work over degree or to the dual
+  // approximation's target, and leave near-tied lanes that moving sequences
+  // between them shortens (issue 32: 8 of 108 small batches 0.003-1.3 %
+  // behind a reference heuristic in fcp's own model, most on the same rank
+  // sets). Each replaces `plan` when it scores below `best_score_ms`
+  // (updated). Returns the note of the one kept last, or "".
+  static std::string TryPolishedLanes(const PlanRequest& request, Scorer& score,
+                                      const WorkOrder& work_order, Plan& plan,
+                                      double& best_score_ms) {
+    std::vector<std::vector<int>> rank_sets;
+    std::vector<std::vector<int>> lanes =
+        LanesOf(plan.micro_batches, &rank_sets);
+    if (lanes.empty()) return "";
+    std::string note;
+    auto polish = [&](std::vector<std::vector<int>> start,
+                      std::vector<std::vector<int>> sets, bool dealt_afresh) {
+      const Polished polished =
+          PolishLanes(request, start, sets, kPolishTrials);
+      if (polished.changes == 0 && !dealt_afresh) return;
+      // Lanes whose makespan is not lower are not built: ranked by makespan
+      // they cannot win, ranked by the step they rarely do, and scoring them
+      // there (a mean over noise draws) is the costly part.
+      if (1000.0 * polished.makespan_s >= plan.est_ms * (1 + 1e-9)) return;
+      std::vector<std::vector<int>> used_lanes, used_sets;
+      for (size_t p = 0; p < start.size(); ++p) {
+        if (start[p].empty()) continue;
+        used_lanes.push_back(std::move(start[p]));
+        used_sets.push_back(std::move(sets[p]));
+      }
+      Plan candidate;
+      candidate.micro_batches = ChunkLanes(request, used_lanes, used_sets);
+      if (KeepIfBetter(request, score, std::move(candidate), plan,
+                       best_score_ms)) {
+        note = std::string(dealt_afresh ? "dealt afresh, " : "") +
+               std::to_string(polished.changes) + " changes";
+      }
+    };
+    if (lanes.size() <= kFreshDealMaxLanes) {
+      if (auto fresh =
+              DealOnto(request, rank_sets, work_order.work, work_order.order)) {
+        polish(std::move(*fresh), rank_sets, /*dealt_afresh=*/true);
+      }
+    }
+    polish(std::move(lanes), std::move(rank_sets), /*dealt_afresh=*/false);
+    return note;
   }
 
   // Persistent groups (lanes.h) as candidates: each lane grouping whose plan

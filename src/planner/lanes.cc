@@ -1,12 +1,15 @@
 #include "planner/lanes.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <queue>
+#include <set>
+#include <utility>
 
 #include "fcp/cost_model.h"
 #include "planner/allocation.h"
@@ -241,45 +244,420 @@ std::vector<std::vector<int>> HeldLayout(int num_ranks,
   return layout;
 }
 
-std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
+std::optional<std::vector<std::vector<int>>> DealOnto(
     const PlanRequest& request, const std::vector<std::vector<int>>& layout,
     const std::vector<double>& work, const std::vector<int>& order) {
   // Lanes of one degree are interchangeable but for their loads: one
-  // min-heap of (load, lane) per degree keeps a sequence's choice O(degrees).
+  // min-heap of (load, lane) per degree, degrees ascending, keeps a
+  // sequence's choice O(degrees); each heap's least load is kept in a flat
+  // array for that scan.
   using Entry = std::pair<double, size_t>;
-  std::map<int, std::priority_queue<Entry, std::vector<Entry>, std::greater<>>>
-      by_degree;
+  using Heap = std::priority_queue<Entry, std::vector<Entry>, std::greater<>>;
+  std::vector<std::pair<int, size_t>> by_size;  // (degree, lane)
   for (size_t p = 0; p < layout.size(); ++p)
-    by_degree[static_cast<int>(layout[p].size())].push({0.0, p});
+    by_size.push_back({static_cast<int>(layout[p].size()), p});
+  std::sort(by_size.begin(), by_size.end());
+  std::vector<int> degree;    // per degree class, ascending
+  std::vector<Heap> heaps;    // its lanes by load
+  std::vector<double> least;  // its least load
+  for (const auto& [d, p] : by_size) {
+    if (degree.empty() || degree.back() != d) {
+      degree.push_back(d);
+      heaps.emplace_back();
+      least.push_back(0.0);
+    }
+    heaps.back().push({0.0, p});
+  }
   std::vector<std::vector<int>> lanes(layout.size());
   for (int k : order) {
     const int64_t d_min =
         MinDegree(request.cost, GroupLoad::Of(request.sequences[k]));
-    int best_d = 0;
+    size_t best = degree.size();
     double best_finish = std::numeric_limits<double>::infinity();
-    for (auto it = by_degree.lower_bound(static_cast<int>(
-             std::min<int64_t>(d_min, std::numeric_limits<int>::max())));
-         it != by_degree.end(); ++it) {
-      const double finish = (it->second.top().first + work[k]) / it->first;
+    for (size_t j = static_cast<size_t>(
+             std::lower_bound(degree.begin(), degree.end(), d_min) -
+             degree.begin());
+         j < degree.size(); ++j) {
+      const double finish = (least[j] + work[k]) / degree[j];
       if (finish < best_finish) {
         best_finish = finish;
-        best_d = it->first;
+        best = j;
       }
     }
-    if (best_d == 0) return std::nullopt;
-    auto& heap = by_degree[best_d];
-    auto [load, lane] = heap.top();
-    heap.pop();
-    heap.push({load + work[k], lane});
+    if (best == degree.size()) return std::nullopt;
+    auto [load, lane] = heaps[best].top();
+    heaps[best].pop();
+    heaps[best].push({load + work[k], lane});
+    least[best] = heaps[best].top().first;
     lanes[lane].push_back(k);
   }
+  return lanes;
+}
+
+std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
+    const PlanRequest& request, const std::vector<std::vector<int>>& layout,
+    const std::vector<double>& work, const std::vector<int>& order) {
+  auto lanes = DealOnto(request, layout, work, order);
+  if (!lanes) return std::nullopt;
   std::vector<std::vector<int>> used_lanes, used_sets;
   for (size_t p = 0; p < layout.size(); ++p) {
-    if (lanes[p].empty()) continue;
-    used_lanes.push_back(std::move(lanes[p]));
+    if ((*lanes)[p].empty()) continue;
+    used_lanes.push_back(std::move((*lanes)[p]));
     used_sets.push_back(layout[p]);
   }
   return ChunkLanes(request, used_lanes, used_sets);
+}
+
+std::vector<std::vector<int>> LanesOf(
+    const std::vector<MicroBatchPlan>& plan,
+    std::vector<std::vector<int>>* rank_sets) {
+  int num_ranks = 0;
+  for (const MicroBatchPlan& mb : plan)
+    for (const GroupPlan& g : mb.groups)
+      for (int r : g.ranks) num_ranks = std::max(num_ranks, r + 1);
+  // A group is on lane p when each of its ranks is and it has as many.
+  std::vector<int> owner(num_ranks, -1);
+  std::vector<std::vector<int>> lanes, sets;
+  for (const MicroBatchPlan& mb : plan) {
+    for (const GroupPlan& g : mb.groups) {
+      if (g.ranks.empty()) return {};
+      int p = owner[g.ranks.front()];
+      if (p < 0) {
+        p = static_cast<int>(lanes.size());
+        for (int r : g.ranks) {
+          if (owner[r] >= 0) return {};
+          owner[r] = p;
+        }
+        lanes.emplace_back();
+        sets.push_back(g.ranks);
+      } else if (g.ranks.size() != sets[p].size() ||
+                 std::any_of(g.ranks.begin(), g.ranks.end(),
+                             [&](int r) { return owner[r] != p; })) {
+        return {};
+      }
+      lanes[p].insert(lanes[p].end(), g.sequences.begin(), g.sequences.end());
+    }
+  }
+  if (rank_sets) *rank_sets = std::move(sets);
+  return lanes;
+}
+
+namespace {
+
+// How many of the fastest lanes a polishing step tries for each sequence.
+constexpr size_t kPolishTargets = 8;
+
+// Prices lanes on fixed rank sets as ChunkLanes and UseAllToAllWhereFaster
+// make their groups (each rank set's link and all-to-all bandwidth found
+// once).
+class LanePricer {
+ public:
+  LanePricer(const PlanRequest& request,
+             const std::vector<std::vector<int>>& rank_sets)
+      : request_(request), shape_(ShapeOf(request)) {
+    for (const std::vector<int>& ranks : rank_sets) {
+      RankSet set{.degree = static_cast<int>(ranks.size())};
+      set.link = OnOneNode(request.cluster, ranks) ? Link::kIntraNode
+                                                   : Link::kInterNode;
+      set.all_to_all = AllToAllAllowed(shape_, set.degree);
+      if (set.all_to_all) {
+        set.all_to_all_bw =
+            AllToAllBandwidthOnRanks(request.cost, request.cluster, ranks);
+      }
+      sets_.push_back(set);
+    }
+  }
+  int degree(size_t p) const { return sets_[p].degree; }
+  // Whether `load` fits lane p's ranks in one group (first fit then keeps
+  // the lane whole).
+  bool FitsOnce(size_t p, const GroupLoad& load) const {
+    return GroupMemBytes(request_.cost, load, sets_[p].degree) <=
+           request_.cost.mem_capacity;
+  }
+  // One group of `load` on lane p's ranks, ring or all-to-all (s).
+  double GroupS(size_t p, const GroupLoad& load) const {
+    const RankSet& set = sets_[p];
+    const double ring = GroupTimeS(request_.cost, load, set.degree, set.link);
+    if (!set.all_to_all) return ring;
+    return std::min(ring, AllToAllGroupTimeS(request_.cost, *shape_, load,
+                                             set.degree, set.all_to_all_bw));
+  }
+  // Lane p's time holding `seqs` (longest first): its groups', split first
+  // fit as FirstFit (ChunkLanes) splits them, each kept as its load only.
+  double TimeS(size_t p, const std::vector<int>& seqs) const {
+    std::vector<GroupLoad> groups;
+    for (int k : seqs) {
+      const Sequence& s = request_.sequences[k];
+      size_t g = 0;
+      while (g < groups.size()) {
+        GroupLoad load;
+        load.sum_tokens = groups[g].sum_tokens;
+        load.Add(s);
+        if (GroupMemBytes(request_.cost, load, sets_[p].degree) <=
+            request_.cost.mem_capacity)
+          break;
+        ++g;
+      }
+      if (g == groups.size()) groups.emplace_back();
+      groups[g].Add(s);
+    }
+    double total_s = 0;
+    for (const GroupLoad& load : groups) total_s += GroupS(p, load);
+    return total_s;
+  }
+
+ private:
+  struct RankSet {
+    int degree = 1;
+    Link link = Link::kIntraNode;
+    bool all_to_all = false;
+    double all_to_all_bw = 0;
+  };
+  const PlanRequest& request_;
+  const ModelShape* shape_;
+  std::vector<RankSet> sets_;
+};
+
+// Sequence `seq` leaves lane `from` for lane `to`.
+struct Move {
+  int seq = 0;
+  size_t from = 0, to = 0;
+};
+
+// Up to three moves made together: a move, a swap, or either followed by
+// one ejection.
+struct LaneChange {
+  std::array<Move, 3> moves;
+  size_t count = 0;
+  LaneChange With(Move m) const {
+    LaneChange c = *this;
+    c.moves[c.count++] = m;
+    return c;
+  }
+};
+
+// PolishLanes' state: the lanes (each longest first), their loads and times,
+// the lanes ordered by time, and the trials left. A lane that fits its ranks
+// in one group is priced from its load alone (O(1) per trial).
+class LanePolisher {
+ public:
+  LanePolisher(const PlanRequest& request, std::vector<std::vector<int>>& lanes,
+               const std::vector<std::vector<int>>& rank_sets, int max_trials)
+      : request_(request),
+        lanes_(lanes),
+        price_(request, rank_sets),
+        loads_(lanes.size()),
+        time_s_(lanes.size()),
+        d_min_(request.sequences.size(), 0),
+        trials_left_(max_trials) {
+    for (size_t p = 0; p < lanes_.size(); ++p) {
+      SortLongestFirst(request, lanes_[p]);
+      for (int k : lanes_[p]) loads_[p].Add(request.sequences[k]);
+      time_s_[p] = LaneS(p);
+      by_time_.insert({time_s_[p], p});
+    }
+  }
+
+  double MakespanS() const {
+    return by_time_.empty() ? 0.0 : by_time_.rbegin()->first;
+  }
+  // One change out of the slowest lane, the best found: single moves and
+  // swaps, or with `chains` ejection chains (Settle); false when none makes
+  // it faster (or no trial is left).
+  bool Step(bool chains) {
+    if (lanes_.size() < 2 || trials_left_ <= 0) return false;
+    chains_ = chains;
+    slow_ = by_time_.rbegin()->second;
+    best_.reset();
+    best_s_ = time_s_[slow_] * (1 - 1e-12);
+    for (size_t i = 0; i < lanes_[slow_].size() && trials_left_ > 0; ++i) {
+      const int k = lanes_[slow_][i];
+      const std::vector<size_t> targets = Targets(k, slow_, slow_);
+      if (targets.empty()) continue;
+      // The slowest lane without k, wherever k goes.
+      const double rest_s =
+          PricedS(slow_, LaneChange{}.With({k, slow_, targets.front()}));
+      for (size_t other : targets) {
+        const LaneChange move = LaneChange{}.With({k, slow_, other});
+        if (rest_s < best_s_) Settle(move, rest_s);
+        Swaps(move);
+      }
+    }
+    if (!best_) return false;
+    Apply(*best_);
+    return true;
+  }
+
+ private:
+  // Lane p's time as it is (s): from its load when it runs as one group.
+  double LaneS(size_t p) const {
+    if (lanes_[p].empty()) return 0;
+    if (price_.FitsOnce(p, loads_[p])) return price_.GroupS(p, loads_[p]);
+    return price_.TimeS(p, lanes_[p]);
+  }
+  // Lane p's time after `change` (s); one trial.
+  double PricedS(size_t p, const LaneChange& change) {
+    --trials_left_;
+    GroupLoad load = loads_[p];
+    std::ptrdiff_t size = static_cast<std::ptrdiff_t>(lanes_[p].size());
+    for (size_t m = 0; m < change.count; ++m) {
+      const Move& move = change.moves[m];
+      const Sequence& s = request_.sequences[move.seq];
+      if (move.to == p) load.Add(s), ++size;
+      if (move.from == p) load.Remove(s), --size;
+    }
+    if (size == 0) return 0;
+    if (price_.FitsOnce(p, load)) return price_.GroupS(p, load);
+    // A lane that runs as one group is not split: the second group is a
+    // second pass over the lane's ranks, rarely faster, and first fit over
+    // its sequences costs O(K log K) where the load prices it in O(1).
+    if (price_.FitsOnce(p, loads_[p]))
+      return std::numeric_limits<double>::infinity();
+    // A lane of several groups is split again, O(size · groups): it costs
+    // a trial per sequence.
+    const std::vector<int> seqs = SequencesAfter(p, change);
+    trials_left_ -= static_cast<int>(seqs.size()) / 8;
+    return price_.TimeS(p, seqs);
+  }
+  std::vector<int> SequencesAfter(size_t p, const LaneChange& change) const {
+    std::vector<int> seqs = lanes_[p];
+    for (size_t m = 0; m < change.count; ++m) {
+      const Move& move = change.moves[m];
+      if (move.from == p)
+        seqs.erase(std::find(seqs.begin(), seqs.end(), move.seq));
+      if (move.to == p) {
+        const int64_t len = request_.sequences[move.seq].length_tokens;
+        seqs.insert(
+            std::find_if(seqs.begin(), seqs.end(),
+                         [&](int other) {
+                           return request_.sequences[other].length_tokens < len;
+                         }),
+            move.seq);
+      }
+    }
+    return seqs;
+  }
+  void Apply(const LaneChange& change) {
+    std::array<size_t, 6> touched{};
+    size_t n = 0;
+    for (size_t m = 0; m < change.count; ++m) {
+      touched[n++] = change.moves[m].from;
+      touched[n++] = change.moves[m].to;
+    }
+    std::sort(touched.begin(), touched.begin() + n);
+    n = std::unique(touched.begin(), touched.begin() + n) - touched.begin();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t p = touched[i];
+      lanes_[p] = SequencesAfter(p, change);
+      by_time_.erase({time_s_[p], p});
+      loads_[p] = {};
+      for (int k : lanes_[p]) loads_[p].Add(request_.sequences[k]);
+      time_s_[p] = LaneS(p);
+      by_time_.insert({time_s_[p], p});
+    }
+  }
+  int64_t MinDegreeOf(int k) {
+    if (d_min_[k] == 0)
+      d_min_[k] =
+          MinDegree(request_.cost, GroupLoad::Of(request_.sequences[k]));
+    return d_min_[k];
+  }
+  // The kPolishTargets fastest lanes other than `skip1` and `skip2` whose
+  // ranks can hold `k`.
+  std::vector<size_t> Targets(int k, size_t skip1, size_t skip2) {
+    std::vector<size_t> out;
+    for (const auto& [time_s, p] : by_time_) {
+      if (out.size() == kPolishTargets) break;
+      if (p != skip1 && p != skip2 && price_.degree(p) >= MinDegreeOf(k))
+        out.push_back(p);
+    }
+    return out;
+  }
+  // `change` leaving its lanes at `after` (lane, time in s).
+  void Consider(const LaneChange& change,
+                std::initializer_list<std::pair<size_t, double>> after) {
+    double worse_s = 0, rise_s = 0;
+    for (const auto& [p, t] : after) {
+      worse_s = std::max(worse_s, t);
+      if (p != slow_) rise_s += std::max(0.0, t - time_s_[p]);
+    }
+    const double gain_s = time_s_[slow_] - worse_s;
+    if (worse_s < best_s_ && gain_s >= kPolishMinGainPerRise * rise_s) {
+      best_s_ = worse_s;
+      best_ = change;
+    }
+  }
+  // `move` (its first move out of the slowest lane) with each sequence of
+  // the destination that the slowest lane's ranks can hold moved back.
+  void Swaps(const LaneChange& move) {
+    const size_t other = move.moves[0].to;
+    for (size_t j = 0; j < lanes_[other].size() && trials_left_ > 0; ++j) {
+      const int u = lanes_[other][j];
+      if (MinDegreeOf(u) > price_.degree(slow_)) continue;
+      const LaneChange swap = move.With({u, other, slow_});
+      const double here_s = PricedS(slow_, swap);
+      if (here_s < best_s_) Settle(swap, here_s);
+    }
+  }
+  // `change` leaves the slowest lane at `slow_s`; its destination (the
+  // first move's) is priced. When that ends too slow, each of its own
+  // sequences is moved on to a third lane: an ejection chain, as lanes tied
+  // at the makespan block every single move and swap.
+  void Settle(const LaneChange& change, double slow_s) {
+    if (trials_left_ <= 0) return;
+    const size_t other = change.moves[0].to;
+    const double to_s = PricedS(other, change);
+    if (to_s < best_s_) {
+      Consider(change, {{slow_, slow_s}, {other, to_s}});
+      return;
+    }
+    if (!chains_) return;
+    for (size_t j = 0; j < lanes_[other].size() && trials_left_ > 0; ++j) {
+      const int v = lanes_[other][j];
+      if (change.count > 1 && change.moves[1].seq == v) continue;  // swapped
+      const std::vector<size_t> thirds = Targets(v, slow_, other);
+      if (thirds.empty()) continue;
+      // The destination without v, whichever lane v goes on to.
+      const double kept_s =
+          PricedS(other, change.With({v, other, thirds.front()}));
+      if (kept_s >= best_s_) continue;
+      for (size_t third : thirds) {
+        if (trials_left_ <= 0) break;
+        const LaneChange chain = change.With({v, other, third});
+        Consider(
+            chain,
+            {{slow_, slow_s}, {other, kept_s}, {third, PricedS(third, chain)}});
+      }
+    }
+  }
+
+  const PlanRequest& request_;
+  std::vector<std::vector<int>>& lanes_;
+  const LanePricer price_;
+  std::vector<GroupLoad> loads_;
+  std::vector<double> time_s_;
+  std::set<std::pair<double, size_t>> by_time_;  // (time, lane), fastest first
+  std::vector<int64_t> d_min_;                   // 0: not computed yet
+  int trials_left_;
+  bool chains_ = false;
+  size_t slow_ = 0;
+  std::optional<LaneChange> best_;
+  double best_s_ = 0;
+};
+
+}  // namespace
+
+Polished PolishLanes(const PlanRequest& request,
+                     std::vector<std::vector<int>>& lanes,
+                     const std::vector<std::vector<int>>& rank_sets,
+                     int max_trials) {
+  LanePolisher polisher(request, lanes, rank_sets, max_trials);
+  // The cheap neighbourhood first; chains only where it is exhausted.
+  Polished out;
+  while (polisher.Step(/*chains=*/false) || polisher.Step(/*chains=*/true))
+    ++out.changes;
+  out.makespan_s = polisher.MakespanS();
+  return out;
 }
 
 }  // namespace fcp::planner

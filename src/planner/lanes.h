@@ -85,12 +85,58 @@ std::vector<std::vector<int>> HeldLayout(int num_ranks,
                                          const std::set<std::vector<int>>& held,
                                          bool largest_first);
 
-// Lanes on a fixed `layout` of rank sets: sequences in `order` (LPT), each
+// Sequences in `order` (LPT) dealt onto a fixed `layout` of rank sets, each
 // onto the lane of degree >= its d_min whose load (`work`, s) divided by its
-// degree ends lowest, then ChunkLanes; lanes left empty are dropped. nullopt
-// when a sequence's d_min exceeds every lane's degree.
+// degree ends lowest: lane p's sequences (some may be empty). nullopt when a
+// sequence's d_min exceeds every lane's degree.
+std::optional<std::vector<std::vector<int>>> DealOnto(
+    const PlanRequest& request, const std::vector<std::vector<int>>& layout,
+    const std::vector<double>& work, const std::vector<int>& order);
+
+// DealOnto, then ChunkLanes; lanes left empty are dropped.
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
     const PlanRequest& request, const std::vector<std::vector<int>>& layout,
     const std::vector<double>& work, const std::vector<int>& order);
+
+// The lanes of `plan` when its groups form lanes: every two groups' rank sets
+// are equal or disjoint. Each lane holds the sequences of the groups on one
+// rank set; `*rank_sets` (when given) gets each lane's ranks as the plan
+// orders them. Empty when some two rank sets overlap without being equal.
+std::vector<std::vector<int>> LanesOf(const std::vector<MicroBatchPlan>& plan,
+                                      std::vector<std::vector<int>>* rank_sets);
+
+// How much of what a polishing change adds to the other lanes it touches it
+// must save on the slowest lane (PolishLanes). Group estimates err by about
+// 1 % in opposite directions by shape (single ranks of many short sequences
+// under, wide rings over: scripts/est_vs_sim.py --groups), so moving work
+// from a wide lane onto a narrow one for a small gain can lose in truth
+// (issue 32: Ascend go-src, 64 ranks, gbs 16: 1.2 ms gained on a 63-rank
+// lane for 52 ms added to a single rank, 0.8 % slower simulated).
+inline constexpr double kPolishMinGainPerRise = 0.25;
+
+struct Polished {
+  int changes = 0;
+  double makespan_s = 0;  // the slowest lane's time after them
+};
+
+// Lanes on fixed `rank_sets` improved step by step, each step one change
+// out of the slowest lane: a sequence moved to another lane, or swapped with
+// one of another lane's, or either followed by one of the receiving lane's
+// sequences moved on to a third lane (an ejection chain, tried only where no
+// move or swap is left). A change is made when the slowest of the lanes it
+// touches ends faster than the slowest lane was, and it saves at least
+// kPolishMinGainPerRise of what it adds to the others: the lanes' times
+// sorted from the slowest down then fall lexicographically, so lanes tied at
+// the makespan do not stop the search. Each step makes the best change
+// found. A lane's time is its first-fit groups' (ChunkLanes) on its ranks,
+// each ring or all-to-all, whichever is faster; a sequence goes only to the
+// 8 fastest lanes of at least its d_min ranks; a lane that runs as one group
+// is never split into two. At most `max_trials` trials: a lane priced from
+// its load is one, a lane of several groups one more per 4 of its sequences.
+// Emptied lanes are kept (empty).
+Polished PolishLanes(const PlanRequest& request,
+                     std::vector<std::vector<int>>& lanes,
+                     const std::vector<std::vector<int>>& rank_sets,
+                     int max_trials);
 
 }  // namespace fcp::planner

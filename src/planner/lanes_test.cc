@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -98,53 +99,64 @@ std::vector<std::vector<int>> ScanFirstFit(const PlanRequest& req,
   return groups;
 }
 
-// ChunkLanes' first fit (a segment tree, and no search at all when the whole
-// lane fits) and its balanced split, each against its scan, on lanes that fit
-// whole and lanes that do not.
-TEST(ChunkLanesTest, SplitsMatchTheScans) {
-  int lanes_checked = 0, lanes_split = 0, lanes_balanced = 0;
+// fcp's lane groupings of seeded random batches, each passed to `check`
+// with its rank sets (LaneRankSets at free degrees) and its batch's seed.
+void ForEachLaneGrouping(
+    const std::function<void(uint64_t, const PlanRequest&, const LaneGrouping&,
+                             const std::vector<std::vector<int>>&)>& check) {
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     const PlanRequest req = testing::RandomRequestMaybeSync(seed, 7919, 48);
     for (const LaneGrouping& grouping :
          LaneGroupings(req, std::numeric_limits<double>::infinity(),
                        /*dual=*/true, /*multiple_of=*/2)) {
       const auto rank_sets = LaneRankSets(req, grouping.lanes, {});
-      if (!rank_sets) continue;
-      const auto first_fit = GroupsByLane(
-          ChunkLanes(req, grouping.lanes, *rank_sets, Chunking::kFirstFit),
-          *rank_sets);
-      const auto balanced = GroupsByLane(
-          ChunkLanes(req, grouping.lanes, *rank_sets, Chunking::kBalanced),
-          *rank_sets);
-      for (size_t p = 0; p < grouping.lanes.size(); ++p) {
-        const int d = static_cast<int>((*rank_sets)[p].size());
-        ++lanes_checked;
-        EXPECT_EQ(first_fit[p], ScanFirstFit(req, grouping.lanes[p], d))
-            << "seed " << seed << ", lane " << p;
-        lanes_split += first_fit[p].size() > 1;
-        ASSERT_EQ(balanced[p].size(), first_fit[p].size()) << "seed " << seed;
-        std::vector<int> members;
-        for (const std::vector<int>& g : balanced[p]) {
-          GroupLoad load;
-          for (int k : g) load.Add(req.sequences[k]);
-          EXPECT_LE(GroupMemBytes(req.cost, load, d), req.cost.mem_capacity)
-              << "seed " << seed;
-          members.insert(members.end(), g.begin(), g.end());
-        }
-        std::vector<int> lane = grouping.lanes[p];
-        std::sort(members.begin(), members.end());
-        std::sort(lane.begin(), lane.end());
-        EXPECT_EQ(members, lane) << "seed " << seed << ", lane " << p;
-        if (first_fit[p].size() < 2) continue;
-        const auto want =
-            ScanBalanced(req, grouping.lanes[p], first_fit[p].size(), d);
-        // No room within the tries: the lane keeps its first-fit groups.
-        EXPECT_EQ(balanced[p], want.empty() ? first_fit[p] : want)
-            << "seed " << seed << ", lane " << p;
-        lanes_balanced += !want.empty();
-      }
+      if (rank_sets) check(seed, req, grouping, *rank_sets);
     }
   }
+}
+
+// ChunkLanes' first fit (a segment tree, and no search at all when the whole
+// lane fits) and its balanced split, each against its scan, on lanes that fit
+// whole and lanes that do not.
+TEST(ChunkLanesTest, SplitsMatchTheScans) {
+  int lanes_checked = 0, lanes_split = 0, lanes_balanced = 0;
+  ForEachLaneGrouping([&](uint64_t seed, const PlanRequest& req,
+                          const LaneGrouping& grouping,
+                          const std::vector<std::vector<int>>& rank_sets) {
+    const auto first_fit = GroupsByLane(
+        ChunkLanes(req, grouping.lanes, rank_sets, Chunking::kFirstFit),
+        rank_sets);
+    const auto balanced = GroupsByLane(
+        ChunkLanes(req, grouping.lanes, rank_sets, Chunking::kBalanced),
+        rank_sets);
+    for (size_t p = 0; p < grouping.lanes.size(); ++p) {
+      const int d = static_cast<int>(rank_sets[p].size());
+      ++lanes_checked;
+      EXPECT_EQ(first_fit[p], ScanFirstFit(req, grouping.lanes[p], d))
+          << "seed " << seed << ", lane " << p;
+      lanes_split += first_fit[p].size() > 1;
+      ASSERT_EQ(balanced[p].size(), first_fit[p].size()) << "seed " << seed;
+      std::vector<int> members;
+      for (const std::vector<int>& g : balanced[p]) {
+        GroupLoad load;
+        for (int k : g) load.Add(req.sequences[k]);
+        EXPECT_LE(GroupMemBytes(req.cost, load, d), req.cost.mem_capacity)
+            << "seed " << seed;
+        members.insert(members.end(), g.begin(), g.end());
+      }
+      std::vector<int> lane = grouping.lanes[p];
+      std::sort(members.begin(), members.end());
+      std::sort(lane.begin(), lane.end());
+      EXPECT_EQ(members, lane) << "seed " << seed << ", lane " << p;
+      if (first_fit[p].size() < 2) continue;
+      const auto want =
+          ScanBalanced(req, grouping.lanes[p], first_fit[p].size(), d);
+      // No room within the tries: the lane keeps its first-fit groups.
+      EXPECT_EQ(balanced[p], want.empty() ? first_fit[p] : want)
+          << "seed " << seed << ", lane " << p;
+      lanes_balanced += !want.empty();
+    }
+  });
   std::printf("%d lanes, %d in several groups, %d split balanced\n",
               lanes_checked, lanes_split, lanes_balanced);
   EXPECT_GT(lanes_split, 20);
@@ -179,6 +191,140 @@ TEST(LaneRankSetsTest, EvenDegreesAreEvenDisjointAndHoldTheirSequences) {
     }
   }
   EXPECT_GT(even_lanes, 100);
+}
+
+// Lane p's time as the plan will have it, priced here group by group: its
+// first-fit groups (ChunkLanes) on its ranks, each ring or, where the heads
+// allow, all-to-all, whichever is faster (s).
+std::vector<double> LaneTimesS(const PlanRequest& req,
+                               const std::vector<std::vector<int>>& lanes,
+                               const std::vector<std::vector<int>>& rank_sets) {
+  std::vector<double> out(lanes.size(), 0.0);
+  const auto by_lane =
+      GroupsByLane(ChunkLanes(req, lanes, rank_sets), rank_sets);
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    const std::vector<int>& ranks = rank_sets[p];
+    const int d = static_cast<int>(ranks.size());
+    for (const std::vector<int>& g : by_lane[p]) {
+      GroupLoad load;
+      for (int k : g) load.Add(req.sequences[k]);
+      double t = GroupTimeOnRanksS(req.cost, req.cluster, load, ranks);
+      if (req.model && req.model->kv_heads > 0 && d > 1 &&
+          AllToAllDegreeRuns(*req.model, d)) {
+        t = std::min(t, AllToAllGroupTimeS(req.cost, *req.model, load, d,
+                                           AllToAllBandwidthOnRanks(
+                                               req.cost, req.cluster, ranks)));
+      }
+      out[p] += t;
+    }
+  }
+  return out;
+}
+
+bool FitsOnce(const PlanRequest& req, const std::vector<int>& lane, int d) {
+  GroupLoad load;
+  for (int k : lane) load.Add(req.sequences[k]);
+  return GroupMemBytes(req.cost, load, d) <= req.cost.mem_capacity;
+}
+
+// Whether no single move of a sequence out of `lanes`' slowest lane (at
+// `after`, s per lane) leaves both lanes below the makespan while saving at
+// least kPolishMinGainPerRise of what it adds to the other (PolishLanes'
+// rule; a lane that runs as one group is not split). Every lane is a
+// destination: meant for at most 9 lanes (PolishLanes tries the 8 fastest).
+void ExpectNoSingleMoveLeft(const PlanRequest& req,
+                            const std::vector<std::vector<int>>& lanes,
+                            const std::vector<std::vector<int>>& rank_sets,
+                            const std::vector<double>& after, uint64_t seed) {
+  const size_t slow = static_cast<size_t>(
+      std::max_element(after.begin(), after.end()) - after.begin());
+  const double after_s = after[slow];
+  for (size_t i = 0; i < lanes[slow].size(); ++i) {
+    const int k = lanes[slow][i];
+    for (size_t q = 0; q < lanes.size(); ++q) {
+      const int d = static_cast<int>(rank_sets[q].size());
+      if (q == slow ||
+          MinDegree(req.cost, GroupLoad::Of(req.sequences[k])) > d) {
+        continue;
+      }
+      std::vector<std::vector<int>> moved = lanes;
+      moved[slow].erase(moved[slow].begin() + static_cast<long>(i));
+      moved[q].push_back(k);
+      if (FitsOnce(req, lanes[q], d) && !FitsOnce(req, moved[q], d)) continue;
+      const auto t = LaneTimesS(req, moved, rank_sets);
+      const double gain_s = after_s - std::max(t[slow], t[q]);
+      const double rise_s = std::max(0.0, t[q] - after[q]);
+      EXPECT_TRUE(gain_s <= after_s * 1e-9 ||
+                  gain_s < kPolishMinGainPerRise * rise_s * (1 + 1e-9))
+          << "seed " << seed << ": moving sequence " << k << " to lane " << q
+          << " saves " << gain_s << " s for " << rise_s << " s";
+    }
+  }
+}
+
+// PolishLanes on fcp's lane groupings of seeded random batches, against the
+// lanes priced group by group (LaneTimesS): every sequence stays in exactly
+// one lane of at least its d_min ranks, the makespan never rises and is the
+// one returned, a lane that ran as one group still does, and (with trials to
+// spare, on at most 9 lanes) no single move is left (ExpectNoSingleMoveLeft).
+TEST(PolishLanesTest, NeverSlowerAndNoSingleMoveLeft) {
+  int changed = 0, faster = 0, checked_optimal = 0;
+  ForEachLaneGrouping([&](uint64_t seed, const PlanRequest& req,
+                          const LaneGrouping& grouping,
+                          const std::vector<std::vector<int>>& rank_sets) {
+    std::vector<std::vector<int>> lanes = grouping.lanes;
+    const std::vector<double> before = LaneTimesS(req, lanes, rank_sets);
+    const Polished polished = PolishLanes(req, lanes, rank_sets, 1'000'000);
+    const std::vector<double> after = LaneTimesS(req, lanes, rank_sets);
+    const double before_s = *std::max_element(before.begin(), before.end());
+    const double after_s = *std::max_element(after.begin(), after.end());
+    EXPECT_LE(after_s, before_s * (1 + 1e-12)) << "seed " << seed;
+    EXPECT_NEAR(polished.makespan_s, after_s, after_s * 1e-9)
+        << "seed " << seed;
+    changed += polished.changes > 0;
+    faster += after_s < before_s * (1 - 1e-9);
+    std::vector<int> seen(req.sequences.size(), 0);
+    for (size_t p = 0; p < lanes.size(); ++p) {
+      const int d = static_cast<int>(rank_sets[p].size());
+      for (int k : lanes[p]) {
+        ++seen[k];
+        EXPECT_LE(MinDegree(req.cost, GroupLoad::Of(req.sequences[k])), d)
+            << "seed " << seed;
+      }
+      if (FitsOnce(req, grouping.lanes[p], d)) {
+        EXPECT_TRUE(FitsOnce(req, lanes[p], d)) << "seed " << seed;
+      }
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
+              static_cast<std::ptrdiff_t>(seen.size()))
+        << "seed " << seed;
+    if (lanes.size() > 9) return;
+    ExpectNoSingleMoveLeft(req, lanes, rank_sets, after, seed);
+    ++checked_optimal;
+  });
+  std::printf("%d lane groupings changed, %d faster, %d checked optimal\n",
+              changed, faster, checked_optimal);
+  EXPECT_GT(faster, 20);
+  EXPECT_GT(checked_optimal, 100);
+}
+
+// LanesOf: a lane plan's lanes and rank sets come back whole; rank sets that
+// overlap without being equal are no lanes.
+TEST(LanesOfTest, LanePlansAndOverlaps) {
+  // Lanes in the order their rank sets first appear, ranks as first given.
+  const std::vector<std::vector<int>> rank_sets = {{0, 1}, {3, 4, 5}, {2}};
+  const std::vector<std::vector<int>> lanes = {{0, 3}, {2, 4, 5}, {1}};
+  std::vector<MicroBatchPlan> plan(2);
+  plan[0].groups = {{.ranks = {0, 1}, .sequences = {0}},
+                    {.ranks = {3, 4, 5}, .sequences = {2, 4}}};
+  plan[1].groups = {{.ranks = {1, 0}, .sequences = {3}},
+                    {.ranks = {2}, .sequences = {1}},
+                    {.ranks = {3, 4, 5}, .sequences = {5}}};
+  std::vector<std::vector<int>> got_sets;
+  EXPECT_EQ(LanesOf(plan, &got_sets), lanes);
+  EXPECT_EQ(got_sets, rank_sets);
+  plan[1].groups[1].ranks = {2, 3};  // overlaps {3, 4, 5}
+  EXPECT_TRUE(LanesOf(plan, nullptr).empty());
 }
 
 }  // namespace

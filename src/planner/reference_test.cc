@@ -7,18 +7,18 @@
 // the request's gradient sync, else the list-schedule makespan).
 //
 // Against the static plans the property is exact (they are fcp candidates).
-// Against the heuristics fcp is strictly no worse (1e-9 relative) on 100 of
-// 108 batches. It trails on 8: by 0.003-0.07 % on 7 (a few sequences
-// assigned otherwise among near-tied single ranks or lanes) and by 1.3 % on
-// seed 79 (the same three lane degrees, 17, 12 and 3 ranks, with five
-// sequences placed otherwise between the 17- and the 3-rank lane: a trial
-// lane-level local search, moving or swapping one sequence of the slowest
-// lane at a time, did not reach it even with 5,000 priced trials). So the
-// bound is kRefTolerance on every batch and kNearTolerance on all but
-// kMaxBeyondNear of them. Batches behind by more than 1e-9: 8, 1e-4: 7,
-// 1e-3: 1, 1e-2: 1, 1.4e-2: 0 (printed). The test can fail: with fcp's lane
-// candidates removed (TryLanes not called) it fails against ref-bisect and
-// ref-grow on seeds 10, 16, 43, ... (up to 4 % behind).
+// Against the heuristics fcp is strictly no worse (1e-9 relative) on 106 of
+// 108 batches. It trails on 2, by 0.013 % (seed 48) and 0.039 % (seed 90):
+// there a heuristic's lanes have other degrees (4 and 3 ranks where fcp's
+// have 2 and 5; seven 2-rank lanes and eight single ranks where fcp's has
+// eight and six), which fcp's lane polishing (PolishLanes: sequences moved
+// between fixed rank sets) cannot reach. So the bound is kRefTolerance on
+// every batch and 1e-9 on all but kMaxBehind of them (batches behind by more
+// than 1e-9, 1e-4 and 1e-3, and the seeds, are printed). The test can fail:
+// without the polishing (TryPolishedLanes) 8 batches trail, seed 79 by
+// 1.3 %; with fcp's lane candidates removed (TryLanes not called) it fails
+// against ref-bisect and ref-grow on seeds 10, 16, 43, ... (up to 4 %
+// behind).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,14 +69,14 @@ double BestStaticMs(const PlanRequest& req, const std::string& strategy) {
 
 TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
   constexpr double kTol = 1e-9;
-  constexpr double kRefTolerance = 0.014;
-  constexpr double kNearTolerance = 1e-3;
-  constexpr int kMaxBeyondNear = 1;
+  constexpr double kRefTolerance = 1e-3;
+  constexpr int kMaxBehind = 2;
   // Batches where fcp trails some heuristic by more than each tolerance.
-  constexpr double kReported[] = {kTol, 1e-4, kNearTolerance, 1e-2};
+  constexpr double kReported[] = {kTol, 1e-4, kRefTolerance};
   int behind_by[std::size(kReported)] = {};
   int batches = 0, strictly_better = 0;
   double worst_ref_gap = 0;
+  std::string behind_seeds;  // by more than kTol
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     const PlanRequest req = RandomInstance(seed);
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
@@ -98,6 +98,8 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
       worst_ref_gap = std::max(worst_ref_gap, fcp_ms / best_ref - 1);
       for (size_t i = 0; i < std::size(kReported); ++i)
         behind_by[i] += fcp_ms > best_ref * (1 + kReported[i]);
+      if (fcp_ms > best_ref * (1 + kTol))
+        behind_seeds += ' ' + std::to_string(seed);
     }
     best_other = std::min(best_other, best_ref);
     for (const char* name : {"megatron", "deepspeed"}) {
@@ -116,9 +118,10 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
       strictly_better, batches, 100 * worst_ref_gap);
   for (size_t i = 0; i < std::size(kReported); ++i)
     std::printf(" %g: %d%s", kReported[i], behind_by[i],
-                i + 1 < std::size(kReported) ? "," : "\n");
-  EXPECT_LE(behind_by[2], kMaxBeyondNear)
-      << "batches behind a heuristic by more than " << kNearTolerance;
+                i + 1 < std::size(kReported) ? "," : "");
+  std::printf(" (seeds:%s)\n", behind_seeds.c_str());
+  EXPECT_LE(behind_by[0], kMaxBehind)
+      << "batches behind a heuristic by more than " << kTol;
   EXPECT_GT(batches, 80);
 }
 
