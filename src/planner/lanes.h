@@ -132,7 +132,7 @@ struct Polished {
 // each ring or all-to-all, whichever is faster; a sequence goes only to the
 // 8 fastest lanes of at least its d_min ranks; a lane that runs as one group
 // is never split into two. At most `max_trials` trials: a lane priced from
-// its load is one, a lane of several groups one more per 4 of its sequences.
+// its load is one, a lane of several groups one more per 8 of its sequences.
 // Emptied lanes are kept (empty).
 Polished PolishLanes(const PlanRequest& request,
                      std::vector<std::vector<int>>& lanes,
