@@ -569,25 +569,18 @@ class FcpStrategy final : public Strategy {
     std::vector<std::vector<int>> rank_sets;
     std::vector<std::vector<int>> lanes =
         LanesOf(plan.micro_batches, &rank_sets);
-    if (lanes.empty()) return "";
+    if (lanes.size() < 2) return "";  // one lane: no sequence can move
     std::string note;
-    auto polish = [&](std::vector<std::vector<int>> start,
-                      std::vector<std::vector<int>> sets, bool dealt_afresh) {
+    auto polish = [&](std::vector<std::vector<int>> start, bool dealt_afresh) {
       const Polished polished =
-          PolishLanes(request, start, sets, kPolishTrials);
+          PolishLanes(request, start, rank_sets, kPolishTrials);
       if (polished.changes == 0 && !dealt_afresh) return;
       // Lanes whose makespan is not lower are not built: ranked by makespan
       // they cannot win, ranked by the step they rarely do, and scoring them
       // there (a mean over noise draws) is the costly part.
       if (1000.0 * polished.makespan_s >= plan.est_ms * (1 + 1e-9)) return;
-      std::vector<std::vector<int>> used_lanes, used_sets;
-      for (size_t p = 0; p < start.size(); ++p) {
-        if (start[p].empty()) continue;
-        used_lanes.push_back(std::move(start[p]));
-        used_sets.push_back(std::move(sets[p]));
-      }
       Plan candidate;
-      candidate.micro_batches = ChunkLanes(request, used_lanes, used_sets);
+      candidate.micro_batches = ChunkLanes(request, start, rank_sets);
       if (KeepIfBetter(request, score, std::move(candidate), plan,
                        best_score_ms)) {
         note = std::string(dealt_afresh ? "dealt afresh, " : "") +
@@ -597,10 +590,10 @@ class FcpStrategy final : public Strategy {
     if (lanes.size() <= kFreshDealMaxLanes) {
       if (auto fresh =
               DealOnto(request, rank_sets, work_order.work, work_order.order)) {
-        polish(std::move(*fresh), rank_sets, /*dealt_afresh=*/true);
+        polish(std::move(*fresh), /*dealt_afresh=*/true);
       }
     }
-    polish(std::move(lanes), std::move(rank_sets), /*dealt_afresh=*/false);
+    polish(std::move(lanes), /*dealt_afresh=*/false);
     return note;
   }
 

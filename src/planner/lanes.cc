@@ -299,13 +299,7 @@ std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
     const std::vector<double>& work, const std::vector<int>& order) {
   auto lanes = DealOnto(request, layout, work, order);
   if (!lanes) return std::nullopt;
-  std::vector<std::vector<int>> used_lanes, used_sets;
-  for (size_t p = 0; p < layout.size(); ++p) {
-    if ((*lanes)[p].empty()) continue;
-    used_lanes.push_back(std::move((*lanes)[p]));
-    used_sets.push_back(layout[p]);
-  }
-  return ChunkLanes(request, used_lanes, used_sets);
+  return ChunkLanes(request, *lanes, layout);
 }
 
 std::vector<std::vector<int>> LanesOf(

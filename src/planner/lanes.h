@@ -70,7 +70,8 @@ std::vector<std::vector<int>> LongestFirst(const PlanRequest& request,
                                            std::vector<std::vector<int>> lanes);
 
 // Lane p's sequences split into memory-feasible groups on `rank_sets[p]`
-// (`chunking`); micro-batch m runs every lane's m-th group. Groups are ring
+// (`chunking`; an empty lane has none); micro-batch m runs every lane's m-th
+// group. Groups are ring
 // (the caller switches to all-to-all where faster); estimates are not filled.
 // `*several`, when given, is set to whether some lane needs several groups.
 std::vector<MicroBatchPlan> ChunkLanes(
