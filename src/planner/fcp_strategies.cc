@@ -182,6 +182,13 @@ constexpr int kPolishTrials = 1000;
 // 1,024 (6 M instructions) and changed no plan of the study, whose winners
 // have at most 64 lanes.
 constexpr size_t kFreshDealMaxLanes = 64;
+// The most lanes whose degrees TryPolishedLanes reshapes (ReshapeLanes): a
+// round deals every sequence once per neighbour, and there are about twice
+// as many neighbours as the square of the lanes' distinct degrees. Without
+// this limit the planning benchmark's plans (github, 26-33 lanes at 512 /
+// 64, 400-490 at 8,192 / 1,024) took 6.8 M -> 13.3 M and 157 M -> 220 M
+// instructions and none of the 8 changed.
+constexpr size_t kReshapeMaxLanes = 16;
 
 // The paper's plan (docs/design.md §3 verbatim): BFD micro-batch split and
 // grouping, then Algorithm 1, on the paper's terms (Eq. 8-9: the v2 terms are
@@ -561,8 +568,12 @@ class FcpStrategy final : public Strategy {
   // approximation's target, and leave near-tied lanes that moving sequences
   // between them shortens (issue 32: 8 of 108 small batches 0.003-1.3 %
   // behind a reference heuristic in fcp's own model, most on the same rank
-  // sets). Each replaces `plan` when it scores below `best_score_ms`
-  // (updated). Returns the note of the one kept last, or "".
+  // sets). Then, up to kReshapeMaxLanes lanes, the lanes dealt below the
+  // makespan and at other degrees (ReshapeLanes: the 2 such batches left
+  // needed a tighter deal, or 4 and 3 ranks where fcp had 2 and 5; up to
+  // 1.1 % on Ascend go-src cases of the study, simulated). Each replaces
+  // `plan` when it scores below `best_score_ms` (updated). Returns the note
+  // of the one kept last, or "".
   static std::string TryPolishedLanes(const PlanRequest& request, Scorer& score,
                                       const WorkOrder& work_order, Plan& plan,
                                       double& best_score_ms) {
@@ -587,13 +598,31 @@ class FcpStrategy final : public Strategy {
                std::to_string(polished.changes) + " changes";
       }
     };
-    if (lanes.size() <= kFreshDealMaxLanes) {
+    const size_t num_lanes = lanes.size();
+    if (num_lanes <= kFreshDealMaxLanes) {
       if (auto fresh =
               DealOnto(request, rank_sets, work_order.work, work_order.order)) {
         polish(std::move(*fresh), /*dealt_afresh=*/true);
       }
     }
     polish(std::move(lanes), /*dealt_afresh=*/false);
+    if (num_lanes > kReshapeMaxLanes) return note;
+    // The plan's lanes now (polishing may have emptied one, which is gone).
+    lanes = LanesOf(plan.micro_batches, &rank_sets);
+    if (auto reshaped = ReshapeLanes(request, std::move(lanes), rank_sets,
+                                     plan.est_ms / 1000, work_order.work,
+                                     work_order.order, ReshapeOptions{})) {
+      Plan candidate;
+      candidate.micro_batches =
+          ChunkLanes(request, reshaped->lanes, reshaped->rank_sets);
+      if (KeepIfBetter(request, score, std::move(candidate), plan,
+                       best_score_ms)) {
+        note = reshaped->degree_changes == 0
+                   ? "reshaped on its rank sets"
+                   : "reshaped, " + std::to_string(reshaped->degree_changes) +
+                         " degree changes";
+      }
+    }
     return note;
   }
 

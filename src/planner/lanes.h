@@ -118,6 +118,7 @@ inline constexpr double kPolishMinGainPerRise = 0.25;
 struct Polished {
   int changes = 0;
   double makespan_s = 0;  // the slowest lane's time after them
+  size_t slowest = 0;     // that lane
 };
 
 // Lanes on fixed `rank_sets` improved step by step, each step one change
@@ -139,5 +140,49 @@ Polished PolishLanes(const PlanRequest& request,
                      std::vector<std::vector<int>>& lanes,
                      const std::vector<std::vector<int>>& rank_sets,
                      int max_trials);
+
+// Lanes dealt again, and at other degrees, where polishing on fixed rank
+// sets is stuck: the best lanes may need a tighter deal, or other degrees (4
+// and 3 ranks where the lanes have 2 and 5).
+//
+// First `lanes` on `rank_sets` are dealt again below their makespan
+// `makespan_s` (s): every sequence, the heaviest first (`order`), onto the
+// lane it leaves closest below a target 0.1 %, 0.03 % or 0.01 % under it,
+// the first target that fits (best fit at a target, as the dual
+// approximation fills groups), and polished (PolishLanes).
+//
+// Then each round takes every multiset of lane degrees one rank away from
+// the current one (a rank moved between lanes, to a lane of its own or from
+// the idle ranks; a lane halved; two lanes merged), those that change the
+// slowest lane's degree first. For each, every sequence is dealt afresh
+// (DealOnto on `work`, s) and the deal screened by its lanes' best-case
+// times as one group each (memory relaxed, placement ignored). The
+// `polished_per_round` fastest are placed (PlaceGroups, as LaneRankSets
+// places lanes), polished (`trials_per_try` each) and dealt below the
+// makespan to beat as above. The round's best is kept when its makespan is
+// below the best so far. At most `max_rounds`, and at most `max_dealt`
+// sequences dealt by work in all.
+//
+// nullopt when nothing is faster than `makespan_s`. Thread-safety: pure
+// function.
+struct ReshapeOptions {
+  int max_rounds = 2;
+  // Sequences dealt over all rounds, at most: about 170 x86-64 instructions
+  // each (callgrind: 2,048 go-src sequences onto 11 lanes), so at most
+  // about 22 M instructions in all.
+  int64_t max_dealt = 131072;
+  size_t polished_per_round = 2;  // the neighbours fastest as screened
+  int trials_per_try = 200;
+};
+struct Reshaped {
+  std::vector<std::vector<int>> lanes, rank_sets;
+  double makespan_s = 0;
+  int degree_changes = 0;  // rounds whose new degrees were kept
+};
+std::optional<Reshaped> ReshapeLanes(
+    const PlanRequest& request, std::vector<std::vector<int>> lanes,
+    const std::vector<std::vector<int>>& rank_sets, double makespan_s,
+    const std::vector<double>& work, const std::vector<int>& order,
+    const ReshapeOptions& options);
 
 }  // namespace fcp::planner

@@ -262,6 +262,25 @@ void ExpectNoSingleMoveLeft(const PlanRequest& req,
   }
 }
 
+// Every sequence of `req` in exactly one of `lanes`, each lane on at least
+// its sequences' d_min ranks.
+void ExpectEachSequenceOnceWithinDMin(
+    const PlanRequest& req, const std::vector<std::vector<int>>& lanes,
+    const std::vector<std::vector<int>>& rank_sets, uint64_t seed) {
+  std::vector<int> seen(req.sequences.size(), 0);
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    for (int k : lanes[p]) {
+      ++seen[k];
+      EXPECT_LE(MinDegree(req.cost, GroupLoad::Of(req.sequences[k])),
+                static_cast<int64_t>(rank_sets[p].size()))
+          << "seed " << seed;
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
+            static_cast<std::ptrdiff_t>(seen.size()))
+      << "seed " << seed;
+}
+
 // PolishLanes on fcp's lane groupings of seeded random batches, against the
 // lanes priced group by group (LaneTimesS): every sequence stays in exactly
 // one lane of at least its d_min ranks, the makespan never rises and is the
@@ -283,21 +302,13 @@ TEST(PolishLanesTest, NeverSlowerAndNoSingleMoveLeft) {
         << "seed " << seed;
     changed += polished.changes > 0;
     faster += after_s < before_s * (1 - 1e-9);
-    std::vector<int> seen(req.sequences.size(), 0);
+    ExpectEachSequenceOnceWithinDMin(req, lanes, rank_sets, seed);
     for (size_t p = 0; p < lanes.size(); ++p) {
       const int d = static_cast<int>(rank_sets[p].size());
-      for (int k : lanes[p]) {
-        ++seen[k];
-        EXPECT_LE(MinDegree(req.cost, GroupLoad::Of(req.sequences[k])), d)
-            << "seed " << seed;
-      }
       if (FitsOnce(req, grouping.lanes[p], d)) {
         EXPECT_TRUE(FitsOnce(req, lanes[p], d)) << "seed " << seed;
       }
     }
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1),
-              static_cast<std::ptrdiff_t>(seen.size()))
-        << "seed " << seed;
     if (lanes.size() > 9) return;
     ExpectNoSingleMoveLeft(req, lanes, rank_sets, after, seed);
     ++checked_optimal;
@@ -306,6 +317,82 @@ TEST(PolishLanesTest, NeverSlowerAndNoSingleMoveLeft) {
               changed, faster, checked_optimal);
   EXPECT_GT(faster, 20);
   EXPECT_GT(checked_optimal, 100);
+}
+
+// `rank_sets` are disjoint runs of consecutive ranks within [0, num_ranks).
+void ExpectDisjointRuns(const std::vector<std::vector<int>>& rank_sets,
+                        int num_ranks, uint64_t seed) {
+  std::vector<int> owners(num_ranks, 0);
+  for (const std::vector<int>& ranks : rank_sets) {
+    ASSERT_FALSE(ranks.empty()) << "seed " << seed;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      EXPECT_EQ(ranks[i], ranks[0] + static_cast<int>(i)) << "seed " << seed;
+      ASSERT_GE(ranks[i], 0);
+      ASSERT_LT(ranks[i], num_ranks) << "seed " << seed;
+      ++owners[ranks[i]];
+    }
+  }
+  EXPECT_LE(*std::max_element(owners.begin(), owners.end()), 1)
+      << "seed " << seed;
+}
+
+// ReshapeLanes on fcp's polished lane groupings of seeded random batches,
+// against the lanes priced group by group (LaneTimesS): what it returns is
+// strictly faster than the makespan it was given and is the makespan
+// returned; the rank sets are disjoint runs of ranks within N; every
+// sequence is in exactly one lane, of at least its d_min ranks; lanes dealt
+// again on the same rank sets save at least kPolishMinGainPerRise of what
+// they add to the other lanes. It must find faster lanes on some batches,
+// on the same rank sets and on others (polishing alone leaves lanes dealt
+// loosely or at the wrong degrees: issue 32).
+TEST(ReshapeLanesTest, FasterValidLanes) {
+  int tried = 0, reshaped = 0, dealt_again = 0;
+  ForEachLaneGrouping([&](uint64_t seed, const PlanRequest& req,
+                          const LaneGrouping& grouping,
+                          const std::vector<std::vector<int>>& rank_sets) {
+    if (grouping.lanes.size() < 2) return;
+    std::vector<std::vector<int>> lanes = grouping.lanes;
+    PolishLanes(req, lanes, rank_sets, 1'000'000);
+    const std::vector<double> polished = LaneTimesS(req, lanes, rank_sets);
+    const double polished_s =
+        *std::max_element(polished.begin(), polished.end());
+    const WorkOrder work_order = MakeWorkOrder(req.sequences, req.cost);
+    ++tried;
+    const auto got = ReshapeLanes(req, lanes, rank_sets, polished_s,
+                                  work_order.work, work_order.order, {});
+    if (!got) return;
+    ++reshaped;
+    const std::vector<double> after =
+        LaneTimesS(req, got->lanes, got->rank_sets);
+    const double after_s = *std::max_element(after.begin(), after.end());
+    EXPECT_LT(after_s, polished_s) << "seed " << seed;
+    EXPECT_NEAR(got->makespan_s, after_s, after_s * 1e-9) << "seed " << seed;
+    EXPECT_GE(got->degree_changes, 0);
+    EXPECT_LE(got->degree_changes, ReshapeOptions{}.max_rounds);
+    if (got->degree_changes == 0) {
+      // Dealt again on the same rank sets: PolishLanes' rule for a change
+      // holds for the whole deal.
+      ASSERT_EQ(got->rank_sets, rank_sets);
+      const size_t slow = static_cast<size_t>(
+          std::max_element(polished.begin(), polished.end()) -
+          polished.begin());
+      double rise_s = 0;
+      for (size_t p = 0; p < after.size(); ++p)
+        if (p != slow) rise_s += std::max(0.0, after[p] - polished[p]);
+      EXPECT_GE(polished_s - after_s,
+                kPolishMinGainPerRise * rise_s * (1 - 1e-9))
+          << "seed " << seed;
+      ++dealt_again;
+    }
+    ASSERT_EQ(got->lanes.size(), got->rank_sets.size());
+    ExpectDisjointRuns(got->rank_sets, req.cluster.num_ranks, seed);
+    ExpectEachSequenceOnceWithinDMin(req, got->lanes, got->rank_sets, seed);
+  });
+  std::printf(
+      "reshaped %d of %d polished lane groupings (%d on the same rank sets)\n",
+      reshaped, tried, dealt_again);
+  EXPECT_GT(reshaped, 10);
+  EXPECT_GT(dealt_again, 0);
 }
 
 // LanesOf: a lane plan's lanes and rank sets come back whole; rank sets that

@@ -7,24 +7,20 @@
 // the request's gradient sync, else the list-schedule makespan).
 //
 // Against the static plans the property is exact (they are fcp candidates).
-// Against the heuristics fcp is strictly no worse (1e-9 relative) on 106 of
-// 108 batches. It trails on 2, by 0.013 % (seed 48) and 0.039 % (seed 90):
-// there a heuristic's lanes have other degrees (4 and 3 ranks where fcp's
-// have 2 and 5; seven 2-rank lanes and eight single ranks where fcp's has
-// eight and six), which fcp's lane polishing (PolishLanes: sequences moved
-// between fixed rank sets) cannot reach. So the bound is kRefTolerance on
-// every batch and 1e-9 on all but kMaxBehind of them (batches behind by more
-// than 1e-9, 1e-4 and 1e-3, and the seeds, are printed). The test can fail:
-// without the polishing (TryPolishedLanes) 8 batches trail, seed 79 by
-// 1.3 %; with fcp's lane candidates removed (TryLanes not called) it fails
-// against ref-bisect and ref-grow on seeds 10, 16, 43, ... (up to 4 %
-// behind).
+// Against the heuristics fcp is strictly no worse too (1e-9 relative). The
+// test can fail: without dealing lanes below the makespan (ReshapeLanes'
+// DealBelow) seed 90 trails ref-bisect by 0.019 %, whose seven 2-rank lanes
+// pair the long sequences and whose single ranks take the short ones; without
+// the lanes at other degrees (ReshapeLanes) seed 48 trails ref-grow by
+// 0.012 % too (lanes of 2 and 5 ranks where ref-grow's have 4 and 3); without
+// the polishing (TryPolishedLanes) 8 batches trail, seed 79 by 1.3 %; with
+// fcp's lane candidates removed (TryLanes not called) seeds 10, 16, 43, ...
+// trail ref-bisect and ref-grow by up to 4 %.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -69,14 +65,9 @@ double BestStaticMs(const PlanRequest& req, const std::string& strategy) {
 
 TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
   constexpr double kTol = 1e-9;
-  constexpr double kRefTolerance = 1e-3;
-  constexpr int kMaxBehind = 2;
-  // Batches where fcp trails some heuristic by more than each tolerance.
-  constexpr double kReported[] = {kTol, 1e-4, kRefTolerance};
-  int behind_by[std::size(kReported)] = {};
-  int batches = 0, strictly_better = 0;
+  int batches = 0, strictly_better = 0, behind = 0;
   double worst_ref_gap = 0;
-  std::string behind_seeds;  // by more than kTol
+  std::string behind_seeds;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     const PlanRequest req = RandomInstance(seed);
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
@@ -89,17 +80,17 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
       const Plan ref = MakePlan(req, {.strategy = name});
       if (ref.status != PlanStatus::kOk) continue;
       const double ref_ms = StepEstimateMs(req, ref.micro_batches);
-      EXPECT_LE(fcp_ms, ref_ms * (1 + kRefTolerance))
+      EXPECT_LE(fcp_ms, ref_ms * (1 + kTol))
           << "seed " << seed << ": fcp " << fcp_ms << " ms, " << name << " "
           << ref_ms << " ms (" << ref.notes.at("setting") << ")";
       best_ref = std::min(best_ref, ref_ms);
     }
     if (std::isfinite(best_ref)) {
       worst_ref_gap = std::max(worst_ref_gap, fcp_ms / best_ref - 1);
-      for (size_t i = 0; i < std::size(kReported); ++i)
-        behind_by[i] += fcp_ms > best_ref * (1 + kReported[i]);
-      if (fcp_ms > best_ref * (1 + kTol))
+      if (fcp_ms > best_ref * (1 + kTol)) {
+        ++behind;
         behind_seeds += ' ' + std::to_string(seed);
+      }
     }
     best_other = std::min(best_other, best_ref);
     for (const char* name : {"megatron", "deepspeed"}) {
@@ -113,15 +104,10 @@ TEST(ReferenceTest, FcpIsNeverBehindAReferenceHeuristicOrStaticPlan) {
   }
   std::printf(
       "fcp strictly ahead of every reference heuristic and static plan on %d "
-      "of %d batches; behind the best heuristic by at most %.3f %%; batches "
-      "behind by more than",
-      strictly_better, batches, 100 * worst_ref_gap);
-  for (size_t i = 0; i < std::size(kReported); ++i)
-    std::printf(" %g: %d%s", kReported[i], behind_by[i],
-                i + 1 < std::size(kReported) ? "," : "");
-  std::printf(" (seeds:%s)\n", behind_seeds.c_str());
-  EXPECT_LE(behind_by[0], kMaxBehind)
-      << "batches behind a heuristic by more than " << kTol;
+      "of %d batches; behind the best heuristic on %d (seeds:%s), by at most "
+      "%.3f %%\n",
+      strictly_better, batches, behind, behind_seeds.c_str(),
+      100 * worst_ref_gap);
   EXPECT_GT(batches, 80);
 }
 
