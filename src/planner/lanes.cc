@@ -60,6 +60,38 @@ std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
   return out;
 }
 
+namespace {
+
+// Each lane's load.
+std::vector<GroupLoad> LoadsOf(const PlanRequest& request,
+                               const std::vector<std::vector<int>>& lanes) {
+  std::vector<GroupLoad> loads(lanes.size());
+  for (size_t p = 0; p < lanes.size(); ++p)
+    for (int k : lanes[p]) loads[p].Add(request.sequences[k]);
+  return loads;
+}
+
+// Rank sets for lanes of `loads` at `degrees`: contiguous runs placed by
+// PlaceGroups, each lane priced as one group at its placed time.
+std::vector<std::vector<int>> PlaceLanes(const PlanRequest& request,
+                                         const std::vector<GroupLoad>& loads,
+                                         const std::vector<int>& degrees) {
+  const ModelShape* shape = ShapeOf(request);
+  const std::vector<int> first =
+      PlaceGroups(degrees, request.cluster, [&](int p, int f, int d) {
+        return RingOrAllToAllS(request.cost, request.cluster, shape, loads[p],
+                               f, d);
+      });
+  std::vector<std::vector<int>> rank_sets(degrees.size());
+  for (size_t p = 0; p < degrees.size(); ++p) {
+    rank_sets[p].resize(degrees[p]);
+    std::iota(rank_sets[p].begin(), rank_sets[p].end(), first[p]);
+  }
+  return rank_sets;
+}
+
+}  // namespace
+
 std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
     const LaneDegrees& degrees) {
@@ -89,16 +121,9 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
   const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
   // An infinite makespan: some lane has no allowed degree within N ranks.
   if (!alloc.feasible || !std::isfinite(alloc.makespan_s)) return std::nullopt;
-  const std::vector<int> first =
-      PlaceGroups(alloc.degrees, cluster, [&](int p, int f, int d) {
-        return RingOrAllToAllS(cm, cluster, shape, groups[p].load, f, d);
-      });
-  std::vector<std::vector<int>> rank_sets(lanes.size());
-  for (size_t p = 0; p < lanes.size(); ++p) {
-    rank_sets[p].resize(alloc.degrees[p]);
-    std::iota(rank_sets[p].begin(), rank_sets[p].end(), first[p]);
-  }
-  return rank_sets;
+  std::vector<GroupLoad> loads;
+  for (const AllocGroup& group : groups) loads.push_back(group.load);
+  return PlaceLanes(request, loads, alloc.degrees);
 }
 
 namespace {
@@ -410,6 +435,13 @@ class LanePricer {
     return std::min(ring, AllToAllGroupTimeS(request_.cost, *shape_, load,
                                              set.degree, set.all_to_all_bw));
   }
+  // Lane p's time holding `seqs` (longest first) of load `load`: one group's
+  // when the load fits its ranks at once, else TimeS (0 when empty).
+  double LaneS(size_t p, const std::vector<int>& seqs,
+               const GroupLoad& load) const {
+    if (seqs.empty()) return 0;
+    return FitsOnce(p, load) ? GroupS(p, load) : TimeS(p, seqs);
+  }
   // Lane p's time holding `seqs` (longest first): its groups', split first
   // fit as FirstFit (ChunkLanes) splits them, each kept as its load only.
   double TimeS(size_t p, const std::vector<int>& seqs) const {
@@ -521,11 +553,7 @@ class LanePolisher {
 
  private:
   // Lane p's time as it is (s): from its load when it runs as one group.
-  double LaneS(size_t p) const {
-    if (lanes_[p].empty()) return 0;
-    if (price_.FitsOnce(p, loads_[p])) return price_.GroupS(p, loads_[p]);
-    return price_.TimeS(p, lanes_[p]);
-  }
+  double LaneS(size_t p) const { return price_.LaneS(p, lanes_[p], loads_[p]); }
   // Lane p's time after `change` (s); one trial.
   double PricedS(size_t p, const LaneChange& change) {
     --trials_left_;
@@ -755,7 +783,8 @@ std::optional<Screened> DealScreened(const std::vector<Sequence>& sequences,
                                      const GroupTimeFn& best_case) {
   auto lanes = DealOntoDegrees(degrees, d_min, work, order);
   if (!lanes) return std::nullopt;
-  Screened out{.degrees = degrees};
+  Screened out;
+  out.degrees = degrees;
   for (size_t p = 0; p < lanes->size(); ++p) {
     AllocGroup lane;
     for (int k : (*lanes)[p]) lane.load.Add(sequences[k]);
@@ -763,28 +792,6 @@ std::optional<Screened> DealScreened(const std::vector<Sequence>& sequences,
   }
   out.lanes = std::move(*lanes);
   return out;
-}
-
-// Rank sets for `lanes` at `degrees`, placed by their loads as LaneRankSets
-// places them (PlaceGroups).
-std::vector<std::vector<int>> PlaceLanes(
-    const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
-    const std::vector<int>& degrees) {
-  std::vector<GroupLoad> loads(lanes.size());
-  for (size_t p = 0; p < lanes.size(); ++p)
-    for (int k : lanes[p]) loads[p].Add(request.sequences[k]);
-  const ModelShape* shape = ShapeOf(request);
-  const std::vector<int> first =
-      PlaceGroups(degrees, request.cluster, [&](int p, int f, int d) {
-        return RingOrAllToAllS(request.cost, request.cluster, shape, loads[p],
-                               f, d);
-      });
-  std::vector<std::vector<int>> rank_sets(degrees.size());
-  for (size_t p = 0; p < degrees.size(); ++p) {
-    rank_sets[p].resize(degrees[p]);
-    std::iota(rank_sets[p].begin(), rank_sets[p].end(), first[p]);
-  }
-  return rank_sets;
 }
 
 // How far below the makespan to beat DealBelow aims, tightest first.
@@ -828,14 +835,10 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
 std::vector<double> LaneTimesS(const PlanRequest& request,
                                const LanePricer& price,
                                const std::vector<std::vector<int>>& lanes) {
+  const std::vector<GroupLoad> loads = LoadsOf(request, lanes);
   std::vector<double> out;
-  for (size_t p = 0; p < lanes.size(); ++p) {
-    GroupLoad load;
-    for (int k : lanes[p]) load.Add(request.sequences[k]);
-    out.push_back(lanes[p].empty()          ? 0.0
-                  : price.FitsOnce(p, load) ? price.GroupS(p, load)
-                                            : price.TimeS(p, lanes[p]));
-  }
+  for (size_t p = 0; p < lanes.size(); ++p)
+    out.push_back(price.LaneS(p, lanes[p], loads[p]));
   return out;
 }
 
@@ -932,7 +935,8 @@ std::optional<Reshaped> ReshapeLanes(
     std::optional<Reshaped> found;
     for (size_t i = 0; i < polished; ++i) {
       Reshaped tried;
-      tried.rank_sets = PlaceLanes(request, dealt[i].lanes, dealt[i].degrees);
+      tried.rank_sets = PlaceLanes(request, LoadsOf(request, dealt[i].lanes),
+                                   dealt[i].degrees);
       tried.lanes = std::move(dealt[i].lanes);
       const Polished result =
           PolishOrDealBelow(request, tried, d_min, order, best_s,
