@@ -22,9 +22,9 @@
 
 namespace fcp::planner {
 
-std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
-                                        double upper_s, bool dual,
-                                        int multiple_of) {
+std::vector<LaneGrouping> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual, int multiple_of,
+    const std::vector<std::vector<int>>* free_grouping) {
   // Memory never binds a lane as a whole: each sequence needs only its own
   // d_min, which LaneRankSets and ChunkLanes enforce.
   PlanRequest relaxed = request;
@@ -52,8 +52,10 @@ std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
   if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
   DualApprox dual_approx(relaxed, members, &request.cost);
   for (const LaneDegrees& rule : rules) {
-    if (auto grouping =
-            dual_approx.Group(upper_s, rule.node_aligned, rule.multiple_of)) {
+    if (free_grouping && !rule.node_aligned && rule.multiple_of == 1) {
+      out.push_back({*free_grouping, rule});
+    } else if (auto grouping = dual_approx.Group(upper_s, rule.node_aligned,
+                                                 rule.multiple_of)) {
       out.push_back({std::move(*grouping), rule});
     }
   }
@@ -99,12 +101,17 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
   const Cluster& cluster = request.cluster;
   std::vector<AllocGroup> groups(lanes.size());
   for (size_t p = 0; p < lanes.size(); ++p) {
+    if (lanes[p].empty()) continue;
+    const Sequence* longest = &request.sequences[lanes[p].front()];
     for (int k : lanes[p]) {
       groups[p].load.Add(request.sequences[k]);
-      groups[p].min_degree =
-          std::max(groups[p].min_degree,
-                   MinDegree(cm, GroupLoad::Of(request.sequences[k])));
+      if (request.sequences[k].length_tokens > longest->length_tokens)
+        longest = &request.sequences[k];
     }
+    // d_min grows with a load's tokens alone: the lane's largest is its
+    // longest sequence's.
+    groups[p].min_degree =
+        std::max(groups[p].min_degree, MinDegree(cm, GroupLoad::Of(*longest)));
   }
   const ModelShape* shape = ShapeOf(request);
   GroupTimeFn time = degrees.node_aligned
@@ -416,6 +423,7 @@ class LanePricer {
       if (set.all_to_all) {
         set.all_to_all_bw =
             AllToAllBandwidthOnRanks(request.cost, request.cluster, ranks);
+        set.factors = AllToAllFactorsFor(*shape_, set.degree);
       }
       sets_.push_back(set);
     }
@@ -432,8 +440,10 @@ class LanePricer {
     const RankSet& set = sets_[p];
     const double ring = GroupTimeS(request_.cost, load, set.degree, set.link);
     if (!set.all_to_all) return ring;
-    return std::min(ring, AllToAllGroupTimeS(request_.cost, *shape_, load,
-                                             set.degree, set.all_to_all_bw));
+    return std::min(ring,
+                    AllToAllGroupTimePartsS(request_.cost, set.factors, load,
+                                            set.degree, set.all_to_all_bw)
+                        .total_s);
   }
   // Lane p's time holding `seqs` (longest first) of load `load`: one group's
   // when the load fits its ranks at once, else TimeS (0 when empty).
@@ -472,6 +482,7 @@ class LanePricer {
     Link link = Link::kIntraNode;
     bool all_to_all = false;
     double all_to_all_bw = 0;
+    AllToAllFactors factors{};  // AllToAllFactorsFor(shape, degree)
   };
   const PlanRequest& request_;
   const ModelShape* shape_;

@@ -39,10 +39,13 @@ struct LaneGrouping {
 // everything, and with `dual` the dual approximation (refine.h) searched
 // below `upper_s` (the makespan to beat, s; +inf: unbounded) at free
 // degrees, at node-aligned degrees, and at multiples of `multiple_of` when
-// above 1 (each sequence keeps its own d_min in all).
-std::vector<LaneGrouping> LaneGroupings(const PlanRequest& request,
-                                        double upper_s, bool dual,
-                                        int multiple_of);
+// above 1 (each sequence keeps its own d_min in all). `free_grouping`, when
+// given, is taken as the free degrees' grouping instead of searching it: a
+// dual grouping of every sequence that memory did not shape
+// (DualApprox::memory_decided), which with memory relaxed comes out the same.
+std::vector<LaneGrouping> LaneGroupings(
+    const PlanRequest& request, double upper_s, bool dual, int multiple_of,
+    const std::vector<std::vector<int>>* free_grouping = nullptr);
 
 // The lanes' rank sets: degrees by the exact fast allocator over the lanes'
 // whole loads (each lane at least the largest d_min of its sequences) at

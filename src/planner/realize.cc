@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <vector>
 
 #include "fcp/cost_model.h"
 
@@ -47,25 +49,50 @@ double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,
                                                cm, cluster, first, degree)));
 }
 
+namespace {
+
+// AllToAllFactorsFor(shape, d), computed once per degree: an allocator prices
+// thousands of (group, degree) pairs. A value type, as a GroupTimeFn's state.
+class FactorsByDegree {
+ public:
+  explicit FactorsByDegree(const ModelShape& shape) : shape_(shape) {}
+  const AllToAllFactors& operator()(int degree) {
+    const size_t d = static_cast<size_t>(degree);
+    if (d >= factors_.size()) factors_.resize(d + 1);
+    if (!factors_[d]) factors_[d] = AllToAllFactorsFor(shape_, degree);
+    return *factors_[d];
+  }
+
+ private:
+  ModelShape shape_;
+  std::vector<std::optional<AllToAllFactors>> factors_;
+};
+
+}  // namespace
+
 // ...and, placement-independent, at its best case (the allocator's T).
 GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                    const ModelShape* shape) {
   const GroupTimeFn ring = BestCaseTime(cm, cluster);
   if (!shape) return ring;
-  return [ring, cm, cluster, s = *shape](const AllocGroup& g, int degree) {
+  return [ring, cm, cluster, s = *shape, factors = FactorsByDegree(*shape)](
+             const AllocGroup& g, int degree) mutable {
     const bool may_be_one_node =
         !g.inter_node && degree <= cluster.ranks_per_node;
     double t = ring(g, degree);
     if (!AllToAllAllowed(&s, degree)) return t;
+    const AllToAllFactors& f = factors(degree);
     // Across nodes at the inter-node link alone: the bandwidth of the worst
     // contiguous placement (a rank alone on its node), so a placed group is
     // never slower than allocated and allowing all-to-all never makes the
     // plan worse than rings only (a property test).
-    t = std::min(t,
-                 AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_inter_node));
+    t = std::min(
+        t, AllToAllGroupTimePartsS(cm, f, g.load, degree, cm.bw_inter_node)
+               .total_s);
     if (may_be_one_node) {
-      t = std::min(t,
-                   AllToAllGroupTimeS(cm, s, g.load, degree, cm.bw_intra_node));
+      t = std::min(
+          t, AllToAllGroupTimePartsS(cm, f, g.load, degree, cm.bw_intra_node)
+                 .total_s);
     }
     return t;
   };

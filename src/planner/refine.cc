@@ -32,6 +32,10 @@ constexpr int kLongTries = 16;
 // is passed over unpriced: far above the few ulps by which the bound and the
 // priced time can round apart, so the choice is the one pricing makes.
 constexpr double kFloorMargin = 1e-9;
+// Memory counts as sizing an item for the bins when its fraction comes this
+// close to time's (relative): a near-tie may round the other way once memory
+// is relaxed.
+constexpr double kTieMargin = 1e-12;
 
 }  // namespace
 
@@ -53,6 +57,7 @@ struct DualContext {
   // Per member position, for the rule being run: the running minimum of
   // those times over the degrees the rule allows (+inf for the others).
   std::vector<std::vector<double>> min_up_to;
+  bool memory_decided = false;  // in the last Group call (refine.h)
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
   int multiple_of = 1;   // and at multiples of this only
   BestTimer best_time;
@@ -103,6 +108,7 @@ struct TauGrouping {
   double limit = 0;
   int num_groups = 0;  // 0: τ not met (or no members)
   std::vector<int> group_of;
+  bool memory_decided = false;  // DualApprox::memory_decided, for this τ
 };
 
 bool IsShort(const DualContext& ctx, size_t pos, double limit) {
@@ -139,6 +145,12 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   int num_groups = 0;
   std::vector<size_t> shorts;
   shorts.reserve(ctx.order.size());
+  bool memory_decided = false;
+  auto not_met = [&] {
+    TauGrouping none;
+    none.memory_decided = memory_decided;
+    return none;
+  };
   // Headroom of a long group at its degree: walk the groups that can absorb at
   // least the linear part of the sequence, tightest first (best fit); a few
   // candidates suffice. `hint` is where the previous lookup ended.
@@ -161,6 +173,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
       if (cm.mem_per_token *
               (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
           headroom * l.degree) {
+        memory_decided = true;
         continue;
       }
       // Provably over the limit (the margin covers rounding): not priced.
@@ -193,7 +206,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     const GroupLoad& load = ctx.alone[pos];
     const int d =
         FirstDegreeWithin(ctx, pos, limit, static_cast<int>(n - ranks));
-    if (d > n - ranks) return {};
+    if (d > n - ranks) return not_met();
     ranks += d;
     const double time = ctx.time_at[pos][d - ctx.d_min[pos]];
     long_slack.Insert({(limit - time) * d, static_cast<int>(longs.size())});
@@ -222,6 +235,10 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
     // (best fit on the binding resource).
     const double dt = ctx.work[pos];
     const double size = std::max(dt / limit, need_mem / headroom);
+    // Sized by its time, an item uses a smaller fraction of memory than of
+    // time (beta1 included), and so does every bin of such items: memory
+    // then ranks no bin either.
+    memory_decided |= need_mem / headroom > dt / limit * (1 - kTieMargin);
     const size_t it = bin_hint = bins.LowerBound(size, bin_hint);
     if (it < bins.size()) {
       const int b = bins[it].index;
@@ -233,7 +250,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
       continue;
     }
     // 3) A new single-rank bin.
-    if (ranks + 1 > n) return {};
+    if (ranks + 1 > n) return not_met();
     ++ranks;
     group_of[pos] = num_groups++;
     bin_mem.push_back(need_mem);
@@ -242,7 +259,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
                           (headroom - need_mem) / headroom),
                  num_groups - 1});
   }
-  return {limit, num_groups, std::move(group_of)};
+  return {limit, num_groups, std::move(group_of), memory_decided};
 }
 
 // The groups' member lists: each lists its members in the order they joined,
@@ -283,9 +300,11 @@ DualApprox::DualApprox(const PlanRequest& request,
     by_work.emplace_back(SequenceWorkS(cm, seqs[i]), i);
     total_work += by_work.back().first;
   }
-  std::stable_sort(
-      by_work.begin(), by_work.end(),
-      [](const auto& a, const auto& b) { return a.first > b.first; });
+  // Ties by index: the order, and so the grouping, does not depend on how
+  // `members` is ordered (LaneGroupings takes PlanSplit's grouping as its own).
+  std::sort(by_work.begin(), by_work.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   for (size_t pos = 0; pos < by_work.size(); ++pos)
     ctx.order[pos] = by_work[pos].second;
   ctx.lower_s = total_work / cluster.num_ranks + cm.beta1;
@@ -318,6 +337,7 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
   ctx.aligned = aligned_degrees;
   ctx.multiple_of = multiple_of;
   ctx.min_up_to.assign(ctx.order.size(), {});
+  ctx.memory_decided = !std::isfinite(upper_s);
   if (!std::isfinite(upper_s)) {
     // No feasible grouping known: start where time cannot bind (every sequence
     // run one after another), so only memory decides.
@@ -331,11 +351,13 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
     upper_s *= 2;
   }
   TauGrouping best = TryTau(ctx, upper_s);
+  ctx.memory_decided |= best.memory_decided;
   if (best.num_groups == 0) return std::nullopt;
   double hi = upper_s, lo = std::min(ctx.lower_s, upper_s);
   for (int iter = 0; iter < 16 && hi - lo > 1e-3 * hi; ++iter) {
     const double mid = 0.5 * (lo + hi);
     TauGrouping found = TryTau(ctx, mid);
+    ctx.memory_decided |= found.memory_decided;
     if (found.num_groups == 0) {
       lo = mid;
     } else {
@@ -345,6 +367,8 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
   }
   return BuildGroups(ctx, best);
 }
+
+bool DualApprox::memory_decided() const { return ctx_->memory_decided; }
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,

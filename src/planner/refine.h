@@ -45,6 +45,11 @@ class DualApprox {
   std::optional<std::vector<std::vector<int>>> Group(double upper_s,
                                                      bool aligned_degrees,
                                                      int multiple_of);
+  // Whether memory decided any choice in the last Group call: a group passed
+  // over for memory, or a sequence sized for the single-rank bins by its
+  // memory rather than its time. When not, the same call with memory relaxed (a
+  // larger mem_capacity, the same minimum degrees) returns the same grouping.
+  bool memory_decided() const;
 
  private:
   std::unique_ptr<DualContext> ctx_;
