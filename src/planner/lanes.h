@@ -41,8 +41,9 @@ struct LaneGrouping {
 // degrees, at node-aligned degrees, and at multiples of `multiple_of` when
 // above 1 (each sequence keeps its own d_min in all). `free_grouping`, when
 // given, is taken as the free degrees' grouping instead of searching it: a
-// dual grouping of every sequence that memory did not shape
-// (DualApprox::memory_decided), which with memory relaxed comes out the same.
+// dual grouping of every sequence at free degrees that memory did not shape
+// (DualApprox::memory_decided), so one the relaxed search finds from the
+// same bound.
 std::vector<LaneGrouping> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual, int multiple_of,
     const std::vector<std::vector<int>>* free_grouping = nullptr);
