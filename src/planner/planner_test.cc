@@ -498,7 +498,7 @@ TEST(PlacementTest, SmallGroupsStayInsideNodesWhenPossible) {
   const std::vector<int> degrees = {3, 2, 1, 3, 2, 2, 2, 1};
   const Cluster cluster{16, 8};
   const auto first =
-      planner::PlaceGroups(degrees, cluster, [&](int p, int f, int d) {
+      planner::PlaceGroups(degrees, cluster, [&](int /*p*/, int f, int d) {
         return RangeOnOneNode(cluster, f, d) ? 1.0 : 2.0;
       });
   std::vector<char> used(16, 0);

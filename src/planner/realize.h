@@ -1,6 +1,6 @@
 // Turns a grouping of one micro-batch (atomic groups of sequence indices) into
 // a placed MicroBatchPlan: stage-2 allocation, then placement.
-// Thread-safety: pure function.
+// Thread-safety: pure functions (BestCaseRingOrAllToAll's result caches).
 #pragma once
 
 #include <optional>
@@ -32,7 +32,9 @@ const ModelShape* ShapeOf(const PlanRequest& request);
 double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,
                        const ModelShape* shape, const GroupLoad& load,
                        int first, int degree);
-// The same, placement-independent at its best case: the allocator's T.
+// The same, placement-independent at its best case: the allocator's T. The
+// function keeps each degree's all-to-all factors as it prices: call one
+// copy from one thread at a time.
 GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                    const ModelShape* shape);
 
