@@ -279,6 +279,15 @@ std::vector<std::vector<int>> HeldLayout(int num_ranks,
 
 namespace {
 
+// Each rank set's size: the lanes' degrees.
+std::vector<int> DegreesOf(const std::vector<std::vector<int>>& rank_sets) {
+  std::vector<int> degrees;
+  degrees.reserve(rank_sets.size());
+  for (const std::vector<int>& ranks : rank_sets)
+    degrees.push_back(static_cast<int>(ranks.size()));
+  return degrees;
+}
+
 // Each sequence's d_min (MinDegree), indexed by sequence.
 std::vector<int64_t> MinDegrees(const PlanRequest& request) {
   std::vector<int64_t> d_min;
@@ -350,10 +359,7 @@ std::optional<std::vector<std::vector<int>>> DealOntoDegrees(
 std::optional<std::vector<std::vector<int>>> DealOnto(
     const PlanRequest& request, const std::vector<std::vector<int>>& layout,
     const std::vector<double>& work, const std::vector<int>& order) {
-  std::vector<int> degrees;
-  for (const std::vector<int>& ranks : layout)
-    degrees.push_back(static_cast<int>(ranks.size()));
-  return DealOntoDegrees(degrees, MinDegrees(request), work, order);
+  return DealOntoDegrees(DegreesOf(layout), MinDegrees(request), work, order);
 }
 
 std::optional<std::vector<MicroBatchPlan>> LaneMicroBatchesOn(
@@ -908,9 +914,7 @@ std::optional<Reshaped> ReshapeLanes(
     const std::vector<std::vector<int>>& rank_sets, double makespan_s,
     const std::vector<double>& work, const std::vector<int>& order,
     const ReshapeOptions& options) {
-  std::vector<int> degrees;
-  for (const std::vector<int>& ranks : rank_sets)
-    degrees.push_back(static_cast<int>(ranks.size()));
+  std::vector<int> degrees = DegreesOf(rank_sets);
   int64_t deals_left = std::max<int64_t>(
       1, options.max_dealt / static_cast<int64_t>(order.size()));
   const std::vector<int64_t> d_min = MinDegrees(request);
@@ -959,9 +963,7 @@ std::optional<Reshaped> ReshapeLanes(
       }
     }
     if (!found) break;
-    degrees.clear();
-    for (const std::vector<int>& ranks : found->rank_sets)
-      degrees.push_back(static_cast<int>(ranks.size()));
+    degrees = DegreesOf(found->rank_sets);
     found->degree_changes = round;
     best = std::move(found);
   }
