@@ -3,6 +3,7 @@
 #include "planner/fcp_strategies.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -326,7 +327,8 @@ class FcpStrategy final : public Strategy {
     // searched again from the plan's estimate, it came out at most 0.02 %
     // faster in 5 of the study's 92 cases, for 7-8 % of the planning
     // instructions on bench/planner_bench's batches.
-    TryLanes(request, score, *plan, lanes_upper_s, free_lanes);
+    ScoredPlan best_lanes;
+    TryLanes(request, score, *plan, lanes_upper_s, free_lanes, best_lanes);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
     }
@@ -408,6 +410,24 @@ class FcpStrategy final : public Strategy {
             TryPolishedLanes(request, score, work_order, *plan, best_score_ms);
         !polished.empty()) {
       plan->notes["polished_lanes"] = polished;
+    }
+    // Where the winner does not run lanes, the best lane plan polished and
+    // reshaped too: lanes a reshape takes past the winner can start behind
+    // it (issue 32: lanes of 4, 2, 2 and 1 ranks 0.2 % behind two
+    // micro-batches, where 4, 4 and 1 are 2.8 % ahead).
+    if (std::isfinite(best_lanes.score_ms) &&
+        LanesOf(plan->micro_batches, nullptr).empty()) {
+      Plan& lanes = best_lanes.plan;
+      const std::string polished = TryPolishedLanes(request, score, work_order,
+                                                    lanes, best_lanes.score_ms);
+      if (!polished.empty() &&
+          best_lanes.score_ms < best_score_ms * (1 - 1e-12)) {
+        best_score_ms = best_lanes.score_ms;
+        plan->micro_batches = std::move(lanes.micro_batches);
+        for (const char* key : {"grouping", "all_to_all_groups"})
+          plan->notes[key] = lanes.notes[key];
+        plan->notes["polished_lanes"] = polished;
+      }
     }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) +
@@ -586,7 +606,7 @@ class FcpStrategy final : public Strategy {
     std::vector<std::vector<int>> rank_sets;
     std::vector<std::vector<int>> lanes =
         LanesOf(plan.micro_batches, &rank_sets);
-    if (lanes.size() < 2) return "";  // one lane: no sequence can move
+    if (lanes.empty()) return "";
     std::string note;
     auto polish = [&](std::vector<std::vector<int>> start, bool dealt_afresh) {
       const Polished polished =
@@ -605,13 +625,13 @@ class FcpStrategy final : public Strategy {
       }
     };
     const size_t num_lanes = lanes.size();
-    if (num_lanes <= kFreshDealMaxLanes) {
+    if (num_lanes >= 2 && num_lanes <= kFreshDealMaxLanes) {
       if (auto fresh =
               DealOnto(request, rank_sets, work_order.work, work_order.order)) {
         polish(std::move(*fresh), /*dealt_afresh=*/true);
       }
     }
-    polish(std::move(lanes), /*dealt_afresh=*/false);
+    if (num_lanes >= 2) polish(std::move(lanes), /*dealt_afresh=*/false);
     if (num_lanes > kReshapeMaxLanes) return note;
     // The plan's lanes now (polishing may have emptied one, which is gone).
     lanes = LanesOf(plan.micro_batches, &rank_sets);
@@ -645,10 +665,18 @@ class FcpStrategy final : public Strategy {
   // a lane heuristic whose lanes each fit one group). Ranked by makespan the
   // split changes a lane's time only by the rings' overlap, so only first fit
   // is tried (planning time).
+  // `best_lanes` gets the best lane plan of all (lanes on at most
+  // kReshapeMaxLanes rank sets only) with its score, kept or not.
+  struct ScoredPlan {
+    Plan plan;
+    double score_ms = std::numeric_limits<double>::infinity();
+  };
   static void TryLanes(
       const PlanRequest& request, Scorer& score, Plan& plan, double upper_s,
-      const std::optional<std::vector<std::vector<int>>>& free_lanes) {
+      const std::optional<std::vector<std::vector<int>>>& free_lanes,
+      ScoredPlan& best_lanes) {
     double best_ms = score(plan);
+    const bool packing_prices = PackingPricesAllToAll(request);
     for (const LaneGrouping& grouping :
          LaneGroupings(request, upper_s, /*dual=*/true, kLaneMultipleOf,
                        free_lanes ? &*free_lanes : nullptr)) {
@@ -656,15 +684,23 @@ class FcpStrategy final : public Strategy {
       // Sorted once for every layout and split below.
       const auto sorted_lanes = LongestFirst(request, lanes);
       // A grouping opened at restricted degrees is laid out at those; a free
-      // one at free and at node-aligned degrees.
-      const bool restricted =
-          grouping.degrees.node_aligned || grouping.degrees.multiple_of > 1;
-      for (bool aligned : {false, true}) {
-        if (restricted && aligned) break;
-        LaneDegrees layout = grouping.degrees;
-        layout.node_aligned |= aligned;
+      // one at free and at node-aligned degrees, and where it prices some
+      // degree otherwise, with all-to-all lanes priced packed (realize.h).
+      std::vector<LaneDegrees> layouts = {grouping.degrees};
+      if (!grouping.degrees.node_aligned && grouping.degrees.multiple_of == 1) {
+        layouts.push_back({.node_aligned = true});
+        if (packing_prices)
+          layouts.push_back({.all_to_all = AllToAllPricing::kPacked});
+      }
+      // Rank sets an earlier layout of this grouping had: the same plans.
+      std::vector<std::vector<std::vector<int>>> laid_out;
+      for (const LaneDegrees& layout : layouts) {
         const auto rank_sets = LaneRankSets(request, lanes, layout);
-        if (!rank_sets) continue;
+        if (!rank_sets || std::find(laid_out.begin(), laid_out.end(),
+                                    *rank_sets) != laid_out.end()) {
+          continue;
+        }
+        laid_out.push_back(*rank_sets);
         bool several = false;
         for (Chunking chunking : {Chunking::kFirstFit, Chunking::kBalanced}) {
           if (chunking == Chunking::kBalanced &&
@@ -673,13 +709,23 @@ class FcpStrategy final : public Strategy {
           Plan candidate;
           candidate.micro_batches =
               ChunkLanes(request, sorted_lanes, *rank_sets, chunking, &several);
-          if (const auto switched = KeepIfBetter(
-                  request, score, std::move(candidate), plan, best_ms)) {
-            plan.notes["grouping"] =
-                "lanes: " + std::to_string(lanes.size()) +
-                " persistent groups" +
-                (chunking == Chunking::kBalanced ? ", balanced split" : "");
-            plan.notes["all_to_all_groups"] = std::to_string(*switched);
+          const int switched = SwitchWhereFaster(request, score, candidate,
+                                                 /*estimated=*/false);
+          candidate.notes["grouping"] =
+              "lanes: " + std::to_string(lanes.size()) + " persistent groups" +
+              (chunking == Chunking::kBalanced ? ", balanced split" : "");
+          candidate.notes["all_to_all_groups"] = std::to_string(switched);
+          const double candidate_ms = score(candidate);
+          if (lanes.size() <= kReshapeMaxLanes &&
+              candidate_ms < best_lanes.score_ms) {
+            best_lanes = {candidate, candidate_ms};
+          }
+          if (candidate_ms < best_ms * (1 - 1e-12)) {
+            best_ms = candidate_ms;
+            plan.micro_batches = std::move(candidate.micro_batches);
+            plan.est_ms = candidate.est_ms;
+            for (const char* key : {"grouping", "all_to_all_groups"})
+              plan.notes[key] = candidate.notes[key];
           }
         }
       }
@@ -703,6 +749,7 @@ class FcpStrategy final : public Strategy {
     int wins_bfd = 0, wins_dual = 0;
     const bool have_bfd = split_bfd && split_bfd->size() == split.size();
     const bool partial_node = LastNodePartial(request.cluster);
+    const bool packing_prices = PackingPricesAllToAll(request);
     for (size_t m = 0; m < split.size(); ++m) {
       const std::vector<int>& members = split[m];
       // Candidate 1: the paper's grouping (same degrees as fcp-paper, so fcp is
@@ -747,14 +794,15 @@ class FcpStrategy final : public Strategy {
       if (!best) return std::nullopt;
       // The winner's grouping realized once more; kept only when its placed
       // makespan is lower.
-      auto realize_winner_again = [&](bool full_nodes_too,
-                                      bool aligned_degrees) {
+      auto realize_winner_again = [&](bool full_nodes_too, bool aligned_degrees,
+                                      AllToAllPricing pricing =
+                                          AllToAllPricing::kWorstPlacement) {
         std::vector<std::vector<int>> winner;
         for (const GroupPlan& g : best->micro_batch.groups)
           winner.push_back(g.sequences);
         auto again =
             RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                            full_nodes_too, aligned_degrees);
+                            full_nodes_too, aligned_degrees, pricing);
         if (again &&
             again->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
           best = std::move(again);
@@ -772,6 +820,14 @@ class FcpStrategy final : public Strategy {
       // pick degrees such as 14 and 5 on 8-rank nodes whose rings then cross
       // nodes, where 16 and 4 pack into whole nodes (issue 32).
       realize_winner_again(/*full_nodes_too=*/false, /*aligned_degrees=*/true);
+      // And with all-to-all groups priced packed, where that prices some
+      // degree otherwise (realize.h: 6-rank all-to-all groups on 4-rank
+      // nodes, 6 % faster than the 8-rank rings the worst placement's price
+      // chose).
+      if (packing_prices)
+        realize_winner_again(/*full_nodes_too=*/false,
+                             /*aligned_degrees=*/false,
+                             AllToAllPricing::kPacked);
       (best_is_dual ? wins_dual : wins_bfd)++;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }

@@ -116,6 +116,8 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
   const ModelShape* shape = ShapeOf(request);
   GroupTimeFn time = degrees.node_aligned
                          ? AlignedRingOrAllToAll(cm, cluster, shape)
+                     : degrees.all_to_all == AllToAllPricing::kPacked
+                         ? PackedRingOrAllToAll(cm, cluster, shape)
                          : BestCaseRingOrAllToAll(cm, cluster, shape);
   if (degrees.multiple_of > 1) {
     // +inf elsewhere: the allocator's monotone envelope grants only these.
@@ -459,27 +461,36 @@ class LanePricer {
     return FitsOnce(p, load) ? GroupS(p, load) : TimeS(p, seqs);
   }
   // Lane p's time holding `seqs` (longest first): its groups', split first
-  // fit as FirstFit (ChunkLanes) splits them, each kept as its load only.
+  // fit as FirstFit (ChunkLanes) splits them (FirstFitChunks: a lane of
+  // 10^6 sequences in thousands of groups), each kept as its load only.
   double TimeS(size_t p, const std::vector<int>& seqs) const {
     std::vector<GroupLoad> groups;
+    FirstFitChunks first_fit(seqs.size());
     for (int k : seqs) {
       const Sequence& s = request_.sequences[k];
-      size_t g = 0;
-      while (g < groups.size()) {
+      const size_t g = first_fit.Find([&](double tokens) {
         GroupLoad load;
-        load.sum_tokens = groups[g].sum_tokens;
+        load.sum_tokens = tokens;
         load.Add(s);
-        if (GroupMemBytes(request_.cost, load, sets_[p].degree) <=
-            request_.cost.mem_capacity)
-          break;
-        ++g;
-      }
+        return GroupMemBytes(request_.cost, load, sets_[p].degree) <=
+               request_.cost.mem_capacity;
+      });
       if (g == groups.size()) groups.emplace_back();
       groups[g].Add(s);
+      first_fit.Add(g, static_cast<double>(s.length_tokens));
     }
     double total_s = 0;
     for (const GroupLoad& load : groups) total_s += GroupS(p, load);
     return total_s;
+  }
+  // Whether lanes p and q price every load alike (same degree, link and
+  // all-to-all bandwidth): dealing onto either of two such empty lanes is the
+  // same deal.
+  bool PricedAlike(size_t p, size_t q) const {
+    const RankSet& a = sets_[p];
+    const RankSet& b = sets_[q];
+    return a.degree == b.degree && a.link == b.link &&
+           a.all_to_all == b.all_to_all && a.all_to_all_bw == b.all_to_all_bw;
   }
 
  private:
@@ -742,7 +753,8 @@ namespace {
 // The lane degrees one rank away from `degrees` (sum <= num_ranks), each
 // sorted, none equal to `degrees`: a rank moved from one lane to another, to
 // a lane of its own, or from the idle ranks to a lane; a lane halved; two
-// lanes merged. Before a fresh deal lanes of one degree are alike, so only
+// lanes merged, or two merged and the rank that frees given to a lane of
+// degree `slow`. Before a fresh deal lanes of one degree are alike, so only
 // the multiset of degrees matters. Those that change a lane of degree `slow`
 // (the slowest lane's) come first.
 std::vector<std::vector<int>> DegreeNeighbours(std::vector<int> degrees,
@@ -763,6 +775,13 @@ std::vector<std::vector<int>> DegreeNeighbours(std::vector<int> degrees,
     std::sort(next.begin(), next.end());
     if (seen.insert(next).second) out.push_back(std::move(next));
   };
+  // Whether `degrees` has a lane for each of `gone` (repeats counted).
+  const auto holds = [&](std::initializer_list<int> gone) {
+    return std::all_of(gone.begin(), gone.end(), [&](int d) {
+      return std::count(gone.begin(), gone.end(), d) <=
+             std::count(degrees.begin(), degrees.end(), d);
+    });
+  };
   if (num_ranks > std::accumulate(degrees.begin(), degrees.end(), 0)) {
     add({}, {1});
     for (int x : sizes) add({x}, {x + 1});
@@ -778,6 +797,11 @@ std::vector<std::vector<int>> DegreeNeighbours(std::vector<int> degrees,
       add({x, y}, {x + y});
       if (x >= 2) add({x, y}, {x - 1, y + 1});
       if (y >= 2) add({x, y}, {x + 1, y - 1});
+      // Two lanes merged and the rank that frees given to the slowest: each
+      // step alone may leave the makespan where it is (issue 32: lanes of
+      // 11, 2 and 2 ranks on 6-rank nodes, where 12 and 3 fill two nodes and
+      // a third).
+      if (holds({x, y, slow})) add({x, y, slow}, {x + y - 1, slow + 1});
     }
   }
   return out;
@@ -810,6 +834,12 @@ std::optional<Screened> DealScreened(const std::vector<Sequence>& sequences,
   out.lanes = std::move(*lanes);
   return out;
 }
+
+// The most sequences DealSearch deals (PolishOrDealBelow): on more, a depth-
+// first search within its budget only moves the last few sequences dealt,
+// and pricing lanes of hundreds of sequences took a third of the planning
+// instructions on Ascend go-src (64 ranks, gbs 1,024).
+constexpr size_t kDealSearchMaxSequences = 64;
 
 // How far below the makespan to beat DealBelow aims, tightest first.
 constexpr double kDealBelowMargins[] = {1e-3, 3e-4, 1e-4};
@@ -847,6 +877,90 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
   return lanes;
 }
 
+// The deal of every sequence onto `num_lanes` lanes (priced by `price` as
+// PolishLanes prices them, a lane of several groups split first fit in the
+// order dealt) whose slowest lane is fastest, below `beat_s`: depth first,
+// the heaviest sequence first (`order`), each onto the lanes it leaves
+// fastest first, a branch cut where a lane reaches the best makespan found
+// (the first deal is greedy by time, the rest only improve on it). Exact on
+// a few lanes and tens of sequences; elsewhere the best found in
+// `max_pricings` lane times priced. The moves, swaps and chains of
+// PolishLanes and the deal below the makespan leave deals that only a
+// rotation of several sequences over three lanes reaches (issue 32:
+// heuristics_test, 3 lanes of 2 ranks, 0.05 % behind ref-grow). nullopt
+// when none is below `beat_s`.
+class DealSearch {
+ public:
+  DealSearch(const PlanRequest& request, const LanePricer& price,
+             size_t num_lanes, const std::vector<int64_t>& d_min,
+             const std::vector<int>& order, double beat_s, int64_t max_pricings)
+      : request_(request),
+        price_(price),
+        d_min_(d_min),
+        order_(order),
+        best_s_(beat_s),
+        pricings_left_(max_pricings),
+        loads_(num_lanes),
+        lanes_(num_lanes) {}
+
+  std::optional<std::vector<std::vector<int>>> Run() {
+    Deal(0, 0.0);
+    return best_;
+  }
+
+ private:
+  // Deals order_[i..] with the lanes at makespan `makespan_s` so far.
+  void Deal(size_t i, double makespan_s) {
+    if (i == order_.size()) {
+      best_s_ = makespan_s;
+      best_ = lanes_;
+      return;
+    }
+    const int k = order_[i];
+    std::vector<std::pair<double, size_t>> options;
+    for (size_t p = 0; p < lanes_.size(); ++p) {
+      if (d_min_[k] > price_.degree(p) || IsTwinOfEarlierEmpty(p)) continue;
+      // A lane of several groups is priced from its sequences (TimeS).
+      pricings_left_ -=
+          1 + static_cast<int64_t>(lanes_[p].size() / kSequencesPerTrial);
+      if (pricings_left_ < 0) return;
+      GroupLoad load = loads_[p];
+      load.Add(request_.sequences[k]);
+      lanes_[p].push_back(k);
+      const double t = price_.LaneS(p, lanes_[p], load);
+      lanes_[p].pop_back();
+      if (t < best_s_) options.emplace_back(t, p);
+    }
+    std::sort(options.begin(), options.end());
+    for (const auto& [t, p] : options) {
+      if (t >= best_s_) return;
+      const GroupLoad before = loads_[p];
+      loads_[p].Add(request_.sequences[k]);
+      lanes_[p].push_back(k);
+      Deal(i + 1, std::max(makespan_s, t));
+      lanes_[p].pop_back();
+      loads_[p] = before;
+    }
+  }
+  // An empty lane priced like an earlier empty one: the same deal.
+  bool IsTwinOfEarlierEmpty(size_t p) const {
+    if (!lanes_[p].empty()) return false;
+    for (size_t q = 0; q < p; ++q)
+      if (lanes_[q].empty() && price_.PricedAlike(p, q)) return true;
+    return false;
+  }
+
+  const PlanRequest& request_;
+  const LanePricer& price_;
+  const std::vector<int64_t>& d_min_;
+  const std::vector<int>& order_;
+  double best_s_;
+  int64_t pricings_left_;
+  std::vector<GroupLoad> loads_;
+  std::vector<std::vector<int>> lanes_;
+  std::optional<std::vector<std::vector<int>>> best_;
+};
+
 // Each lane's time on its rank set (s), as PolishLanes prices it; `lanes`
 // longest first.
 std::vector<double> LaneTimesS(const PlanRequest& request,
@@ -877,37 +991,73 @@ bool GainsEnough(const std::vector<double>& before,
   return gain_s >= kPolishMinGainPerRise * rise_s;
 }
 
+// `deal` on `tried`'s rank sets polished (PolishLanes, `trials`), and kept
+// in `tried` and `result` when its makespan is lower than `result`'s and,
+// given `plan_times` (the lanes are a plan's: their times), it gains enough
+// over them (GainsEnough).
+void KeepDealIfFaster(const PlanRequest& request, const LanePricer& price,
+                      std::vector<std::vector<int>> deal, int trials,
+                      const std::vector<double>* plan_times, Reshaped& tried,
+                      Polished& result) {
+  const Polished polished = PolishLanes(request, deal, tried.rank_sets, trials);
+  if (polished.makespan_s >= result.makespan_s) return;
+  if (plan_times &&
+      !GainsEnough(*plan_times, LaneTimesS(request, price, deal))) {
+    return;
+  }
+  result = polished;
+  tried.lanes = std::move(deal);
+  tried.makespan_s = result.makespan_s;
+}
+
 // `tried`'s lanes on its rank sets polished (PolishLanes, `trials`), and
 // dealt again below `beat_s` (DealBelow, at the tightest margin that fits)
-// and polished: the deal is kept in `tried` when it is faster and, with
-// `plan_lanes` (the lanes are a plan's, not a trial deal's), gains enough
-// over them (GainsEnough); its makespan too. Returns the kept lanes'
-// PolishLanes result.
+// and by DealSearch below the makespan reached (at most `search_pricings`,
+// 0: not searched): each deal kept as KeepDealIfFaster keeps it, with
+// `plan_lanes` (the lanes are a plan's, not a trial deal's) judged against
+// the polished lanes' times. Returns the kept lanes' PolishLanes result.
 Polished PolishOrDealBelow(const PlanRequest& request, Reshaped& tried,
                            const std::vector<int64_t>& d_min,
                            const std::vector<int>& order, double beat_s,
-                           int trials, bool plan_lanes) {
+                           int trials, bool plan_lanes,
+                           int64_t search_pricings) {
   Polished result = PolishLanes(request, tried.lanes, tried.rank_sets, trials);
+  tried.makespan_s = result.makespan_s;
   const LanePricer price(request, tried.rank_sets);
+  std::optional<std::vector<double>> plan_times;
+  if (plan_lanes) plan_times = LaneTimesS(request, price, tried.lanes);
+  const std::vector<double>* judge = plan_times ? &*plan_times : nullptr;
   for (double margin : kDealBelowMargins) {
     auto tight = DealBelow(request, price, tried.rank_sets.size(), d_min, order,
                            beat_s * (1 - margin));
     if (!tight) continue;
-    const Polished polished =
-        PolishLanes(request, *tight, tried.rank_sets, trials);
-    if (polished.makespan_s >= result.makespan_s) break;
-    if (!plan_lanes || GainsEnough(LaneTimesS(request, price, tried.lanes),
-                                   LaneTimesS(request, price, *tight))) {
-      result = polished;
-      tried.lanes = std::move(*tight);
-    }
+    KeepDealIfFaster(request, price, std::move(*tight), trials, judge, tried,
+                     result);
     break;
   }
-  tried.makespan_s = result.makespan_s;
+  if (search_pricings == 0 || order.size() > kDealSearchMaxSequences)
+    return result;
+  if (auto searched =
+          DealSearch(request, price, tried.rank_sets.size(), d_min, order,
+                     result.makespan_s * (1 - 1e-9), search_pricings)
+              .Run()) {
+    KeepDealIfFaster(request, price, std::move(*searched), trials, judge, tried,
+                     result);
+  }
   return result;
 }
 
 }  // namespace
+
+std::optional<std::vector<std::vector<int>>> SearchDeal(
+    const PlanRequest& request, const std::vector<std::vector<int>>& rank_sets,
+    const std::vector<int>& order, double beat_s, int64_t max_pricings) {
+  const LanePricer price(request, rank_sets);
+  const std::vector<int64_t> d_min = MinDegrees(request);
+  return DealSearch(request, price, rank_sets.size(), d_min, order, beat_s,
+                    max_pricings)
+      .Run();
+}
 
 std::optional<Reshaped> ReshapeLanes(
     const PlanRequest& request, std::vector<std::vector<int>> lanes,
@@ -917,18 +1067,24 @@ std::optional<Reshaped> ReshapeLanes(
   std::vector<int> degrees = DegreesOf(rank_sets);
   int64_t deals_left = std::max<int64_t>(
       1, options.max_dealt / static_cast<int64_t>(order.size()));
+  // One lane has no other deal on its ranks, and with a single deal of other
+  // degrees left it has nothing to try (10^6 sequences on 32 ranks).
+  if (rank_sets.size() == 1 && deals_left < 2) return std::nullopt;
   const std::vector<int64_t> d_min = MinDegrees(request);
   std::optional<Reshaped> best;
   double best_s = makespan_s * (1 - 1e-9);
-  // The given degrees first, dealt below the makespan.
-  Reshaped same{.lanes = std::move(lanes), .rank_sets = rank_sets};
-  const Polished given =
-      PolishOrDealBelow(request, same, d_min, order, best_s,
-                        options.trials_per_try, /*plan_lanes=*/true);
-  int slow = degrees[given.slowest];  // the slowest lane's degree
-  if (given.makespan_s < best_s) {
-    best_s = given.makespan_s;
-    best = std::move(same);
+  int slow = degrees[0];  // the slowest lane's degree
+  if (rank_sets.size() > 1) {
+    // The given degrees first, dealt below the makespan.
+    Reshaped same{.lanes = std::move(lanes), .rank_sets = rank_sets};
+    const Polished given = PolishOrDealBelow(
+        request, same, d_min, order, best_s, options.trials_per_try,
+        /*plan_lanes=*/true, options.search_pricings);
+    slow = degrees[given.slowest];
+    if (given.makespan_s < best_s) {
+      best_s = given.makespan_s;
+      best = std::move(same);
+    }
   }
   const GroupTimeFn best_case =
       BestCaseRingOrAllToAll(request.cost, request.cluster, ShapeOf(request));
@@ -953,9 +1109,9 @@ std::optional<Reshaped> ReshapeLanes(
       tried.rank_sets = PlaceLanes(request, LoadsOf(request, dealt[i].lanes),
                                    dealt[i].degrees);
       tried.lanes = std::move(dealt[i].lanes);
-      const Polished result =
-          PolishOrDealBelow(request, tried, d_min, order, best_s,
-                            options.trials_per_try, /*plan_lanes=*/false);
+      const Polished result = PolishOrDealBelow(
+          request, tried, d_min, order, best_s, options.trials_per_try,
+          /*plan_lanes=*/false, options.trial_search_pricings);
       if (result.makespan_s < best_s) {
         best_s = result.makespan_s;
         slow = static_cast<int>(tried.rank_sets[result.slowest].size());
@@ -966,6 +1122,12 @@ std::optional<Reshaped> ReshapeLanes(
     degrees = DegreesOf(found->rank_sets);
     found->degree_changes = round;
     best = std::move(found);
+  }
+  // The reshaped lanes searched at the full budget.
+  if (best && best->degree_changes > 0) {
+    PolishOrDealBelow(request, *best, d_min, order, best_s,
+                      options.trials_per_try, /*plan_lanes=*/false,
+                      options.search_pricings);
   }
   return best;
 }

@@ -18,13 +18,16 @@
 #include <vector>
 
 #include "fcp/scheduler.h"
+#include "planner/realize.h"
 
 namespace fcp::planner {
 
-// Which degrees a lane of d > 1 may take (d = 1 always may).
+// Which degrees a lane of d > 1 may take (d = 1 always may), and how the
+// allocator prices all-to-all lanes across nodes at free degrees.
 struct LaneDegrees {
-  bool node_aligned = false;  // AlignedDegree (realize.h)
+  bool node_aligned = false;  // AlignedDegree (placement.h)
   int multiple_of = 1;        // d % multiple_of == 0
+  AllToAllPricing all_to_all = AllToAllPricing::kWorstPlacement;
 };
 
 // A grouping of every sequence into lanes, and the degrees it was opened at
@@ -50,7 +53,8 @@ std::vector<LaneGrouping> LaneGroupings(
 
 // The lanes' rank sets: degrees by the exact fast allocator over the lanes'
 // whole loads (each lane at least the largest d_min of its sequences) at
-// `degrees` only, contiguous placement (PlaceGroups). nullopt when the lanes'
+// `degrees` only (priced as `degrees.all_to_all` says), contiguous placement
+// (PlaceGroups). nullopt when the lanes'
 // minimum degrees exceed N, or some lane has no allowed degree within N.
 std::optional<std::vector<std::vector<int>>> LaneRankSets(
     const PlanRequest& request, const std::vector<std::vector<int>>& lanes,
@@ -145,6 +149,17 @@ Polished PolishLanes(const PlanRequest& request,
                      const std::vector<std::vector<int>>& rank_sets,
                      int max_trials);
 
+// The deal of every sequence (in `order`, the heaviest first) onto lanes on
+// fixed `rank_sets` whose slowest lane is fastest, below `beat_s` (s; +inf:
+// any): a depth-first branch and bound over at most `max_pricings` lane
+// times, each priced as PolishLanes prices it (a lane of several groups split
+// first fit in the order dealt). Exact where it finishes within the budget
+// and every lane runs as one group; ReshapeLanes deals with it where moving
+// one sequence at a time is stuck. nullopt when none below `beat_s` is found.
+std::optional<std::vector<std::vector<int>>> SearchDeal(
+    const PlanRequest& request, const std::vector<std::vector<int>>& rank_sets,
+    const std::vector<int>& order, double beat_s, int64_t max_pricings);
+
 // Lanes dealt again, and at other degrees, where polishing on fixed rank
 // sets is stuck: the best lanes may need a tighter deal, or other degrees (4
 // and 3 ranks where the lanes have 2 and 5).
@@ -153,30 +168,39 @@ Polished PolishLanes(const PlanRequest& request,
 // `makespan_s` (s): every sequence, the heaviest first (`order`), onto the
 // lane it leaves closest below a target 0.1 %, 0.03 % or 0.01 % under it,
 // the first target that fits (best fit at a target, as the dual
-// approximation fills groups), and polished (PolishLanes).
+// approximation fills groups), and by SearchDeal (`search_pricings`), each
+// deal polished (PolishLanes).
 //
 // Then each round takes every multiset of lane degrees one rank away from
 // the current one (a rank moved between lanes, to a lane of its own or from
-// the idle ranks; a lane halved; two lanes merged), those that change the
-// slowest lane's degree first. For each, every sequence is dealt afresh
-// (DealOnto on `work`, s) and the deal screened by its lanes' best-case
-// times as one group each (memory relaxed, placement ignored). The
-// `polished_per_round` fastest are placed (PlaceGroups, as LaneRankSets
-// places lanes), polished (`trials_per_try` each) and dealt below the
-// makespan to beat as above. The round's best is kept when its makespan is
-// below the best so far. At most `max_rounds`, and at most `max_dealt`
-// sequences dealt by work in all.
+// the idle ranks; a lane halved; two lanes merged, or merged with the rank
+// that frees given to the slowest lane), those that change the slowest
+// lane's degree first. For each, every sequence is dealt afresh (DealOnto on
+// `work`, s) and the deal screened by its lanes' best-case times as one group
+// each (memory relaxed, placement ignored). The `polished_per_round` fastest
+// are placed (PlaceGroups, as LaneRankSets places lanes), polished
+// (`trials_per_try` each) and dealt below the makespan to beat as above
+// (SearchDeal at `trial_search_pricings`). The round's best is kept when its
+// makespan is below the best so far. At most `max_rounds`, and at most
+// `max_dealt` sequences dealt by work in all; the lanes kept last are
+// searched at `search_pricings` once more.
 //
 // nullopt when nothing is faster than `makespan_s`. Thread-safety: pure
 // function.
 struct ReshapeOptions {
-  int max_rounds = 2;
+  int max_rounds = 4;
   // Sequences dealt over all rounds, at most: about 170 x86-64 instructions
   // each (callgrind: 2,048 go-src sequences onto 11 lanes), so at most
   // about 22 M instructions in all.
   int64_t max_dealt = 131072;
   size_t polished_per_round = 2;  // the neighbours fastest as screened
   int trials_per_try = 200;
+  // SearchDeal's lane times on the given and on the kept lanes, and on each
+  // trial's: 20,000 on every trial doubled the mean planning time on random
+  // batches of up to 48 sequences on 32 ranks (0.6 to 1.3 ms) and left fcp
+  // behind a heuristic on 4 instead of 5 of heuristics_test's 6,474.
+  int64_t search_pricings = 20000;
+  int64_t trial_search_pricings = 1000;
 };
 struct Reshaped {
   std::vector<std::vector<int>> lanes, rank_sets;

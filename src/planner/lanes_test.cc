@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "fcp/cost_model.h"
@@ -393,6 +394,64 @@ TEST(ReshapeLanesTest, FasterValidLanes) {
       reshaped, tried, dealt_again);
   EXPECT_GT(reshaped, 10);
   EXPECT_GT(dealt_again, 0);
+}
+
+// SearchDeal on tiny batches (up to 7 sequences onto 2 or 3 lanes of
+// random degrees, memory ample so that every lane runs as one group)
+// against every assignment of the sequences to the lanes, priced group by
+// group (LaneTimesS): its deal is as fast as the fastest, and none is found
+// strictly below that.
+TEST(SearchDealTest, ExactOnTinyBatches) {
+  int compared = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    testing::RandomInstanceOptions opt;
+    opt.max_sequences = 7;
+    opt.min_ranks = 3;
+    opt.max_ranks = 12;
+    PlanRequest req = testing::RandomRequest(rng, opt);
+    req.cost.mem_capacity = 1e18;  // every lane one group: SearchDeal exact
+    const int n = req.cluster.num_ranks;
+    const size_t num_lanes = 2 + rng() % 2;
+    // Contiguous rank sets of at least one rank each, some ranks idle.
+    std::vector<std::vector<int>> rank_sets(num_lanes);
+    int next = 0;
+    for (size_t p = 0; p < num_lanes; ++p) {
+      const int left = n - next - static_cast<int>(num_lanes - p - 1);
+      const int degree = 1 + static_cast<int>(rng() % left);
+      for (int r = 0; r < degree; ++r) rank_sets[p].push_back(next++);
+    }
+    const size_t k = req.sequences.size();
+    double best_s = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<int>> lanes(num_lanes);
+    size_t assignments = 1;
+    for (size_t i = 0; i < k; ++i) assignments *= num_lanes;
+    for (size_t code = 0; code < assignments; ++code) {
+      for (auto& lane : lanes) lane.clear();
+      for (size_t i = 0, c = code; i < k; ++i, c /= num_lanes)
+        lanes[c % num_lanes].push_back(static_cast<int>(i));
+      const std::vector<double> times =
+          LaneTimesS(req, LongestFirst(req, lanes), rank_sets);
+      best_s = std::min(best_s, *std::max_element(times.begin(), times.end()));
+    }
+    const std::vector<int> order = MakeWorkOrder(req.sequences, req.cost).order;
+    const auto deal = SearchDeal(req, rank_sets, order,
+                                 std::numeric_limits<double>::infinity(),
+                                 std::numeric_limits<int64_t>::max());
+    ASSERT_TRUE(deal.has_value()) << "seed " << seed;
+    ExpectEachSequenceOnceWithinDMin(req, *deal, rank_sets, seed);
+    const std::vector<double> times =
+        LaneTimesS(req, LongestFirst(req, *deal), rank_sets);
+    EXPECT_NEAR(*std::max_element(times.begin(), times.end()), best_s,
+                best_s * 1e-9)
+        << "seed " << seed;
+    EXPECT_FALSE(SearchDeal(req, rank_sets, order, best_s * (1 - 1e-9),
+                            std::numeric_limits<int64_t>::max())
+                     .has_value())
+        << "seed " << seed;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 200);
 }
 
 // LanesOf: a lane plan's lanes and rank sets come back whole; rank sets that

@@ -509,6 +509,20 @@ TEST(PlacementTest, SmallGroupsStayInsideNodesWhenPossible) {
   }
 }
 
+// Lanes of 12, 5 and 4 ranks on 23 ranks of 4-rank nodes: no node has room
+// for the 4 behind the 12 and the 5, so the node-aligned packing fails; laid
+// out aligned degrees first (12, 4, then 5), the 4 fills a node of its own
+// (issue 32: behind the 5 it straddled two nodes, a ring 2x slower).
+TEST(PlacementTest, AlignedDegreesFirstWhereNoPackingKeepsThemInNodes) {
+  const std::vector<int> degrees = {5, 12, 4};
+  const Cluster cluster{23, 4};
+  const auto first =
+      planner::PlaceGroups(degrees, cluster, [&](int /*p*/, int f, int d) {
+        return d <= 4 && !RangeOnOneNode(cluster, f, d) ? 2.0 : 1.0;
+      });
+  EXPECT_EQ(first, (std::vector<int>{16, 0, 12}));
+}
+
 TEST(PlacementTest, RanksPerNodeNeedNotDivideN) {
   const std::vector<int> degrees = {5, 3, 2};
   const Cluster cluster{10, 4};

@@ -118,11 +118,6 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups,
 
 }  // namespace
 
-bool AlignedDegree(const Cluster& cluster, int degree) {
-  const int r = cluster.ranks_per_node;
-  return degree <= r ? r % degree == 0 : degree % r == 0;
-}
-
 GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
   return [cluster, time = std::move(time)](const AllocGroup& g, int degree) {
     return AlignedDegree(cluster, degree)
@@ -131,26 +126,39 @@ GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
   };
 }
 
+GroupTimeFn PackedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                 const ModelShape* shape) {
+  const GroupTimeFn ring = BestCaseTime(cm, cluster);
+  if (!shape) return ring;
+  return [ring, cm, cluster, s = *shape, factors = FactorsByDegree(*shape)](
+             const AllocGroup& g, int degree) mutable {
+    const double t = ring(g, degree);
+    if (!AllToAllAllowed(&s, degree)) return t;
+    return std::min(t, AllToAllGroupTimePartsS(
+                           cm, factors(degree), g.load, degree,
+                           AllToAllBandwidthOnRange(cm, cluster, 0, degree))
+                           .total_s);
+  };
+}
+
+bool PackingPricesAllToAll(const PlanRequest& request) {
+  const ModelShape* shape = ShapeOf(request);
+  const int r = request.cluster.ranks_per_node;
+  for (int d = r + 1; shape && d <= request.cluster.num_ranks; ++d)
+    if (AllToAllAllowed(shape, d)) return true;
+  return false;
+}
+
 GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                   const ModelShape* shape) {
-  GroupTimeFn ring = BestCaseTime(cm, cluster);
-  return [cm, cluster, shape, ring = std::move(ring)](const AllocGroup& g,
-                                                      int degree) {
-    if (!AlignedDegree(cluster, degree))
-      return std::numeric_limits<double>::infinity();
-    const double t = ring(g, degree);
-    if (!AllToAllAllowed(shape, degree)) return t;
-    return std::min(t, AllToAllGroupTimeS(
-                           cm, *shape, g.load, degree,
-                           AllToAllBandwidthOnRange(cm, cluster, 0, degree)));
-  };
+  return AlignedOnly(cluster, PackedRingOrAllToAll(cm, cluster, shape));
 }
 
 // Long because: its steps share one set of groups, degrees and ranks.
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
     Allocator allocator, bool topology_aware, bool full_nodes_too,
-    bool aligned_degrees) {
+    bool aligned_degrees, AllToAllPricing pricing) {
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups =
@@ -163,7 +171,9 @@ std::optional<Realized> RealizeGrouping(
                                 : nullptr;
   const GroupTimeFn best_case =
       aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
-                      : BestCaseRingOrAllToAll(cm, cluster, shape);
+      : pricing == AllToAllPricing::kPacked
+          ? PackedRingOrAllToAll(cm, cluster, shape)
+          : BestCaseRingOrAllToAll(cm, cluster, shape);
   // Allocate `usable` ranks, place, and (topology-aware) re-allocate the
   // groups that placement could not keep inside a node.
   struct Attempt {

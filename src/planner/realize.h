@@ -38,6 +38,29 @@ double RingOrAllToAllS(const CostModel& cm, const Cluster& cluster,
 GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                    const ModelShape* shape);
 
+// How the allocator prices an all-to-all group of d ranks across nodes.
+enum class AllToAllPricing {
+  // At the worst contiguous placement's bandwidth (a rank alone on its node):
+  // a placed group is never slower than allocated (BestCaseRingOrAllToAll).
+  kWorstPlacement,
+  // At its bandwidth from a node boundary, where PlaceGroups puts the first
+  // group (PackedRingOrAllToAll). Differs from the worst placement only on
+  // degrees above the node size (PackingPricesAllToAll).
+  kPacked,
+};
+
+// BestCaseRingOrAllToAll with every all-to-all group at its bandwidth on
+// [0, d) (AllToAllBandwidthOnRange): 6 ranks on 4-rank nodes then price at
+// 4 peers on the faster link, not at the inter-node link alone (issue 32: the
+// worst placement's price kept fcp on 8-rank rings where 6-rank all-to-all
+// groups ran 6 % faster, placed). Same caching as BestCaseRingOrAllToAll.
+GroupTimeFn PackedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                 const ModelShape* shape);
+
+// Whether kPacked prices some allowed degree differently: an all-to-all
+// degree within N above the node size R.
+bool PackingPricesAllToAll(const PlanRequest& request);
+
 struct Realized {
   MicroBatchPlan micro_batch;  // groups with ranks and sequences (no estimates)
   double placed_makespan_s = 0;  // max T over groups at their actual placement
@@ -64,13 +87,14 @@ inline constexpr size_t kMoveDonors = 8;
 // nodes of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes
 // fit). With `aligned_degrees`, every degree is node-aligned (AlignedDegree):
 // such groups pack into whole nodes, so none straddles a node boundary.
+// `pricing` says how the allocator prices all-to-all groups across nodes
+// (aligned degrees are always priced packed).
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
     Allocator allocator, bool topology_aware = false,
-    bool full_nodes_too = false, bool aligned_degrees = false);
+    bool full_nodes_too = false, bool aligned_degrees = false,
+    AllToAllPricing pricing = AllToAllPricing::kWorstPlacement);
 
-// d divides the node size R or is a multiple of it.
-bool AlignedDegree(const Cluster& cluster, int degree);
 // `time` where the degree is aligned, +inf elsewhere: the allocator's monotone
 // envelope then grants only aligned degrees (a group leaves the extra idle).
 GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time);

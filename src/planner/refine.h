@@ -15,13 +15,15 @@ namespace fcp::planner {
 // binary-search the makespan τ; for each τ every sequence that cannot meet τ on
 // one rank gets its own group with the fewest ranks that do; the others go
 // (best fit by time slack, memory-checked) first into those groups' headroom,
-// then onto single-rank groups. Returns the grouping of the smallest feasible
-// τ found, or nullopt when even `upper_s` is not met. An infinite `upper_s`
+// then onto single-rank groups. The test of a τ is not monotone, so on at most
+// 256 sequences a few τ below an unmet `upper_s`, or below the bisection's
+// last failure, are tried too. Returns the grouping of the smallest feasible
+// τ found, or nullopt when none is met. An infinite `upper_s`
 // starts from a τ where only memory can bind. `d_min_model`, when given, is
 // the cost model whose memory sets each sequence's minimum degree (lanes:
 // the real one, while `request` relaxes memory for a lane as a whole). With
 // `aligned_degrees` a group of d > 1 opens at a node-aligned degree only
-// (realize.h: AlignedDegree), which keeps rings inside whole nodes; and only
+// (placement.h: AlignedDegree), which keeps rings inside whole nodes; and only
 // at a multiple of `multiple_of`.
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
