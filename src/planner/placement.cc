@@ -122,11 +122,11 @@ std::optional<std::vector<int>> NodeAligned(const std::vector<int>& degrees,
 
 // `by_degree` with the groups of unaligned degree (neither dividing R nor a
 // multiple of it) moved behind the aligned ones, each part still by degree
-// descending; empty when that is `by_degree` itself. Laid out in this order
-// the aligned groups start on node boundaries (while each degree divides the
-// one before), where an unaligned one before them would shift every later
-// group across a boundary (issue 32: lanes of 12, 5 and 4 ranks on 4-rank
-// nodes, NodeAligned finding no node for the 4 behind the 5).
+// descending. Laid out in this order the aligned groups start on node
+// boundaries (while each degree divides the one before), where an unaligned
+// one before them would shift every later group across a boundary (issue 32:
+// lanes of 12, 5 and 4 ranks on 4-rank nodes, NodeAligned finding no node for
+// the 4 behind the 5).
 std::vector<int> AlignedFirst(const std::vector<int>& degrees,
                               const std::vector<int>& by_degree,
                               const Cluster& cluster) {
@@ -134,7 +134,7 @@ std::vector<int> AlignedFirst(const std::vector<int>& degrees,
   std::stable_partition(order.begin(), order.end(), [&](int p) {
     return degrees[p] <= 0 || AlignedDegree(cluster, degrees[p]);
   });
-  return order == by_degree ? std::vector<int>{} : order;
+  return order;
 }
 
 }  // namespace
@@ -156,10 +156,10 @@ std::vector<int> PlaceGroups(const std::vector<int>& degrees,
   const std::vector<int> by_degree = ByDegreeDescending(degrees);
   candidates.push_back(Sequential(degrees, by_degree));
   // Where NodeAligned keeps every small group inside a node this adds little.
-  const std::vector<int> aligned_first =
-      aligned ? std::vector<int>{} : AlignedFirst(degrees, by_degree, cluster);
-  if (!aligned_first.empty())
-    candidates.push_back(Sequential(degrees, aligned_first));
+  if (!aligned) {
+    candidates.push_back(
+        Sequential(degrees, AlignedFirst(degrees, by_degree, cluster)));
+  }
   std::vector<int> given(degrees.size());
   std::iota(given.begin(), given.end(), 0);
   candidates.push_back(Sequential(degrees, given));

@@ -68,34 +68,44 @@ class FactorsByDegree {
   std::vector<std::optional<AllToAllFactors>> factors_;
 };
 
-}  // namespace
-
-// ...and, placement-independent, at its best case (the allocator's T).
-GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
-                                   const ModelShape* shape) {
+// The allocator's T: the ring at its best case (BestCaseTime), or with a model
+// shape the cheaper of that and all-to-all at `bandwidth(group, d)` (bytes/s;
+// the time falls with the bandwidth, rounding included, so the fastest link
+// a group may get is the only one priced). Keeps each degree's all-to-all
+// factors as it prices.
+template <class Bandwidth>
+GroupTimeFn RingOrAllToAllAt(const CostModel& cm, const Cluster& cluster,
+                             const ModelShape* shape, Bandwidth bandwidth) {
   const GroupTimeFn ring = BestCaseTime(cm, cluster);
   if (!shape) return ring;
-  return [ring, cm, cluster, s = *shape, factors = FactorsByDegree(*shape)](
-             const AllocGroup& g, int degree) mutable {
-    const bool may_be_one_node =
-        !g.inter_node && degree <= cluster.ranks_per_node;
-    double t = ring(g, degree);
+  return [ring, cm, s = *shape, factors = FactorsByDegree(*shape),
+          bandwidth = std::move(bandwidth)](const AllocGroup& g,
+                                            int degree) mutable {
+    const double t = ring(g, degree);
     if (!AllToAllAllowed(&s, degree)) return t;
-    const AllToAllFactors& f = factors(degree);
-    // Across nodes at the inter-node link alone: the bandwidth of the worst
-    // contiguous placement (a rank alone on its node), so a placed group is
-    // never slower than allocated and allowing all-to-all never makes the
-    // plan worse than rings only (a property test).
-    t = std::min(
-        t, AllToAllGroupTimePartsS(cm, f, g.load, degree, cm.bw_inter_node)
-               .total_s);
-    if (may_be_one_node) {
-      t = std::min(
-          t, AllToAllGroupTimePartsS(cm, f, g.load, degree, cm.bw_intra_node)
-                 .total_s);
-    }
-    return t;
+    return std::min(t, AllToAllGroupTimePartsS(cm, factors(degree), g.load,
+                                               degree, bandwidth(g, degree))
+                           .total_s);
   };
+}
+
+}  // namespace
+
+// RingOrAllToAllS placement-independent, at its best case (the allocator's T).
+GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
+                                   const ModelShape* shape) {
+  // Across nodes at the inter-node link alone: the bandwidth of the worst
+  // contiguous placement (a rank alone on its node), so a placed group is
+  // never slower than allocated and allowing all-to-all never makes the
+  // plan worse than rings only (a property test). A group that may fit in
+  // one node gets the faster link.
+  return RingOrAllToAllAt(
+      cm, cluster, shape, [cm, cluster](const AllocGroup& g, int degree) {
+        const bool may_be_one_node =
+            !g.inter_node && degree <= cluster.ranks_per_node;
+        return may_be_one_node ? std::max(cm.bw_inter_node, cm.bw_intra_node)
+                               : cm.bw_inter_node;
+      });
 }
 
 namespace {
@@ -128,17 +138,10 @@ GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
 
 GroupTimeFn PackedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                  const ModelShape* shape) {
-  const GroupTimeFn ring = BestCaseTime(cm, cluster);
-  if (!shape) return ring;
-  return [ring, cm, cluster, s = *shape, factors = FactorsByDegree(*shape)](
-             const AllocGroup& g, int degree) mutable {
-    const double t = ring(g, degree);
-    if (!AllToAllAllowed(&s, degree)) return t;
-    return std::min(t, AllToAllGroupTimePartsS(
-                           cm, factors(degree), g.load, degree,
-                           AllToAllBandwidthOnRange(cm, cluster, 0, degree))
-                           .total_s);
-  };
+  return RingOrAllToAllAt(
+      cm, cluster, shape, [cm, cluster](const AllocGroup&, int degree) {
+        return AllToAllBandwidthOnRange(cm, cluster, 0, degree);
+      });
 }
 
 bool PackingPricesAllToAll(const PlanRequest& request) {
