@@ -22,6 +22,12 @@
 
 namespace fcp::planner {
 
+// The most sequences whose lanes are also opened at all-to-all degrees only
+// (LaneGroupings): at 512 sequences on 64 ranks and 8,192 on 1,024 that
+// grouping took 14 % and 17 % more planning instructions and changed no plan
+// of the study's 92 cases.
+constexpr size_t kAllToAllLanesMaxSequences = 256;
+
 std::vector<LaneGrouping> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual, int multiple_of,
     const std::vector<std::vector<int>>* free_grouping) {
@@ -50,12 +56,23 @@ std::vector<LaneGrouping> LaneGroupings(
   std::vector<LaneDegrees> rules = {{}};
   if (nodes_matter) rules.push_back({.node_aligned = true});
   if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
+  // Lanes opened where all-to-all may run are a fourth, on batches of at
+  // most kAllToAllLanesMaxSequences: free degrees open a long sequence at
+  // the fewest ranks that meet the target, often a ring where a wider
+  // all-to-all lane takes short sequences too (issue 32: 16 and 12 ranks of
+  // all-to-all, 7 % ahead of fcp's rings on 29 ranks).
+  if (request.sequences.size() <= kAllToAllLanesMaxSequences &&
+      SomeDegreeRingOnly(request)) {
+    rules.push_back({.all_to_all_only = true});
+  }
   DualApprox dual_approx(relaxed, members, &request.cost);
   for (const LaneDegrees& rule : rules) {
-    if (free_grouping && !rule.node_aligned && rule.multiple_of == 1) {
+    if (free_grouping && !rule.node_aligned && rule.multiple_of == 1 &&
+        !rule.all_to_all_only) {
       out.push_back({*free_grouping, rule});
-    } else if (auto grouping = dual_approx.Group(upper_s, rule.node_aligned,
-                                                 rule.multiple_of)) {
+    } else if (auto grouping =
+                   dual_approx.Group(upper_s, rule.node_aligned,
+                                     rule.multiple_of, rule.all_to_all_only)) {
       out.push_back({std::move(*grouping), rule});
     }
   }
@@ -119,12 +136,14 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
                      : degrees.all_to_all == AllToAllPricing::kPacked
                          ? PackedRingOrAllToAll(cm, cluster, shape)
                          : BestCaseRingOrAllToAll(cm, cluster, shape);
-  if (degrees.multiple_of > 1) {
+  if (degrees.multiple_of > 1 || degrees.all_to_all_only) {
     // +inf elsewhere: the allocator's monotone envelope grants only these.
-    time = [time = std::move(time), g = degrees.multiple_of](
-               const AllocGroup& group, int d) {
-      return d > 1 && d % g != 0 ? std::numeric_limits<double>::infinity()
-                                 : time(group, d);
+    time = [time = std::move(time), g = degrees.multiple_of,
+            a2a = degrees.all_to_all_only,
+            shape](const AllocGroup& group, int d) {
+      const bool allowed =
+          d == 1 || (d % g == 0 && (!a2a || AllToAllAllowed(shape, d)));
+      return allowed ? time(group, d) : std::numeric_limits<double>::infinity();
     };
   }
   const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);
@@ -807,39 +826,78 @@ std::vector<std::vector<int>> DegreeNeighbours(std::vector<int> degrees,
   return out;
 }
 
-// Every sequence dealt afresh onto lanes of `degrees` ranks (DealOnto),
-// with the makespan of the lanes as one group each at their best-case times
-// (`best_case`: memory relaxed, placement ignored), a screen far cheaper than
-// placing and pricing them. nullopt when some sequence fits no lane.
+// The most sequences DealSearch deals (PolishOrDealBelow), and a batch small
+// enough for ReshapeLanes to screen its neighbours by time (DealScreened)
+// and polish more of them: on more, a depth-first search within its budget
+// only moves the last few sequences dealt, and pricing lanes of hundreds of
+// sequences took a third of the planning instructions on Ascend go-src (64
+// ranks, gbs 1,024).
+constexpr size_t kDealSearchMaxSequences = 64;
+
+// Every sequence (in `order`, the heaviest first) onto the lane of `degrees`
+// ranks (of at least its d_min) whose time as one group (`time`) it leaves
+// lowest: LPT by time. Dealing by work over degree (DealOntoDegrees) takes
+// a lane's work to shrink as 1/d, while the time of all-to-all and of rings
+// across nodes do not. nullopt when some sequence fits no lane.
+std::optional<std::vector<std::vector<int>>> DealByTime(
+    const PlanRequest& request, const std::vector<int>& degrees,
+    const std::vector<int64_t>& d_min, const std::vector<int>& order,
+    const GroupTimeFn& time) {
+  std::vector<AllocGroup> groups(degrees.size());
+  std::vector<std::vector<int>> lanes(degrees.size());
+  for (int k : order) {
+    size_t best = degrees.size();
+    double best_s = std::numeric_limits<double>::infinity();
+    for (size_t p = 0; p < degrees.size(); ++p) {
+      if (d_min[k] > degrees[p]) continue;
+      AllocGroup grown = groups[p];
+      grown.load.Add(request.sequences[k]);
+      const double t = time(grown, degrees[p]);
+      if (t < best_s) {
+        best_s = t;
+        best = p;
+      }
+    }
+    if (best == degrees.size()) return std::nullopt;
+    groups[best].load.Add(request.sequences[k]);
+    lanes[best].push_back(k);
+  }
+  return lanes;
+}
+
+// Every sequence dealt afresh onto lanes of `degrees` ranks (DealOnto; on
+// small batches DealByTime at `best_case`), with the makespan of the lanes
+// as one group each at their best-case times (`best_case`: memory relaxed,
+// placement ignored), a screen far cheaper than placing and pricing them.
+// Dealt by work, which takes a lane's time to fall as 1/d, lanes of 3 and 1
+// ranks merged into 4 of all-to-all screened behind two neighbours that
+// polished slower, where they were 8.4 % faster (issue 32: 28 ranks,
+// ref-bisect ahead). nullopt when some sequence fits no lane.
 struct Screened {
   std::vector<int> degrees;
   std::vector<std::vector<int>> lanes;
   double makespan_s = 0;
 };
-std::optional<Screened> DealScreened(const std::vector<Sequence>& sequences,
+std::optional<Screened> DealScreened(const PlanRequest& request,
                                      const std::vector<int>& degrees,
                                      const std::vector<int64_t>& d_min,
                                      const std::vector<double>& work,
                                      const std::vector<int>& order,
                                      const GroupTimeFn& best_case) {
-  auto lanes = DealOntoDegrees(degrees, d_min, work, order);
+  auto lanes = order.size() <= kDealSearchMaxSequences
+                   ? DealByTime(request, degrees, d_min, order, best_case)
+                   : DealOntoDegrees(degrees, d_min, work, order);
   if (!lanes) return std::nullopt;
   Screened out;
   out.degrees = degrees;
   for (size_t p = 0; p < lanes->size(); ++p) {
     AllocGroup lane;
-    for (int k : (*lanes)[p]) lane.load.Add(sequences[k]);
+    for (int k : (*lanes)[p]) lane.load.Add(request.sequences[k]);
     out.makespan_s = std::max(out.makespan_s, best_case(lane, degrees[p]));
   }
   out.lanes = std::move(*lanes);
   return out;
 }
-
-// The most sequences DealSearch deals (PolishOrDealBelow): on more, a depth-
-// first search within its budget only moves the last few sequences dealt,
-// and pricing lanes of hundreds of sequences took a third of the planning
-// instructions on Ascend go-src (64 ranks, gbs 1,024).
-constexpr size_t kDealSearchMaxSequences = 64;
 
 // How far below the makespan to beat DealBelow aims, tightest first.
 constexpr double kDealBelowMargins[] = {1e-3, 3e-4, 1e-4};
@@ -1093,12 +1151,15 @@ std::optional<Reshaped> ReshapeLanes(
     for (const std::vector<int>& next :
          DegreeNeighbours(degrees, slow, request.cluster.num_ranks)) {
       if (deals_left-- <= 0) break;
-      if (auto screened = DealScreened(request.sequences, next, d_min, work,
-                                       order, best_case)) {
+      if (auto screened =
+              DealScreened(request, next, d_min, work, order, best_case)) {
         dealt.push_back(std::move(*screened));
       }
     }
-    const size_t polished = std::min(dealt.size(), options.polished_per_round);
+    const size_t polished =
+        std::min(dealt.size(), order.size() <= kDealSearchMaxSequences
+                                   ? options.small_batch_polished_per_round
+                                   : options.polished_per_round);
     std::partial_sort(dealt.begin(), dealt.begin() + polished, dealt.end(),
                       [](const Screened& a, const Screened& b) {
                         return a.makespan_s < b.makespan_s;

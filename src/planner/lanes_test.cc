@@ -164,21 +164,29 @@ TEST(ChunkLanesTest, SplitsMatchTheScans) {
   EXPECT_GT(lanes_balanced, 20);
 }
 
-TEST(LaneRankSetsTest, EvenDegreesAreEvenDisjointAndHoldTheirSequences) {
-  int even_lanes = 0;
+TEST(LaneRankSetsTest, RestrictedDegreesKeepTheirRuleDisjointAndHold) {
+  // Each grouping laid out at the degrees it was opened at: even ones, and
+  // ones where all-to-all may run (AllToAllAllowed), the rule's oracle.
+  int even_lanes = 0, all_to_all_lanes = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     const PlanRequest req = testing::RandomRequestMaybeSync(seed, 7919, 48);
     for (const LaneGrouping& grouping :
          LaneGroupings(req, std::numeric_limits<double>::infinity(),
                        /*dual=*/true, /*multiple_of=*/2)) {
-      const auto rank_sets =
-          LaneRankSets(req, grouping.lanes, {.multiple_of = 2});
+      const LaneDegrees& rule = grouping.degrees;
+      if (rule.multiple_of == 1 && !rule.all_to_all_only) continue;
+      const auto rank_sets = LaneRankSets(req, grouping.lanes, rule);
       if (!rank_sets) continue;
       std::vector<int> owner(req.cluster.num_ranks, -1);
       for (size_t p = 0; p < rank_sets->size(); ++p) {
         const int d = static_cast<int>((*rank_sets)[p].size());
-        EXPECT_TRUE(d == 1 || d % 2 == 0) << "seed " << seed << ": d " << d;
-        even_lanes += d > 1;
+        EXPECT_TRUE(d == 1 || d % rule.multiple_of == 0)
+            << "seed " << seed << ": d " << d;
+        EXPECT_TRUE(d == 1 || !rule.all_to_all_only ||
+                    AllToAllAllowed(ShapeOf(req), d))
+            << "seed " << seed << ": d " << d;
+        even_lanes += d > 1 && rule.multiple_of == 2;
+        all_to_all_lanes += d > 1 && rule.all_to_all_only;
         for (int k : grouping.lanes[p]) {
           EXPECT_LE(MinDegree(req.cost, GroupLoad::Of(req.sequences[k])), d)
               << "seed " << seed;
@@ -191,7 +199,10 @@ TEST(LaneRankSetsTest, EvenDegreesAreEvenDisjointAndHoldTheirSequences) {
       }
     }
   }
+  std::printf("lanes of d > 1: %d even, %d at all-to-all degrees\n", even_lanes,
+              all_to_all_lanes);
   EXPECT_GT(even_lanes, 100);
+  EXPECT_GT(all_to_all_lanes, 100);
 }
 
 // Lane p's time as the plan will have it, priced here group by group: its

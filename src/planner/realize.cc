@@ -152,6 +152,13 @@ bool PackingPricesAllToAll(const PlanRequest& request) {
   return false;
 }
 
+bool SomeDegreeRingOnly(const PlanRequest& request) {
+  const ModelShape* shape = ShapeOf(request);
+  for (int d = 2; shape && d <= request.cluster.num_ranks; ++d)
+    if (!AllToAllAllowed(shape, d)) return true;
+  return false;
+}
+
 GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
                                   const ModelShape* shape) {
   return AlignedOnly(cluster, PackedRingOrAllToAll(cm, cluster, shape));
@@ -189,6 +196,106 @@ std::optional<Realized> RealizeGrouping(
                ? AllocateDp(costed, usable, best_case)
                : AllocateFast(costed, usable, best_case);
   };
+  // An attempt's degrees and placement improved in place by rank moves.
+  auto move_ranks = [&](Attempt& out) {
+    // Rank moves around the placed bottleneck: give it a rank (from the
+    // spare pool or from a group with slack), or take one away, to the pool
+    // or to another group (a straddling group one rank smaller may fit
+    // inside a node). Each candidate is placed and costed as placed; the best
+    // strict improvement is kept. Bounded: 2 kTopologyRounds · (2 kMoveDonors
+    // + 3) placements.
+    const int n = cluster.num_ranks;
+    std::vector<int>& degrees = out.degrees;
+    std::vector<int>& first = out.first;
+    double& makespan = out.makespan;
+    for (int round = 0; round < 2 * kTopologyRounds; ++round) {
+      std::vector<double> placed_t(groups.size());
+      int b = 0;
+      bool straddles = false;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
+        straddles |=
+            !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
+        placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load,
+                                      first[p], degrees[p]);
+        if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
+      }
+      if (!straddles && round > 0) break;
+      const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
+      std::vector<std::vector<int>> trials;
+      if (used < n) {
+        trials.push_back(degrees);
+        ++trials.back()[b];
+      }
+      // Tied bottlenecks: one spare rank for each (a single move cannot
+      // lower a max that several groups share).
+      std::vector<int> tied;
+      for (size_t p = 0; p < groups.size(); ++p) {
+        if (placed_t[p] >= placed_t[b] * (1 - 1e-9))
+          tied.push_back(static_cast<int>(p));
+      }
+      if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
+        trials.push_back(degrees);
+        for (int p : tied) ++trials.back()[p];
+      }
+      if (degrees[b] > alloc_groups[b].min_degree) {
+        trials.push_back(degrees);
+        --trials.back()[b];
+      }
+      std::vector<int> donors;
+      for (size_t q = 0; q < groups.size(); ++q) {
+        if (static_cast<int>(q) != b &&
+            degrees[q] > alloc_groups[q].min_degree) {
+          donors.push_back(static_cast<int>(q));
+        }
+      }
+      std::stable_sort(donors.begin(), donors.end(),
+                       [&](int x, int y) { return placed_t[x] < placed_t[y]; });
+      if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
+      for (int q : donors) {
+        trials.push_back(degrees);
+        --trials.back()[q];
+        ++trials.back()[b];
+      }
+      // The bottleneck's rank given to another group, where the bottleneck
+      // straddles: one rank fewer may fit it inside a node only once the
+      // group before it fills that node's first part.
+      const bool b_straddles = degrees[b] > 1 &&
+                               degrees[b] <= cluster.ranks_per_node &&
+                               !RangeOnOneNode(cluster, first[b], degrees[b]);
+      if (b_straddles && degrees[b] > alloc_groups[b].min_degree) {
+        std::vector<int> takers;
+        for (size_t q = 0; q < groups.size(); ++q)
+          if (static_cast<int>(q) != b) takers.push_back(static_cast<int>(q));
+        std::stable_sort(takers.begin(), takers.end(), [&](int x, int y) {
+          return placed_t[x] < placed_t[y];
+        });
+        if (takers.size() > kMoveDonors) takers.resize(kMoveDonors);
+        for (int q : takers) {
+          trials.push_back(degrees);
+          ++trials.back()[q];
+          --trials.back()[b];
+        }
+      }
+      double best_m = makespan * (1 - 1e-12);
+      int best_t = -1;
+      std::vector<int> best_first;
+      for (size_t t = 0; t < trials.size(); ++t) {
+        std::vector<int> f;
+        const double m =
+            PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
+        if (m < best_m) {
+          best_m = m;
+          best_t = static_cast<int>(t);
+          best_first = std::move(f);
+        }
+      }
+      if (best_t < 0) break;
+      makespan = best_m;
+      degrees = trials[best_t];
+      first = std::move(best_first);
+    }
+  };
   auto attempt = [&](int usable, const Allocation& alloc) {
     Attempt out;
     out.degrees = alloc.degrees;
@@ -203,6 +310,7 @@ std::optional<Realized> RealizeGrouping(
     // is never worse than allocate-then-place.
     std::vector<bool> inter_only(groups.size(), false);
     std::vector<int> cur_degrees = out.degrees, cur_first = out.first;
+    Attempt placed_first = out;
     for (int round = 0; round < kTopologyRounds; ++round) {
       bool changed = false;
       for (size_t p = 0; p < groups.size(); ++p) {
@@ -230,85 +338,17 @@ std::optional<Realized> RealizeGrouping(
         out.first = std::move(f);
       }
     }
-    // From here on, one attempt's degrees and placement are improved in place.
-    std::vector<int>& degrees = out.degrees;
-    std::vector<int>& first = out.first;
-    double& makespan = out.makespan;
-    if (out.topology_bound) {
-      // Rank moves around the placed bottleneck: give it a rank (from the
-      // spare pool or from a group with slack), or take one away (a straddling
-      // group one rank smaller may fit inside a node). Each candidate is placed
-      // and costed as placed; the best strict improvement is kept. Bounded:
-      // kTopologyRounds · (kMoveDonors + 2) placements.
-      const int n = cluster.num_ranks;
-      for (int round = 0; round < 2 * kTopologyRounds; ++round) {
-        std::vector<double> placed_t(groups.size());
-        int b = 0;
-        bool straddles = false;
-        for (size_t p = 0; p < groups.size(); ++p) {
-          const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
-          straddles |= !one_node && degrees[p] <= cluster.ranks_per_node &&
-                       degrees[p] > 1;
-          placed_t[p] = RingOrAllToAllS(
-              cm, cluster, shape, alloc_groups[p].load, first[p], degrees[p]);
-          if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
-        }
-        if (!straddles && round > 0) break;
-        const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
-        std::vector<std::vector<int>> trials;
-        if (used < n) {
-          trials.push_back(degrees);
-          ++trials.back()[b];
-        }
-        // Tied bottlenecks: one spare rank for each (a single move cannot
-        // lower a max that several groups share).
-        std::vector<int> tied;
-        for (size_t p = 0; p < groups.size(); ++p) {
-          if (placed_t[p] >= placed_t[b] * (1 - 1e-9))
-            tied.push_back(static_cast<int>(p));
-        }
-        if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
-          trials.push_back(degrees);
-          for (int p : tied) ++trials.back()[p];
-        }
-        if (degrees[b] > alloc_groups[b].min_degree) {
-          trials.push_back(degrees);
-          --trials.back()[b];
-        }
-        std::vector<int> donors;
-        for (size_t q = 0; q < groups.size(); ++q) {
-          if (static_cast<int>(q) != b &&
-              degrees[q] > alloc_groups[q].min_degree) {
-            donors.push_back(static_cast<int>(q));
-          }
-        }
-        std::stable_sort(donors.begin(), donors.end(), [&](int x, int y) {
-          return placed_t[x] < placed_t[y];
-        });
-        if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
-        for (int q : donors) {
-          trials.push_back(degrees);
-          --trials.back()[q];
-          ++trials.back()[b];
-        }
-        double best_m = makespan * (1 - 1e-12);
-        int best_t = -1;
-        std::vector<int> best_first;
-        for (size_t t = 0; t < trials.size(); ++t) {
-          std::vector<int> f;
-          const double m =
-              PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
-          if (m < best_m) {
-            best_m = m;
-            best_t = static_cast<int>(t);
-            best_first = std::move(f);
-          }
-        }
-        if (best_t < 0) break;
-        makespan = best_m;
-        degrees = trials[best_t];
-        first = std::move(best_first);
-      }
+    if (!out.topology_bound) return out;
+    // Rank moves from the re-allocated best and from allocate-then-place:
+    // re-costing a straddling group at inter-node figures grows it across
+    // the boundary, where a rank moved out of it keeps both groups inside a
+    // node (issue 32: 15 and 14 ranks on nodes of 16 and 13 re-allocated to
+    // 18 and 11 took 644 ms where 15 and 13 take 470 ms).
+    move_ranks(out);
+    if (placed_first.degrees != out.degrees) {
+      move_ranks(placed_first);
+      if (placed_first.makespan < out.makespan * (1 - 1e-12))
+        out = std::move(placed_first);
     }
     return out;
   };

@@ -61,6 +61,10 @@ GroupTimeFn PackedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
 // degree within N above the node size R.
 bool PackingPricesAllToAll(const PlanRequest& request);
 
+// Whether the request's model has head counts and some degree in [2, N] may
+// not run all-to-all (AllToAllAllowed).
+bool SomeDegreeRingOnly(const PlanRequest& request);
+
 struct Realized {
   MicroBatchPlan micro_batch;  // groups with ranks and sequences (no estimates)
   double placed_makespan_s = 0;  // max T over groups at their actual placement
@@ -80,15 +84,16 @@ inline constexpr size_t kMoveDonors = 8;
 // smallest placed makespan wins, so it is never worse than allocate-then-place.
 // While some group with d <= R straddles a node boundary, single-rank moves to
 // or from the placed bottleneck are tried too (each placed and costed as
-// placed). With `full_nodes_too` (topology-aware only) and a partial last node
-// (N not a multiple of R), the same is also done allocating the full nodes'
-// ranks only, and the lower placed makespan wins: the allocator counts the
-// partial node's ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on
-// nodes of 8 8 8 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes
-// fit). With `aligned_degrees`, every degree is node-aligned (AlignedDegree):
-// such groups pack into whole nodes, so none straddles a node boundary.
-// `pricing` says how the allocator prices all-to-all groups across nodes
-// (aligned degrees are always priced packed).
+// placed), from the re-allocated best and from allocate-then-place. With
+// `full_nodes_too` (topology-aware only) and a partial last node (N not a
+// multiple of R), the same is also done allocating the full nodes' ranks only,
+// and the lower placed makespan wins: the allocator counts the partial node's
+// ranks as if any d <= R could use them, e.g. degrees 8 8 5 5 on nodes of 8 8 8
+// 2 ranks, where a 5 must straddle (8 8 4 4 on the full nodes fit). With
+// `aligned_degrees`, every degree is node-aligned (AlignedDegree): such groups
+// pack into whole nodes, so none straddles a node boundary. `pricing` says how
+// the allocator prices all-to-all groups across nodes (aligned degrees are
+// always priced packed).
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
     Allocator allocator, bool topology_aware = false,

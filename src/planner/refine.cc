@@ -36,13 +36,17 @@ constexpr double kFloorMargin = 1e-9;
 // close to time's (relative): a near-tie may round the other way once memory
 // is relaxed.
 constexpr double kTieMargin = 1e-12;
-// τ tried evenly below one that is not met (DualApprox::Group): below the
-// bound, and below the bisection's last failure with a second bisection from
-// the highest met there, on at most kProbedMembers sequences. At 512
-// sequences on 64 ranks and 8,192 on 1,024 they took about a fifth more
-// planning instructions, which the 1 ms and 20 ms budgets do not hold
-// (docs/planner/speed.md).
-constexpr int kProbesBelow = 3;
+// τ tried below one that is not met (DualApprox::Group): below the bound,
+// and below the bisection's last failure with a second bisection from the
+// highest met there, on at most kProbedMembers sequences. At 512 sequences on
+// 64 ranks and 8,192 on 1,024 they took about a fifth more planning
+// instructions, which the 1 ms and 20 ms budgets do not hold
+// (docs/planner/speed.md). Each probe goes this far down from the unmet τ to
+// the floor, nearest first: the τ met can lie just below one that is not
+// (issue 32: lanes on 29 ranks met at 19.5 and 21.0 s, not at 20.6 s; probes
+// a quarter, half and three quarters of the way down all missed, and fcp
+// trailed ref-bisect by 11.6 %).
+constexpr double kProbeFractions[] = {1.0 / 16, 1.0 / 4, 1.0 / 2};
 constexpr size_t kProbedMembers = 256;
 
 }  // namespace
@@ -68,6 +72,8 @@ struct DualContext {
   bool memory_decided = false;  // in the last Group call (refine.h)
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
   int multiple_of = 1;   // and at multiples of this only
+  bool all_to_all_only = false;       // and where all-to-all may run only
+  const ModelShape* shape = nullptr;  // ShapeOf(request)
   BestTimer best_time;
 };
 
@@ -94,7 +100,8 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   for (int d = d_min + static_cast<int>(mins.size()); d <= max_degree; ++d) {
     const bool allowed =
         d == 1 || ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
-                   d % ctx.multiple_of == 0);
+                   d % ctx.multiple_of == 0 &&
+                   (!ctx.all_to_all_only || AllToAllAllowed(ctx.shape, d)));
     double t = std::numeric_limits<double>::infinity();
     if (allowed) {
       const size_t i = static_cast<size_t>(d - d_min);
@@ -339,11 +346,14 @@ DualApprox::DualApprox(const PlanRequest& request,
 DualApprox::~DualApprox() = default;
 
 std::optional<std::vector<std::vector<int>>> DualApprox::Group(
-    double upper_s, bool aligned_degrees, int multiple_of) {
+    double upper_s, bool aligned_degrees, int multiple_of,
+    bool all_to_all_only) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = ctx.request.cost;
   ctx.aligned = aligned_degrees;
   ctx.multiple_of = multiple_of;
+  ctx.all_to_all_only = all_to_all_only;
+  ctx.shape = ShapeOf(ctx.request);
   ctx.min_up_to.assign(ctx.order.size(), {});
   ctx.memory_decided = !std::isfinite(upper_s);
   if (!std::isfinite(upper_s)) {
@@ -369,11 +379,12 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
   // TryTau is not monotone in τ: a lower τ opens long groups wider, and their
   // slack may take short sequences that found no room at a higher one (issue
   // 32: missed at 21.07 s, met at 20.0 s). So where `hi` (the bound, or the
-  // bisection's last failure) is not met, a few τ spread evenly below it are.
+  // bisection's last failure) is not met, a few τ below it are
+  // (kProbeFractions).
   // The highest met becomes `best` and `hi`.
   auto probe_below = [&](double top) {
-    for (int j = 1; j <= kProbesBelow; ++j) {
-      const double tau = top - (top - floor_s) * j / (kProbesBelow + 1);
+    for (double fraction : kProbeFractions) {
+      const double tau = top - (top - floor_s) * fraction;
       if (TauGrouping found = try_tau(tau); found.num_groups > 0) {
         best = std::move(found);
         hi = tau;
@@ -406,9 +417,10 @@ bool DualApprox::memory_decided() const { return ctx_->memory_decided; }
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model, bool aligned_degrees, int multiple_of) {
+    const CostModel* d_min_model, bool aligned_degrees, int multiple_of,
+    bool all_to_all_only) {
   return DualApprox(request, members, d_min_model)
-      .Group(upper_s, aligned_degrees, multiple_of);
+      .Group(upper_s, aligned_degrees, multiple_of, all_to_all_only);
 }
 
 // Long because: every kind of trial resumes one shared allocator state.

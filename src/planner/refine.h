@@ -23,30 +23,31 @@ namespace fcp::planner {
 // the cost model whose memory sets each sequence's minimum degree (lanes:
 // the real one, while `request` relaxes memory for a lane as a whole). With
 // `aligned_degrees` a group of d > 1 opens at a node-aligned degree only
-// (placement.h: AlignedDegree), which keeps rings inside whole nodes; and only
-// at a multiple of `multiple_of`.
+// (placement.h: AlignedDegree), which keeps rings inside whole nodes; only
+// at a multiple of `multiple_of`; and with `all_to_all_only` only where
+// all-to-all may run (AllToAllAllowed, realize.h).
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
     const CostModel* d_min_model = nullptr, bool aligned_degrees = false,
-    int multiple_of = 1);
+    int multiple_of = 1, bool all_to_all_only = false);
 
 struct DualContext;
 
 // DualApproxGrouping prepared once for `members` and run under several degree
-// rules (LaneGroupings: free, node-aligned, even degrees): the order, minimum
-// degrees, single-rank times and the bisection's lower end are the same for
-// every rule, and each sequence is priced at each degree once. `request`
-// (and `d_min_model`) must outlive it.
+// rules (LaneGroupings: free, node-aligned, even and all-to-all degrees): the
+// order, minimum degrees, single-rank times and the bisection's lower end are
+// the same for every rule, and each sequence is priced at each degree once.
+// `request` (and `d_min_model`) must outlive it.
 class DualApprox {
  public:
   DualApprox(const PlanRequest& request, const std::vector<int>& members,
              const CostModel* d_min_model = nullptr);
   ~DualApprox();
   // DualApproxGrouping(request, members, upper_s, d_min_model,
-  // aligned_degrees, multiple_of).
-  std::optional<std::vector<std::vector<int>>> Group(double upper_s,
-                                                     bool aligned_degrees,
-                                                     int multiple_of);
+  // aligned_degrees, multiple_of, all_to_all_only).
+  std::optional<std::vector<std::vector<int>>> Group(
+      double upper_s, bool aligned_degrees, int multiple_of,
+      bool all_to_all_only = false);
   // Whether memory decided any choice in the last Group call: a group passed
   // over for memory, or a sequence sized for the single-rank bins by its
   // memory rather than its time. When not, the same call with memory relaxed (a

@@ -26,6 +26,7 @@ namespace {
 struct Rule {
   bool aligned;
   int multiple_of;
+  bool all_to_all_only = false;
 };
 
 using Grouping = std::optional<std::vector<std::vector<int>>>;
@@ -58,12 +59,14 @@ std::vector<Grouping> RunShared(const PlanRequest& relaxed,
   DualApprox shared(relaxed, members, &real);
   std::vector<Grouping> out;
   for (const Rule& rule : rules)
-    out.push_back(shared.Group(upper_s, rule.aligned, rule.multiple_of));
+    out.push_back(shared.Group(upper_s, rule.aligned, rule.multiple_of,
+                               rule.all_to_all_only));
   return out;
 }
 
 TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
-  const std::vector<Rule> rules = {{false, 1}, {true, 1}, {false, 2}};
+  const std::vector<Rule> rules = {
+      {false, 1}, {true, 1}, {false, 2}, {false, 1, true}};
   const std::vector<Rule> reversed(rules.rbegin(), rules.rend());
   int groupings = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
@@ -80,7 +83,8 @@ TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
       for (size_t i = 0; i < rules.size(); ++i) {
         const Grouping alone =
             DualApprox(relaxed, members, &req.cost)
-                .Group(upper_s, rules[i].aligned, rules[i].multiple_of);
+                .Group(upper_s, rules[i].aligned, rules[i].multiple_of,
+                       rules[i].all_to_all_only);
         EXPECT_EQ(forward[i], alone) << "seed " << seed << ", rule " << i;
         EXPECT_EQ(backward[rules.size() - 1 - i], alone)
             << "seed " << seed << ", rule " << i << " run first";
