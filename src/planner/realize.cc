@@ -203,7 +203,7 @@ std::optional<Realized> RealizeGrouping(
     // or to another group (a straddling group one rank smaller may fit
     // inside a node). Each candidate is placed and costed as placed; the best
     // strict improvement is kept. Bounded: 2 kTopologyRounds · (2 kMoveDonors
-    // + 3) placements.
+    // + 3) placements per start.
     const int n = cluster.num_ranks;
     std::vector<int>& degrees = out.degrees;
     std::vector<int>& first = out.first;
@@ -242,17 +242,18 @@ std::optional<Realized> RealizeGrouping(
         trials.push_back(degrees);
         --trials.back()[b];
       }
-      std::vector<int> donors;
-      for (size_t q = 0; q < groups.size(); ++q) {
-        if (static_cast<int>(q) != b &&
-            degrees[q] > alloc_groups[q].min_degree) {
-          donors.push_back(static_cast<int>(q));
-        }
-      }
-      std::stable_sort(donors.begin(), donors.end(),
+      // The other groups, fastest first: each may give the bottleneck a rank
+      // (kMoveDonors with slack) or take one from it.
+      std::vector<int> others;
+      for (size_t q = 0; q < groups.size(); ++q)
+        if (static_cast<int>(q) != b) others.push_back(static_cast<int>(q));
+      std::stable_sort(others.begin(), others.end(),
                        [&](int x, int y) { return placed_t[x] < placed_t[y]; });
-      if (donors.size() > kMoveDonors) donors.resize(kMoveDonors);
-      for (int q : donors) {
+      size_t donors = 0;
+      for (int q : others) {
+        if (donors == kMoveDonors) break;
+        if (degrees[q] <= alloc_groups[q].min_degree) continue;
+        ++donors;
         trials.push_back(degrees);
         --trials.back()[q];
         ++trials.back()[b];
@@ -264,16 +265,9 @@ std::optional<Realized> RealizeGrouping(
                                degrees[b] <= cluster.ranks_per_node &&
                                !RangeOnOneNode(cluster, first[b], degrees[b]);
       if (b_straddles && degrees[b] > alloc_groups[b].min_degree) {
-        std::vector<int> takers;
-        for (size_t q = 0; q < groups.size(); ++q)
-          if (static_cast<int>(q) != b) takers.push_back(static_cast<int>(q));
-        std::stable_sort(takers.begin(), takers.end(), [&](int x, int y) {
-          return placed_t[x] < placed_t[y];
-        });
-        if (takers.size() > kMoveDonors) takers.resize(kMoveDonors);
-        for (int q : takers) {
+        for (size_t i = 0; i < others.size() && i < kMoveDonors; ++i) {
           trials.push_back(degrees);
-          ++trials.back()[q];
+          ++trials.back()[others[i]];
           --trials.back()[b];
         }
       }

@@ -54,8 +54,9 @@ constexpr size_t kProbedMembers = 256;
 // What every degree rule shares (refine.h: DualApprox).
 struct DualContext {
   DualContext(const PlanRequest& r, const std::vector<int>& members)
-      : request(r), order(members), best_time(r) {}
+      : request(r), shape(ShapeOf(r)), order(members), best_time(r) {}
   const PlanRequest& request;
+  const ModelShape* shape;       // ShapeOf(request)
   std::vector<int> order;        // members by work, descending
   std::vector<int64_t> d_min;    // per member position in `order`
   std::vector<double> t_one;     // T({s}, 1)
@@ -72,8 +73,7 @@ struct DualContext {
   bool memory_decided = false;  // in the last Group call (refine.h)
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
   int multiple_of = 1;   // and at multiples of this only
-  bool all_to_all_only = false;       // and where all-to-all may run only
-  const ModelShape* shape = nullptr;  // ShapeOf(request)
+  bool all_to_all_only = false;  // and where all-to-all may run only
   BestTimer best_time;
 };
 
@@ -353,7 +353,6 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
   ctx.aligned = aligned_degrees;
   ctx.multiple_of = multiple_of;
   ctx.all_to_all_only = all_to_all_only;
-  ctx.shape = ShapeOf(ctx.request);
   ctx.min_up_to.assign(ctx.order.size(), {});
   ctx.memory_decided = !std::isfinite(upper_s);
   if (!std::isfinite(upper_s)) {
