@@ -126,6 +126,119 @@ double PlaceAndCost(const std::vector<AllocGroup>& groups,
   return makespan;
 }
 
+// What a grouping is placed and costed with.
+struct Placing {
+  const std::vector<AllocGroup>& groups;
+  const CostModel& cm;
+  const Cluster& cluster;
+  const ModelShape* shape;
+};
+
+// Degrees and placement of one RealizeGrouping start.
+struct Attempt {
+  std::vector<int> degrees, first;
+  double makespan = 0;
+  bool topology_bound = false;  // some group straddled a node boundary
+};
+
+// Degree vectors one rank move from `degrees` around the placed bottleneck
+// `b` (`placed_s`: each group's placed time): a spare rank for it, or for
+// each of its ties (one move cannot lower a max that several share); one
+// rank fewer for it; a rank from one of kMoveDonors other groups with slack,
+// fastest first; and, where it straddles a node boundary, its rank to one of
+// kMoveDonors others (one rank fewer may fit it inside a node only once the
+// group before it fills that node's first part).
+std::vector<std::vector<int>> RankMoves(const Placing& at,
+                                        const std::vector<int>& degrees,
+                                        const std::vector<int>& first,
+                                        const std::vector<double>& placed_s,
+                                        int b) {
+  const std::vector<AllocGroup>& groups = at.groups;
+  const int n = at.cluster.num_ranks;
+  const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
+  std::vector<std::vector<int>> moves;
+  if (used < n) {
+    moves.push_back(degrees);
+    ++moves.back()[b];
+  }
+  std::vector<int> tied;
+  for (size_t p = 0; p < groups.size(); ++p) {
+    if (placed_s[p] >= placed_s[b] * (1 - 1e-9))
+      tied.push_back(static_cast<int>(p));
+  }
+  if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
+    moves.push_back(degrees);
+    for (int p : tied) ++moves.back()[p];
+  }
+  if (degrees[b] > groups[b].min_degree) {
+    moves.push_back(degrees);
+    --moves.back()[b];
+  }
+  std::vector<int> others;
+  for (size_t q = 0; q < groups.size(); ++q)
+    if (static_cast<int>(q) != b) others.push_back(static_cast<int>(q));
+  std::stable_sort(others.begin(), others.end(),
+                   [&](int x, int y) { return placed_s[x] < placed_s[y]; });
+  size_t donors = 0;
+  for (int q : others) {
+    if (donors == kMoveDonors) break;
+    if (degrees[q] <= groups[q].min_degree) continue;
+    ++donors;
+    moves.push_back(degrees);
+    --moves.back()[q];
+    ++moves.back()[b];
+  }
+  const bool b_straddles = degrees[b] > 1 &&
+                           degrees[b] <= at.cluster.ranks_per_node &&
+                           !RangeOnOneNode(at.cluster, first[b], degrees[b]);
+  if (b_straddles && degrees[b] > groups[b].min_degree) {
+    for (size_t i = 0; i < others.size() && i < kMoveDonors; ++i) {
+      moves.push_back(degrees);
+      ++moves.back()[others[i]];
+      --moves.back()[b];
+    }
+  }
+  return moves;
+}
+
+// `out`'s degrees and placement improved in place by rank moves around the
+// placed bottleneck (RankMoves), each placed and costed as placed: per
+// round the best strict improvement is kept; rounds after the first only
+// while some group with 1 < d <= R straddles a node boundary. Bounded:
+// 2 kTopologyRounds · (2 kMoveDonors + 3) placements.
+void MoveRanks(const Placing& at, Attempt& out) {
+  const std::vector<AllocGroup>& groups = at.groups;
+  for (int round = 0; round < 2 * kTopologyRounds; ++round) {
+    std::vector<double> placed_s(groups.size());
+    int b = 0;
+    bool straddles = false;
+    for (size_t p = 0; p < groups.size(); ++p) {
+      const int d = out.degrees[p];
+      straddles |= d > 1 && d <= at.cluster.ranks_per_node &&
+                   !RangeOnOneNode(at.cluster, out.first[p], d);
+      placed_s[p] = RingOrAllToAllS(at.cm, at.cluster, at.shape, groups[p].load,
+                                    out.first[p], d);
+      if (placed_s[p] > placed_s[b]) b = static_cast<int>(p);
+    }
+    if (!straddles && round > 0) break;
+    double best_m = out.makespan * (1 - 1e-12);
+    std::optional<Attempt> best;
+    for (std::vector<int>& degrees :
+         RankMoves(at, out.degrees, out.first, placed_s, b)) {
+      std::vector<int> first;
+      const double m =
+          PlaceAndCost(groups, degrees, at.cm, at.cluster, at.shape, first);
+      if (m < best_m) {
+        best_m = m;
+        best = Attempt{std::move(degrees), std::move(first), m,
+                       out.topology_bound};
+      }
+    }
+    if (!best) break;
+    out = std::move(*best);
+  }
+}
+
 }  // namespace
 
 GroupTimeFn AlignedOnly(const Cluster& cluster, GroupTimeFn time) {
@@ -179,6 +292,7 @@ std::optional<Realized> RealizeGrouping(
                                     request.model->kv_heads > 0
                                 ? &*request.model
                                 : nullptr;
+  const Placing at{alloc_groups, cm, cluster, shape};
   const GroupTimeFn best_case =
       aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
       : pricing == AllToAllPricing::kPacked
@@ -186,109 +300,10 @@ std::optional<Realized> RealizeGrouping(
           : BestCaseRingOrAllToAll(cm, cluster, shape);
   // Allocate `usable` ranks, place, and (topology-aware) re-allocate the
   // groups that placement could not keep inside a node.
-  struct Attempt {
-    std::vector<int> degrees, first;
-    double makespan = 0;
-    bool topology_bound = false;  // some group straddled a node boundary
-  };
   auto allocate = [&](const std::vector<AllocGroup>& costed, int usable) {
     return allocator == Allocator::kDp
                ? AllocateDp(costed, usable, best_case)
                : AllocateFast(costed, usable, best_case);
-  };
-  // An attempt's degrees and placement improved in place by rank moves.
-  auto move_ranks = [&](Attempt& out) {
-    // Rank moves around the placed bottleneck: give it a rank (from the
-    // spare pool or from a group with slack), or take one away, to the pool
-    // or to another group (a straddling group one rank smaller may fit
-    // inside a node). Each candidate is placed and costed as placed; the best
-    // strict improvement is kept. Bounded: 2 kTopologyRounds · (2 kMoveDonors
-    // + 3) placements per start.
-    const int n = cluster.num_ranks;
-    std::vector<int>& degrees = out.degrees;
-    std::vector<int>& first = out.first;
-    double& makespan = out.makespan;
-    for (int round = 0; round < 2 * kTopologyRounds; ++round) {
-      std::vector<double> placed_t(groups.size());
-      int b = 0;
-      bool straddles = false;
-      for (size_t p = 0; p < groups.size(); ++p) {
-        const bool one_node = RangeOnOneNode(cluster, first[p], degrees[p]);
-        straddles |=
-            !one_node && degrees[p] <= cluster.ranks_per_node && degrees[p] > 1;
-        placed_t[p] = RingOrAllToAllS(cm, cluster, shape, alloc_groups[p].load,
-                                      first[p], degrees[p]);
-        if (placed_t[p] > placed_t[b]) b = static_cast<int>(p);
-      }
-      if (!straddles && round > 0) break;
-      const int used = std::accumulate(degrees.begin(), degrees.end(), 0);
-      std::vector<std::vector<int>> trials;
-      if (used < n) {
-        trials.push_back(degrees);
-        ++trials.back()[b];
-      }
-      // Tied bottlenecks: one spare rank for each (a single move cannot
-      // lower a max that several groups share).
-      std::vector<int> tied;
-      for (size_t p = 0; p < groups.size(); ++p) {
-        if (placed_t[p] >= placed_t[b] * (1 - 1e-9))
-          tied.push_back(static_cast<int>(p));
-      }
-      if (tied.size() > 1 && used + static_cast<int>(tied.size()) <= n) {
-        trials.push_back(degrees);
-        for (int p : tied) ++trials.back()[p];
-      }
-      if (degrees[b] > alloc_groups[b].min_degree) {
-        trials.push_back(degrees);
-        --trials.back()[b];
-      }
-      // The other groups, fastest first: each may give the bottleneck a rank
-      // (kMoveDonors with slack) or take one from it.
-      std::vector<int> others;
-      for (size_t q = 0; q < groups.size(); ++q)
-        if (static_cast<int>(q) != b) others.push_back(static_cast<int>(q));
-      std::stable_sort(others.begin(), others.end(),
-                       [&](int x, int y) { return placed_t[x] < placed_t[y]; });
-      size_t donors = 0;
-      for (int q : others) {
-        if (donors == kMoveDonors) break;
-        if (degrees[q] <= alloc_groups[q].min_degree) continue;
-        ++donors;
-        trials.push_back(degrees);
-        --trials.back()[q];
-        ++trials.back()[b];
-      }
-      // The bottleneck's rank given to another group, where the bottleneck
-      // straddles: one rank fewer may fit it inside a node only once the
-      // group before it fills that node's first part.
-      const bool b_straddles = degrees[b] > 1 &&
-                               degrees[b] <= cluster.ranks_per_node &&
-                               !RangeOnOneNode(cluster, first[b], degrees[b]);
-      if (b_straddles && degrees[b] > alloc_groups[b].min_degree) {
-        for (size_t i = 0; i < others.size() && i < kMoveDonors; ++i) {
-          trials.push_back(degrees);
-          ++trials.back()[others[i]];
-          --trials.back()[b];
-        }
-      }
-      double best_m = makespan * (1 - 1e-12);
-      int best_t = -1;
-      std::vector<int> best_first;
-      for (size_t t = 0; t < trials.size(); ++t) {
-        std::vector<int> f;
-        const double m =
-            PlaceAndCost(alloc_groups, trials[t], cm, cluster, shape, f);
-        if (m < best_m) {
-          best_m = m;
-          best_t = static_cast<int>(t);
-          best_first = std::move(f);
-        }
-      }
-      if (best_t < 0) break;
-      makespan = best_m;
-      degrees = trials[best_t];
-      first = std::move(best_first);
-    }
   };
   auto attempt = [&](int usable, const Allocation& alloc) {
     Attempt out;
@@ -338,9 +353,9 @@ std::optional<Realized> RealizeGrouping(
     // the boundary, where a rank moved out of it keeps both groups inside a
     // node (issue 32: 15 and 14 ranks on nodes of 16 and 13 re-allocated to
     // 18 and 11 took 644 ms where 15 and 13 take 470 ms).
-    move_ranks(out);
+    MoveRanks(at, out);
     if (placed_first.degrees != out.degrees) {
-      move_ranks(placed_first);
+      MoveRanks(at, placed_first);
       if (placed_first.makespan < out.makespan * (1 - 1e-12))
         out = std::move(placed_first);
     }
