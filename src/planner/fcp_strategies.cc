@@ -214,7 +214,7 @@ constexpr double kStaticTie = 1e-4;
 // no all-to-all (issue 32: Ascend go-src, 64 ranks, gbs 1,024).
 constexpr int kLaneMultipleOf = 2;
 // fcp decides degrees and placement together (realize.h).
-constexpr bool kTopologyAware = true;
+constexpr RealizeOptions kFcpRealize{.topology_aware = true};
 // How many micro-batches fewer than the BFD split fcp tries.
 constexpr int kMaxFewerMicroBatches = 2;
 // Trials PolishLanes may spend per start (TryPolishedLanes; lanes.h).
@@ -256,8 +256,8 @@ std::vector<MicroBatchPlan> PaperMicroBatches(const PlanRequest& given,
     const bool dp =
         allow_dp && static_cast<double>(groups.size()) * n * n <= kMaxDpCells;
     *used_fast |= !dp;
-    auto realized = RealizeGrouping(request, groups,
-                                    dp ? Allocator::kDp : Allocator::kFast);
+    auto realized = RealizeGrouping(
+        request, groups, {.allocator = dp ? Allocator::kDp : Allocator::kFast});
     FCP_CHECK(realized.has_value());
     out.push_back(std::move(realized->micro_batch));
   }
@@ -527,8 +527,7 @@ class FcpStrategy final : public Strategy {
           groups[lightest].push_back(i);
           load[lightest] += work_order.work[i];
         }
-        auto realized =
-            RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+        auto realized = RealizeGrouping(request, groups, kFcpRealize);
         if (!realized) break;
         candidate.micro_batches.push_back(std::move(realized->micro_batch));
       }
@@ -713,8 +712,7 @@ class FcpStrategy final : public Strategy {
                             Plan& plan) {
     const std::vector<std::vector<int>> groups = HeavyAlone(request);
     if (groups.size() < 2) return;
-    auto realized =
-        RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+    auto realized = RealizeGrouping(request, groups, kFcpRealize);
     if (!realized) return;
     Plan candidate;
     candidate.micro_batches = {std::move(realized->micro_batch)};
@@ -835,12 +833,10 @@ class FcpStrategy final : public Strategy {
       auto bfd_groups = have_bfd ? (*split_bfd)[m]
                                  : BestFitDecreasing(request.sequences, members,
                                                      request.cost);
-      auto best = RealizeGrouping(request, bfd_groups, Allocator::kFast,
-                                  kTopologyAware);
+      auto best = RealizeGrouping(request, bfd_groups, kFcpRealize);
       bool best_is_dual = false;
       auto consider = [&](std::vector<std::vector<int>> groups, bool dual) {
-        auto r =
-            RealizeGrouping(request, groups, Allocator::kFast, kTopologyAware);
+        auto r = RealizeGrouping(request, groups, kFcpRealize);
         if (r && (!best || r->placed_makespan_s <
                                best->placed_makespan_s * (1 - 1e-12))) {
           best = std::move(r);
@@ -872,15 +868,12 @@ class FcpStrategy final : public Strategy {
       if (!best) return std::nullopt;
       // The winner's grouping realized once more; kept only when its placed
       // makespan is lower.
-      auto realize_winner_again = [&](bool full_nodes_too, bool aligned_degrees,
-                                      AllToAllPricing pricing =
-                                          AllToAllPricing::kWorstPlacement) {
+      auto realize_winner_again = [&](RealizeOptions options) {
+        options.topology_aware = kFcpRealize.topology_aware;
         std::vector<std::vector<int>> winner;
         for (const GroupPlan& g : best->micro_batch.groups)
           winner.push_back(g.sequences);
-        auto again =
-            RealizeGrouping(request, winner, Allocator::kFast, kTopologyAware,
-                            full_nodes_too, aligned_degrees, pricing);
+        auto again = RealizeGrouping(request, winner, options);
         if (again &&
             again->placed_makespan_s < best->placed_makespan_s * (1 - 1e-12)) {
           best = std::move(again);
@@ -891,21 +884,17 @@ class FcpStrategy final : public Strategy {
       // after the ranking so that it cannot steer the candidates above (the
       // dual approximation starts from the best allocator makespan so far),
       // and its placed makespan is never above the winner's.
-      if (partial_node)
-        realize_winner_again(/*full_nodes_too=*/true,
-                             /*aligned_degrees=*/false);
+      if (partial_node) realize_winner_again({.full_nodes_too = true});
       // The winner with node-aligned degrees (realize.h): the allocator may
       // pick degrees such as 14 and 5 on 8-rank nodes whose rings then cross
       // nodes, where 16 and 4 pack into whole nodes (issue 32).
-      realize_winner_again(/*full_nodes_too=*/false, /*aligned_degrees=*/true);
+      realize_winner_again({.aligned_degrees = true});
       // And with all-to-all groups priced packed, where that prices some
       // degree otherwise (realize.h: 6-rank all-to-all groups on 4-rank
       // nodes, 6 % faster than the 8-rank rings the worst placement's price
       // chose).
       if (packing_prices)
-        realize_winner_again(/*full_nodes_too=*/false,
-                             /*aligned_degrees=*/false,
-                             AllToAllPricing::kPacked);
+        realize_winner_again({.pricing = AllToAllPricing::kPacked});
       (best_is_dual ? wins_dual : wins_bfd)++;
       plan.micro_batches.push_back(std::move(best->micro_batch));
     }

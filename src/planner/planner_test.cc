@@ -238,10 +238,10 @@ TEST(PlannerTest, FullNodeAllocationHelpsOnlyWhereTheLastNodeIsPartial) {
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
     const auto groups =
         planner::BestFitDecreasing(req.sequences, all, req.cost);
-    const auto plain = planner::RealizeGrouping(
-        req, groups, planner::Allocator::kFast, true, false);
+    const auto plain =
+        planner::RealizeGrouping(req, groups, {.topology_aware = true});
     const auto full = planner::RealizeGrouping(
-        req, groups, planner::Allocator::kFast, true, true);
+        req, groups, {.topology_aware = true, .full_nodes_too = true});
     ASSERT_EQ(plain.has_value(), full.has_value()) << "seed " << seed;
     if (!full) continue;
     double placed_s = 0;

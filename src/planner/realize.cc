@@ -280,8 +280,8 @@ GroupTimeFn AlignedRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
 // Long because: its steps share one set of groups, degrees and ranks.
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
-    Allocator allocator, bool topology_aware, bool full_nodes_too,
-    bool aligned_degrees, AllToAllPricing pricing) {
+    const RealizeOptions& options) {
+  const bool topology_aware = options.topology_aware;
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
   const std::vector<AllocGroup> alloc_groups =
@@ -294,14 +294,14 @@ std::optional<Realized> RealizeGrouping(
                                 : nullptr;
   const Placing at{alloc_groups, cm, cluster, shape};
   const GroupTimeFn best_case =
-      aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
-      : pricing == AllToAllPricing::kPacked
+      options.aligned_degrees ? AlignedRingOrAllToAll(cm, cluster, shape)
+      : options.pricing == AllToAllPricing::kPacked
           ? PackedRingOrAllToAll(cm, cluster, shape)
           : BestCaseRingOrAllToAll(cm, cluster, shape);
   // Allocate `usable` ranks, place, and (topology-aware) re-allocate the
   // groups that placement could not keep inside a node.
   auto allocate = [&](const std::vector<AllocGroup>& costed, int usable) {
-    return allocator == Allocator::kDp
+    return options.allocator == Allocator::kDp
                ? AllocateDp(costed, usable, best_case)
                : AllocateFast(costed, usable, best_case);
   };
@@ -367,7 +367,7 @@ std::optional<Realized> RealizeGrouping(
   // The full nodes alone (see realize.h): the lower placed makespan wins.
   const int full_node_ranks =
       cluster.num_ranks - cluster.num_ranks % cluster.ranks_per_node;
-  if (topology_aware && full_nodes_too && full_node_ranks > 0 &&
+  if (topology_aware && options.full_nodes_too && full_node_ranks > 0 &&
       full_node_ranks < cluster.num_ranks) {
     const Allocation on_full_nodes = allocate(alloc_groups, full_node_ranks);
     if (on_full_nodes.feasible) {

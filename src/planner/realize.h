@@ -77,6 +77,15 @@ inline constexpr int kTopologyRounds = 3;
 // Donor groups tried per rank-move round (see RealizeGrouping).
 inline constexpr size_t kMoveDonors = 8;
 
+// How RealizeGrouping allocates and places (see there).
+struct RealizeOptions {
+  Allocator allocator = Allocator::kFast;
+  bool topology_aware = false;
+  bool full_nodes_too = false;
+  bool aligned_degrees = false;
+  AllToAllPricing pricing = AllToAllPricing::kWorstPlacement;
+};
+
 // nullopt when Σ d_min > N. With `topology_aware` (strategy fcp), degrees and
 // placement are decided together: allocate-then-place is the first
 // candidate; groups that placement could not keep inside a node are re-costed
@@ -96,9 +105,7 @@ inline constexpr size_t kMoveDonors = 8;
 // always priced packed).
 std::optional<Realized> RealizeGrouping(
     const PlanRequest& request, const std::vector<std::vector<int>>& groups,
-    Allocator allocator, bool topology_aware = false,
-    bool full_nodes_too = false, bool aligned_degrees = false,
-    AllToAllPricing pricing = AllToAllPricing::kWorstPlacement);
+    const RealizeOptions& options = {});
 
 // `time` where the degree is aligned, +inf elsewhere: the allocator's monotone
 // envelope then grants only aligned degrees (a group leaves the extra idle).

@@ -151,10 +151,9 @@ TEST(TopologyTest, NeverWorseThanAllocateThenPlace) {
       if (groups.empty() || rng() % 3 == 0) groups.emplace_back();
       groups.back().push_back(static_cast<int>(i));
     }
-    const auto plain =
-        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, false);
+    const auto plain = planner::RealizeGrouping(req, groups, {});
     const auto aware =
-        planner::RealizeGrouping(req, groups, planner::Allocator::kFast, true);
+        planner::RealizeGrouping(req, groups, {.topology_aware = true});
     ASSERT_EQ(plain.has_value(), aware.has_value());
     if (!plain) continue;
     ASSERT_LE(aware->placed_makespan_s, plain->placed_makespan_s * (1 + 1e-12))
@@ -199,10 +198,9 @@ TEST(TopologyTest, IssueExampleTwoSequencesOnSixRanksWithFourPerNode) {
     const double opt_ms = 1000 * testing::BruteForceMakespanS(req);
     EXPECT_LE(fcp.est_ms, opt_ms * (1 + 1e-9))
         << len << ": optimum " << opt_ms << " ms";
-    const auto plain = planner::RealizeGrouping(
-        req, {{0}, {1}}, planner::Allocator::kFast, false);
-    const auto aware = planner::RealizeGrouping(
-        req, {{0}, {1}}, planner::Allocator::kFast, true);
+    const auto plain = planner::RealizeGrouping(req, {{0}, {1}}, {});
+    const auto aware =
+        planner::RealizeGrouping(req, {{0}, {1}}, {.topology_aware = true});
     ASSERT_TRUE(plain && aware);
     std::printf(
         "two %lld-token sequences, N = 6, R = 4: allocate-then-place %.2f ms, "
@@ -253,8 +251,8 @@ TEST(TopologyTest, StraddlingGroupGivesARankRatherThanGrowAcrossNodes) {
   req.cost = InterNodeBoundCost();
   for (int64_t len : {16384, 32768, 65536, 131072}) {
     req.sequences = {{len, 0.0}, {len * 15 / 16, 0.0}};
-    const auto aware = planner::RealizeGrouping(
-        req, {{0}, {1}}, planner::Allocator::kFast, /*topology_aware=*/true);
+    const auto aware =
+        planner::RealizeGrouping(req, {{0}, {1}}, {.topology_aware = true});
     ASSERT_TRUE(aware);
     const double opt_s = BestTwoGroupPlacementS(req, {{0}, {1}});
     EXPECT_LE(aware->placed_makespan_s, opt_s * (1 + 1e-9))
@@ -326,10 +324,10 @@ TEST(DualApproxTest, AloneAgainstBfdAndTheOptimumOnSmallInstances) {
     const auto bfd_groups =
         planner::BestFitDecreasing(req.sequences, members, req.cost);
     ASSERT_TRUE(dual_groups) << seed;
-    const auto dual = planner::RealizeGrouping(req, *dual_groups,
-                                               planner::Allocator::kFast, true);
-    const auto bfd = planner::RealizeGrouping(req, bfd_groups,
-                                              planner::Allocator::kFast, true);
+    const auto dual =
+        planner::RealizeGrouping(req, *dual_groups, {.topology_aware = true});
+    const auto bfd =
+        planner::RealizeGrouping(req, bfd_groups, {.topology_aware = true});
     ASSERT_TRUE(dual && bfd) << seed;
     const double opt_s = testing::BruteForceMakespanS(req);
     // The oracle is a true optimum: neither grouping may beat it.
