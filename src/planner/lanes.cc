@@ -141,9 +141,9 @@ std::optional<std::vector<std::vector<int>>> LaneRankSets(
     time = [time = std::move(time), g = degrees.multiple_of,
             a2a = degrees.all_to_all_only,
             shape](const AllocGroup& group, int d) {
-      const bool allowed =
-          d == 1 || (d % g == 0 && (!a2a || AllToAllAllowed(shape, d)));
-      return allowed ? time(group, d) : std::numeric_limits<double>::infinity();
+      return DegreeAllowed(shape, d, g, a2a)
+                 ? time(group, d)
+                 : std::numeric_limits<double>::infinity();
     };
   }
   const Allocation alloc = AllocateFast(groups, cluster.num_ranks, time);

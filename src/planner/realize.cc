@@ -33,6 +33,12 @@ bool AllToAllAllowed(const ModelShape* shape, int degree) {
          AllToAllDegreeRuns(*shape, degree);
 }
 
+bool DegreeAllowed(const ModelShape* shape, int degree, int multiple_of,
+                   bool all_to_all_only) {
+  return degree == 1 || (degree % multiple_of == 0 &&
+                         (!all_to_all_only || AllToAllAllowed(shape, degree)));
+}
+
 // With a model shape (`shape` non-null), fcp runs a group of d > 1 as Ulysses
 // all-to-all where that is cheaper than the ring (fcp_strategies.cc), so the
 // group costs the smaller of the two on its ranks [first, first + degree)...

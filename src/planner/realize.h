@@ -23,6 +23,13 @@ std::vector<AllocGroup> MakeAllocGroups(
 // head counts, d > 1, and d dividing the query heads (no runtime pads heads).
 bool AllToAllAllowed(const ModelShape* shape, int degree);
 
+// Whether a degree rule lets a group open at `degree` ranks: d = 1 always;
+// d > 1 at multiples of `multiple_of` only and, with `all_to_all_only`, where
+// all-to-all may run (AllToAllAllowed). The dual approximation and the lane
+// allocation share it; node alignment is AlignedDegree's (placement.h).
+bool DegreeAllowed(const ModelShape* shape, int degree, int multiple_of,
+                   bool all_to_all_only);
+
 // The request's model shape when it has head counts (all-to-all groups can be
 // priced), else nullptr: what RingOrAllToAllS and the grouping stages take.
 const ModelShape* ShapeOf(const PlanRequest& request);

@@ -99,9 +99,9 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   const GroupLoad& load = ctx.alone[pos];
   for (int d = d_min + static_cast<int>(mins.size()); d <= max_degree; ++d) {
     const bool allowed =
-        d == 1 || ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
-                   d % ctx.multiple_of == 0 &&
-                   (!ctx.all_to_all_only || AllToAllAllowed(ctx.shape, d)));
+        d == 1 ||
+        ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
+         DegreeAllowed(ctx.shape, d, ctx.multiple_of, ctx.all_to_all_only));
     double t = std::numeric_limits<double>::infinity();
     if (allowed) {
       const size_t i = static_cast<size_t>(d - d_min);
