@@ -7,6 +7,9 @@
 #include <random>
 #include <string>
 
+#include "fcp/datasets.h"
+#include "fcp/io.h"
+#include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "testing/random_batch.h"
 
@@ -107,15 +110,16 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
 
 // Wider instances, up to 48 sequences on 32 ranks of 1 to 32 per node, where
 // topology and lanes of several groups matter more: on 1,000 of them fcp is
-// behind in 10 of 2,457 comparisons, worst 0.15 % (16, worst 7.6 %, before
-// the all-to-all lane grouping, the time-screened reshaping, the nearer
-// probes of the dual approximation and the rank moves out of a straddling
-// group).
+// behind in 9 of 2,457 comparisons, worst 0.05 % (10, worst 0.15 %, before
+// lanes of several micro-batches were dealt below the makespan; 16, worst
+// 7.6 %, before the all-to-all lane grouping, the time-screened reshaping,
+// the nearer probes of the dual approximation and the rank moves out of a
+// straddling group).
 TEST(ReferenceHeuristics, FcpIsRarelyBehindOnWiderInstances) {
   const Comparison c = CompareOnRandomCases(3203, 1000, 48, 32);
   EXPECT_GT(c.compared, 2000);
-  EXPECT_LE(c.behind, c.compared / 100);
-  EXPECT_LE(c.worst, 1.01);
+  EXPECT_LE(c.behind, c.compared / 200);
+  EXPECT_LE(c.worst, 1.002);
 }
 
 // 26 ranks on nodes of 16 and 10: the groupings fcp searched (by the
@@ -156,6 +160,35 @@ TEST(ReferenceHeuristics, HeavySequencesAloneWhereTheNodesAreUneven) {
   ASSERT_EQ(fcp.status, PlanStatus::kOk);
   ASSERT_EQ(grow.status, PlanStatus::kOk);
   EXPECT_LE(ScoreMs(req, fcp), ScoreMs(req, grow) * (1 + 1e-9));
+}
+
+// 512 real Go-source lengths on Ascend 910C (nodes of 16), where lanes run
+// several micro-batches: fcp dealt lanes below the makespan one group each,
+// so memory-bound lanes were left to the polishing, and stopped 0.29 % (64
+// ranks) and 0.31 % (128 ranks) above ref-share's and ref-grow's deals on
+// the same degrees (issue 32, `fcp eval search --lengths`). Within the
+// lanes' bisection step (0.02 %) of every heuristic now.
+TEST(ReferenceHeuristics, LanesOfSeveralMicroBatchesDealtBelowTheMakespan) {
+  const std::vector<int64_t> lengths = ReadLengthsFile(
+      std::string(FCP_SOURCE_DIR) + "/data/go-src-qwen3-lengths.csv");
+  const ClusterPreset& cluster = *FindClusterPreset("ascend910c-4x16");
+  const ModelPreset& model = *FindModelPreset("qwen3-8b");
+  for (int ranks : {64, 128}) {
+    PlanRequest req;
+    req.cluster = {ranks, cluster.ranks_per_node};
+    req.cost = DeriveCostModel(model, cluster);
+    req.model = model.shape;
+    req.sequences = SampleFromLengths(lengths, 512, /*seed=*/1);
+    const Plan fcp = MakePlan(req, {.strategy = "fcp"});
+    ASSERT_EQ(fcp.status, PlanStatus::kOk);
+    EXPECT_GT(fcp.micro_batches.size(), 1u) << ranks << " ranks";
+    for (const char* heuristic : kHeuristics) {
+      const Plan ref = MakePlan(req, {.strategy = heuristic});
+      ASSERT_EQ(ref.status, PlanStatus::kOk);
+      EXPECT_LE(fcp.est_ms, ref.est_ms * 1.0002)
+          << heuristic << ", " << ranks << " ranks";
+    }
+  }
 }
 
 }  // namespace

@@ -904,35 +904,65 @@ constexpr double kDealBelowMargins[] = {1e-3, 3e-4, 1e-4};
 
 // Every sequence (in `order`, the heaviest first) onto the lane (of
 // `num_lanes`, priced by `price`) whose time it leaves closest below
-// `target_s`, each lane one
-// group (best fit at a target, as the dual approximation fills groups);
+// `target_s` (best fit at a target, as the dual approximation fills groups);
 // nullopt when some sequence fits below it nowhere. Where lanes end within a
 // fraction of a percent of each other this packs tighter than LPT by work.
+// Every lane is one group, or with `several_groups` a lane whose load
+// outgrows its ranks' memory runs as several, split first fit in the order
+// dealt as ChunkLanes splits it, its time theirs summed. Held to one group,
+// lanes that run several micro-batches were left to the polishing (issue
+// 32: Ascend go-src, 512 sequences on 64 ranks, 0.29 % behind ref-share,
+// whose deal on the same degrees fills every lane to the longest
+// sequence's time).
 std::optional<std::vector<std::vector<int>>> DealBelow(
     const PlanRequest& request, const LanePricer& price, size_t num_lanes,
     const std::vector<int64_t>& d_min, const std::vector<int>& order,
-    double target_s) {
-  std::vector<GroupLoad> loads(num_lanes);
-  std::vector<std::vector<int>> lanes(num_lanes);
-  for (int k : order) {
-    size_t best = lanes.size();
-    double best_s = -1;
-    for (size_t p = 0; p < lanes.size(); ++p) {
-      if (d_min[k] > price.degree(p)) continue;
-      GroupLoad load = loads[p];
-      load.Add(request.sequences[k]);
+    double target_s, bool several_groups) {
+  struct Lane {
+    std::vector<GroupLoad> groups;
+    double time_s = 0;
+  };
+  std::vector<Lane> lanes(num_lanes);
+  std::vector<std::vector<int>> dealt(num_lanes);
+  // The group of lane p that sequence s joins first fit (groups.size(): a
+  // new one), and the lane's time with it there.
+  const auto join = [&](size_t p, const Sequence& s) {
+    const Lane& lane = lanes[p];
+    for (size_t g = 0; g < lane.groups.size(); ++g) {
+      GroupLoad load = lane.groups[g];
+      load.Add(s);
       if (!price.FitsOnce(p, load)) continue;
-      const double t = price.GroupS(p, load);
+      return std::pair(g, lane.time_s - price.GroupS(p, lane.groups[g]) +
+                              price.GroupS(p, load));
+    }
+    if (!several_groups && !lane.groups.empty())
+      return std::pair(lane.groups.size(),
+                       std::numeric_limits<double>::infinity());
+    GroupLoad alone;
+    alone.Add(s);
+    return std::pair(lane.groups.size(), lane.time_s + price.GroupS(p, alone));
+  };
+  for (int k : order) {
+    const Sequence& s = request.sequences[k];
+    size_t best = num_lanes, best_group = 0;
+    double best_s = -1;
+    for (size_t p = 0; p < num_lanes; ++p) {
+      if (d_min[k] > price.degree(p)) continue;
+      const auto [g, t] = join(p, s);
       if (t <= target_s && t > best_s) {
         best_s = t;
         best = p;
+        best_group = g;
       }
     }
-    if (best == lanes.size()) return std::nullopt;
-    loads[best].Add(request.sequences[k]);
-    lanes[best].push_back(k);
+    if (best == num_lanes) return std::nullopt;
+    Lane& lane = lanes[best];
+    if (best_group == lane.groups.size()) lane.groups.emplace_back();
+    lane.groups[best_group].Add(s);
+    lane.time_s = best_s;
+    dealt[best].push_back(k);
   }
-  return lanes;
+  return dealt;
 }
 
 // DealBelow at the lowest target it meets found by bisection between
@@ -946,14 +976,14 @@ constexpr double kDeepestDealRange = 0.1;
 std::optional<std::vector<std::vector<int>>> DeepestDealBelow(
     const PlanRequest& request, const LanePricer& price, size_t num_lanes,
     const std::vector<int64_t>& d_min, const std::vector<int>& order,
-    double beat_s) {
+    double beat_s, bool several_groups) {
   double lo_s = beat_s * (1 - kDeepestDealRange);
   double hi_s = beat_s * (1 - kDealBelowMargins[0]);
   std::optional<std::vector<std::vector<int>>> deepest;
   for (int step = 0; step < 12 && hi_s / lo_s > 1.0002; ++step) {
     const double target_s = std::sqrt(lo_s * hi_s);
-    if (auto deal =
-            DealBelow(request, price, num_lanes, d_min, order, target_s)) {
+    if (auto deal = DealBelow(request, price, num_lanes, d_min, order, target_s,
+                              several_groups)) {
       deepest = std::move(deal);
       hi_s = target_s;
     } else {
@@ -1059,19 +1089,25 @@ std::vector<double> LaneTimesS(const PlanRequest& request,
   return out;
 }
 
-// Whether lanes on the same rank sets, at `after` (s per lane) where they
-// were at `before`, save on the makespan at least kPolishMinGainPerRise of
-// what they add to the lanes other than the slowest: PolishLanes' rule for
-// one change, for a whole deal (issue 32: Ascend go-src, 64 ranks, gbs 16,
-// dealt below the makespan, moved work from a 63-rank lane onto a single
-// rank for 0.02 % in the estimate and ran 0.5 % slower simulated).
-bool GainsEnough(const std::vector<double>& before,
+// Whether lanes on the same rank sets (priced by `price`), at `after` (s per
+// lane) where they were at `before`, save on the makespan at least
+// kPolishMinGainPerRise of what they add to the lanes narrower than the
+// slowest: PolishLanes' rule for one change, for a whole deal (issue 32:
+// Ascend go-src, 64 ranks, gbs 16, dealt below the makespan, moved work from
+// a 63-rank lane onto a single rank for 0.02 % in the estimate and ran 0.5 %
+// slower simulated). Work moved off the slowest lane onto lanes at least as
+// wide is moved the way the estimates err (kPolishMinGainPerRise): counting
+// it refused a deal on 18 lanes of 128 ranks that filled the wide lanes
+// from single ranks, 0.1 % faster in the estimate (Ascend go-src, 512
+// sequences).
+bool GainsEnough(const LanePricer& price, const std::vector<double>& before,
                  const std::vector<double>& after) {
   const size_t slow = static_cast<size_t>(
       std::max_element(before.begin(), before.end()) - before.begin());
   double rise_s = 0;
   for (size_t p = 0; p < before.size(); ++p)
-    if (p != slow) rise_s += std::max(0.0, after[p] - before[p]);
+    if (p != slow && price.degree(p) < price.degree(slow))
+      rise_s += std::max(0.0, after[p] - before[p]);
   const double gain_s =
       before[slow] - *std::max_element(after.begin(), after.end());
   return gain_s >= kPolishMinGainPerRise * rise_s;
@@ -1088,7 +1124,7 @@ void KeepDealIfFaster(const PlanRequest& request, const LanePricer& price,
   const Polished polished = PolishLanes(request, deal, tried.rank_sets, trials);
   if (polished.makespan_s >= result.makespan_s) return;
   if (plan_times &&
-      !GainsEnough(*plan_times, LaneTimesS(request, price, deal))) {
+      !GainsEnough(price, *plan_times, LaneTimesS(request, price, deal))) {
     return;
   }
   result = polished;
@@ -1096,40 +1132,70 @@ void KeepDealIfFaster(const PlanRequest& request, const LanePricer& price,
   tried.makespan_s = result.makespan_s;
 }
 
+// Whether some of `lanes` on `rank_sets` holds more than its ranks' memory
+// takes at once, so that it runs as several groups.
+bool RunsSeveralGroups(const PlanRequest& request,
+                       const std::vector<std::vector<int>>& lanes,
+                       const std::vector<std::vector<int>>& rank_sets) {
+  const std::vector<GroupLoad> loads = LoadsOf(request, lanes);
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    if (GroupMemBytes(request.cost, loads[p],
+                      static_cast<int>(rank_sets[p].size())) >
+        request.cost.mem_capacity) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// How PolishOrDealBelow polishes and deals.
+struct DealSettings {
+  int trials = 0;               // PolishLanes' per deal
+  bool plan_lanes = false;      // the lanes are a plan's, not a trial deal's
+  int64_t search_pricings = 0;  // DealSearch's budget; 0: no search
+  // The plan's lanes run as several groups (RunsSeveralGroups): DealBelow
+  // may split lanes too, and DeepestDealBelow runs on any batch.
+  bool several_groups = false;
+};
+
 // `tried`'s lanes on its rank sets polished (PolishLanes, `trials`), and
 // dealt again below `beat_s` (DealBelow, at the tightest margin that fits)
-// and, on at most kDealSearchMaxSequences with `search_pricings` > 0, at the
-// lowest target met (DeepestDealBelow) and by DealSearch below the makespan
-// reached (at most `search_pricings`): each deal kept as KeepDealIfFaster keeps
-// it, with `plan_lanes` (the lanes are a plan's, not a trial deal's) judged
-// against the polished lanes' times. Returns the kept lanes' PolishLanes
-// result.
+// and, with `search_pricings` > 0 on at most kDealSearchMaxSequences (or
+// where the plan's lanes run as several groups), at the lowest target met
+// (DeepestDealBelow) and, on at most kDealSearchMaxSequences, by DealSearch
+// below the makespan reached (at most `search_pricings`): each deal kept as
+// KeepDealIfFaster keeps it, with `plan_lanes` judged against the polished
+// lanes' times. Returns the kept lanes' PolishLanes result.
 Polished PolishOrDealBelow(const PlanRequest& request, Reshaped& tried,
                            const std::vector<int64_t>& d_min,
                            const std::vector<int>& order, double beat_s,
-                           int trials, bool plan_lanes,
-                           int64_t search_pricings) {
+                           const DealSettings& settings) {
+  const int trials = settings.trials;
   Polished result = PolishLanes(request, tried.lanes, tried.rank_sets, trials);
   tried.makespan_s = result.makespan_s;
   const LanePricer price(request, tried.rank_sets);
   std::optional<std::vector<double>> plan_times;
-  if (plan_lanes) plan_times = LaneTimesS(request, price, tried.lanes);
+  if (settings.plan_lanes) plan_times = LaneTimesS(request, price, tried.lanes);
   const std::vector<double>* judge = plan_times ? &*plan_times : nullptr;
   for (double margin : kDealBelowMargins) {
     auto tight = DealBelow(request, price, tried.rank_sets.size(), d_min, order,
-                           beat_s * (1 - margin));
+                           beat_s * (1 - margin), settings.several_groups);
     if (!tight) continue;
     KeepDealIfFaster(request, price, std::move(*tight), trials, judge, tried,
                      result);
     break;
   }
-  if (search_pricings == 0 || order.size() > kDealSearchMaxSequences)
+  const int64_t search_pricings = settings.search_pricings;
+  const bool small = order.size() <= kDealSearchMaxSequences;
+  if (search_pricings == 0 || !(small || settings.several_groups))
     return result;
-  if (auto deepest = DeepestDealBelow(request, price, tried.rank_sets.size(),
-                                      d_min, order, beat_s)) {
+  if (auto deepest =
+          DeepestDealBelow(request, price, tried.rank_sets.size(), d_min, order,
+                           beat_s, settings.several_groups)) {
     KeepDealIfFaster(request, price, std::move(*deepest), trials, judge, tried,
                      result);
   }
+  if (!small) return result;
   if (auto searched =
           DealSearch(request, price, tried.rank_sets.size(), d_min, order,
                      result.makespan_s * (1 - 1e-9), search_pricings)
@@ -1164,15 +1230,19 @@ std::optional<Reshaped> ReshapeLanes(
   // degrees left it has nothing to try (10^6 sequences on 32 ranks).
   if (rank_sets.size() == 1 && deals_left < 2) return std::nullopt;
   const std::vector<int64_t> d_min = MinDegrees(request);
+  DealSettings full{
+      .trials = options.trials_per_try,
+      .plan_lanes = true,
+      .search_pricings = options.search_pricings,
+      .several_groups = RunsSeveralGroups(request, lanes, rank_sets)};
   std::optional<Reshaped> best;
   double best_s = makespan_s * (1 - 1e-9);
   int slow = degrees[0];  // the slowest lane's degree
   if (rank_sets.size() > 1) {
     // The given degrees first, dealt below the makespan.
     Reshaped same{.lanes = std::move(lanes), .rank_sets = rank_sets};
-    const Polished given = PolishOrDealBelow(
-        request, same, d_min, order, best_s, options.trials_per_try,
-        /*plan_lanes=*/true, options.search_pricings);
+    const Polished given =
+        PolishOrDealBelow(request, same, d_min, order, best_s, full);
     slow = degrees[given.slowest];
     if (given.makespan_s < best_s) {
       best_s = given.makespan_s;
@@ -1205,9 +1275,11 @@ std::optional<Reshaped> ReshapeLanes(
       tried.rank_sets = PlaceLanes(request, LoadsOf(request, dealt[i].lanes),
                                    dealt[i].degrees);
       tried.lanes = std::move(dealt[i].lanes);
-      const Polished result = PolishOrDealBelow(
-          request, tried, d_min, order, best_s, options.trials_per_try,
-          /*plan_lanes=*/false, options.trial_search_pricings);
+      // Lanes of one group: split, a trial led a round astray (issue 32).
+      const Polished result =
+          PolishOrDealBelow(request, tried, d_min, order, best_s,
+                            {.trials = options.trials_per_try,
+                             .search_pricings = options.trial_search_pricings});
       if (result.makespan_s < best_s) {
         best_s = result.makespan_s;
         slow = static_cast<int>(tried.rank_sets[result.slowest].size());
@@ -1221,9 +1293,8 @@ std::optional<Reshaped> ReshapeLanes(
   }
   // The reshaped lanes searched at the full budget.
   if (best && best->degree_changes > 0) {
-    PolishOrDealBelow(request, *best, d_min, order, best_s,
-                      options.trials_per_try, /*plan_lanes=*/false,
-                      options.search_pricings);
+    full.plan_lanes = false;
+    PolishOrDealBelow(request, *best, d_min, order, best_s, full);
   }
   return best;
 }
