@@ -21,8 +21,12 @@ namespace fcp::planner {
 // (group, degree) pairs at 8,192 sequences.
 class BestTimer {
  public:
-  explicit BestTimer(const PlanRequest& request)
-      : cm_(request.cost), cluster_(request.cluster), shape_(ShapeOf(request)) {
+  explicit BestTimer(const PlanRequest& request,
+                     AllToAllPricing pricing = AllToAllPricing::kWorstPlacement)
+      : cm_(request.cost),
+        cluster_(request.cluster),
+        shape_(ShapeOf(request)),
+        pricing_(pricing) {
     floors_.resize(request.cluster.num_ranks + 1);
     for (int d = 1; d <= request.cluster.num_ranks; ++d) {
       Info(d);
@@ -86,7 +90,8 @@ class BestTimer {
     if (info.known) return info;
     info.known = true;
     if (!AllToAllAllowed(shape_, degree)) return info;
-    if (AlignedDegree(cluster_, degree)) {
+    if (AlignedDegree(cluster_, degree) ||
+        pricing_ == AllToAllPricing::kPacked) {
       info.a2a_bw = AllToAllBandwidthOnRange(cm_, cluster_, 0, degree);
     } else {
       info.a2a_bw = degree <= cluster_.ranks_per_node
@@ -140,6 +145,7 @@ class BestTimer {
   const CostModel& cm_;
   const Cluster& cluster_;
   const ModelShape* shape_;
+  AllToAllPricing pricing_;
   std::vector<Degree> degrees_;
   std::vector<Floor> floors_;  // by degree, 0..N
 };

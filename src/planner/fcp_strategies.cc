@@ -868,8 +868,7 @@ class FcpStrategy final : public Strategy {
           best ? std::max(best->alloc_makespan_s, best->placed_makespan_s)
                : std::numeric_limits<double>::infinity();
       DualApprox dual_approx(request, members);
-      if (auto dual = dual_approx.Group(upper_s, /*aligned_degrees=*/false,
-                                        /*multiple_of=*/1)) {
+      if (auto dual = dual_approx.Group(upper_s, {})) {
         if (free_lanes && split.size() == 1 && !dual_approx.memory_decided())
           *free_lanes = *dual;
         consider(*dual, true);

@@ -66,15 +66,43 @@ std::vector<LaneGrouping> LaneGroupings(
     rules.push_back({.all_to_all_only = true});
   }
   DualApprox dual_approx(relaxed, members, &request.cost);
+  const auto dual_rule = [](const LaneDegrees& rule, bool roomiest_too) {
+    return DualRule{.aligned_degrees = rule.node_aligned,
+                    .multiple_of = rule.multiple_of,
+                    .all_to_all_only = rule.all_to_all_only,
+                    .roomiest_too = roomiest_too};
+  };
+  const auto add = [&](std::optional<std::vector<std::vector<int>>> grouping,
+                       const LaneDegrees& rule) {
+    if (!grouping) return;
+    for (const LaneGrouping& earlier : out)
+      if (earlier.lanes == *grouping && earlier.degrees == rule) return;
+    out.push_back({std::move(*grouping), rule});
+  };
   for (const LaneDegrees& rule : rules) {
     if (free_grouping && !rule.node_aligned && rule.multiple_of == 1 &&
         !rule.all_to_all_only) {
       out.push_back({*free_grouping, rule});
-    } else if (auto grouping =
-                   dual_approx.Group(upper_s, rule.node_aligned,
-                                     rule.multiple_of, rule.all_to_all_only)) {
-      out.push_back({std::move(*grouping), rule});
+    } else {
+      add(dual_approx.Group(upper_s, dual_rule(rule, false)), rule);
     }
+  }
+  // On at most kAllToAllLanesMaxSequences, each rule again with the
+  // roomiest group tried too (DualRule::roomiest_too; issue 32: a wider
+  // random batch 6.3 % behind ref-bisect), and all-to-all lanes priced
+  // packed (realize.h) where that prices some degree otherwise: three 37k-
+  // token sequences on 16 all-to-all ranks over nodes of 6 priced at the
+  // inter-node link alone came to 8.55 s, above the 8.41 s to beat; packed
+  // from a node boundary they run 7.80 s (8.3 % behind ref-bisect).
+  if (request.sequences.size() > kAllToAllLanesMaxSequences) return out;
+  for (const LaneDegrees& rule : rules)
+    add(dual_approx.Group(upper_s, dual_rule(rule, true)), rule);
+  if (rules.back().all_to_all_only && PackingPricesAllToAll(request)) {
+    const LaneDegrees packed{.all_to_all_only = true,
+                             .all_to_all = AllToAllPricing::kPacked};
+    add(DualApprox(relaxed, members, &request.cost, AllToAllPricing::kPacked)
+            .Group(upper_s, dual_rule(packed, false)),
+        packed);
   }
   return out;
 }

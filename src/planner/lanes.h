@@ -29,6 +29,7 @@ struct LaneDegrees {
   int multiple_of = 1;           // d % multiple_of == 0
   bool all_to_all_only = false;  // AllToAllAllowed (realize.h)
   AllToAllPricing all_to_all = AllToAllPricing::kWorstPlacement;
+  bool operator==(const LaneDegrees&) const = default;
 };
 
 // A grouping of every sequence into lanes, and the degrees it was opened at

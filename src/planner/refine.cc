@@ -53,8 +53,9 @@ constexpr size_t kProbedMembers = 256;
 
 // What every degree rule shares (refine.h: DualApprox).
 struct DualContext {
-  DualContext(const PlanRequest& r, const std::vector<int>& members)
-      : request(r), shape(ShapeOf(r)), order(members), best_time(r) {}
+  DualContext(const PlanRequest& r, const std::vector<int>& members,
+              AllToAllPricing pricing)
+      : request(r), shape(ShapeOf(r)), order(members), best_time(r, pricing) {}
   const PlanRequest& request;
   const ModelShape* shape;       // ShapeOf(request)
   std::vector<int> order;        // members by work, descending
@@ -74,6 +75,7 @@ struct DualContext {
   bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
   int multiple_of = 1;   // and at multiples of this only
   bool all_to_all_only = false;  // and where all-to-all may run only
+  bool roomiest_too = false;     // DualRule::roomiest_too
   BestTimer best_time;
 };
 
@@ -171,42 +173,45 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   // candidates suffice. `hint` is where the previous lookup ended.
   auto absorb = [&](size_t pos, size_t& hint, int max_tries) {
     const Sequence& s = seqs[ctx.order[pos]];
-    int tries_long = 0;
     const GroupLoad& alone = ctx.alone[pos];
-    const double linear_s = LinearS(cm, alone, 1.0);
-    // lower_bound finds nothing when even the largest slack is below linear_s.
-    const bool may_fit_long =
-        !long_slack.empty() && long_slack.back().key >= linear_s;
-    if (may_fit_long) hint = long_slack.LowerBound(linear_s, hint);
-    for (size_t it = may_fit_long ? hint : long_slack.size();
-         it < long_slack.size() && tries_long < max_tries; ++it) {
+    // Whether the group at long_slack[it] takes the sequence (it then does).
+    const auto takes = [&](size_t it) {
       Long& l = longs[long_slack[it].index];
-      ++tries_long;
       // The group's degree must hold the sequence alone (its d_min can exceed
       // what the capacity check below sees when memory is relaxed for lanes).
-      if (ctx.d_min[pos] > l.degree) continue;
+      if (ctx.d_min[pos] > l.degree) return false;
       if (cm.mem_per_token *
               (l.load.sum_tokens + static_cast<double>(s.length_tokens)) >
           headroom * l.degree) {
         memory_decided = true;
-        continue;
+        return false;
       }
       // Provably over the limit (the margin covers rounding): not priced.
       if (l.time + ctx.best_time.GrowthFloor(alone, l.degree) >
           limit * (1 + kFloorMargin)) {
-        continue;
+        return false;
       }
       GroupLoad load = l.load;
       load.Add(s);
       const double t = ctx.best_time(load, l.degree);
-      if (t > limit) continue;
+      if (t > limit) return false;
       long_slack.Rekey(it, (limit - t) * l.degree);
       l.load = load;
       l.time = t;
       group_of[pos] = l.group;
       return true;
+    };
+    const double linear_s = LinearS(cm, alone, 1.0);
+    // lower_bound finds nothing when even the largest slack is below linear_s.
+    if (long_slack.empty() || long_slack.back().key < linear_s) return false;
+    size_t it = hint = long_slack.LowerBound(linear_s, hint);
+    for (int tries = 0; it < long_slack.size() && tries < max_tries;
+         ++it, ++tries) {
+      if (takes(it)) return true;
     }
-    return false;
+    // The roomiest group (DualRule::roomiest_too), if not tried above.
+    return ctx.roomiest_too && it < long_slack.size() &&
+           takes(long_slack.size() - 1);
   };
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
     if (IsShort(ctx, pos, limit)) {
@@ -300,8 +305,8 @@ std::vector<std::vector<int>> BuildGroups(const DualContext& ctx,
 
 DualApprox::DualApprox(const PlanRequest& request,
                        const std::vector<int>& members,
-                       const CostModel* d_min_model)
-    : ctx_(std::make_unique<DualContext>(request, members)) {
+                       const CostModel* d_min_model, AllToAllPricing pricing)
+    : ctx_(std::make_unique<DualContext>(request, members, pricing)) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = request.cost;
   const Cluster& cluster = request.cluster;
@@ -346,13 +351,13 @@ DualApprox::DualApprox(const PlanRequest& request,
 DualApprox::~DualApprox() = default;
 
 std::optional<std::vector<std::vector<int>>> DualApprox::Group(
-    double upper_s, bool aligned_degrees, int multiple_of,
-    bool all_to_all_only) {
+    double upper_s, const DualRule& rule) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = ctx.request.cost;
-  ctx.aligned = aligned_degrees;
-  ctx.multiple_of = multiple_of;
-  ctx.all_to_all_only = all_to_all_only;
+  ctx.aligned = rule.aligned_degrees;
+  ctx.multiple_of = rule.multiple_of;
+  ctx.all_to_all_only = rule.all_to_all_only;
+  ctx.roomiest_too = rule.roomiest_too;
   ctx.min_up_to.assign(ctx.order.size(), {});
   ctx.memory_decided = !std::isfinite(upper_s);
   if (!std::isfinite(upper_s)) {
@@ -416,10 +421,8 @@ bool DualApprox::memory_decided() const { return ctx_->memory_decided; }
 
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model, bool aligned_degrees, int multiple_of,
-    bool all_to_all_only) {
-  return DualApprox(request, members, d_min_model)
-      .Group(upper_s, aligned_degrees, multiple_of, all_to_all_only);
+    const CostModel* d_min_model, const DualRule& rule) {
+  return DualApprox(request, members, d_min_model).Group(upper_s, rule);
 }
 
 // Long because: every kind of trial resumes one shared allocator state.

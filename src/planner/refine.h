@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fcp/scheduler.h"
+#include "planner/realize.h"
 
 namespace fcp::planner {
 
@@ -22,14 +23,24 @@ namespace fcp::planner {
 // starts from a τ where only memory can bind. `d_min_model`, when given, is
 // the cost model whose memory sets each sequence's minimum degree (lanes:
 // the real one, while `request` relaxes memory for a lane as a whole). With
-// `aligned_degrees` a group of d > 1 opens at a node-aligned degree only
-// (placement.h: AlignedDegree), which keeps rings inside whole nodes; only
-// at a multiple of `multiple_of`; and with `all_to_all_only` only where
-// all-to-all may run (AllToAllAllowed, realize.h).
+// `rule` says at which degrees groups open and how sequences fill them
+// (DualRule).
+struct DualRule {
+  // A group of d > 1 opens at a node-aligned degree only (placement.h:
+  // AlignedDegree), which keeps rings inside whole nodes;
+  bool aligned_degrees = false;
+  int multiple_of = 1;           // only at a multiple of this;
+  bool all_to_all_only = false;  // only where all-to-all may run (realize.h).
+  // A sequence that fits none of the few tightest groups it tries (best fit)
+  // tries the roomiest too: best fit alone gave up on a 499-token sequence
+  // after three 4-rank groups a few percent too full, with a 12-rank group a
+  // fifth empty, and found no grouping below 4.85 s where one of 4.45 s
+  // exists (issue 32: a wider random batch, 6.3 % behind ref-bisect).
+  bool roomiest_too = false;
+};
 std::optional<std::vector<std::vector<int>>> DualApproxGrouping(
     const PlanRequest& request, const std::vector<int>& members, double upper_s,
-    const CostModel* d_min_model = nullptr, bool aligned_degrees = false,
-    int multiple_of = 1, bool all_to_all_only = false);
+    const CostModel* d_min_model = nullptr, const DualRule& rule = {});
 
 struct DualContext;
 
@@ -37,17 +48,18 @@ struct DualContext;
 // rules (LaneGroupings: free, node-aligned, even and all-to-all degrees): the
 // order, minimum degrees, single-rank times and the bisection's lower end are
 // the same for every rule, and each sequence is priced at each degree once.
-// `request` (and `d_min_model`) must outlive it.
+// `request` (and `d_min_model`) must outlive it. `pricing` says at which
+// bandwidth an all-to-all group of a degree that straddles nodes is priced
+// (realize.h; DualApproxGrouping: at its worst placement's).
 class DualApprox {
  public:
   DualApprox(const PlanRequest& request, const std::vector<int>& members,
-             const CostModel* d_min_model = nullptr);
+             const CostModel* d_min_model = nullptr,
+             AllToAllPricing pricing = AllToAllPricing::kWorstPlacement);
   ~DualApprox();
-  // DualApproxGrouping(request, members, upper_s, d_min_model,
-  // aligned_degrees, multiple_of, all_to_all_only).
-  std::optional<std::vector<std::vector<int>>> Group(
-      double upper_s, bool aligned_degrees, int multiple_of,
-      bool all_to_all_only = false);
+  // DualApproxGrouping(request, members, upper_s, d_min_model, rule).
+  std::optional<std::vector<std::vector<int>>> Group(double upper_s,
+                                                     const DualRule& rule);
   // Whether memory decided any choice in the last Group call: a group passed
   // over for memory, or a sequence sized for the single-rank bins by its
   // memory rather than its time. When not, the same call with memory relaxed (a

@@ -23,12 +23,6 @@
 namespace fcp::planner {
 namespace {
 
-struct Rule {
-  bool aligned;
-  int multiple_of;
-  bool all_to_all_only = false;
-};
-
 using Grouping = std::optional<std::vector<std::vector<int>>>;
 
 // `req` with memory relaxed as LaneGroupings relaxes it (every sequence's
@@ -54,20 +48,21 @@ double TightUpperS(const PlanRequest& req) {
 std::vector<Grouping> RunShared(const PlanRequest& relaxed,
                                 const std::vector<int>& members,
                                 const CostModel& real,
-                                const std::vector<Rule>& rules,
+                                const std::vector<DualRule>& rules,
                                 double upper_s) {
   DualApprox shared(relaxed, members, &real);
   std::vector<Grouping> out;
-  for (const Rule& rule : rules)
-    out.push_back(shared.Group(upper_s, rule.aligned, rule.multiple_of,
-                               rule.all_to_all_only));
+  for (const DualRule& rule : rules) out.push_back(shared.Group(upper_s, rule));
   return out;
 }
 
 TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
-  const std::vector<Rule> rules = {
-      {false, 1}, {true, 1}, {false, 2}, {false, 1, true}};
-  const std::vector<Rule> reversed(rules.rbegin(), rules.rend());
+  const std::vector<DualRule> rules = {{},
+                                       {.aligned_degrees = true},
+                                       {.multiple_of = 2},
+                                       {.all_to_all_only = true},
+                                       {.roomiest_too = true}};
+  const std::vector<DualRule> reversed(rules.rbegin(), rules.rend());
   int groupings = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     const PlanRequest req = testing::RandomRequestMaybeSync(seed, 6007, 48);
@@ -82,9 +77,7 @@ TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
           RunShared(relaxed, members, req.cost, reversed, upper_s);
       for (size_t i = 0; i < rules.size(); ++i) {
         const Grouping alone =
-            DualApprox(relaxed, members, &req.cost)
-                .Group(upper_s, rules[i].aligned, rules[i].multiple_of,
-                       rules[i].all_to_all_only);
+            DualApprox(relaxed, members, &req.cost).Group(upper_s, rules[i]);
         EXPECT_EQ(forward[i], alone) << "seed " << seed << ", rule " << i;
         EXPECT_EQ(backward[rules.size() - 1 - i], alone)
             << "seed " << seed << ", rule " << i << " run first";
@@ -119,15 +112,14 @@ TEST(DualApproxTest, UndecidedByMemoryGroupsAsWithMemoryRelaxed) {
     const double tight_s = TightUpperS(req);
     for (double upper_s : {tight_s, 2 * tight_s}) {
       DualApprox real(req, shuffled);
-      const Grouping found = real.Group(upper_s, false, 1);
+      const Grouping found = real.Group(upper_s, {});
       if (!found) continue;
       if (real.memory_decided()) {
         ++decided;
         continue;
       }
       ++undecided;
-      EXPECT_EQ(found,
-                DualApprox(relaxed, all, &req.cost).Group(upper_s, false, 1))
+      EXPECT_EQ(found, DualApprox(relaxed, all, &req.cost).Group(upper_s, {}))
           << "seed " << seed << ", upper " << upper_s << " s";
     }
   }
