@@ -686,8 +686,10 @@ class FcpStrategy final : public Strategy {
     // ref-grow's deal on the same degrees).
     ReshapeOptions options;
     if (num_lanes > kReshapeMaxLanes) {
-      if (num_lanes > kFreshDealMaxLanes || plan.micro_batches.size() == 1)
+      if (num_lanes > kFreshDealMaxLanes || plan.micro_batches.size() == 1 ||
+          request.sequences.size() > kSeveralGroupsMaxSequences) {
         return note;
+      }
       options.max_rounds = 0;
     }
     // The plan's lanes now (polishing may have emptied one, which is gone).

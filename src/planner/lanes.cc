@@ -948,6 +948,7 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
     double target_s, bool several_groups) {
   struct Lane {
     std::vector<GroupLoad> groups;
+    std::vector<double> group_s;  // each group's time
     double time_s = 0;
   };
   std::vector<Lane> lanes(num_lanes);
@@ -960,8 +961,8 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
       GroupLoad load = lane.groups[g];
       load.Add(s);
       if (!price.FitsOnce(p, load)) continue;
-      return std::pair(g, lane.time_s - price.GroupS(p, lane.groups[g]) +
-                              price.GroupS(p, load));
+      return std::pair(g,
+                       lane.time_s - lane.group_s[g] + price.GroupS(p, load));
     }
     if (!several_groups && !lane.groups.empty())
       return std::pair(lane.groups.size(),
@@ -985,8 +986,12 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
     }
     if (best == num_lanes) return std::nullopt;
     Lane& lane = lanes[best];
-    if (best_group == lane.groups.size()) lane.groups.emplace_back();
+    if (best_group == lane.groups.size()) {
+      lane.groups.emplace_back();
+      lane.group_s.push_back(0);
+    }
     lane.groups[best_group].Add(s);
+    lane.group_s[best_group] += best_s - lane.time_s;
     lane.time_s = best_s;
     dealt[best].push_back(k);
   }
@@ -1262,7 +1267,8 @@ std::optional<Reshaped> ReshapeLanes(
       .trials = options.trials_per_try,
       .plan_lanes = true,
       .search_pricings = options.search_pricings,
-      .several_groups = RunsSeveralGroups(request, lanes, rank_sets)};
+      .several_groups = order.size() <= kSeveralGroupsMaxSequences &&
+                        RunsSeveralGroups(request, lanes, rank_sets)};
   std::optional<Reshaped> best;
   double best_s = makespan_s * (1 - 1e-9);
   int slow = degrees[0];  // the slowest lane's degree

@@ -125,6 +125,13 @@ std::vector<std::vector<int>> LanesOf(const std::vector<MicroBatchPlan>& plan,
 // lane for 52 ms added to a single rank, 0.8 % slower simulated).
 inline constexpr double kPolishMinGainPerRise = 0.25;
 
+// The most sequences whose lanes, where they run several groups, are dealt
+// below the makespan as several groups too (ReshapeLanes, and past 16 lanes
+// fcp's TryPolishedLanes): each deal prices every sequence on every lane's
+// groups, and at 8,192 Go-source sequences on 64 ranks (22 micro-batches)
+// the deals took 63 % of planning, 2.8x its time.
+inline constexpr size_t kSeveralGroupsMaxSequences = 1024;
+
 struct Polished {
   int changes = 0;
   double makespan_s = 0;  // the slowest lane's time after them
