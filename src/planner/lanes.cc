@@ -1165,11 +1165,13 @@ void KeepDealIfFaster(const PlanRequest& request, const LanePricer& price,
   tried.makespan_s = result.makespan_s;
 }
 
-// Whether some of `lanes` on `rank_sets` holds more than its ranks' memory
-// takes at once, so that it runs as several groups.
-bool RunsSeveralGroups(const PlanRequest& request,
-                       const std::vector<std::vector<int>>& lanes,
-                       const std::vector<std::vector<int>>& rank_sets) {
+// Whether `lanes` on `rank_sets` are dealt as several groups each: some holds
+// more than its ranks' memory takes at once, so that it runs as several, and
+// there are at most kSeveralGroupsMaxSequences sequences.
+bool DealtAsSeveralGroups(const PlanRequest& request,
+                          const std::vector<std::vector<int>>& lanes,
+                          const std::vector<std::vector<int>>& rank_sets) {
+  if (request.sequences.size() > kSeveralGroupsMaxSequences) return false;
   const std::vector<GroupLoad> loads = LoadsOf(request, lanes);
   for (size_t p = 0; p < lanes.size(); ++p) {
     if (GroupMemBytes(request.cost, loads[p],
@@ -1186,8 +1188,8 @@ struct DealSettings {
   int trials = 0;               // PolishLanes' per deal
   bool plan_lanes = false;      // the lanes are a plan's, not a trial deal's
   int64_t search_pricings = 0;  // DealSearch's budget; 0: no search
-  // The plan's lanes run as several groups (RunsSeveralGroups): DealBelow
-  // may split lanes too, and DeepestDealBelow runs on any batch.
+  // The plan's lanes are dealt as several groups (DealtAsSeveralGroups):
+  // DealBelow may split lanes too, and DeepestDealBelow runs on any batch.
   bool several_groups = false;
 };
 
@@ -1267,8 +1269,7 @@ std::optional<Reshaped> ReshapeLanes(
       .trials = options.trials_per_try,
       .plan_lanes = true,
       .search_pricings = options.search_pricings,
-      .several_groups = order.size() <= kSeveralGroupsMaxSequences &&
-                        RunsSeveralGroups(request, lanes, rank_sets)};
+      .several_groups = DealtAsSeveralGroups(request, lanes, rank_sets)};
   std::optional<Reshaped> best;
   double best_s = makespan_s * (1 - 1e-9);
   int slow = degrees[0];  // the slowest lane's degree
