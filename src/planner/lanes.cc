@@ -1006,11 +1006,18 @@ std::optional<std::vector<std::vector<int>>> DealBelow(
 // holding 33 sequences, 0.19 % behind ref-bisect, which bisects its target
 // this way).
 constexpr double kDeepestDealRange = 0.1;
+// The same past kDealSearchMaxSequences, where each deal prices hundreds of
+// sequences on every lane (lanes of several groups, DealtAsSeveralGroups):
+// 7 targets instead of 12. The heuristics' deals that it was added for were
+// 0.3 % below fcp's (Ascend go-src, 512 sequences).
+constexpr double kDeepestDealRangeLarge = 0.02;
 std::optional<std::vector<std::vector<int>>> DeepestDealBelow(
     const PlanRequest& request, const LanePricer& price, size_t num_lanes,
     const std::vector<int64_t>& d_min, const std::vector<int>& order,
     double beat_s, bool several_groups) {
-  double lo_s = beat_s * (1 - kDeepestDealRange);
+  double lo_s = beat_s * (1 - (order.size() <= kDealSearchMaxSequences
+                                   ? kDeepestDealRange
+                                   : kDeepestDealRangeLarge));
   double hi_s = beat_s * (1 - kDealBelowMargins[0]);
   std::optional<std::vector<std::vector<int>>> deepest;
   for (int step = 0; step < 12 && hi_s / lo_s > 1.0002; ++step) {
