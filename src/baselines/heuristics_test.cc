@@ -122,6 +122,16 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindOnWiderInstances) {
   EXPECT_LE(c.worst, 1.002);
 }
 
+// A 32-layer model of `q_heads` query and `kv_heads` key/value heads of 128.
+ModelShape RandomShape(int q_heads, int kv_heads) {
+  return {.name = "random",
+          .layers = 32,
+          .hidden = q_heads * 128,
+          .q_heads = q_heads,
+          .kv_heads = kv_heads,
+          .head_dim = 128};
+}
+
 // `lengths_and_eta` appended to `req`'s sequences.
 void AddSequences(
     PlanRequest& req,
@@ -158,12 +168,7 @@ TEST(ReferenceHeuristics, HeavySequencesAloneWhereTheNodesAreUneven) {
   req.cost.mem_static = 20e9;
   req.cost.mem_capacity = 64e9;
   req.cost.mem_per_token = 1.234e6;
-  req.model = ModelShape{.name = "random",
-                         .layers = 32,
-                         .hidden = 12 * 128,
-                         .q_heads = 12,
-                         .kv_heads = 4,
-                         .head_dim = 128};
+  req.model = RandomShape(12, 4);
   AddSequences(req, {{960, 0.707},
                      {136, 0.228},
                      {53626, 0},
@@ -203,12 +208,7 @@ TEST(ReferenceHeuristics, ShortSequencesFillTheRoomiestLane) {
   req.cost.mem_per_token = 6.484e6;
   req.cost.mem_static = 20e9;
   req.cost.mem_capacity = 64e9;
-  req.model = ModelShape{.name = "random",
-                         .layers = 32,
-                         .hidden = 48 * 128,
-                         .q_heads = 48,
-                         .kv_heads = 8,
-                         .head_dim = 128};
+  req.model = RandomShape(48, 8);
   AddSequences(
       req,
       {{4122, 0.595}, {199, 0.504}, {3924, 0},    {35814, 0.385}, {618, 0.979},
@@ -244,12 +244,7 @@ TEST(ReferenceHeuristics, AllToAllLanesPricedPackedAcrossNodes) {
   req.cost.mem_per_token = 1.708e7;
   req.cost.mem_static = 20e9;
   req.cost.mem_capacity = 64e9;
-  req.model = ModelShape{.name = "random",
-                         .layers = 32,
-                         .hidden = 32 * 128,
-                         .q_heads = 32,
-                         .kv_heads = 8,
-                         .head_dim = 128};
+  req.model = RandomShape(32, 8);
   AddSequences(req, {{4430, 0.974},
                      {6148, 0.728},
                      {91, 0},

@@ -678,22 +678,26 @@ class FcpStrategy final : public Strategy {
       }
     }
     if (num_lanes >= 2) polish(std::move(lanes), /*dealt_afresh=*/false);
-    // Past kReshapeMaxLanes, where the lanes run several micro-batches (up
-    // to kFreshDealMaxLanes lanes), only the deal below the makespan on the
+    // Past kReshapeMaxLanes, a plan of one micro-batch runs one group per
+    // lane, which DealtAsSeveralGroups below would find only after the lanes
+    // are built again (a planning benchmark's plan).
+    if (num_lanes > kFreshDealMaxLanes ||
+        (num_lanes > kReshapeMaxLanes && plan.micro_batches.size() == 1)) {
+      return note;
+    }
+    // The plan's lanes now (polishing may have emptied one, which is gone).
+    lanes = LanesOf(plan.micro_batches, &rank_sets);
+    // Past kReshapeMaxLanes, where the lanes are dealt as several groups,
+    // only the deal below the makespan on the
     // same rank sets: polishing moves a sequence or two at a time, and lanes
     // that several micro-batches fill end far apart (issue 32: Ascend
     // go-src, 512 sequences on 18 lanes of 128 ranks, 0.31 % behind
     // ref-grow's deal on the same degrees).
     ReshapeOptions options;
     if (num_lanes > kReshapeMaxLanes) {
-      if (num_lanes > kFreshDealMaxLanes || plan.micro_batches.size() == 1 ||
-          request.sequences.size() > kSeveralGroupsMaxSequences) {
-        return note;
-      }
+      if (!DealtAsSeveralGroups(request, lanes, rank_sets)) return note;
       options.max_rounds = 0;
     }
-    // The plan's lanes now (polishing may have emptied one, which is gone).
-    lanes = LanesOf(plan.micro_batches, &rank_sets);
     if (auto reshaped = ReshapeLanes(request, std::move(lanes), rank_sets,
                                      plan.est_ms / 1000, work_order.work,
                                      work_order.order, options)) {

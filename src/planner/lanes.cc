@@ -1172,24 +1172,6 @@ void KeepDealIfFaster(const PlanRequest& request, const LanePricer& price,
   tried.makespan_s = result.makespan_s;
 }
 
-// Whether `lanes` on `rank_sets` are dealt as several groups each: some holds
-// more than its ranks' memory takes at once, so that it runs as several, and
-// there are at most kSeveralGroupsMaxSequences sequences.
-bool DealtAsSeveralGroups(const PlanRequest& request,
-                          const std::vector<std::vector<int>>& lanes,
-                          const std::vector<std::vector<int>>& rank_sets) {
-  if (request.sequences.size() > kSeveralGroupsMaxSequences) return false;
-  const std::vector<GroupLoad> loads = LoadsOf(request, lanes);
-  for (size_t p = 0; p < lanes.size(); ++p) {
-    if (GroupMemBytes(request.cost, loads[p],
-                      static_cast<int>(rank_sets[p].size())) >
-        request.cost.mem_capacity) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // How PolishOrDealBelow polishes and deals.
 struct DealSettings {
   int trials = 0;               // PolishLanes' per deal
@@ -1249,6 +1231,21 @@ Polished PolishOrDealBelow(const PlanRequest& request, Reshaped& tried,
 }
 
 }  // namespace
+
+bool DealtAsSeveralGroups(const PlanRequest& request,
+                          const std::vector<std::vector<int>>& lanes,
+                          const std::vector<std::vector<int>>& rank_sets) {
+  if (request.sequences.size() > kSeveralGroupsMaxSequences) return false;
+  const std::vector<GroupLoad> loads = LoadsOf(request, lanes);
+  for (size_t p = 0; p < lanes.size(); ++p) {
+    if (GroupMemBytes(request.cost, loads[p],
+                      static_cast<int>(rank_sets[p].size())) >
+        request.cost.mem_capacity) {
+      return true;
+    }
+  }
+  return false;
+}
 
 std::optional<std::vector<std::vector<int>>> SearchDeal(
     const PlanRequest& request, const std::vector<std::vector<int>>& rank_sets,

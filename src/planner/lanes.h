@@ -132,6 +132,13 @@ inline constexpr double kPolishMinGainPerRise = 0.25;
 // the deals took 63 % of planning, 2.8x its time.
 inline constexpr size_t kSeveralGroupsMaxSequences = 1024;
 
+// Whether `lanes` on `rank_sets` are dealt as several groups each: some holds
+// more than its ranks' memory takes at once, so that it runs as several, and
+// there are at most kSeveralGroupsMaxSequences sequences.
+bool DealtAsSeveralGroups(const PlanRequest& request,
+                          const std::vector<std::vector<int>>& lanes,
+                          const std::vector<std::vector<int>>& rank_sets);
+
 struct Polished {
   int changes = 0;
   double makespan_s = 0;  // the slowest lane's time after them
@@ -177,8 +184,10 @@ std::optional<std::vector<std::vector<int>>> SearchDeal(
 // `makespan_s` (s): every sequence, the heaviest first (`order`), onto the
 // lane it leaves closest below a target 0.1 %, 0.03 % or 0.01 % under it,
 // the first target that fits (best fit at a target, as the dual
-// approximation fills groups), and by SearchDeal (`search_pricings`), each
-// deal polished (PolishLanes).
+// approximation fills groups; each lane one group, or where the lanes are
+// DealtAsSeveralGroups split as ChunkLanes splits them, and then also at the
+// lowest target met), and by SearchDeal (`search_pricings`), each deal
+// polished (PolishLanes).
 //
 // Then each round takes every multiset of lane degrees one rank away from
 // the current one (a rank moved between lanes, to a lane of its own or from

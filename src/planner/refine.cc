@@ -72,10 +72,7 @@ struct DualContext {
   // those times over the degrees the rule allows (+inf for the others).
   std::vector<std::vector<double>> min_up_to;
   bool memory_decided = false;  // in the last Group call (refine.h)
-  bool aligned = false;  // groups of d > 1 open at node-aligned degrees only
-  int multiple_of = 1;   // and at multiples of this only
-  bool all_to_all_only = false;  // and where all-to-all may run only
-  bool roomiest_too = false;     // DualRule::roomiest_too
+  DualRule rule;                // of the Group call being run
   BestTimer best_time;
 };
 
@@ -102,8 +99,9 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   for (int d = d_min + static_cast<int>(mins.size()); d <= max_degree; ++d) {
     const bool allowed =
         d == 1 ||
-        ((!ctx.aligned || AlignedDegree(ctx.request.cluster, d)) &&
-         DegreeAllowed(ctx.shape, d, ctx.multiple_of, ctx.all_to_all_only));
+        ((!ctx.rule.aligned_degrees || AlignedDegree(ctx.request.cluster, d)) &&
+         DegreeAllowed(ctx.shape, d, ctx.rule.multiple_of,
+                       ctx.rule.all_to_all_only));
     double t = std::numeric_limits<double>::infinity();
     if (allowed) {
       const size_t i = static_cast<size_t>(d - d_min);
@@ -210,7 +208,7 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
       if (takes(it)) return true;
     }
     // The roomiest group (DualRule::roomiest_too), if not tried above.
-    return ctx.roomiest_too && it < long_slack.size() &&
+    return ctx.rule.roomiest_too && it < long_slack.size() &&
            takes(long_slack.size() - 1);
   };
   for (size_t pos = 0; pos < ctx.order.size(); ++pos) {
@@ -354,10 +352,7 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
     double upper_s, const DualRule& rule) {
   DualContext& ctx = *ctx_;
   const CostModel& cm = ctx.request.cost;
-  ctx.aligned = rule.aligned_degrees;
-  ctx.multiple_of = rule.multiple_of;
-  ctx.all_to_all_only = rule.all_to_all_only;
-  ctx.roomiest_too = rule.roomiest_too;
+  ctx.rule = rule;
   ctx.min_up_to.assign(ctx.order.size(), {});
   ctx.memory_decided = !std::isfinite(upper_s);
   if (!std::isfinite(upper_s)) {
