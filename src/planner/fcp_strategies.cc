@@ -368,8 +368,8 @@ class FcpStrategy final : public Strategy {
     // searched again from the plan's estimate, it came out at most 0.02 %
     // faster in 5 of the study's 92 cases, for 7-8 % of the planning
     // instructions on bench/planner_bench's batches.
-    ScoredPlan best_lanes;
-    TryLanes(request, score, *plan, lanes_upper_s, free_lanes, best_lanes);
+    LanePlans lane_plans;
+    TryLanes(request, score, *plan, lanes_upper_s, free_lanes, lane_plans);
     if (fewest == 1) TryHeavyAlone(request, score, *plan);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
@@ -453,6 +453,10 @@ class FcpStrategy final : public Strategy {
             TryHeldLayouts(request, score, work_order, *plan, best_score_ms)) {
       plan->notes["grouping"] = layout;
     }
+    std::vector<std::vector<int>> winner_sets;
+    LanesOf(plan->micro_batches, &winner_sets);
+    const bool winner_is_best_lanes =
+        !winner_sets.empty() && winner_sets == lane_plans.best_rank_sets;
     if (const std::string polished =
             TryPolishedLanes(request, score, work_order, *plan, best_score_ms);
         !polished.empty()) {
@@ -461,15 +465,25 @@ class FcpStrategy final : public Strategy {
     // Where the winner does not run lanes, the best lane plan polished and
     // reshaped too: lanes a reshape takes past the winner can start behind
     // it (issue 32: lanes of 4, 2, 2 and 1 ranks 0.2 % behind two
-    // micro-batches, where 4, 4 and 1 are 2.8 % ahead).
-    if (std::isfinite(best_lanes.score_ms) &&
-        LanesOf(plan->micro_batches, nullptr).empty()) {
-      Plan& lanes = best_lanes.plan;
-      const std::string polished = TryPolishedLanes(request, score, work_order,
-                                                    lanes, best_lanes.score_ms);
-      if (!polished.empty() &&
-          best_lanes.score_ms < best_score_ms * (1 - 1e-12)) {
-        best_score_ms = best_lanes.score_ms;
+    // micro-batches, where 4, 4 and 1 are 2.8 % ahead). Where the winner is
+    // the best lane plan, the best on other rank sets, kept where it gains
+    // enough over the winner (GainsEnoughAcross): polishing starts from
+    // near ties that end apart (issue 32: lanes of 8, 8, 1, 1 and 1 ranks won
+    // by 0.003 % over 3, 3, 3, 3, 3, 2 and 2, which polished end 0.06 %
+    // ahead). Polishing it costs planning time on small batches (speed.md).
+    const bool winner_runs_lanes = !winner_sets.empty();
+    ScoredPlan* other = !winner_runs_lanes     ? &lane_plans.best
+                        : winner_is_best_lanes ? &lane_plans.other
+                                               : nullptr;
+    if (other && std::isfinite(other->score_ms)) {
+      Plan& lanes = other->plan;
+      const std::string polished =
+          TryPolishedLanes(request, score, work_order, lanes, other->score_ms);
+      if (!polished.empty() && other->score_ms < best_score_ms * (1 - 1e-12) &&
+          (!winner_runs_lanes ||
+           GainsEnoughAcross(request.cluster.num_ranks, plan->micro_batches,
+                             lanes.micro_batches))) {
+        best_score_ms = other->score_ms;
         plan->micro_batches = std::move(lanes.micro_batches);
         for (const char* key : {"grouping", "all_to_all_groups"})
           plan->notes[key] = lanes.notes[key];
@@ -754,16 +768,33 @@ class FcpStrategy final : public Strategy {
   // a lane heuristic whose lanes each fit one group). Ranked by makespan the
   // split changes a lane's time only by the rings' overlap, so only first fit
   // is tried (planning time).
-  // `best_lanes` gets the best lane plan of all (lanes on at most
-  // kReshapeMaxLanes rank sets only) with its score, kept or not.
+  // `lane_plans` gets the best lane plans (LanePlans), kept or not.
   struct ScoredPlan {
     Plan plan;
     double score_ms = std::numeric_limits<double>::infinity();
   };
+  // The best lane plan of all (lanes on at most kReshapeMaxLanes rank sets
+  // only), with its rank sets, and the best on other rank sets.
+  struct LanePlans {
+    ScoredPlan best, other;
+    std::vector<std::vector<int>> best_rank_sets;
+    void Offer(const Plan& candidate, double score_ms) {
+      if (score_ms >= std::max(best.score_ms, other.score_ms)) return;
+      std::vector<std::vector<int>> rank_sets;
+      LanesOf(candidate.micro_batches, &rank_sets);
+      if (score_ms < best.score_ms) {
+        if (rank_sets != best_rank_sets) other = std::move(best);
+        best = {candidate, score_ms};
+        best_rank_sets = std::move(rank_sets);
+      } else if (rank_sets != best_rank_sets) {
+        other = {candidate, score_ms};
+      }
+    }
+  };
   static void TryLanes(
       const PlanRequest& request, Scorer& score, Plan& plan, double upper_s,
       const std::optional<std::vector<std::vector<int>>>& free_lanes,
-      ScoredPlan& best_lanes) {
+      LanePlans& lane_plans) {
     double best_ms = score(plan);
     const bool packing_prices = PackingPricesAllToAll(request);
     for (const LaneGrouping& grouping :
@@ -809,10 +840,8 @@ class FcpStrategy final : public Strategy {
               (chunking == Chunking::kBalanced ? ", balanced split" : "");
           candidate.notes["all_to_all_groups"] = std::to_string(switched);
           const double candidate_ms = score(candidate);
-          if (lanes.size() <= kReshapeMaxLanes &&
-              candidate_ms < best_lanes.score_ms) {
-            best_lanes = {candidate, candidate_ms};
-          }
+          if (lanes.size() <= kReshapeMaxLanes)
+            lane_plans.Offer(candidate, candidate_ms);
           if (candidate_ms < best_ms * (1 - 1e-12)) {
             best_ms = candidate_ms;
             plan.micro_batches = std::move(candidate.micro_batches);

@@ -28,6 +28,49 @@ namespace fcp::planner {
 // of the study's 92 cases.
 constexpr size_t kAllToAllLanesMaxSequences = 256;
 
+namespace {
+
+// The degree rules LaneGroupings opens lanes at (the first: free degrees).
+std::vector<LaneDegrees> LaneRules(const PlanRequest& request,
+                                   int multiple_of) {
+  // Lanes opened at node-aligned degrees are a second grouping: their rings
+  // stay inside nodes where free degrees straddle them (issue 32: Ascend,
+  // go-src lengths, 64 ranks, gbs 1,024).
+  // On one node (or nodes of one rank) every ring already stays inside one.
+  const bool nodes_matter =
+      request.cluster.ranks_per_node > 1 &&
+      request.cluster.num_ranks > request.cluster.ranks_per_node;
+  std::vector<LaneDegrees> rules = {{}};
+  if (nodes_matter) rules.push_back({.node_aligned = true});
+  if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
+  // On at most kAllToAllLanesMaxSequences, coarser multiples too (2x and
+  // 4x): each long sequence opens at the fewest ranks that meet the target,
+  // which leaves no lane room for a second one, while wider lanes run two
+  // or three back to back (issue 32: on 21 ranks, lanes of 4 holding 31k
+  // and 29k tokens, and 25k, 22k and 14k, 2.5 % ahead of fcp, whose even
+  // lanes needed 2 ranks more than there were).
+  if (request.sequences.size() <= kAllToAllLanesMaxSequences &&
+      multiple_of > 1) {
+    for (int coarser = 2 * multiple_of;
+         coarser <= 4 * multiple_of && coarser < request.cluster.num_ranks;
+         coarser *= 2) {
+      rules.push_back({.multiple_of = coarser});
+    }
+  }
+  // Lanes opened where all-to-all may run are another, on batches of at
+  // most kAllToAllLanesMaxSequences: free degrees open a long sequence at
+  // the fewest ranks that meet the target, often a ring where a wider
+  // all-to-all lane takes short sequences too (issue 32: 16 and 12 ranks of
+  // all-to-all, 7 % ahead of fcp's rings on 29 ranks).
+  if (request.sequences.size() <= kAllToAllLanesMaxSequences &&
+      SomeDegreeRingOnly(request)) {
+    rules.push_back({.all_to_all_only = true});
+  }
+  return rules;
+}
+
+}  // namespace
+
 std::vector<LaneGrouping> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual, int multiple_of,
     const std::vector<std::vector<int>>* free_grouping) {
@@ -44,27 +87,9 @@ std::vector<LaneGrouping> LaneGroupings(
   // micro-batches as memory allows.
   std::vector<LaneGrouping> out = {{{members}, {}}};
   if (!dual) return out;
+  const std::vector<LaneDegrees> rules = LaneRules(request, multiple_of);
   // Each sequence keeps its own d_min: a lane narrower than that could not
   // run it (the grouping would then be judged at degrees it never gets).
-  // Lanes opened at node-aligned degrees are a second grouping: their rings
-  // stay inside nodes where free degrees straddle them (issue 32: Ascend,
-  // go-src lengths, 64 ranks, gbs 1,024).
-  // On one node (or nodes of one rank) every ring already stays inside one.
-  const bool nodes_matter =
-      request.cluster.ranks_per_node > 1 &&
-      request.cluster.num_ranks > request.cluster.ranks_per_node;
-  std::vector<LaneDegrees> rules = {{}};
-  if (nodes_matter) rules.push_back({.node_aligned = true});
-  if (multiple_of > 1) rules.push_back({.multiple_of = multiple_of});
-  // Lanes opened where all-to-all may run are a fourth, on batches of at
-  // most kAllToAllLanesMaxSequences: free degrees open a long sequence at
-  // the fewest ranks that meet the target, often a ring where a wider
-  // all-to-all lane takes short sequences too (issue 32: 16 and 12 ranks of
-  // all-to-all, 7 % ahead of fcp's rings on 29 ranks).
-  if (request.sequences.size() <= kAllToAllLanesMaxSequences &&
-      SomeDegreeRingOnly(request)) {
-    rules.push_back({.all_to_all_only = true});
-  }
   DualApprox dual_approx(relaxed, members, &request.cost);
   const auto dual_rule = [](const LaneDegrees& rule, bool roomiest_too) {
     return DualRule{.aligned_degrees = rule.node_aligned,
@@ -1231,6 +1256,47 @@ Polished PolishOrDealBelow(const PlanRequest& request, Reshaped& tried,
 }
 
 }  // namespace
+
+namespace {
+
+// Each rank's busy time in `micro_batches` (ms; estimates filled).
+std::vector<double> BusyMs(int num_ranks,
+                           const std::vector<MicroBatchPlan>& micro_batches) {
+  std::vector<double> busy(num_ranks, 0.0);
+  for (const MicroBatchPlan& mb : micro_batches)
+    for (const GroupPlan& g : mb.groups)
+      for (int r : g.ranks) busy[r] += g.est_ms;
+  return busy;
+}
+
+}  // namespace
+
+bool GainsEnoughAcross(int num_ranks, const std::vector<MicroBatchPlan>& before,
+                       const std::vector<MicroBatchPlan>& after) {
+  const std::vector<double> busy_before = BusyMs(num_ranks, before);
+  const std::vector<double> busy_after = BusyMs(num_ranks, after);
+  std::vector<std::vector<int>> rank_sets_before, rank_sets_after;
+  LanesOf(before, &rank_sets_before);
+  LanesOf(after, &rank_sets_after);
+  size_t slowest_degree = 0;
+  double slowest_ms = -1;
+  for (const auto& ranks : rank_sets_before) {
+    if (busy_before[ranks[0]] > slowest_ms) {
+      slowest_ms = busy_before[ranks[0]];
+      slowest_degree = ranks.size();
+    }
+  }
+  double rise_ms = 0;
+  for (const auto& ranks : rank_sets_after) {
+    if (ranks.size() >= slowest_degree) continue;
+    double was_ms = 0;
+    for (int r : ranks) was_ms = std::max(was_ms, busy_before[r]);
+    rise_ms += std::max(0.0, busy_after[ranks[0]] - was_ms);
+  }
+  const double gain_ms =
+      slowest_ms - *std::max_element(busy_after.begin(), busy_after.end());
+  return gain_ms >= kPolishMinGainPerRise * rise_ms;
+}
 
 bool DealtAsSeveralGroups(const PlanRequest& request,
                           const std::vector<std::vector<int>>& lanes,

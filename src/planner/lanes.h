@@ -44,11 +44,12 @@ struct LaneGrouping {
 // everything, and with `dual` the dual approximation (refine.h) searched
 // below `upper_s` (the makespan to beat, s; +inf: unbounded) at free
 // degrees, at node-aligned degrees, and at multiples of `multiple_of` when
-// above 1 (each sequence keeps its own d_min in all). `free_grouping`, when
-// given, is taken as the free degrees' grouping instead of searching it: a
-// dual grouping of every sequence at free degrees that memory did not shape
-// (DualApprox::memory_decided), so one the relaxed search finds from the
-// same bound.
+// above 1 (on at most 256 sequences also of 2 and 4 times it, and where
+// all-to-all may run; each sequence keeps its own d_min in all).
+// `free_grouping`, when given, is taken as the free degrees' grouping instead
+// of searching it: a dual grouping of every sequence at free degrees that
+// memory did not shape (DualApprox::memory_decided), so one the relaxed search
+// finds from the same bound.
 std::vector<LaneGrouping> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual, int multiple_of,
     const std::vector<std::vector<int>>* free_grouping = nullptr);
@@ -124,6 +125,15 @@ std::vector<std::vector<int>> LanesOf(const std::vector<MicroBatchPlan>& plan,
 // (issue 32: Ascend go-src, 64 ranks, gbs 16: 1.2 ms gained on a 63-rank
 // lane for 52 ms added to a single rank, 0.8 % slower simulated).
 inline constexpr double kPolishMinGainPerRise = 0.25;
+
+// Whether the lane plan `after` saves on the makespan at least
+// kPolishMinGainPerRise of what it adds, rank by rank, to its lanes
+// narrower than the slowest lane of the lane plan `before` (on other rank
+// sets, both on `num_ranks` ranks, estimates filled): GainsEnough's rule
+// (lanes.cc) across rank sets. A lane's rise is its time over the longest
+// its ranks were busy before.
+bool GainsEnoughAcross(int num_ranks, const std::vector<MicroBatchPlan>& before,
+                       const std::vector<MicroBatchPlan>& after);
 
 // The most sequences whose lanes, where they run several groups, are dealt
 // below the makespan as several groups too (ReshapeLanes, and past 16 lanes
