@@ -468,9 +468,9 @@ class FcpStrategy final : public Strategy {
     // micro-batches, where 4, 4 and 1 are 2.8 % ahead). Where the winner is
     // the best lane plan, the best on other rank sets, kept where it gains
     // enough over the winner (GainsEnoughAcross): polishing starts from
-    // near ties that end apart (issue 32: lanes of 8, 8, 1, 1 and 1 ranks won
-    // by 0.003 % over 3, 3, 3, 3, 3, 2 and 2, which polished end 0.06 %
-    // ahead). Polishing it costs planning time on small batches (speed.md).
+    // near ties that end apart (issue 32: a wider random batch on 18 ranks,
+    // 0.12 % behind ref-share). Polishing it costs planning time on small
+    // batches (docs/planner/speed.md).
     const bool winner_runs_lanes = !winner_sets.empty();
     ScoredPlan* other = !winner_runs_lanes     ? &lane_plans.best
                         : winner_is_best_lanes ? &lane_plans.other

@@ -44,8 +44,8 @@ struct LaneGrouping {
 // everything, and with `dual` the dual approximation (refine.h) searched
 // below `upper_s` (the makespan to beat, s; +inf: unbounded) at free
 // degrees, at node-aligned degrees, and at multiples of `multiple_of` when
-// above 1 (on at most 256 sequences also of 2 and 4 times it, and where
-// all-to-all may run; each sequence keeps its own d_min in all).
+// above 1 (on at most 256 sequences also of twice it, and where all-to-all
+// may run; each sequence keeps its own d_min in all).
 // `free_grouping`, when given, is taken as the free degrees' grouping instead
 // of searching it: a dual grouping of every sequence at free degrees that
 // memory did not shape (DualApprox::memory_decided), so one the relaxed search

@@ -492,38 +492,36 @@ TEST(LanesOfTest, LanePlansAndOverlaps) {
 // narrower lanes over the longest their ranks were busy before.
 TEST(GainsEnoughAcrossTest, RisesOfNarrowerLanesRankByRank) {
   ASSERT_EQ(kPolishMinGainPerRise, 0.25);
+  auto group = [](std::vector<int> ranks, double est_ms) {
+    GroupPlan g;
+    g.ranks = std::move(ranks);
+    g.est_ms = est_ms;
+    return g;
+  };
   auto lane_plan = [](std::vector<GroupPlan> groups) {
     std::vector<MicroBatchPlan> plan(1);
     plan[0].groups = std::move(groups);
     return plan;
   };
-  std::vector<MicroBatchPlan> before = lane_plan(
-      {{.ranks = {0, 1, 2, 3}, .est_ms = 10}, {.ranks = {4}, .est_ms = 4}});
-  before.push_back({.groups = {{.ranks = {4}, .est_ms = 4}}});
+  std::vector<MicroBatchPlan> before =
+      lane_plan({group({0, 1, 2, 3}, 10), group({4}, 4)});
+  before.resize(2);
+  before[1].groups = {group({4}, 4)};
   // 3 and 4 run 9.8 ms together, below rank 3's 10 ms: no rise; gain 0.1.
-  EXPECT_TRUE(GainsEnoughAcross(5, before,
-                                lane_plan({{.ranks = {0, 1, 2}, .est_ms = 9.9},
-                                           {.ranks = {3, 4}, .est_ms = 9.8}})));
+  EXPECT_TRUE(GainsEnoughAcross(
+      5, before, lane_plan({group({0, 1, 2}, 9.9), group({3, 4}, 9.8)})));
   // Rank 4 alone at 9.5 ms rises 1.5 ms: 0.1 < 0.375.
-  EXPECT_FALSE(
-      GainsEnoughAcross(5, before,
-                        lane_plan({{.ranks = {0, 1, 2, 3}, .est_ms = 9.9},
-                                   {.ranks = {4}, .est_ms = 9.5}})));
+  EXPECT_FALSE(GainsEnoughAcross(
+      5, before, lane_plan({group({0, 1, 2, 3}, 9.9), group({4}, 9.5)})));
   // At 8.3 ms it rises 0.3 ms: 0.1 >= 0.075.
-  EXPECT_TRUE(
-      GainsEnoughAcross(5, before,
-                        lane_plan({{.ranks = {0, 1, 2, 3}, .est_ms = 9.9},
-                                   {.ranks = {4}, .est_ms = 8.3}})));
+  EXPECT_TRUE(GainsEnoughAcross(
+      5, before, lane_plan({group({0, 1, 2, 3}, 9.9), group({4}, 8.3)})));
   // A rise on a lane as wide as the slowest is not counted; without a gain
   // any rise is too much.
-  EXPECT_TRUE(
-      GainsEnoughAcross(5, before,
-                        lane_plan({{.ranks = {1, 2, 3, 4}, .est_ms = 9.95},
-                                   {.ranks = {0}, .est_ms = 9.9}})));
-  EXPECT_FALSE(
-      GainsEnoughAcross(5, before,
-                        lane_plan({{.ranks = {0, 1, 2, 3}, .est_ms = 10},
-                                   {.ranks = {4}, .est_ms = 8.5}})));
+  EXPECT_TRUE(GainsEnoughAcross(
+      5, before, lane_plan({group({1, 2, 3, 4}, 9.95), group({0}, 9.9)})));
+  EXPECT_FALSE(GainsEnoughAcross(
+      5, before, lane_plan({group({0, 1, 2, 3}, 10), group({4}, 8.5)})));
 }
 
 }  // namespace
