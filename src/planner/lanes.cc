@@ -1253,10 +1253,6 @@ Polished PolishOrDealBelow(const PlanRequest& request, Reshaped& tried,
   return result;
 }
 
-}  // namespace
-
-namespace {
-
 // Each rank's busy time in `micro_batches` (ms; estimates filled).
 std::vector<double> BusyMs(int num_ranks,
                            const std::vector<MicroBatchPlan>& micro_batches) {
