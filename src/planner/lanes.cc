@@ -485,6 +485,18 @@ constexpr size_t kPolishTargets = 8;
 // sequences in tens of groups, took 1.4x as long with one trial per lane).
 constexpr size_t kSequencesPerTrial = 8;
 
+// Up to kPolishTargets lanes, held in place: a polishing step asks for them
+// per sequence and per ejection, and a vector's allocation there was a tenth
+// of the planning instructions on a batch of 22 sequences.
+struct PolishTargets {
+  std::array<size_t, kPolishTargets> lanes{};
+  size_t count = 0;
+  bool empty() const { return count == 0; }
+  size_t front() const { return lanes[0]; }
+  const size_t* begin() const { return lanes.data(); }
+  const size_t* end() const { return lanes.data() + count; }
+};
+
 // Prices lanes on fixed rank sets as ChunkLanes and UseAllToAllWhereFaster
 // make their groups (each rank set's link and all-to-all bandwidth found
 // once).
@@ -633,7 +645,7 @@ class LanePolisher {
     best_s_ = time_s_[slow_] * (1 - 1e-12);
     for (size_t i = 0; i < lanes_[slow_].size() && trials_left_ > 0; ++i) {
       const int k = lanes_[slow_][i];
-      const std::vector<size_t> targets = Targets(k, slow_, slow_);
+      const PolishTargets targets = Targets(k, slow_, slow_);
       if (targets.empty()) continue;
       // The slowest lane without k, wherever k goes.
       const double rest_s =
@@ -672,12 +684,14 @@ class LanePolisher {
       return std::numeric_limits<double>::infinity();
     // A lane of several groups is split again, O(size · groups): it costs
     // a trial per kSequencesPerTrial of its sequences besides.
-    const std::vector<int> seqs = SequencesAfter(p, change);
-    trials_left_ -= static_cast<int>(seqs.size() / kSequencesPerTrial);
-    return price_.TimeS(p, seqs);
+    SequencesAfter(p, change, after_);
+    trials_left_ -= static_cast<int>(after_.size() / kSequencesPerTrial);
+    return price_.TimeS(p, after_);
   }
-  std::vector<int> SequencesAfter(size_t p, const LaneChange& change) const {
-    std::vector<int> seqs = lanes_[p];
+  // Lane p's sequences after `change`, longest first, into `seqs`.
+  void SequencesAfter(size_t p, const LaneChange& change,
+                      std::vector<int>& seqs) const {
+    seqs = lanes_[p];
     for (size_t m = 0; m < change.count; ++m) {
       const Move& move = change.moves[m];
       if (move.from == p)
@@ -692,7 +706,6 @@ class LanePolisher {
             move.seq);
       }
     }
-    return seqs;
   }
   void Apply(const LaneChange& change) {
     std::array<size_t, 6> touched{};
@@ -705,7 +718,8 @@ class LanePolisher {
     n = std::unique(touched.begin(), touched.begin() + n) - touched.begin();
     for (size_t i = 0; i < n; ++i) {
       const size_t p = touched[i];
-      lanes_[p] = SequencesAfter(p, change);
+      SequencesAfter(p, change, after_);
+      lanes_[p].swap(after_);
       by_time_.erase({time_s_[p], p});
       loads_[p] = {};
       for (int k : lanes_[p]) loads_[p].Add(request_.sequences[k]);
@@ -721,12 +735,12 @@ class LanePolisher {
   }
   // The kPolishTargets fastest lanes other than `skip1` and `skip2` whose
   // ranks can hold `k`.
-  std::vector<size_t> Targets(int k, size_t skip1, size_t skip2) {
-    std::vector<size_t> out;
+  PolishTargets Targets(int k, size_t skip1, size_t skip2) {
+    PolishTargets out;
     for (const auto& [time_s, p] : by_time_) {
-      if (out.size() == kPolishTargets) break;
+      if (out.count == kPolishTargets) break;
       if (p != skip1 && p != skip2 && price_.degree(p) >= MinDegreeOf(k))
-        out.push_back(p);
+        out.lanes[out.count++] = p;
     }
     return out;
   }
@@ -772,7 +786,7 @@ class LanePolisher {
     for (size_t j = 0; j < lanes_[other].size() && trials_left_ > 0; ++j) {
       const int v = lanes_[other][j];
       if (change.count > 1 && change.moves[1].seq == v) continue;  // swapped
-      const std::vector<size_t> thirds = Targets(v, slow_, other);
+      const PolishTargets thirds = Targets(v, slow_, other);
       if (thirds.empty()) continue;
       // The destination without v, whichever lane v goes on to.
       const double kept_s =
@@ -795,6 +809,7 @@ class LanePolisher {
   std::vector<double> time_s_;
   std::set<std::pair<double, size_t>> by_time_;  // (time, lane), fastest first
   std::vector<int64_t> d_min_;                   // 0: not computed yet
+  std::vector<int> after_;  // SequencesAfter's, reused (planning time)
   int trials_left_;
   bool chains_ = false;
   size_t slow_ = 0;
@@ -1080,7 +1095,8 @@ class DealSearch {
         best_s_(beat_s),
         pricings_left_(max_pricings),
         loads_(num_lanes),
-        lanes_(num_lanes) {}
+        lanes_(num_lanes),
+        options_(order.size()) {}
 
   std::optional<std::vector<std::vector<int>>> Run() {
     Deal(0, 0.0);
@@ -1096,7 +1112,8 @@ class DealSearch {
       return;
     }
     const int k = order_[i];
-    std::vector<std::pair<double, size_t>> options;
+    std::vector<std::pair<double, size_t>>& options = options_[i];
+    options.clear();
     for (size_t p = 0; p < lanes_.size(); ++p) {
       if (d_min_[k] > price_.degree(p) || IsTwinOfEarlierEmpty(p)) continue;
       // A lane of several groups is priced from its sequences (TimeS).
@@ -1137,6 +1154,9 @@ class DealSearch {
   int64_t pricings_left_;
   std::vector<GroupLoad> loads_;
   std::vector<std::vector<int>> lanes_;
+  // Each depth's lanes to try, (time, lane), kept between calls (planning
+  // time: one allocation per node searched).
+  std::vector<std::vector<std::pair<double, size_t>>> options_;
   std::optional<std::vector<std::vector<int>>> best_;
 };
 
