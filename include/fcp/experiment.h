@@ -171,6 +171,8 @@ struct ExperimentResult {
   double mean_tokens_per_batch = 0;
   // Mean PhysicalLowerBoundS over the measured batches (simulated seconds).
   double lower_bound_s = 0;
+  // The same with rings_only: no plan of ring groups only runs faster.
+  double ring_lower_bound_s = 0;
   std::vector<StrategyResult> results;
 };
 

@@ -247,20 +247,30 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
 std::vector<double> MeasuredGroupTimesS(const Plan& plan,
                                         const SimResult& result);
 
-// The physical lower bound of one global batch of `sequences` (s): every
-// token's work (GEMMs, attention, elementwise traffic, vision encoder, with
-// the recompute policy's extra passes) spread perfectly over all hw.num_ranks
-// at the simulator's best efficiencies (the curves' ceilings, unmasked
-// attention, no padding, no communication), plus the gradient sync's part that
-// no schedule can hide and the optimizer step. Without overlap the sync is
-// all exposed; with it, the step is at least 2b + max(W, 2(T - b)) for the
-// spread work W, one collective's time T and its last bucket b: one bucket
-// of each collective, and all of the sync beyond the compute it can hide
-// behind (derivation in docs/simulator.md). No plan simulates faster
-// (noise aside). Vision tokens as in SimulateGroup.
+// The physical lower bound of one global batch of `sequences` (s): no plan
+// simulates faster (noise aside), nor, with `rings_only`, any plan of ring
+// groups only (what a ring-only runtime executes). The higher of two terms:
+// - every token's work (GEMMs, attention, elementwise traffic, vision
+//   encoder, with the recompute policy's extra passes) spread perfectly over
+//   all hw.num_ranks at the simulator's best efficiencies (the curves'
+//   ceilings, unmasked attention, no padding, no communication), plus the
+//   gradient sync's part that no schedule can hide: without overlap all of
+//   it; with it, 2b + max(W, 2(T - b)) for the spread work W, one
+//   collective's time T and its last bucket b;
+// - each of the kAloneBoundSequences longest sequences alone in its group at
+//   the degree, placement and collective (all-to-all where
+//   AllToAllDegreeRuns) that end its ranks earliest, with the sync its own
+//   forward and backward windows leave exposed: its group in any plan takes
+//   at least as long and hides no more (a group's time and windows only grow
+//   with what it holds, and other groups on its ranks add at least what
+//   they hide);
+// plus the optimizer step. Derivation in docs/simulator.md. Vision tokens as
+// in SimulateGroup.
+inline constexpr int kAloneBoundSequences = 4;
 double PhysicalLowerBoundS(const HardwareModel& hw,
                            std::span<const Sequence> sequences,
-                           bool overlap_grad_reduce = true);
+                           bool overlap_grad_reduce = true,
+                           bool rings_only = false);
 
 // The gradient sync this simulator charges with overlap (SimOptions::
 // overlap_grad_reduce), as a planner input (PlanRequest::grad_sync): one

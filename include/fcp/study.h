@@ -81,6 +81,10 @@ struct StudyRow {
   // The best static plan a ring-only runtime runs: megatron (ring CP), its
   // degree tuned as static_s's is (0: none ran).
   double ring_static_s = 0;
+  // No plan of ring groups only is faster (sim::PhysicalLowerBoundS with
+  // rings_only, mean over the measured batches): where it is above static_s,
+  // fcp-ring below 1.00x is the rings' limit, not the planner's.
+  double ring_bound_s = 0;
   double ref_s =
       0;  // best reference heuristic (ref-*, each tuned in hindsight)
   std::string ref_name;  // which one, "ref-share"

@@ -511,14 +511,18 @@ ExperimentResult RunExperiment(const ExperimentConfig& config) {
   const Setup setup = MakeSetup(cfg);
   const size_t total = setup.batches.size();
   const size_t first_measured = static_cast<size_t>(cfg.warmup);
-  double tokens_sum = 0, bound_sum = 0;
+  double tokens_sum = 0, bound_sum = 0, ring_bound_sum = 0;
   for (size_t i = first_measured; i < total; ++i) {
     tokens_sum += setup.batches[i].tokens;
     bound_sum += PhysicalLowerBoundS(setup.hw, setup.batches[i].seqs,
                                      cfg.overlap_grad_reduce);
+    ring_bound_sum += PhysicalLowerBoundS(setup.hw, setup.batches[i].seqs,
+                                          cfg.overlap_grad_reduce,
+                                          /*rings_only=*/true);
   }
   result.mean_tokens_per_batch = tokens_sum / cfg.steps;
   result.lower_bound_s = bound_sum / cfg.steps;
+  result.ring_lower_bound_s = ring_bound_sum / cfg.steps;
 
   for (const auto& strategy : cfg.strategies) {
     StrategyResult r =

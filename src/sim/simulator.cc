@@ -73,6 +73,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "fcp/cost_model.h"
 #include "fcp/datasets.h"
 
 namespace fcp::sim {
@@ -159,23 +160,25 @@ struct Placement {
   int other_node_peers = 0;  // peers on other nodes (max over ranks)
 };
 
+// The worst rank is one on the node holding fewest of the group's ranks.
 Placement Place(const HardwareModel& hw, std::span<const int> ranks) {
-  Placement p;
   const int r_per_node = std::max(1, hw.ranks_per_node);
   const int d = static_cast<int>(ranks.size());
-  int worst_other = 0, same_for_worst = d - 1;
-  for (int r : ranks) {
-    int same = 0;
-    for (int q : ranks) same += (q / r_per_node == r / r_per_node);
-    const int other = d - same;
-    if (other > worst_other) {
-      worst_other = other;
-      same_for_worst = same - 1;
-    }
+  std::vector<int> nodes(ranks.begin(), ranks.end());
+  for (int& r : nodes) r /= r_per_node;
+  std::sort(nodes.begin(), nodes.end());
+  int fewest = d;  // ranks of the group on its emptiest node
+  for (size_t i = 0; i < nodes.size();) {
+    const size_t j = static_cast<size_t>(
+        std::upper_bound(nodes.begin() + i, nodes.end(), nodes[i]) -
+        nodes.begin());
+    fewest = std::min(fewest, static_cast<int>(j - i));
+    i = j;
   }
-  p.one_node = worst_other == 0;
-  p.other_node_peers = worst_other;
-  p.same_node_peers = same_for_worst;
+  Placement p;
+  p.one_node = fewest == d;
+  p.other_node_peers = d - fewest;
+  p.same_node_peers = fewest - 1;
   return p;
 }
 
@@ -604,15 +607,15 @@ double GroupActivationBytes(const HardwareModel& hw, double m, int d, bool ring,
 
 }  // namespace
 
-GroupSimResult SimulateGroup(const HardwareModel& hw,
-                             std::span<const Sequence> sequences,
-                             std::span<const int> ranks, CommKind comm) {
-  CheckGroupInputs(hw, sequences, ranks);
+namespace {
+
+// SimulateGroup on d ranks placed as `place` (its inputs checked).
+GroupSimResult SimulatePlacedGroup(const HardwareModel& hw,
+                                   std::span<const Sequence> sequences, int d,
+                                   const Placement& place, CommKind comm) {
   const ModelShape& s = hw.shape;
-  const int d = static_cast<int>(ranks.size());
   const double L = s.layers, h = s.hidden;
   const bool ring = comm == CommKind::kRing || d == 1;
-  const Placement place = Place(hw, ranks);
   const Passes passes = PassesOf(hw);
 
   GroupSimResult r;
@@ -662,6 +665,16 @@ GroupSimResult SimulateGroup(const HardwareModel& hw,
       GroupActivationBytes(hw, m, d, ring, vision.patches_per_rank);
   r.oom = r.mem_bytes_per_rank > hw.mem_capacity_bytes;
   return r;
+}
+
+}  // namespace
+
+GroupSimResult SimulateGroup(const HardwareModel& hw,
+                             std::span<const Sequence> sequences,
+                             std::span<const int> ranks, CommKind comm) {
+  CheckGroupInputs(hw, sequences, ranks);
+  return SimulatePlacedGroup(hw, sequences, static_cast<int>(ranks.size()),
+                             Place(hw, ranks), comm);
 }
 
 CostModel CalibrateMemory(const HardwareModel& hw, CostModel cm) {
@@ -866,9 +879,13 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
   return res;
 }
 
-double PhysicalLowerBoundS(const HardwareModel& hw,
-                           std::span<const Sequence> sequences,
-                           bool overlap_grad_reduce) {
+namespace {
+
+// Every token's work spread over all ranks, plus the sync no schedule hides
+// (PhysicalLowerBoundS' first term).
+double SpreadWorkBoundS(const HardwareModel& hw,
+                        std::span<const Sequence> sequences,
+                        bool overlap_grad_reduce) {
   const ModelShape& s = hw.shape;
   const Passes passes = PassesOf(hw);
   const double L = s.layers, h = s.hidden, f = s.ffn, dq = Dq(s), dkv = Dkv(s);
@@ -922,6 +939,98 @@ double PhysicalLowerBoundS(const HardwareModel& hw,
   return 2.0 * bucket_s +
          std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
          gs.optimizer_s;
+}
+
+// Every placement of a group of d ranks, as Place describes it, by the
+// ranks f on its emptiest node: f = d on one node (d at most a node's
+// ranks), or f < d on k >= 2 nodes of at most R ranks each (k·f <= d <= f +
+// (k - 1)·R, k at most the nodes there are).
+std::vector<Placement> PlacementsOf(const HardwareModel& hw, int d) {
+  const int per_node = std::max(1, hw.ranks_per_node);
+  const int nodes = (hw.num_ranks + per_node - 1) / per_node;
+  std::vector<Placement> out;
+  if (d <= per_node) out.push_back({true, d - 1, 0});
+  for (int f = 1; f < d && f <= per_node; ++f) {
+    for (int k = 2; k <= nodes && k * f <= d; ++k) {
+      if (d <= f + (k - 1) * per_node) {
+        out.push_back({false, f - 1, d - f});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// The earliest any plan can end (s, optimizer step aside) on the ranks that
+// run `seq`: its group, alone, at the degree, placement and collective
+// (rings only, with `rings_only`; all-to-all where AllToAllDegreeRuns) that
+// make it shortest, plus the sync its own windows leave exposed
+// (PhysicalLowerBoundS). Infinity when it fits memory at no degree.
+double AloneEndS(const HardwareModel& hw, const Sequence& seq,
+                 bool overlap_grad_reduce, bool rings_only) {
+  const GradSync gs = GradSyncOf(hw);
+  const std::span<const Sequence> one(&seq, 1);
+  double best_s = std::numeric_limits<double>::infinity();
+  for (int d = 1; d <= hw.num_ranks; ++d) {
+    const bool all_to_all =
+        !rings_only && d > 1 && AllToAllDegreeRuns(hw.shape, d);
+    bool ring_one_node_done = false, ring_across_done = false;
+    for (const Placement& place : PlacementsOf(hw, d)) {
+      for (CommKind comm : {CommKind::kRing, CommKind::kAllToAll}) {
+        if (comm == CommKind::kAllToAll && !all_to_all) continue;
+        if (comm == CommKind::kRing) {
+          // A ring's links depend on one node or not alone.
+          bool& done = place.one_node ? ring_one_node_done : ring_across_done;
+          if (done) continue;
+          done = true;
+        }
+        const GroupSimResult g = SimulatePlacedGroup(hw, one, d, place, comm);
+        if (g.oom) continue;
+        const double end_s =
+            overlap_grad_reduce
+                ? ExposedBucketed(gs.collective_s, gs.buckets, g.forward_s) +
+                      g.time_s +
+                      ExposedBucketed(gs.collective_s, gs.buckets, g.backward_s)
+                : g.time_s + 2.0 * gs.collective_s;
+        best_s = std::min(best_s, end_s);
+      }
+    }
+  }
+  return best_s;
+}
+
+// The highest AloneEndS of the kAloneBoundSequences longest sequences (0:
+// none fits memory anywhere, so no plan runs).
+double LongestAloneEndS(const HardwareModel& hw,
+                        std::span<const Sequence> sequences,
+                        bool overlap_grad_reduce, bool rings_only) {
+  std::vector<size_t> longest(sequences.size());
+  std::iota(longest.begin(), longest.end(), size_t{0});
+  const size_t kept =
+      std::min(longest.size(), static_cast<size_t>(kAloneBoundSequences));
+  std::partial_sort(longest.begin(), longest.begin() + kept, longest.end(),
+                    [&](size_t a, size_t b) {
+                      return sequences[a].length_tokens >
+                             sequences[b].length_tokens;
+                    });
+  double end_s = 0;
+  for (size_t i = 0; i < kept; ++i) {
+    const double s =
+        AloneEndS(hw, sequences[longest[i]], overlap_grad_reduce, rings_only);
+    if (std::isfinite(s)) end_s = std::max(end_s, s);
+  }
+  return end_s;
+}
+
+}  // namespace
+
+double PhysicalLowerBoundS(const HardwareModel& hw,
+                           std::span<const Sequence> sequences,
+                           bool overlap_grad_reduce, bool rings_only) {
+  const double alone_s =
+      LongestAloneEndS(hw, sequences, overlap_grad_reduce, rings_only);
+  return std::max(SpreadWorkBoundS(hw, sequences, overlap_grad_reduce),
+                  alone_s > 0 ? alone_s + GradSyncOf(hw).optimizer_s : 0.0);
 }
 
 std::vector<double> MeasuredGroupTimesS(const Plan& plan,

@@ -551,6 +551,28 @@ void ForEachPlan(int k, int n, int q_heads,
   assign(0, 0);
 }
 
+// Every token's work at the curves' ceilings over all ranks (s), by hand
+// (full recompute: four linear passes, the LM head three, attention forward
+// twice and backward once at 2.5x; qwen3 heads of 128).
+double SpreadWorkByHand(const HardwareModel& hw,
+                        const std::vector<Sequence>& seqs) {
+  const ModelShape& sh = hw.shape;
+  const double L = sh.layers, h = sh.hidden, f = sh.ffn;
+  const double dq = sh.q_heads * 128.0, dkv = sh.kv_heads * 128.0;
+  double work = 0;
+  for (const Sequence& seq : seqs) {
+    const double len = static_cast<double>(seq.length_tokens);
+    work += (4 * L * 2 * len * LayerParams(sh) + 3 * 2 * len * h * sh.vocab) /
+            (hw.peak_flops * hw.gemm_eff_max);
+    work += 4 * L * len * 2 * (8 * h + 3 * f + 2 * dq + 2 * dkv) /
+            hw.hbm_bytes_per_s;
+    const double attn_flops = L * LayerAttentionFlopsForward(sh, len, seq.eta);
+    work += 2 * attn_flops / (hw.peak_flops * hw.attn_fwd_eff_max) +
+            2.5 * attn_flops / (hw.peak_flops * hw.attn_bwd_eff_max);
+  }
+  return work / hw.num_ranks;
+}
+
 // The bound against brute force: no plan of three sequences on four ranks
 // (every grouping, micro-batching, degree and collective) simulates faster,
 // for a sync-bound batch of short sequences and a compute-bound one of long
@@ -562,6 +584,8 @@ TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
        {std::vector<Sequence>{{128, 0.0}, {256, 0.0}, {100, 1.0}},
         std::vector<Sequence>{{32768, 0.0}, {16384, 0.0}, {8192, 0.0}}}) {
     const double bound = PhysicalLowerBoundS(hw, seqs);
+    const double ring_bound = PhysicalLowerBoundS(hw, seqs, true, true);
+    EXPECT_GE(ring_bound, bound);
     double best = std::numeric_limits<double>::infinity();
     int plans = 0;
     ForEachPlan(3, 4, hw.shape.q_heads, [&](const Plan& plan) {
@@ -570,50 +594,98 @@ TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
       ++plans;
       best = std::min(best, r.iter_s);
       EXPECT_LE(bound, r.iter_s * (1 + 1e-12));
+      bool rings = true;
+      for (const MicroBatchPlan& mb : plan.micro_batches)
+        for (const GroupPlan& g : mb.groups)
+          rings &= g.comm == CommKind::kRing || g.ranks.size() == 1;
+      if (rings) EXPECT_LE(ring_bound, r.iter_s * (1 + 1e-12));
     });
     EXPECT_GT(plans, 100);
     EXPECT_LE(bound, best);
-    // By hand from the serial bound (spread work W + 2T + optimizer): one
-    // collective T over the 4 ranks of one node, buckets of 40M params.
+    // By hand: one collective T over the 4 ranks of one node, buckets of 40M
+    // params.
     const double P = BackboneParams(hw.shape);
     const double T =
         2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
     const double b = T / std::ceil(P / 40e6);
     const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
-    const double work =
-        PhysicalLowerBoundS(hw, seqs, false) - 2 * T - optimizer;
-    EXPECT_NEAR(bound, 2 * b + std::max(work, 2 * (T - b)) + optimizer,
-                1e-9 * bound);
-    EXPECT_GE(bound, work + 2 * b + optimizer);
-    // Tighter than the former bound (W + one bucket each way) where the sync
-    // dominates: the short batch.
-    if (seqs[0].length_tokens < 4096) {
+    // At least the spread work W's term, and where the sync dominates (the
+    // short batch) far above the former bound (W + one bucket each way).
+    // (The long sequences' term: TheBestPlanOfOneSequenceMeetsIt.)
+    const double work = SpreadWorkByHand(hw, seqs);
+    EXPECT_GE(bound,
+              (2 * b + std::max(work, 2 * (T - b)) + optimizer) * (1 - 1e-12));
+    if (seqs[0].length_tokens < 4096)
       EXPECT_GT(bound, 1.5 * (work + 2 * b + optimizer));
-    }
   }
 }
 
+// Sixteen sequences on one rank: the spread work, by hand, is above any one
+// sequence alone, and below the simulation (no padding, launches or curves).
 TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {
   const HardwareModel hw = Hw("qwen3-1.7b", 1);
-  const ModelShape& sh = hw.shape;
-  const double len = 4096, L = sh.layers, h = sh.hidden, f = sh.ffn;
-  const double dq = 16.0 * 128, dkv = 8.0 * 128;
-  const std::vector<Sequence> seqs = {{4096, 0.0}};
-  const double gemm =
-      (4 * L * 2 * len * LayerParams(sh) + 3 * 2 * len * h * sh.vocab) /
-      (hw.peak_flops * hw.gemm_eff_max);
-  const double elementwise =
-      4 * L * len * 2 * (8 * h + 3 * f + 2 * dq + 2 * dkv) / hw.hbm_bytes_per_s;
-  const double attn_flops = L * LayerAttentionFlopsForward(sh, len, 0);
-  const double attn = 2 * attn_flops / (hw.peak_flops * hw.attn_fwd_eff_max) +
-                      2.5 * attn_flops / (hw.peak_flops * hw.attn_bwd_eff_max);
-  const double optimizer = 26.0 * BackboneParams(sh) / hw.hbm_bytes_per_s;
+  const std::vector<Sequence> seqs(16, Sequence{4096, 0.0});
+  const double optimizer = 26.0 * BackboneParams(hw.shape) / hw.hbm_bytes_per_s;
   EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs),
-              gemm + elementwise + attn + optimizer, 1e-12);
+              SpreadWorkByHand(hw, seqs) + optimizer, 1e-12);
   Plan plan;
   plan.num_ranks = 1;
-  plan.micro_batches.push_back({{Group({0}, {0})}, 0});
+  GroupPlan all = Group({0}, {});
+  for (int k = 0; k < 16; ++k) all.sequences.push_back(k);
+  plan.micro_batches.push_back({{all}, 0});
   EXPECT_LT(PhysicalLowerBoundS(hw, seqs), SimulatePlan(hw, plan, seqs).iter_s);
+}
+
+// Many sequences on one node of 4: the spread work W dominates, and with
+// overlap the bound is W plus one bucket of each collective, by hand.
+TEST(PhysicalLowerBound, SpreadWorkPlusOneBucketEachWayByHand) {
+  const HardwareModel hw = Hw("qwen3-1.7b", 4);
+  const std::vector<Sequence> seqs(64, Sequence{2048, 0.0});
+  const double P = BackboneParams(hw.shape);
+  const double T = 2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
+  const double b = T / std::ceil(P / 40e6);
+  const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
+  const double work = SpreadWorkByHand(hw, seqs);
+  ASSERT_GT(work, 2 * (T - b));
+  EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs), work + 2 * b + optimizer,
+              1e-9 * work);
+  EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs, false), work + 2 * T + optimizer,
+              1e-9 * work);
+}
+
+// The long-sequence term against brute force: one sequence on four ranks
+// (one node of 4, or two of 2), every plan simulated (every degree, ring or
+// all-to-all, micro-batching), the best is the bound exactly, and the best
+// of ring groups only the rings-only bound; with overlap and without.
+TEST(PhysicalLowerBound, TheBestPlanOfOneSequenceMeetsIt) {
+  for (int per_node : {4, 2}) {
+    HardwareModel hw = Hw("qwen3-1.7b", 4);
+    hw.ranks_per_node = per_node;
+    for (const Sequence& seq : {Sequence{32768, 0.0}, Sequence{8192, 0.5}}) {
+      const std::vector<Sequence> seqs = {seq};
+      for (bool overlap : {true, false}) {
+        SimOptions so;
+        so.overlap_grad_reduce = overlap;
+        double best = std::numeric_limits<double>::infinity();
+        double best_ring = best;
+        ForEachPlan(1, 4, hw.shape.q_heads, [&](const Plan& plan) {
+          const SimResult r = SimulatePlan(hw, plan, seqs, so);
+          if (r.oom) return;
+          best = std::min(best, r.iter_s - r.group_create_s);
+          if (plan.micro_batches[0].groups[0].comm == CommKind::kRing)
+            best_ring = std::min(best_ring, r.iter_s - r.group_create_s);
+        });
+        const std::string where = std::to_string(per_node) + " per node, " +
+                                  std::to_string(seq.length_tokens) +
+                                  (overlap ? ", overlap" : "");
+        EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs, overlap), best, 1e-9 * best)
+            << where;
+        EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs, overlap, true), best_ring,
+                    1e-9 * best)
+            << where;
+      }
+    }
+  }
 }
 
 TEST(PhysicalLowerBound, BelowStaticPlansOfEveryDegree) {
