@@ -962,13 +962,14 @@ std::vector<Placement> PlacementsOf(const HardwareModel& hw, int d) {
 }
 
 // The earliest any plan can end (s, optimizer step aside) on the ranks that
-// run `seq`: its group, alone, at the degree, placement and collective
-// (rings only, with `rings_only`; all-to-all where AllToAllDegreeRuns) that
-// make it shortest, plus the sync its own windows leave exposed
-// (PhysicalLowerBoundS). Infinity when it fits memory at no degree.
-double AloneEndS(const HardwareModel& hw, const Sequence& seq,
-                 bool overlap_grad_reduce, bool rings_only) {
-  const GradSync gs = GradSyncOf(hw);
+// run `seq`, the sync being `gs`: its group, alone, at the degree, placement
+// and collective (rings only, with `rings_only`; all-to-all where
+// AllToAllDegreeRuns) that make it shortest, plus the sync its own windows
+// leave exposed (PhysicalLowerBoundS). Infinity when it fits memory at no
+// degree.
+double AloneEndS(const HardwareModel& hw, const GradSync& gs,
+                 const Sequence& seq, bool overlap_grad_reduce,
+                 bool rings_only) {
   const std::span<const Sequence> one(&seq, 1);
   double best_s = std::numeric_limits<double>::infinity();
   for (int d = 1; d <= hw.num_ranks; ++d) {
@@ -1013,10 +1014,11 @@ double LongestAloneEndS(const HardwareModel& hw,
                       return sequences[a].length_tokens >
                              sequences[b].length_tokens;
                     });
+  const GradSync gs = GradSyncOf(hw);
   double end_s = 0;
   for (size_t i = 0; i < kept; ++i) {
-    const double s =
-        AloneEndS(hw, sequences[longest[i]], overlap_grad_reduce, rings_only);
+    const double s = AloneEndS(hw, gs, sequences[longest[i]],
+                               overlap_grad_reduce, rings_only);
     if (std::isfinite(s)) end_s = std::max(end_s, s);
   }
   return end_s;

@@ -573,6 +573,17 @@ double SpreadWorkByHand(const HardwareModel& hw,
   return work / hw.num_ranks;
 }
 
+// The gradient sync of 4 ranks on one node, by hand: one collective T, its
+// last bucket b (buckets of 40M params) and the optimizer step (s).
+struct SyncByHand {
+  double T, b, optimizer;
+};
+SyncByHand SyncOnOneNodeOf4ByHand(const HardwareModel& hw) {
+  const double P = BackboneParams(hw.shape);
+  const double T = 2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
+  return {T, T / std::ceil(P / 40e6), 26.0 * P / 4 / hw.hbm_bytes_per_s};
+}
+
 // The bound against brute force: no plan of three sequences on four ranks
 // (every grouping, micro-batching, degree and collective) simulates faster,
 // for a sync-bound batch of short sequences and a compute-bound one of long
@@ -602,13 +613,7 @@ TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
     });
     EXPECT_GT(plans, 100);
     EXPECT_LE(bound, best);
-    // By hand: one collective T over the 4 ranks of one node, buckets of 40M
-    // params.
-    const double P = BackboneParams(hw.shape);
-    const double T =
-        2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
-    const double b = T / std::ceil(P / 40e6);
-    const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
+    const auto [T, b, optimizer] = SyncOnOneNodeOf4ByHand(hw);
     // At least the spread work W's term, and where the sync dominates (the
     // short batch) far above the former bound (W + one bucket each way).
     // (The long sequences' term: TheBestPlanOfOneSequenceMeetsIt.)
@@ -641,10 +646,7 @@ TEST(PhysicalLowerBound, SingleRankByHandAndBelowEverySimulation) {
 TEST(PhysicalLowerBound, SpreadWorkPlusOneBucketEachWayByHand) {
   const HardwareModel hw = Hw("qwen3-1.7b", 4);
   const std::vector<Sequence> seqs(64, Sequence{2048, 0.0});
-  const double P = BackboneParams(hw.shape);
-  const double T = 2.0 * P * 3 / 4 / hw.bw_intra_node + 3 * hw.latency_intra_s;
-  const double b = T / std::ceil(P / 40e6);
-  const double optimizer = 26.0 * P / 4 / hw.hbm_bytes_per_s;
+  const auto [T, b, optimizer] = SyncOnOneNodeOf4ByHand(hw);
   const double work = SpreadWorkByHand(hw, seqs);
   ASSERT_GT(work, 2 * (T - b));
   EXPECT_NEAR(PhysicalLowerBoundS(hw, seqs), work + 2 * b + optimizer,
