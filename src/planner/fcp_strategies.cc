@@ -305,8 +305,9 @@ class FcpStrategy final : public Strategy {
         SplitMicroBatches(request.sequences, request.cost, request.cluster,
                           &split_bfd, &work_order);
     std::optional<std::vector<std::vector<int>>> free_lanes;
+    std::optional<DualApprox> prepared_dual;
     std::optional<Plan> plan =
-        PlanSplit(request, split, &split_bfd, &free_lanes);
+        PlanSplit(request, split, &split_bfd, &free_lanes, &prepared_dual);
     FCP_CHECK(plan.has_value());
     // Where the lanes' bisection starts (s): a makespan no scoring has
     // chosen, so that the lane candidates are the same whatever the score.
@@ -369,7 +370,8 @@ class FcpStrategy final : public Strategy {
     // faster in 5 of the study's 92 cases, for 7-8 % of the planning
     // instructions on bench/planner_bench's batches.
     LanePlans lane_plans;
-    TryLanes(request, score, *plan, lanes_upper_s, free_lanes, lane_plans);
+    TryLanes(request, score, *plan, lanes_upper_s, free_lanes,
+             prepared_dual ? &*prepared_dual : nullptr, lane_plans);
     if (fewest == 1) TryHeavyAlone(request, score, *plan);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
@@ -794,12 +796,12 @@ class FcpStrategy final : public Strategy {
   static void TryLanes(
       const PlanRequest& request, Scorer& score, Plan& plan, double upper_s,
       const std::optional<std::vector<std::vector<int>>>& free_lanes,
-      LanePlans& lane_plans) {
+      DualApprox* prepared_dual, LanePlans& lane_plans) {
     double best_ms = score(plan);
     const bool packing_prices = PackingPricesAllToAll(request);
     for (const LaneGrouping& grouping :
          LaneGroupings(request, upper_s, /*dual=*/true, kLaneMultipleOf,
-                       free_lanes ? &*free_lanes : nullptr)) {
+                       free_lanes ? &*free_lanes : nullptr, prepared_dual)) {
       const auto& lanes = grouping.lanes;
       // Sorted once for every layout and split below.
       const auto sorted_lanes = LongestFirst(request, lanes);
@@ -862,11 +864,14 @@ class FcpStrategy final : public Strategy {
   // `free_lanes`, when given and `split` is one micro-batch, receives its dual
   // grouping if memory decided none of it (DualApprox::memory_decided): with
   // memory relaxed, as for lanes, the same search finds the same grouping.
+  // `prepared_dual`, when given and `split` is one micro-batch, receives
+  // its DualApprox, which the lanes search again (LaneGroupings).
   // Long because: each micro-batch's candidates share `best`, in rank order.
   static std::optional<Plan> PlanSplit(
       const PlanRequest& request, const std::vector<std::vector<int>>& split,
       const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr,
-      std::optional<std::vector<std::vector<int>>>* free_lanes = nullptr) {
+      std::optional<std::vector<std::vector<int>>>* free_lanes = nullptr,
+      std::optional<DualApprox>* prepared_dual = nullptr) {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
     const bool have_bfd = split_bfd && split_bfd->size() == split.size();
@@ -910,6 +915,8 @@ class FcpStrategy final : public Strategy {
         LocalSearch(request, *dual, kLocalSearchTrials);
         consider(*dual, true);
       }
+      if (prepared_dual && split.size() == 1)
+        *prepared_dual = std::move(dual_approx);
       if (!best) return std::nullopt;
       // The winner's grouping realized once more; kept only when its placed
       // makespan is lower.

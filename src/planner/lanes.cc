@@ -71,7 +71,7 @@ std::vector<LaneDegrees> LaneRules(const PlanRequest& request,
 
 std::vector<LaneGrouping> LaneGroupings(
     const PlanRequest& request, double upper_s, bool dual, int multiple_of,
-    const std::vector<std::vector<int>>* free_grouping) {
+    const std::vector<std::vector<int>>* free_grouping, DualApprox* prepared) {
   // Memory never binds a lane as a whole: each sequence needs only its own
   // d_min, which LaneRankSets and ChunkLanes enforce.
   PlanRequest relaxed = request;
@@ -88,7 +88,9 @@ std::vector<LaneGrouping> LaneGroupings(
   const std::vector<LaneDegrees> rules = LaneRules(request, multiple_of);
   // Each sequence keeps its own d_min: a lane narrower than that could not
   // run it (the grouping would then be judged at degrees it never gets).
-  DualApprox dual_approx(relaxed, members, &request.cost);
+  std::optional<DualApprox> own;
+  DualApprox& dual_approx =
+      prepared ? *prepared : own.emplace(request, members);
   const auto dual_rule = [](const LaneDegrees& rule, bool roomiest_too) {
     return DualRule{.aligned_degrees = rule.node_aligned,
                     .multiple_of = rule.multiple_of,
@@ -107,7 +109,7 @@ std::vector<LaneGrouping> LaneGroupings(
         !rule.all_to_all_only) {
       out.push_back({*free_grouping, rule});
     } else {
-      add(dual_approx.Group(upper_s, dual_rule(rule, false)), rule);
+      add(dual_approx.Group(upper_s, dual_rule(rule, false), &relaxed), rule);
     }
   }
   // On at most kAllToAllLanesMaxSequences, each rule again with the
@@ -119,7 +121,7 @@ std::vector<LaneGrouping> LaneGroupings(
   // from a node boundary they run 7.80 s (8.3 % behind ref-bisect).
   if (request.sequences.size() > kAllToAllLanesMaxSequences) return out;
   for (const LaneDegrees& rule : rules)
-    add(dual_approx.Group(upper_s, dual_rule(rule, true)), rule);
+    add(dual_approx.Group(upper_s, dual_rule(rule, true), &relaxed), rule);
   if (rules.back().all_to_all_only && PackingPricesAllToAll(request)) {
     const LaneDegrees packed{.all_to_all_only = true,
                              .all_to_all = AllToAllPricing::kPacked};

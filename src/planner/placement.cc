@@ -147,7 +147,7 @@ bool AlignedDegree(const Cluster& cluster, int degree) {
 std::vector<int> PlaceGroups(const std::vector<int>& degrees,
                              const Cluster& cluster,
                              const PlacedTimeFn& placed_time,
-                             double* max_placed_time) {
+                             double* max_placed_time, double beat) {
   FCP_CHECK(std::accumulate(degrees.begin(), degrees.end(), int64_t{0}) <=
             cluster.num_ranks);
   std::vector<std::vector<int>> candidates;
@@ -165,7 +165,7 @@ std::vector<int> PlaceGroups(const std::vector<int>& degrees,
   candidates.push_back(Sequential(degrees, given));
 
   size_t best = 0;
-  double best_time = std::numeric_limits<double>::infinity();
+  double best_time = beat;
   // Each group's last costed start and time: layouts agree on many groups
   // (those with d > R always), and placed_time is a function of its arguments.
   std::vector<int> costed_first(degrees.size(), -1);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "fcp/types.h"
@@ -25,9 +26,13 @@ bool AlignedDegree(const Cluster& cluster, int degree);
 // wins (ties: the earliest of these).
 // `max_placed_time`, when given, receives the winner's max over its groups of
 // placed_time (0 when there are none), so callers need not evaluate it again.
-std::vector<int> PlaceGroups(const std::vector<int>& degrees,
-                             const Cluster& cluster,
-                             const PlacedTimeFn& placed_time,
-                             double* max_placed_time = nullptr);
+// A layout is given up once some group's time reaches `beat` (a caller that
+// keeps only a layout below it: the rest of its groups are not costed); when
+// every layout reaches it the first is returned and *max_placed_time is
+// `beat`.
+std::vector<int> PlaceGroups(
+    const std::vector<int>& degrees, const Cluster& cluster,
+    const PlacedTimeFn& placed_time, double* max_placed_time = nullptr,
+    double beat = std::numeric_limits<double>::infinity());
 
 }  // namespace fcp::planner

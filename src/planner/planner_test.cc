@@ -538,6 +538,47 @@ TEST(PlacementTest, RanksPerNodeNeedNotDivideN) {
   }
 }
 
+// A bound to beat changes nothing but the work (RealizeGrouping's rank
+// moves keep only a layout below it): on random degrees and placed times,
+// the layout and max time of the unbounded call wherever that max is below
+// the bound, and the bound itself (no layout kept) wherever it is not.
+TEST(PlacementTest, ALayoutReachingTheBoundIsGivenUp) {
+  std::mt19937_64 rng(4711);
+  int kept = 0, given_up = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const Cluster cluster{static_cast<int>(4 + rng() % 29),
+                          static_cast<int>(1 + rng() % 8)};
+    std::vector<int> degrees;
+    for (int left = cluster.num_ranks; left > 0 && rng() % 6 != 0;) {
+      degrees.push_back(static_cast<int>(1 + rng() % left));
+      left -= degrees.back();
+    }
+    const uint64_t salt = rng();
+    // Slower across nodes, and different per group and start.
+    const auto placed_time = [&](int p, int f, int d) {
+      const double base = 1.0 + static_cast<double>((salt >> (p % 32)) % 7);
+      return (RangeOnOneNode(cluster, f, d) ? 1.0 : 1.5) * base + 0.01 * f;
+    };
+    double unbounded_s = 0;
+    const auto layout =
+        planner::PlaceGroups(degrees, cluster, placed_time, &unbounded_s);
+    const double beat_s = unbounded_s * (0.9 + 0.05 * (rng() % 5));
+    double bounded_s = 0;
+    const auto bounded =
+        planner::PlaceGroups(degrees, cluster, placed_time, &bounded_s, beat_s);
+    if (unbounded_s < beat_s) {
+      ++kept;
+      EXPECT_EQ(bounded, layout) << "trial " << trial;
+      EXPECT_EQ(bounded_s, unbounded_s) << "trial " << trial;
+    } else {
+      ++given_up;
+      EXPECT_EQ(bounded_s, beat_s) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(kept, 100);
+  EXPECT_GT(given_up, 100);
+}
+
 TEST(ValidatorTest, RejectsBrokenPlans) {
   const PlanRequest req = PresetRequest({8192, 4096, 2048, 1024}, 8, 8);
   const Plan good = MakePlan(req);

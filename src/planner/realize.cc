@@ -117,18 +117,20 @@ GroupTimeFn BestCaseRingOrAllToAll(const CostModel& cm, const Cluster& cluster,
 namespace {
 
 // Degrees → placement → the placed makespan; `placed` receives the first rank
-// of each group.
+// of each group. Placements reaching `beat` are given up (PlaceGroups): the
+// makespan is then `beat`.
 double PlaceAndCost(const std::vector<AllocGroup>& groups,
                     const std::vector<int>& degrees, const CostModel& cm,
                     const Cluster& cluster, const ModelShape* shape,
-                    std::vector<int>& placed) {
+                    std::vector<int>& placed,
+                    double beat = std::numeric_limits<double>::infinity()) {
   auto placed_time = [&](int p, int first, int degree) {
     return RingOrAllToAllS(cm, cluster, shape, groups[p].load, first, degree);
   };
   // PlaceGroups computed the makespan of the layout it chose: max from 0 over
   // the groups in order, as here before.
   double makespan = 0;
-  placed = PlaceGroups(degrees, cluster, placed_time, &makespan);
+  placed = PlaceGroups(degrees, cluster, placed_time, &makespan, beat);
   return makespan;
 }
 
@@ -232,8 +234,9 @@ void MoveRanks(const Placing& at, Attempt& out) {
     for (std::vector<int>& degrees :
          RankMoves(at, out.degrees, out.first, placed_s, b)) {
       std::vector<int> first;
-      const double m =
-          PlaceAndCost(groups, degrees, at.cm, at.cluster, at.shape, first);
+      // Only a move below best_m is kept: a layout stops being costed there.
+      const double m = PlaceAndCost(groups, degrees, at.cm, at.cluster,
+                                    at.shape, first, best_m);
       if (m < best_m) {
         best_m = m;
         best = Attempt{std::move(degrees), std::move(first), m,

@@ -55,8 +55,16 @@ constexpr size_t kProbedMembers = 256;
 struct DualContext {
   DualContext(const PlanRequest& r, const std::vector<int>& members,
               AllToAllPricing pricing)
-      : request(r), shape(ShapeOf(r)), order(members), best_time(r, pricing) {}
-  const PlanRequest& request;
+      : prepared(r),
+        request(&r),
+        shape(ShapeOf(r)),
+        order(members),
+        best_time(r, pricing) {}
+  const PlanRequest& prepared;  // the request the fields below were made for
+  // The request whose memory figures the Group call being run checks
+  // (DualApprox::Group's memory_of): `prepared` or the same batch with other
+  // memory figures, which no field below depends on.
+  const PlanRequest* request;
   const ModelShape* shape;       // ShapeOf(request)
   std::vector<int> order;        // members by work, descending
   std::vector<int64_t> d_min;    // per member position in `order`
@@ -98,10 +106,10 @@ int FirstDegreeWithin(DualContext& ctx, size_t pos, double limit,
   const GroupLoad& load = ctx.alone[pos];
   for (int d = d_min + static_cast<int>(mins.size()); d <= max_degree; ++d) {
     const bool allowed =
-        d == 1 ||
-        ((!ctx.rule.aligned_degrees || AlignedDegree(ctx.request.cluster, d)) &&
-         DegreeAllowed(ctx.shape, d, ctx.rule.multiple_of,
-                       ctx.rule.all_to_all_only));
+        d == 1 || ((!ctx.rule.aligned_degrees ||
+                    AlignedDegree(ctx.request->cluster, d)) &&
+                   DegreeAllowed(ctx.shape, d, ctx.rule.multiple_of,
+                                 ctx.rule.all_to_all_only));
     double t = std::numeric_limits<double>::infinity();
     if (allowed) {
       const size_t i = static_cast<size_t>(d - d_min);
@@ -126,6 +134,12 @@ struct TauGrouping {
   bool memory_decided = false;  // DualApprox::memory_decided, for this τ
 };
 
+// Whether `a` and `b` price alike everywhere: GroupLoad::Add reads these.
+bool SamePricing(const Sequence& a, const Sequence& b) {
+  return a.length_tokens == b.length_tokens && a.eta == b.eta &&
+         a.vision_tokens == b.vision_tokens;
+}
+
 bool IsShort(const DualContext& ctx, size_t pos, double limit) {
   return ctx.d_min[pos] == 1 && ctx.t_one[pos] <= limit;
 }
@@ -133,9 +147,9 @@ bool IsShort(const DualContext& ctx, size_t pos, double limit) {
 // Grouping meeting `tau` with at most N ranks, or num_groups 0 when infeasible.
 // Long because: both passes share the slack index, bins and lookup hints.
 TauGrouping TryTau(DualContext& ctx, double tau) {
-  const CostModel& cm = ctx.request.cost;
-  const Cluster& cluster = ctx.request.cluster;
-  const auto& seqs = ctx.request.sequences;
+  const CostModel& cm = ctx.request->cost;
+  const Cluster& cluster = ctx.request->cluster;
+  const auto& seqs = ctx.request->sequences;
   const int n = cluster.num_ranks;
   const double limit = tau * (1 + kRelTol);
   const double headroom = cm.mem_capacity - cm.mem_static;
@@ -240,13 +254,24 @@ TauGrouping TryTau(DualContext& ctx, double tau) {
   bin_time.reserve(n);
   // The previous lookups' answers, where the next ones start.
   size_t long_hint = 0, bin_hint = 0;
+  // The last short sequence no long group took, while none has taken one
+  // since: an equal one (its neighbour in the work order) is refused by the
+  // same groups, so its tries are skipped (at 8,192 github sequences a third
+  // of the short ones' tries).
+  const Sequence* refused = nullptr;
   for (size_t pos : shorts) {
     const int idx = ctx.order[pos];
     const Sequence& s = seqs[idx];
     const double need_mem =
         cm.mem_per_token * static_cast<double>(s.length_tokens);
     // 1) Headroom of a long group at its degree.
-    if (absorb(pos, long_hint, kShortTries)) continue;
+    if (!(refused && SamePricing(*refused, s))) {
+      if (absorb(pos, long_hint, kShortTries)) {
+        refused = nullptr;
+        continue;
+      }
+      refused = &s;
+    }
     // 2) An existing single-rank bin. Time and memory both add up on one rank;
     // a bin's free capacity is the smaller of its two free fractions and an
     // item's size the larger of its two, so a lower_bound hit always fits both
@@ -346,12 +371,15 @@ DualApprox::DualApprox(const PlanRequest& request,
   }
 }
 
+DualApprox::DualApprox(DualApprox&&) noexcept = default;
+DualApprox& DualApprox::operator=(DualApprox&&) noexcept = default;
 DualApprox::~DualApprox() = default;
 
 std::optional<std::vector<std::vector<int>>> DualApprox::Group(
-    double upper_s, const DualRule& rule) {
+    double upper_s, const DualRule& rule, const PlanRequest* memory_of) {
   DualContext& ctx = *ctx_;
-  const CostModel& cm = ctx.request.cost;
+  ctx.request = memory_of ? memory_of : &ctx.prepared;
+  const CostModel& cm = ctx.request->cost;
   ctx.rule = rule;
   ctx.min_up_to.assign(ctx.order.size(), {});
   ctx.memory_decided = !std::isfinite(upper_s);
@@ -363,7 +391,7 @@ std::optional<std::vector<std::vector<int>>> DualApprox::Group(
       const GroupLoad& load = ctx.alone[pos];
       upper_s += ctx.best_time(
           load, static_cast<int>(std::min<int64_t>(
-                    MinDegree(cm, load), ctx.request.cluster.num_ranks)));
+                    MinDegree(cm, load), ctx.request->cluster.num_ranks)));
     }
     upper_s *= 2;
   }

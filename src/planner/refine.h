@@ -56,10 +56,18 @@ class DualApprox {
   DualApprox(const PlanRequest& request, const std::vector<int>& members,
              const CostModel* d_min_model = nullptr,
              AllToAllPricing pricing = AllToAllPricing::kWorstPlacement);
+  DualApprox(DualApprox&&) noexcept;
+  DualApprox& operator=(DualApprox&&) noexcept;
   ~DualApprox();
-  // DualApproxGrouping(request, members, upper_s, d_min_model, rule).
-  std::optional<std::vector<std::vector<int>>> Group(double upper_s,
-                                                     const DualRule& rule);
+  // DualApproxGrouping(request, members, upper_s, d_min_model, rule). With
+  // `memory_of`, the groups' memory is checked against that request's
+  // cost_model.mem_* instead: the same batch, cluster and timing
+  // coefficients with other memory figures (LaneGroupings relaxes memory for
+  // lanes and reuses fcp's one-micro-batch preparation; every minimum degree
+  // stays the one prepared, as with `d_min_model`). It must outlive the call.
+  std::optional<std::vector<std::vector<int>>> Group(
+      double upper_s, const DualRule& rule,
+      const PlanRequest* memory_of = nullptr);
   // Whether memory decided any choice in the last Group call: a group passed
   // over for memory, or a sequence sized for the single-rank bins by its
   // memory rather than its time. When not, the same call with memory relaxed (a

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -56,12 +57,15 @@ std::vector<Grouping> RunShared(const PlanRequest& relaxed,
   return out;
 }
 
+// The degree rules the tests run, one of each kind.
+constexpr DualRule kRules[] = {{},
+                               {.aligned_degrees = true},
+                               {.multiple_of = 2},
+                               {.all_to_all_only = true},
+                               {.roomiest_too = true}};
+
 TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
-  const std::vector<DualRule> rules = {{},
-                                       {.aligned_degrees = true},
-                                       {.multiple_of = 2},
-                                       {.all_to_all_only = true},
-                                       {.roomiest_too = true}};
+  const std::vector<DualRule> rules(std::begin(kRules), std::end(kRules));
   const std::vector<DualRule> reversed(rules.rbegin(), rules.rend());
   int groupings = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
@@ -83,6 +87,34 @@ TEST(DualApproxTest, ARuleGroupsAsAloneWhateverRanBefore) {
             << "seed " << seed << ", rule " << i << " run first";
         groupings += alone.has_value();
       }
+    }
+  }
+  EXPECT_GT(groupings, 200);
+}
+
+// LaneGroupings searches with fcp's one-micro-batch preparation, made on the
+// real request and run there first (PlanSplit), giving each rule the relaxed
+// request for its memory checks: every rule's grouping equals that of a
+// preparation on the relaxed request with the real minimum degrees, on
+// batches with repeated sequences (whose tries the search skips).
+TEST(DualApproxTest, AnotherRequestsMemoryGroupsAsAPreparationOnIt) {
+  int groupings = 0;
+  for (uint64_t seed = 1; seed <= 120; ++seed) {
+    PlanRequest req = testing::RandomRequestMaybeSync(seed, 3001, 40);
+    for (size_t i = 0, n = req.sequences.size(); i < n; i += 2)
+      req.sequences.push_back(req.sequences[i]);
+    const PlanRequest relaxed = Relaxed(req);
+    std::vector<int> all(req.sequences.size());
+    std::iota(all.begin(), all.end(), 0);
+    const double upper_s = TightUpperS(req);
+    DualApprox prepared(req, all);
+    prepared.Group(upper_s, {});
+    for (size_t i = 0; i < std::size(kRules); ++i) {
+      const Grouping found = prepared.Group(upper_s, kRules[i], &relaxed);
+      EXPECT_EQ(found,
+                DualApprox(relaxed, all, &req.cost).Group(upper_s, kRules[i]))
+          << "seed " << seed << ", rule " << i;
+      groupings += found.has_value();
     }
   }
   EXPECT_GT(groupings, 200);
