@@ -304,10 +304,9 @@ class FcpStrategy final : public Strategy {
     const auto split =
         SplitMicroBatches(request.sequences, request.cost, request.cluster,
                           &split_bfd, &work_order);
-    std::optional<std::vector<std::vector<int>>> free_lanes;
-    std::optional<DualApprox> prepared_dual;
+    SplitDual split_dual;
     std::optional<Plan> plan =
-        PlanSplit(request, split, &split_bfd, &free_lanes, &prepared_dual);
+        PlanSplit(request, split, &split_bfd, &split_dual);
     FCP_CHECK(plan.has_value());
     // Where the lanes' bisection starts (s): a makespan no scoring has
     // chosen, so that the lane candidates are the same whatever the score.
@@ -370,8 +369,7 @@ class FcpStrategy final : public Strategy {
     // faster in 5 of the study's 92 cases, for 7-8 % of the planning
     // instructions on bench/planner_bench's batches.
     LanePlans lane_plans;
-    TryLanes(request, score, *plan, lanes_upper_s, free_lanes,
-             prepared_dual ? &*prepared_dual : nullptr, lane_plans);
+    TryLanes(request, score, *plan, lanes_upper_s, split_dual, lane_plans);
     if (fewest == 1) TryHeavyAlone(request, score, *plan);
     if (const int moved = ShiftMicroBatches(request, score, *plan)) {
       plan->notes["shifted_micro_batches"] = std::to_string(moved);
@@ -775,6 +773,14 @@ class FcpStrategy final : public Strategy {
     Plan plan;
     double score_ms = std::numeric_limits<double>::infinity();
   };
+  // What the lanes reuse (LaneGroupings) of a one-micro-batch split's dual
+  // approximation (PlanSplit): its preparation, and its grouping where
+  // memory decided none of it (DualApprox::memory_decided: with memory
+  // relaxed, as for lanes, the same search finds the same grouping).
+  struct SplitDual {
+    std::optional<DualApprox> search;
+    std::optional<std::vector<std::vector<int>>> free_lanes;
+  };
   // The best lane plan of all (lanes on at most kReshapeMaxLanes rank sets
   // only), with its rank sets, and the best on other rank sets.
   struct LanePlans {
@@ -793,15 +799,15 @@ class FcpStrategy final : public Strategy {
       }
     }
   };
-  static void TryLanes(
-      const PlanRequest& request, Scorer& score, Plan& plan, double upper_s,
-      const std::optional<std::vector<std::vector<int>>>& free_lanes,
-      DualApprox* prepared_dual, LanePlans& lane_plans) {
+  static void TryLanes(const PlanRequest& request, Scorer& score, Plan& plan,
+                       double upper_s, SplitDual& split_dual,
+                       LanePlans& lane_plans) {
     double best_ms = score(plan);
     const bool packing_prices = PackingPricesAllToAll(request);
-    for (const LaneGrouping& grouping :
-         LaneGroupings(request, upper_s, /*dual=*/true, kLaneMultipleOf,
-                       free_lanes ? &*free_lanes : nullptr, prepared_dual)) {
+    for (const LaneGrouping& grouping : LaneGroupings(
+             request, upper_s, /*dual=*/true, kLaneMultipleOf,
+             split_dual.free_lanes ? &*split_dual.free_lanes : nullptr,
+             split_dual.search ? &*split_dual.search : nullptr)) {
       const auto& lanes = grouping.lanes;
       // Sorted once for every layout and split below.
       const auto sorted_lanes = LongestFirst(request, lanes);
@@ -861,17 +867,13 @@ class FcpStrategy final : public Strategy {
   // nullopt when some micro-batch has no grouping that fits N ranks.
   // `split_bfd`, when it has one grouping per micro-batch, is the BFD grouping
   // of each (computed by the split's feasibility check; BFD is deterministic).
-  // `free_lanes`, when given and `split` is one micro-batch, receives its dual
-  // grouping if memory decided none of it (DualApprox::memory_decided): with
-  // memory relaxed, as for lanes, the same search finds the same grouping.
-  // `prepared_dual`, when given and `split` is one micro-batch, receives
-  // its DualApprox, which the lanes search again (LaneGroupings).
+  // `split_dual`, when given and `split` is one micro-batch, receives its
+  // dual approximation (SplitDual).
   // Long because: each micro-batch's candidates share `best`, in rank order.
   static std::optional<Plan> PlanSplit(
       const PlanRequest& request, const std::vector<std::vector<int>>& split,
       const std::vector<std::vector<std::vector<int>>>* split_bfd = nullptr,
-      std::optional<std::vector<std::vector<int>>>* free_lanes = nullptr,
-      std::optional<DualApprox>* prepared_dual = nullptr) {
+      SplitDual* split_dual = nullptr) {
     Plan plan;
     int wins_bfd = 0, wins_dual = 0;
     const bool have_bfd = split_bfd && split_bfd->size() == split.size();
@@ -909,14 +911,14 @@ class FcpStrategy final : public Strategy {
                : std::numeric_limits<double>::infinity();
       DualApprox dual_approx(request, members);
       if (auto dual = dual_approx.Group(upper_s, {})) {
-        if (free_lanes && split.size() == 1 && !dual_approx.memory_decided())
-          *free_lanes = *dual;
+        if (split_dual && split.size() == 1 && !dual_approx.memory_decided())
+          split_dual->free_lanes = *dual;
         consider(*dual, true);
         LocalSearch(request, *dual, kLocalSearchTrials);
         consider(*dual, true);
       }
-      if (prepared_dual && split.size() == 1)
-        *prepared_dual = std::move(dual_approx);
+      if (split_dual && split.size() == 1)
+        split_dual->search = std::move(dual_approx);
       if (!best) return std::nullopt;
       // The winner's grouping realized once more; kept only when its placed
       // makespan is lower.
