@@ -110,7 +110,9 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
 
 // Wider instances, up to 48 sequences on 32 ranks of 1 to 32 per node, where
 // topology and lanes of several groups matter more: on 1,000 of them fcp is
-// behind in 8 of 2,457 comparisons, worst 0.05 % (9 before the runner-up
+// behind in 5 of 2,457 comparisons, worst 0.05 % (8 before memory-tight
+// micro-batches were packed by size where LPT by work leaves a sequence no
+// room, 9 before the runner-up
 // lanes were polished; 10, worst 0.15 %, before lanes of several
 // micro-batches were dealt below the makespan; 16, worst 7.6 %, before the
 // all-to-all lane grouping, the time-screened reshaping, the nearer probes of

@@ -15,7 +15,8 @@ namespace fcp::planner {
 // monotone), so a range of chunks has one with room exactly when its least
 // filled one has: a segment tree of the least tokens finds the first such
 // chunk. Chunks not yet opened count as taking anything, as a new chunk does.
-// Used by LaneMicroBatches (lanes.h) and the reference heuristics' lanes.
+// Used by LaneMicroBatches (lanes.h), LptPack's fallback by size
+// (microbatch.h) and the reference heuristics' lanes.
 class FirstFitChunks {
  public:
   explicit FirstFitChunks(size_t max_chunks) {

@@ -52,9 +52,12 @@ std::vector<std::vector<int>> SplitIntoMicroBatches(
 
 // Longest-processing-time packing with a capacity: each index of `order`
 // (heaviest first) goes to the least-loaded of `count` bins (load = Σ work)
-// whose Σ size stays within `capacity`; an empty bin takes anything. Returns
-// the bins (in `order`'s order within each), or empty when an index fits no
-// bin. `work` and `size` are indexed by the values in `order`.
+// whose Σ size stays within `capacity`; an empty bin takes anything. Where
+// an index fits no bin, first fit decreasing by size into `count` bins
+// instead (a tight packing LPT misses; bins may stay empty). Returns the bins
+// (in `order`'s order within each, or by size descending after the fallback),
+// or empty when neither packs. `work` and `size` are indexed by the values in
+// `order`.
 std::vector<std::vector<int>> LptPack(const std::vector<int>& order,
                                       const std::vector<double>& work,
                                       const std::vector<double>& size,
