@@ -438,16 +438,25 @@ TEST(PlannerTest, MicroBatchCountIsWithinItsResolutionOfARejectedCount) {
   EXPECT_GT(above_memory, 12);
 }
 
-// First fit decreasing by size, by a scan of every bin: LptPack's fallback.
+// First fit decreasing by size, by scans (LptPack's fallback): the largest
+// sequence not yet placed (the earliest in `order` among equal sizes) into
+// the first bin with room; empty where none has.
 std::vector<std::vector<int>> FirstFitBySizeByScan(
     const std::vector<int>& order, const std::vector<double>& size,
     double capacity, int count) {
-  std::vector<int> by_size = order;
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](int a, int b) { return size[a] > size[b]; });
+  std::vector<bool> placed(order.size(), false);
   std::vector<std::vector<int>> bins(count);
   std::vector<double> used(count, 0.0);
-  for (int i : by_size) {
+  for (size_t step = 0; step < order.size(); ++step) {
+    size_t next = order.size();
+    for (size_t j = 0; j < order.size(); ++j) {
+      if (!placed[j] &&
+          (next == order.size() || size[order[j]] > size[order[next]])) {
+        next = j;
+      }
+    }
+    placed[next] = true;
+    const int i = order[next];
     int b = 0;
     while (b < count && !bins[b].empty() && used[b] + size[i] > capacity) ++b;
     if (b == count) return {};
