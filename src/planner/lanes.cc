@@ -1181,14 +1181,13 @@ std::vector<double> LaneTimesS(const PlanRequest& request,
 // lane) where they were at `before`, save on the makespan at least
 // kPolishMinGainPerRise of what they add to the lanes narrower than the
 // slowest that end near the makespan (RiseCounts): PolishLanes' rule for one
-// change, for a whole deal (issue 32:
-// Ascend go-src, 64 ranks, gbs 16, dealt below the makespan, moved work from
-// a 63-rank lane onto a single rank for 0.02 % in the estimate and ran 0.5 %
-// slower simulated). Work moved off the slowest lane onto lanes at least as
-// wide is moved the way the estimates err (kPolishMinGainPerRise): counting
-// it refused a deal on 18 lanes of 128 ranks that filled the wide lanes
-// from single ranks, 0.1 % faster in the estimate (Ascend go-src, 512
-// sequences).
+// change, for a whole deal (issue 32: Ascend go-src, 64 ranks, gbs 16, dealt
+// below the makespan, moved work from a 63-rank lane onto a single rank for
+// 0.02 % in the estimate and ran 0.5 % slower simulated). Work moved off the
+// slowest lane onto lanes at least as wide is moved the way the estimates err
+// (kPolishMinGainPerRise): counting it refused a deal on 18 lanes of 128 ranks
+// that filled the wide lanes from single ranks, 0.1 % faster in the estimate
+// (Ascend go-src, 512 sequences).
 bool GainsEnough(const LanePricer& price, const std::vector<double>& before,
                  const std::vector<double>& after) {
   const size_t slow = static_cast<size_t>(

@@ -148,11 +148,10 @@ inline bool RiseCounts(double lane_after, double makespan_after) {
 
 // Whether the lane plan `after` saves on the makespan at least
 // kPolishMinGainPerRise of what it adds, rank by rank, to its lanes
-// narrower than the slowest lane of the lane plan `before` that end near its
-// makespan (RiseCounts) (on other rank
-// sets, both on `num_ranks` ranks, estimates filled): GainsEnough's rule
-// (lanes.cc) across rank sets. A lane's rise is its time over the longest
-// its ranks were busy before.
+// narrower than the slowest lane of the lane plan `before` (on other rank
+// sets, both on `num_ranks` ranks, estimates filled) that end near its
+// makespan (RiseCounts): GainsEnough's rule (lanes.cc) across rank sets. A
+// lane's rise is its time over the longest its ranks were busy before.
 bool GainsEnoughAcross(int num_ranks, const std::vector<MicroBatchPlan>& before,
                        const std::vector<MicroBatchPlan>& after);
 
