@@ -223,15 +223,14 @@ std::vector<std::vector<int>> FirstFitBySize(const std::vector<int>& order,
   std::stable_sort(by_size.begin(), by_size.end(),
                    [&](int a, int b) { return size[a] > size[b]; });
   std::vector<std::vector<int>> bins(count);
-  std::vector<double> used(count, 0.0);
-  FirstFitChunks first_fit(count);
+  // One chunk past the bins, never opened: Find lands there when no bin has
+  // room.
+  FirstFitChunks first_fit(count + 1);
   for (int i : by_size) {
-    auto fits = [&](double tokens) { return tokens + size[i] <= capacity; };
-    const size_t b = first_fit.Find(fits);
-    // Find's last leaf is returned unchecked when no bin has room.
-    if (b >= bins.size() || (!bins[b].empty() && !fits(used[b]))) return {};
+    const size_t b = first_fit.Find(
+        [&](double tokens) { return tokens + size[i] <= capacity; });
+    if (b >= bins.size()) return {};
     bins[b].push_back(i);
-    used[b] += size[i];
     first_fit.Add(b, size[i]);
   }
   return bins;
