@@ -231,6 +231,25 @@ constexpr size_t kFreshDealMaxLanes = 64;
 // 64, 400-490 at 8,192 / 1,024) took 6.8 M -> 13.3 M and 157 M -> 220 M
 // instructions and none of the 8 changed.
 constexpr size_t kReshapeMaxLanes = 16;
+// The most sequences whose balanced static plans fcp polishes as lanes
+// (TryStaticLanes), and how many of those plans, the best scored as dealt,
+// it polishes: on heuristics_test's two random samples (3,000 smaller and
+// 1,000 wider batches), reshaped with the winner's settings, the best one
+// lowered fcp's score on 15 and 18 batches, the best two on 17 and 20, every
+// one on 20 and 23.
+constexpr int kStaticLanesMaxSequences = 256;
+constexpr size_t kStaticLanesPolished = 2;
+// How their lanes are reshaped: on at most 64 sequences 2 neighbours
+// polished per round instead of the winner's 8, and a tenth of its deal
+// search's pricings. With the winner's settings fcp-ring took 74.8 M
+// instructions to plan 64 msrvtt sequences on 64 Ascend ranks instead of
+// 37.1 M (14.9 M without these candidates), and lowered fcp's score on 20
+// batches of the wider sample instead of 8, by at most 20.5 % instead of
+// 10.3 % (docs/planner/speed.md).
+constexpr ReshapeOptions kStaticLanesReshaping{
+    .small_batch_polished_per_round = 2,
+    .search_pricings = 2000,
+    .trial_search_pricings = 200};
 
 // The paper's plan (docs/design.md §3 verbatim): BFD micro-batch split and
 // grouping, then Algorithm 1, on the paper's terms (Eq. 8-9: the v2 terms are
@@ -490,6 +509,14 @@ class FcpStrategy final : public Strategy {
         plan->notes["polished_lanes"] = polished;
       }
     }
+    // The static plans at other degrees, their lanes balanced by time.
+    if (num_seqs <= kStaticLanesMaxSequences) {
+      if (const std::string note = TryStaticLanes(
+              request, score, work_order, statics, *plan, best_score_ms);
+          !note.empty()) {
+        plan->notes["polished_lanes"] = note;
+      }
+    }
     plan->notes["micro_batches"] = std::to_string(plan->micro_batches.size()) +
                                    " (BFD needs " + std::to_string(count) +
                                    ", memory " + std::to_string(fewest) + ")";
@@ -662,7 +689,8 @@ class FcpStrategy final : public Strategy {
   // of the one kept last, or "".
   static std::string TryPolishedLanes(const PlanRequest& request, Scorer& score,
                                       const WorkOrder& work_order, Plan& plan,
-                                      double& best_score_ms) {
+                                      double& best_score_ms,
+                                      const ReshapeOptions& reshaping = {}) {
     std::vector<std::vector<int>> rank_sets;
     std::vector<std::vector<int>> lanes =
         LanesOf(plan.micro_batches, &rank_sets);
@@ -689,8 +717,8 @@ class FcpStrategy final : public Strategy {
         (num_lanes > kReshapeMaxLanes && plan.micro_batches.size() == 1)) {
       return note;
     }
-    std::string reshaped = TryReshapedLanes(request, score, work_order,
-                                            num_lanes, plan, best_score_ms);
+    std::string reshaped = TryReshapedLanes(
+        request, score, work_order, num_lanes, reshaping, plan, best_score_ms);
     return reshaped.empty() ? note : reshaped;
   }
 
@@ -728,8 +756,8 @@ class FcpStrategy final : public Strategy {
   // KeepPolished does; returns the note, or "".
   static std::string TryReshapedLanes(const PlanRequest& request, Scorer& score,
                                       const WorkOrder& work_order,
-                                      size_t num_lanes, Plan& plan,
-                                      double& best_score_ms) {
+                                      size_t num_lanes, ReshapeOptions options,
+                                      Plan& plan, double& best_score_ms) {
     // The plan's lanes now (polishing may have emptied one, which is gone).
     std::vector<std::vector<int>> rank_sets;
     std::vector<std::vector<int>> lanes =
@@ -740,7 +768,6 @@ class FcpStrategy final : public Strategy {
     // that several micro-batches fill end far apart (issue 32: Ascend
     // go-src, 512 sequences on 18 lanes of 128 ranks, 0.31 % behind
     // ref-grow's deal on the same degrees).
-    ReshapeOptions options;
     if (num_lanes > kReshapeMaxLanes) {
       if (!DealtAsSeveralGroups(request, lanes, rank_sets)) return "";
       options.max_rounds = 0;
@@ -767,6 +794,80 @@ class FcpStrategy final : public Strategy {
         KeepPolished(request, score, std::move(lanes), rank_sets,
                      /*dealt_afresh=*/false, plan, best_score_ms);
     return polished.empty() ? note : note + ", then " + polished;
+  }
+
+  // The balanced static plans of 2 to kReshapeMaxLanes lanes (every degree
+  // dividing N, ring groups), the best kStaticLanesPolished by their score as
+  // dealt that do not run on `plan`'s lanes, polished and reshaped as the
+  // winner's lanes are (TryPolishedLanes, kStaticLanesReshaping; groups
+  // switched to all-to-all where faster). The static degree that wins dealt
+  // by work is not always the one that wins once its lanes are balanced by
+  // time (issue 32: 64 msrvtt sequences of 2-6 k tokens on 64 Ascend ranks,
+  // ring only: the static plan on 8 ranks won, 1,262.5 ms polished, behind
+  // deepspeed's Ulysses on 8; on 4 ranks its lanes end 9 % apart,
+  // 1,205-1,313 ms, and polished and reshaped 1,235.0 ms). Each replaces
+  // `plan` where it scores below `best_score_ms` (updated) and, where the
+  // plan runs lanes, gains enough over it (GainsEnoughAcross). Returns the
+  // note of the one kept last, or "".
+  static std::string TryStaticLanes(const PlanRequest& request, Scorer& score,
+                                    const WorkOrder& work_order,
+                                    const BalancedStaticBuilder& statics,
+                                    Plan& plan, double& best_score_ms) {
+    const int n = request.cluster.num_ranks;
+    std::vector<std::vector<int>> plan_sets;
+    LanesOf(plan.micro_batches, &plan_sets);
+    struct Start {
+      double score_ms;
+      int cp;
+      Plan lanes;
+    };
+    std::vector<Start> starts;
+    for (int cp = 1; cp <= n; ++cp) {
+      const size_t num_lanes = static_cast<size_t>(n / cp);
+      if (n % cp != 0 || num_lanes < 2 || num_lanes > kReshapeMaxLanes)
+        continue;
+      auto mbs = statics.MicroBatches(cp, CommKind::kRing);
+      if (!mbs) continue;
+      Plan lanes;
+      lanes.micro_batches = std::move(*mbs);
+      std::vector<std::vector<int>> sets;
+      LanesOf(lanes.micro_batches, &sets);
+      if (sets == plan_sets) continue;  // polished as the plan's lanes
+      lanes.est_ms = EstimateMicroBatches(request, lanes.micro_batches);
+      starts.push_back({score(lanes), cp, std::move(lanes)});
+    }
+    std::sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) {
+      return a.score_ms < b.score_ms ||
+             (a.score_ms == b.score_ms && a.cp < b.cp);
+    });
+    if (starts.size() > kStaticLanesPolished)
+      starts.resize(kStaticLanesPolished);
+    std::string note;
+    for (Start& start : starts) {
+      Plan& lanes = start.lanes;
+      const std::string polished =
+          TryPolishedLanes(request, score, work_order, lanes, start.score_ms,
+                           kStaticLanesReshaping);
+      if (polished.empty() || start.score_ms >= best_score_ms * (1 - 1e-12))
+        continue;
+      if (!plan_sets.empty() &&
+          !GainsEnoughAcross(n, plan.micro_batches, lanes.micro_batches)) {
+        continue;
+      }
+      best_score_ms = start.score_ms;
+      plan.micro_batches = std::move(lanes.micro_batches);
+      plan.est_ms = lanes.est_ms;
+      LanesOf(plan.micro_batches, &plan_sets);
+      plan.notes["grouping"] =
+          "balanced static (cp " + std::to_string(start.cp) + ") as lanes";
+      int all_to_all = 0;
+      for (const MicroBatchPlan& mb : plan.micro_batches)
+        for (const GroupPlan& g : mb.groups)
+          all_to_all += g.comm == CommKind::kAllToAll;
+      plan.notes["all_to_all_groups"] = std::to_string(all_to_all);
+      note = polished;
+    }
+    return note;
   }
 
   // One micro-batch of the heavy sequences alone and the others together
