@@ -255,8 +255,10 @@ std::vector<double> MeasuredGroupTimesS(const Plan& plan,
 //   all hw.num_ranks at the simulator's best efficiencies (the curves'
 //   ceilings, unmasked attention, no padding, no communication), plus the
 //   gradient sync's part that no schedule can hide: without overlap all of
-//   it; with it, 2b + max(W, 2(T - b)) for the spread work W, one
-//   collective's time T and its last bucket b;
+//   it; with it, 2b + max(W, 2(T - b), (T - b) + (1 - phi) W) for the spread
+//   work W, one collective's time T, its last bucket b and phi =
+//   MaxForwardShare(hw) (the all-gather hides only behind a rank's first
+//   forward);
 // - each of the kAloneBoundSequences longest sequences alone in its group at
 //   the degree, placement and collective (all-to-all where
 //   AllToAllDegreeRuns) that end its ranks earliest, with the sync its own
@@ -271,6 +273,16 @@ double PhysicalLowerBoundS(const HardwareModel& hw,
                            std::span<const Sequence> sequences,
                            bool overlap_grad_reduce = true,
                            bool rings_only = false);
+
+// The largest share of any group's simulated time that its forward takes
+// (SimulateGroup's forward_s / time_s, whatever the sequences, degree,
+// placement and collective) in `hw`: each part of a group's time runs its
+// forward a fixed number of times or more (linear layers passes.linear
+// times, the LM head 3, attention's forwards plus a backward of at least
+// 2.5 x the lowest forward/backward efficiency ratio, ...), so the share is at
+// most the largest part's. 1/3 with full recompute on every preset; 1 with
+// a frozen vision encoder (forward only). In (0, 1].
+double MaxForwardShare(const HardwareModel& hw);
 
 // The gradient sync this simulator charges with overlap (SimOptions::
 // overlap_grad_reduce), as a planner input (PlanRequest::grad_sync): one

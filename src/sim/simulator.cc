@@ -881,6 +881,63 @@ SimResult SimulatePlan(const HardwareModel& hw, const Plan& plan,
 
 namespace {
 
+// The lowest ratio of the attention forward's efficiency to the backward's
+// over every block size n (the causal slowdown divides both alike). Each
+// curve is min(kMaxEfficiency, max n / (n + half)), so between the sizes
+// where a curve meets its ceiling the ratio is monotone in n: its infimum is
+// at n -> 0, n -> infinity, one of those sizes, or Hyperbolic's value for
+// n <= 0.
+double MinAttentionEfficiencyRatio(const HardwareModel& hw) {
+  const double fmax = hw.attn_fwd_eff_max, fhalf = hw.attn_fwd_half_tokens;
+  const double bmax = hw.attn_bwd_eff_max, bhalf = hw.attn_bwd_half_tokens;
+  auto ratio = [&](double n) {
+    return Hyperbolic(fmax, fhalf, n) / Hyperbolic(bmax, bhalf, n);
+  };
+  double lowest = std::min(ratio(0.0),  // n <= 0
+                           std::min(kMaxEfficiency, fmax) /
+                               std::min(kMaxEfficiency, bmax));  // n -> inf
+  // n -> 0: max n / half, or the ceiling where half is 0.
+  if (fhalf > 0 && bhalf > 0) {
+    lowest = std::min(lowest, (fmax / fhalf) / (bmax / bhalf));
+  } else if (fhalf > 0) {
+    lowest = 0;
+  } else if (bhalf <= 0) {
+    lowest = std::min(lowest, ratio(1.0));
+  }
+  for (const auto& [max, half] : {std::pair{fmax, fhalf}, {bmax, bhalf}}) {
+    if (max > kMaxEfficiency && half > 0)
+      lowest = std::min(lowest,
+                        ratio(kMaxEfficiency * half / (max - kMaxEfficiency)));
+  }
+  return lowest;
+}
+
+}  // namespace
+
+double MaxForwardShare(const HardwareModel& hw) {
+  const Passes p = PassesOf(hw);
+  // A backward of attention takes at least c times its forward's time.
+  const double c = kAttnBackwardFactor * MinAttentionEfficiencyRatio(hw);
+  double share = std::max({
+      1.0 / p.linear,                         // linear layers, elementwise
+      1.0 / 3.0,                              // LM head, vision projector
+      1.0 / p.kernel,                         // a layer's launches
+      1.0 / (p.attn_fwd + std::min(c, 1.0)),  // attention: d = 1, Ulysses'
+                                              // compute, ring steps (their
+                                              // backward sends >= the bytes)
+      1.0 / (p.attn_fwd + 1.0),               // Ulysses' all-to-alls, launches
+      2.0 / (2.0 * p.attn_fwd + 3.0),         // ring launches
+  });
+  if (hw.multimodal) {
+    // The encoder: frozen, forward only; else GEMMs in 4 passes, attention
+    // in two forwards and a backward (launches and projector above).
+    share = std::max(share, hw.vision_frozen ? 1.0 : 1.0 / (2.0 + c));
+  }
+  return std::min(1.0, share);
+}
+
+namespace {
+
 // Every token's work spread over all ranks, plus the sync no schedule hides
 // (PhysicalLowerBoundS' first term).
 double SpreadWorkBoundS(const HardwareModel& hw,
@@ -928,16 +985,20 @@ double SpreadWorkBoundS(const HardwareModel& hw,
   if (!overlap_grad_reduce)
     return compute_s + 2.0 * gs.collective_s + gs.optimizer_s;
   // With overlap a rank r ends at AG_r + ready_r + RS_r (SimulatePlan), each
-  // collective exposing one bucket b plus max(0, T - b - window), the windows
-  // F_r (first forward) and B_r (last backward) lying within ready_r. So
-  //   end_r >= 2b + ready_r   and   end_r >= 2b + 2(T - b) + (ready_r - F_r -
-  //   B_r),
-  // and some rank has ready_r >= compute_s: the step is at least
-  // 2b + max(compute_s, 2(T - b)) — the last bucket of each collective, and
-  // all of the sync that the compute cannot hide (docs/simulator.md).
+  // collective exposing one bucket b plus max(0, a - window), a = T - b, the
+  // windows F_r (its first group's forward) and B_r (its last group's
+  // backward) lying within ready_r, F_r + B_r <= ready_r, and F_r at most
+  // phi = MaxForwardShare of its first group's time, so of ready_r. So
+  //   end_r >= 2b + max(ready_r, 2a, a + (1 - phi) ready_r),
+  // which grows with ready_r, and some rank has ready_r >= compute_s: the
+  // step is at least that at compute_s — the last bucket of each collective,
+  // all of the sync that the compute cannot hide, and the all-gather's part
+  // that the critical rank's first forward cannot (docs/simulator.md).
   const double bucket_s = gs.collective_s / gs.buckets;
+  const double a = gs.collective_s - bucket_s;
   return 2.0 * bucket_s +
-         std::max(compute_s, 2.0 * (gs.collective_s - bucket_s)) +
+         std::max({compute_s, 2.0 * a,
+                   a + (1.0 - MaxForwardShare(hw)) * compute_s}) +
          gs.optimizer_s;
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -622,6 +623,93 @@ TEST(PhysicalLowerBound, BelowEveryPlanOfTinyBatches) {
               (2 * b + std::max(work, 2 * (T - b)) + optimizer) * (1 - 1e-12));
     if (seqs[0].length_tokens < 4096)
       EXPECT_GT(bound, 1.5 * (work + 2 * b + optimizer));
+  }
+}
+
+// The all-gather's term against brute force: three equal sequences whose
+// spread work W lies between 2.5 and 3 times the sync's T - b (found by
+// scaling their length; shorter ones are decided by the term of one alone),
+// where the bound is 2b + (T - b) + (1 - 1/3) W: no plan of them on four
+// ranks simulates faster, and the bound is above the former
+// 2b + max(W, 2(T - b)).
+TEST(PhysicalLowerBound, AllGatherBeyondTheFirstForwardBelowEveryPlan) {
+  const HardwareModel hw = Hw("qwen3-8b", 4);
+  ASSERT_DOUBLE_EQ(MaxForwardShare(hw), 1.0 / 3.0);  // full recompute
+  const auto [T, b, optimizer] = SyncOnOneNodeOf4ByHand(hw);
+  std::vector<Sequence> seqs;
+  double work = 0;
+  for (int64_t len = 64; len < (1 << 20); len += len / 8) {
+    seqs.assign(3, Sequence{len, 0.0});
+    work = SpreadWorkByHand(hw, seqs);
+    if (work > 2.5 * (T - b)) break;
+  }
+  ASSERT_GT(work, 2.5 * (T - b));
+  ASSERT_LT(work, 3.0 * (T - b));
+  const double bound = PhysicalLowerBoundS(hw, seqs);
+  EXPECT_NEAR(bound, 2 * b + (T - b) + work * 2 / 3 + optimizer, 1e-9 * bound);
+  EXPECT_GT(bound, 2 * b + std::max(work, 2 * (T - b)) + optimizer);
+  int plans = 0;
+  ForEachPlan(3, 4, hw.shape.q_heads, [&](const Plan& plan) {
+    const SimResult r = SimulatePlan(hw, plan, seqs);
+    if (r.oom) return;
+    ++plans;
+    EXPECT_LE(bound, r.iter_s * (1 + 1e-12));
+  });
+  EXPECT_GT(plans, 100);
+}
+
+// MaxForwardShare against every group the simulator runs: random sequences
+// (vision tokens included) on random rank sets, ring and all-to-all, under
+// each recompute policy, an MLLM with its encoder trained and frozen, and
+// attention curves whose backward runs far more efficiently than the forward
+// (one of them past the ceiling); no group's forward takes a larger share of
+// its time, and with full recompute (the presets' policy) some group comes
+// within 20 % of it.
+TEST(MaxForwardShare, NoGroupsForwardTakesMore) {
+  std::mt19937_64 rng(7);
+  for (const char* model : {"qwen3-8b", "qwen3-vl-8b"}) {
+    for (Recompute recompute :
+         {Recompute::kFull, Recompute::kSelective, Recompute::kNone}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool frozen = variant == 1, fast_backward = variant == 2;
+        HardwareModel hw = Hw(model, 32);
+        hw.recompute = recompute;
+        hw.vision_frozen = frozen;
+        if (fast_backward) {
+          hw.attn_fwd_eff_max = 0.2;
+          hw.attn_fwd_half_tokens = 4000;
+          hw.attn_bwd_eff_max = 1.2;
+          hw.attn_bwd_half_tokens = 10;
+        }
+        const double share = MaxForwardShare(hw);
+        ASSERT_GT(share, 0);
+        ASSERT_LE(share, 1);
+        double highest = 0;
+        for (int trial = 0; trial < 300; ++trial) {
+          std::vector<Sequence> seqs(1 + rng() % 4);
+          for (Sequence& seq : seqs) {
+            seq.length_tokens =
+                1 + static_cast<int64_t>(rng() % (rng() % 2 ? 64 : 40000));
+            seq.eta = (rng() % 3) / 2.0;
+            seq.vision_tokens = rng() % 2 ? seq.length_tokens / 2 : 0;
+          }
+          const int d = 1 + static_cast<int>(rng() % 32);
+          std::vector<int> ranks(32);
+          std::iota(ranks.begin(), ranks.end(), 0);
+          std::shuffle(ranks.begin(), ranks.end(), rng);
+          ranks.resize(d);
+          const CommKind comm =
+              rng() % 2 ? CommKind::kRing : CommKind::kAllToAll;
+          const GroupSimResult g = SimulateGroup(hw, seqs, ranks, comm);
+          EXPECT_LE(g.forward_s, share * g.time_s * (1 + 1e-12))
+              << model << " d=" << d;
+          highest = std::max(highest, g.forward_s / g.time_s);
+        }
+        if (recompute == Recompute::kFull && !(frozen && hw.multimodal)) {
+          EXPECT_GT(highest, 0.8 * share) << model;
+        }
+      }
+    }
   }
 }
 
