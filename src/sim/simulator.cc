@@ -896,13 +896,12 @@ double MinAttentionEfficiencyRatio(const HardwareModel& hw) {
   double lowest = std::min(ratio(0.0),  // n <= 0
                            std::min(kMaxEfficiency, fmax) /
                                std::min(kMaxEfficiency, bmax));  // n -> inf
-  // n -> 0: max n / half, or the ceiling where half is 0.
+  // n -> 0: max n / half (a curve with half 0 is its ceiling, the n -> inf
+  // value above).
   if (fhalf > 0 && bhalf > 0) {
     lowest = std::min(lowest, (fmax / fhalf) / (bmax / bhalf));
   } else if (fhalf > 0) {
     lowest = 0;
-  } else if (bhalf <= 0) {
-    lowest = std::min(lowest, ratio(1.0));
   }
   for (const auto& [max, half] : {std::pair{fmax, fhalf}, {bmax, bhalf}}) {
     if (max > kMaxEfficiency && half > 0)
@@ -918,22 +917,19 @@ double MaxForwardShare(const HardwareModel& hw) {
   const Passes p = PassesOf(hw);
   // A backward of attention takes at least c times its forward's time.
   const double c = kAttnBackwardFactor * MinAttentionEfficiencyRatio(hw);
-  double share = std::max({
+  // Attention: at d = 1, Ulysses' compute, and ring steps (whose backward
+  // sends at least the forward's bytes) at most 1 / (attn_fwd + min(c, 1)),
+  // which also covers what it bounds from above: Ulysses' all-to-alls and
+  // launches (1 / (attn_fwd + 1)), ring launches (2 / (2 attn_fwd + 3)) and a
+  // trained vision encoder (GEMMs 1/4, attention 1 / (2 + c), attn_fwd <= 2).
+  const double share = std::max({
       1.0 / p.linear,                         // linear layers, elementwise
       1.0 / 3.0,                              // LM head, vision projector
       1.0 / p.kernel,                         // a layer's launches
-      1.0 / (p.attn_fwd + std::min(c, 1.0)),  // attention: d = 1, Ulysses'
-                                              // compute, ring steps (their
-                                              // backward sends >= the bytes)
-      1.0 / (p.attn_fwd + 1.0),               // Ulysses' all-to-alls, launches
-      2.0 / (2.0 * p.attn_fwd + 3.0),         // ring launches
+      1.0 / (p.attn_fwd + std::min(c, 1.0)),  // attention (above)
   });
-  if (hw.multimodal) {
-    // The encoder: frozen, forward only; else GEMMs in 4 passes, attention
-    // in two forwards and a backward (launches and projector above).
-    share = std::max(share, hw.vision_frozen ? 1.0 : 1.0 / (2.0 + c));
-  }
-  return std::min(1.0, share);
+  // A frozen encoder runs its forward only.
+  return hw.multimodal && hw.vision_frozen ? 1.0 : std::min(1.0, share);
 }
 
 namespace {
