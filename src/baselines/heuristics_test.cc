@@ -12,6 +12,7 @@
 #include "fcp/presets.h"
 #include "fcp/scheduler.h"
 #include "testing/random_batch.h"
+#include "testing/sample_size.h"
 
 namespace fcp {
 namespace {
@@ -103,8 +104,9 @@ TEST(ReferenceHeuristics, PlansValidate) {
 // all-to-all pricing and the lanes polished where the winner runs none).
 // Tighten both when the search closes the gap.
 TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
-  const Comparison c = CompareOnRandomCases(3202, 3000, 24, 16);
-  EXPECT_GT(c.compared, 6000);
+  const Comparison c =
+      CompareOnRandomCases(3202, testing::SampleSize(3000), 24, 16);
+  EXPECT_GT(c.compared, 2 * testing::SampleSize(3000));
   EXPECT_LE(c.behind, c.compared / 1000);
   EXPECT_LE(c.worst, 1.001);
 }
@@ -120,8 +122,9 @@ TEST(ReferenceHeuristics, FcpIsRarelyBehindInItsOwnModel) {
 // all-to-all lane grouping, the time-screened reshaping, the nearer probes of
 // the dual approximation and the rank moves out of a straddling group).
 TEST(ReferenceHeuristics, FcpIsRarelyBehindOnWiderInstances) {
-  const Comparison c = CompareOnRandomCases(3203, 1000, 48, 32);
-  EXPECT_GT(c.compared, 2000);
+  const Comparison c =
+      CompareOnRandomCases(3203, testing::SampleSize(1000), 48, 32);
+  EXPECT_GT(c.compared, 2 * testing::SampleSize(1000));
   EXPECT_LE(c.behind, c.compared / 200);
   EXPECT_LE(c.worst, 1.002);
 }

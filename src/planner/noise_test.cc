@@ -16,6 +16,7 @@
 #include "planner/balanced_static.h"
 #include "planner/schedule_testing.h"
 #include "testing/random_batch.h"
+#include "testing/sample_size.h"
 
 namespace fcp {
 namespace {
@@ -126,7 +127,7 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
   // fcp's own plans by the expected step over the same draws: fcp's plan must
   // score no worse than any of them.
   int total = 0, differs = 0;
-  for (uint64_t seed = 1; seed <= 150; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(150); ++seed) {
     PlanRequest req = RandomRequestMaybeSync(seed, 6151);
     req.group_time_sigma = 0.05 + 0.45 * static_cast<double>(seed % 10) / 9;
     const Plan fcp = MakePlan(req, {.strategy = "fcp"});
@@ -154,7 +155,7 @@ TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
   std::printf(
       "noise-ranked fcp: %d batches, %d differ from the exact-ranked plan\n",
       total, differs);
-  EXPECT_GT(total, 50);
+  EXPECT_GT(total, testing::SampleSize(50));
   EXPECT_GT(differs, 0);  // the ranking must matter somewhere
 }
 
@@ -182,7 +183,7 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
   // communicator of its uncharged plan, it is charged nothing for that plan
   // and can only move to another plan that creates none.
   int total = 0, differs = 0, charged_differs = 0;
-  for (uint64_t seed = 1; seed <= 150; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(150); ++seed) {
     const PlanRequest req = RandomRequestMaybeSync(seed, 3571);
     const Plan plain = MakePlan(req, {.strategy = "fcp"});
     if (plain.status != PlanStatus::kOk) continue;
@@ -228,7 +229,7 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
       "%d held "
       "plans changed\n",
       total, charged_differs, differs);
-  EXPECT_GT(total, 50);
+  EXPECT_GT(total, testing::SampleSize(50));
   EXPECT_GT(charged_differs, 0);  // the charge must matter somewhere
 }
 

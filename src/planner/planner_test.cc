@@ -19,6 +19,7 @@
 #include "planner/realize.h"
 #include "testing/brute_force.h"
 #include "testing/random_batch.h"
+#include "testing/sample_size.h"
 
 namespace fcp {
 namespace {
@@ -95,7 +96,7 @@ TEST(PlannerTest, LowerBoundEqualsItsDefinition) {
 }
 
 TEST(PlannerTest, PlansAreValidAndNeverBelowTheBoundOnRandomBatches) {
-  for (uint64_t seed = 1; seed <= 1500; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(1500); ++seed) {
     std::mt19937_64 rng(seed);
     testing::RandomInstanceOptions opt;
     opt.max_sequences = 40;
@@ -154,7 +155,7 @@ TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
   // between micro-batches: the longest path above, at least the largest
   // micro-batch and at most their sum.
   int below_sum = 0, checked = 0;
-  for (uint64_t seed = 1; seed <= 300; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(300); ++seed) {
     std::mt19937_64 rng(seed * 977);
     testing::RandomInstanceOptions opt;
     opt.max_sequences = 40;
@@ -184,7 +185,7 @@ TEST(PlannerTest, PlanEstimateIsTheListScheduleMakespan) {
   std::printf(
       "plan estimate below the sum of micro-batch maxima on %d of %d plans\n",
       below_sum, checked);
-  EXPECT_GT(checked, 500);
+  EXPECT_GT(checked, testing::SampleSize(500));
   EXPECT_GT(below_sum, 0);  // the barrier-free estimate must actually differ
 }
 
@@ -197,7 +198,8 @@ TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
   // worse than fcp-paper's, e.g. seed 27325: degrees 8 8 5 5 on nodes of
   // 8 8 8 2 ranks, 13865 ms against fcp-paper's 13359 ms (8 4 3 3).
   std::vector<uint64_t> seeds;
-  for (uint64_t seed = 1; seed <= 1500; ++seed) seeds.push_back(seed);
+  for (uint64_t seed = 1; seed <= testing::SampleSize(1500); ++seed)
+    seeds.push_back(seed);
   for (uint64_t seed : {19948, 27325, 37118, 43497, 44670, 50462})
     seeds.push_back(seed);
   int strictly_better = 0, multi = 0;
@@ -216,8 +218,9 @@ TEST(PlannerTest, FcpIsNeverWorseThanFcpPaper) {
     strictly_better += fcp.est_ms < paper.est_ms * (1 - 1e-6);
     multi += paper.micro_batches.size() > 1;
   }
-  EXPECT_GT(strictly_better, 100);  // the improvements must actually matter
-  EXPECT_GT(multi, 100);
+  // The improvements must actually matter.
+  EXPECT_GT(strictly_better, testing::SampleSize(100));
+  EXPECT_GT(multi, testing::SampleSize(100));
 }
 
 TEST(PlannerTest, FullNodeAllocationHelpsOnlyWhereTheLastNodeIsPartial) {

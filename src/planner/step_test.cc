@@ -17,6 +17,7 @@
 #include "planner/layout_scorer.h"
 #include "planner/schedule_testing.h"
 #include "testing/random_batch.h"
+#include "testing/sample_size.h"
 
 namespace fcp {
 namespace {
@@ -201,7 +202,7 @@ TEST(StepTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInStepTime) {
   // all-to-all groups where faster), so in step time fcp's plan must be no
   // slower than any of them.
   int total = 0, static_shaped = 0, differs = 0;
-  for (uint64_t seed = 1; seed <= 300; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(300); ++seed) {
     std::mt19937_64 rng(seed * 7919);
     const PlanRequest req = RandomRequestWithSync(seed, rng);
     Plan fcp = MakePlan(req, {.strategy = "fcp"});
@@ -233,14 +234,14 @@ TEST(StepTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInStepTime) {
       "from the "
       "makespan-ranked plan\n",
       total, static_shaped, differs);
-  EXPECT_GT(total, 100);
+  EXPECT_GT(total, testing::SampleSize(100));
   EXPECT_GT(differs, 0);  // the ranking must matter somewhere
 }
 
 TEST(StepTest, ZeroSyncPlansAsMakespan) {
   // With a sync that costs nothing every score is the makespan: the plan is
   // the makespan-ranked one (only the step_ms note is added).
-  for (uint64_t seed = 1; seed <= 100; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(100); ++seed) {
     std::mt19937_64 rng(seed * 104729);
     PlanRequest req = RandomRequestWithSync(seed, rng);
     req.grad_sync->collective_s = 0;

@@ -21,6 +21,7 @@
 #include "planner/refine.h"
 #include "testing/brute_force.h"
 #include "testing/random_batch.h"
+#include "testing/sample_size.h"
 
 namespace fcp {
 namespace {
@@ -106,7 +107,7 @@ TEST(YardstickTest, BalancedStaticPlanIsValidAndDealtByWork) {
 
 TEST(YardstickTest, FcpIsNeverWorseThanTheBestBalancedStaticPlan) {
   int strictly_better = 0, total = 0;
-  for (uint64_t seed = 1; seed <= 400; ++seed) {
+  for (uint64_t seed = 1; seed <= testing::SampleSize(400); ++seed) {
     std::mt19937_64 rng(seed * 104729);
     testing::RandomInstanceOptions opt;
     opt.max_sequences = 40;
@@ -133,7 +134,7 @@ TEST(YardstickTest, FcpIsNeverWorseThanTheBestBalancedStaticPlan) {
   std::printf(
       "fcp strictly better than the balanced static plan on %d of %d batches\n",
       strictly_better, total);
-  EXPECT_GT(total, 100);
+  EXPECT_GT(total, testing::SampleSize(100));
 }
 
 TEST(TopologyTest, NeverWorseThanAllocateThenPlace) {

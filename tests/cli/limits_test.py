@@ -917,6 +917,13 @@ def flag_cases():
 def memory_cases():
     """The input is parsed while it streams (issue 18: a 200 MB batch peaked at
     3.7 GB and died with `internal: std::bad_alloc` under a 3 GiB limit)."""
+    if not USE_LIMIT:
+        # Sanitizer builds reserve terabytes of shadow memory, so no limit can
+        # be set and this case would check nothing scale_cases does not (the
+        # streamed parse and a rejection), at 85 s under ASan: it runs in the
+        # release suite, where the 1 GiB limit holds.
+        print("info: memory_cases: not run without a memory limit (sanitizer build)")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "big.json")
         count = 10**7 + 1
@@ -933,13 +940,11 @@ def memory_cases():
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
         t0 = time.monotonic()
-        # Without the memory limit (sanitizer builds) parsing 10^7 sequences
-        # takes about 10x the 10^6 case's time: allow three hang timeouts.
         p = subprocess.run(
             [FCP, "plan", "--input", path],
             capture_output=True,
-            timeout=TIMEOUT_S if USE_LIMIT else 3 * TIMEOUT_S,
-            preexec_fn=one_gib if USE_LIMIT else None,
+            timeout=TIMEOUT_S,
+            preexec_fn=one_gib,
         )
         wall = time.monotonic() - t0
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
