@@ -38,6 +38,7 @@ TEST_PACKAGES=(
   gnuplot-nox
   time  # GNU time (/usr/bin/time): peak memory in docs/reliability.md's figure block
   valgrind  # callgrind: the planner's instruction counts in docs/planner.md
+  ccache  # the wheel test's two builds (tests/python/test_wheel.py) share objects
   clang-format clang-tidy  # scripts/lint.sh: formatting and lint checks in `make test`
 )
 

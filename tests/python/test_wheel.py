@@ -1,12 +1,15 @@
 """`pip install .` end to end (CTest entry python_wheel): a manylinux wheel
 that installs anywhere, on CPython 3.11 and 3.12, with no network.
 
-* The CPython 3.11 wheel is built from the source tree with .venv's build
-  tools (scikit-build-core + pybind11, no build isolation), unoptimised
-  (-O0) to keep the suite short; the 3.12 wheel is built from the sdist by a
-  fresh 3.12 environment's pip, whose isolated build environment installs the
-  backend from the offline wheelhouse (.venv/wheelhouse, made by
-  scripts/bootstrap.sh from requirements-wheel.txt).
+* Both wheels are built, unoptimised (-O0) to keep the suite short, from the
+  sdist's source tree, unpacked once at a fixed path (build/wheel-src/): the
+  CPython 3.11 one with .venv's build tools (scikit-build-core + pybind11, no
+  build isolation), the 3.12 one by a fresh 3.12 environment's pip, whose
+  isolated build environment installs the backend from the offline wheelhouse
+  (.venv/wheelhouse, made by scripts/bootstrap.sh from
+  requirements-wheel.txt). One tree at one path lets ccache (bootstrap
+  installs it) compile the core and the CLI once for both Pythons: on a clean
+  machine the second build compiles little more than the module.
 * `auditwheel repair` gives each a manylinux tag; `auditwheel show` names it.
 * Each repaired wheel installs with ``--no-index`` into a fresh virtual
   environment (numpy from the wheelhouse); from outside the source tree with
@@ -28,7 +31,6 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-import tempfile
 import zipfile
 
 import pytest
@@ -184,7 +186,7 @@ def _install(python, wheel, env, cwd):
     return pathlib.Path(site)
 
 
-def _build_311(tmp, env):
+def _build_311(tree, tmp, env):
     dist = tmp / "dist311"
     _ok(
         _run(
@@ -193,7 +195,7 @@ def _build_311(tmp, env):
                 "-m",
                 "pip",
                 "wheel",
-                ROOT,
+                tree,
                 "--no-build-isolation",
                 "--no-deps",
                 "--disable-pip-version-check",
@@ -201,11 +203,11 @@ def _build_311(tmp, env):
                 "-w",
                 dist,
             ],
-            ROOT,
+            tmp,
             env,
             timeout=1800,
         ),
-        "pip wheel (3.11, source tree)",
+        "pip wheel (3.11, the sdist's tree)",
     )
     return dist
 
@@ -223,12 +225,20 @@ def _build_sdist(tmp, env):
     return out / name
 
 
-def _build_312_from_sdist(sdist, tmp, env):
+def _unpack(sdist):
+    """The sdist's source tree at build/wheel-src/<name>/, unpacked afresh."""
+    dest = ROOT / "build" / "wheel-src"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tarfile.open(sdist) as tar:
+        tar.extractall(dest, filter="data")
+    (tree,) = dest.iterdir()
+    return tree
+
+
+def _build_312(tree, tmp, env):
     python = _fresh_venv(_python312(), tmp / "build312", env)
     dist = tmp / "dist312"
-    # pip unpacks the sdist into a fresh temporary directory: ccache relative
-    # to it still finds the objects of the previous run.
-    env = dict(env, CCACHE_BASEDIR=tempfile.gettempdir())
     _ok(
         _run(
             [
@@ -236,7 +246,7 @@ def _build_312_from_sdist(sdist, tmp, env):
                 "-m",
                 "pip",
                 "wheel",
-                sdist,
+                tree,
                 "--no-index",
                 "--find-links",
                 WHEELHOUSE,
@@ -250,7 +260,7 @@ def _build_312_from_sdist(sdist, tmp, env):
             env,
             timeout=1800,
         ),
-        "pip wheel (3.12, sdist)",
+        "pip wheel (3.12, the sdist's tree)",
     )
     return dist
 
@@ -261,10 +271,14 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
     env = _clean_env()
     sdist = _build_sdist(tmp, env)
+    tree = _unpack(sdist)
+    # ccache keys on paths relative to the tree: each build's objects serve
+    # the other's and the next run's.
+    build_env = dict(env, CCACHE_BASEDIR=str(tree))
     out = {"tmp": tmp, "env": env, "sdist": sdist}
     for tag, dist, base in (
-        ("3.11", _build_311(tmp, env), sys.executable),
-        ("3.12", _build_312_from_sdist(sdist, tmp, env), _python312()),
+        ("3.11", _build_311(tree, tmp, build_env), sys.executable),
+        ("3.12", _build_312(tree, tmp, build_env), _python312()),
     ):
         wheels = list(dist.glob("fcp-*.whl"))
         assert len(wheels) == 1, wheels
