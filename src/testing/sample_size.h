@@ -22,7 +22,7 @@ inline constexpr bool kSanitized = false;
 
 // `n`, the sample a property is sized for, in the release suite (`make
 // test`); under the sanitizers the first quarter of it. They run the planner
-// 10-15x slower and are there to catch memory errors and undefined behaviour
+// 8-15x slower and are there to catch memory errors and undefined behaviour
 // on the paths a quarter of the sample already takes, while the whole sample
 // keeps each property's strength in the release suite (CI's time budget:
 // docs/reliability.md, Sanitizers).
