@@ -209,11 +209,11 @@ inline void DumpRequest(const PlanRequest& req, const std::string& strategy) {
   }
   std::fprintf(stderr,
                "{\"cluster\": {\"ranks\": %d, \"ranks_per_node\": %d},\n "
-               "\"cost_model\": %s,\n"
+               "\"cost_model\": %s,\n \"group_time_sigma\": %.17g,\n"
                " \"sequences\": [%s]}\nstrategy: %s\n",
                req.cluster.num_ranks, req.cluster.ranks_per_node,
-               CostModelToJson(req.cost, -1).c_str(), seqs.c_str(),
-               strategy.c_str());
+               CostModelToJson(req.cost, -1).c_str(), req.group_time_sigma,
+               seqs.c_str(), strategy.c_str());
 }
 
 // The plan's JSON without solver_ms (the only field allowed to differ).

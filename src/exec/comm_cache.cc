@@ -1,17 +1,9 @@
 #include "exec/comm_cache.h"
 
-#include <chrono>
-
+#include "exec/clock.h"
 #include "fcp/check.h"
 
 namespace fcp::exec {
-namespace {
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 Communicator* CommCache::Acquire(const std::vector<std::vector<int>>& groups) {
   const int me = world_.rank();

@@ -8,7 +8,6 @@
 //   exec_mpitest overlap     (2 ranks) exposed communication of a ring step
 //                            with progress polling vs the transfer alone
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,12 +16,14 @@
 #include <random>
 #include <string>
 
+#include "exec/clock.h"
 #include "exec/comm_cache.h"
 #include "exec/communicator_mpi.h"
 #include "exec/executor.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
+
 namespace {
 
 // The model and data of the gradient-equivalence check; the float64 oracle
@@ -270,12 +271,6 @@ int Comm(Communicator& world) {
         static_cast<long long>(st.misses), static_cast<long long>(st.hits),
         st.hits ? 1e3 * st.hit_s / st.hits : 0.0);
   return failures;
-}
-
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 double Median(std::vector<double> v) {

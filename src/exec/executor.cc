@@ -1,21 +1,14 @@
 #include "exec/executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 #include <random>
 #include <set>
 
+#include "exec/clock.h"
 #include "fcp/check.h"
 
 namespace fcp::exec {
-namespace {
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 std::vector<int64_t> GlobalBatch::lengths() const {
   std::vector<int64_t> out;

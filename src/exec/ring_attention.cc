@@ -1,16 +1,17 @@
 #include "exec/ring_attention.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "exec/clock.h"
 #include "exec/ulysses_attention.h"
 #include "fcp/check.h"
 #include "kernels/attention.h"
 
 namespace fcp::exec {
+
 namespace {
 
 constexpr int kTagFwdKv = 100;
@@ -39,12 +40,6 @@ Ring MakeRing(const RingAttentionArgs& a) {
   ring.layouts = a.layouts;
   FCP_CHECK(a.layouts && static_cast<int>(a.layouts->size()) == ring.degree);
   return ring;
-}
-
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // True when no query of `q` can see any key of `k` (all keys later than the

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,18 +10,12 @@
 #include <random>
 #include <span>
 
+#include "exec/clock.h"
 #include "fcp/check.h"
 #include "fcp/cost_model.h"
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
-namespace {
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 TextCorpus ListCorpus(const std::string& dir, int64_t min_bytes) {
   namespace fs = std::filesystem;

@@ -11,19 +11,15 @@
 #include <thread>
 #include <vector>
 
+#include "exec/clock.h"
 #include "exec/watchdog.h"
 #include "fcp/check.h"
 
 namespace fcp::exec {
+
 namespace {
 
 constexpr int kTagHeartbeat = 1;
-
-double NowS() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 class MpiWatchdog : public Watchdog {
  public:

@@ -21,6 +21,7 @@
 #include "fcp/io.h"
 #include "fcp/presets.h"
 #include "fcp/types.h"
+#include "testing/temp_dir.h"
 
 namespace fcp {
 namespace {
@@ -58,22 +59,12 @@ bool IsOneLinePrintable(const std::string& s) {
   return true;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (fs::temp_directory_path() / "fcp-io-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const {
-    return (fs::path(path_) / name).string();
-  }
-  const std::string& path() const { return path_; }
+using testing::TempDir;
 
- private:
-  std::string path_;
-};
+// `name` inside `dir`, as the string the readers and writers take.
+std::string In(const TempDir& dir, const std::string& name) {
+  return (dir.path() / name).string();
+}
 
 TEST(EscapeTest, ControlCharactersBecomeVisible) {
   EXPECT_EQ(EscapeForMessage("a\nb\rc\td"), "a\\nb\\rc\\td");
@@ -261,17 +252,17 @@ TEST(StreamingParseTest, CostModelFileRejectsUnknownKeysBesideCostModel) {
 
 TEST(InputFileTest, DirectoryFifoAndSize) {
   TempDir dir;
-  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(dir.path()); }),
-            dir.path() + ": is a directory, not a file");
-  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(dir.path()); }),
-            dir.path() + ": is a directory, not a file");
+  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(dir.path().string()); }),
+            dir.path().string() + ": is a directory, not a file");
+  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(dir.path().string()); }),
+            dir.path().string() + ": is a directory, not a file");
   EXPECT_NE(ErrorOf([&] {
-              ReadBatchJson(dir / "missing.json");
+              ReadBatchJson(In(dir, "missing.json"));
             }).find("cannot open: No such file"),
             std::string::npos);
 
   // A FIFO has no size; it is read to its end (as /dev/stdin from a pipe).
-  const std::string fifo = dir / "batch.fifo";
+  const std::string fifo = In(dir, "batch.fifo");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   std::thread writer(
       [&] {
@@ -284,7 +275,7 @@ TEST(InputFileTest, DirectoryFifoAndSize) {
   EXPECT_EQ(in.request.cluster.num_ranks, 8);
 
   // A sparse file just over 2 GiB is refused by its size, without reading it.
-  const std::string big = dir / "big.json";
+  const std::string big = In(dir, "big.json");
   {
     const int fd = ::open(big.c_str(), O_WRONLY | O_CREAT, 0600);
     ASSERT_GE(fd, 0);
@@ -296,7 +287,7 @@ TEST(InputFileTest, DirectoryFifoAndSize) {
 
 TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
   TempDir dir;
-  const std::string path = dir / "out.json";
+  const std::string path = In(dir, "out.json");
   WriteTextFile(path, "{\"a\": 1}\n");
   std::ifstream in(path);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}),
@@ -307,13 +298,13 @@ TEST(OutputFileTest, WritesOrFailsWithoutLeavingAPartialFile) {
             }).find("/dev/full: cannot write '/dev/full': No space"),
             std::string::npos);
   EXPECT_NE(ErrorOf([&] {
-              WriteTextFile(dir / "no/such/dir/x", "x");
+              WriteTextFile(In(dir, "no/such/dir/x"), "x");
             }).find("cannot write"),
             std::string::npos);
 
   // A write cut short (file size limit, as a full disk would): an error and
   // no partial file. Run in a child so the limit does not stay.
-  const std::string partial = dir / "partial.json";
+  const std::string partial = In(dir, "partial.json");
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {

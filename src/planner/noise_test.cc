@@ -189,8 +189,8 @@ TEST(CommunicatorTest, FcpChargesOnlyNewCommunicators) {
     if (plain.status != PlanStatus::kOk) continue;
     ++total;
     PlanRequest charged = req;
-    charged.communicators =
-        CommunicatorCache{.create_s = LowerBoundMs(req) / 4000.0};
+    charged.communicators = CommunicatorCache{
+        .create_s = LowerBoundMs(req) / 4000.0, .existing = {}};
     const Plan fcp = MakePlan(charged, {.strategy = "fcp"});
     ASSERT_EQ(fcp.status, PlanStatus::kOk);
     const GradientSync* sync = req.grad_sync ? &*req.grad_sync : nullptr;
@@ -257,7 +257,8 @@ TEST(CommunicatorTest, SyncBoundFcpKeepsHeldRankSets) {
     }
     b.grad_sync =
         GradientSync{.collective_s = 10 * plan_a.est_ms / 1000.0, .buckets = 4};
-    b.communicators = CommunicatorCache{.create_s = LowerBoundMs(b) / 4000.0};
+    b.communicators =
+        CommunicatorCache{.create_s = LowerBoundMs(b) / 4000.0, .existing = {}};
     for (const GroupPlan& g : plan_a.micro_batches[0].groups)
       b.communicators->existing.push_back(g.ranks);
     GroupTimeNoise none(0);
@@ -311,8 +312,10 @@ TEST(GroupNoiseTest, BadSigmaNamesTheField) {
     req.communicators = cache;
     return FieldOf(req);
   };
-  EXPECT_EQ(comm_field({.create_s = -1}), "communicators.create_s");
-  EXPECT_EQ(comm_field({.create_s = std::nan("")}), "communicators.create_s");
+  EXPECT_EQ(comm_field({.create_s = -1, .existing = {}}),
+            "communicators.create_s");
+  EXPECT_EQ(comm_field({.create_s = std::nan(""), .existing = {}}),
+            "communicators.create_s");
   EXPECT_EQ(comm_field({.create_s = 0.001, .existing = {{0, 1}, {2, 8}}}),
             "communicators.existing[1][1]");
   EXPECT_EQ(comm_field({.create_s = 0.001, .existing = {{0, 1}, {2, 3}}}), "");
