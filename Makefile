@@ -37,7 +37,7 @@ run: bootstrap-plan
 	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target fcp
 	./$(BUILD_DIR)/fcp plan --input examples/batch.json --format table
 
-# Every test (unit, cli, mpi, python), then a short libFuzzer run (~60 s).
+# Every test (unit, cli, mpi, python), then a short libFuzzer run (~2 min).
 test: build
 	cd $(BUILD_DIR) && $(CTEST) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 	bash scripts/fuzz.sh --short

@@ -5,7 +5,7 @@
 # seed corpus.
 #
 #   scripts/fuzz.sh            # `make fuzz`: 300 s per target
-#   scripts/fuzz.sh --short    # `make test`: 20 s per target, ~60 s on 2 cores
+#   scripts/fuzz.sh --short    # `make test`: 20 s per target, ~2 min on 2 cores
 #   JOBS=1 scripts/fuzz.sh     # one target at a time (default: nproc at a time)
 #   FUZZ_SECONDS=3600 scripts/fuzz.sh     # longer runs
 #   FUZZ_TIMEOUT=2 scripts/fuzz.sh        # per-input time limit (default 10 s)
