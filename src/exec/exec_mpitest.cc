@@ -23,7 +23,6 @@
 #include "fcp/scheduler.h"
 
 namespace fcp::exec {
-
 namespace {
 
 // The model and data of the gradient-equivalence check; the float64 oracle

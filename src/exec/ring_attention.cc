@@ -11,7 +11,6 @@
 #include "kernels/attention.h"
 
 namespace fcp::exec {
-
 namespace {
 
 constexpr int kTagFwdKv = 100;

@@ -16,7 +16,6 @@
 #include "fcp/check.h"
 
 namespace fcp::exec {
-
 namespace {
 
 constexpr int kTagHeartbeat = 1;

@@ -252,10 +252,11 @@ TEST(StreamingParseTest, CostModelFileRejectsUnknownKeysBesideCostModel) {
 
 TEST(InputFileTest, DirectoryFifoAndSize) {
   TempDir dir;
-  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(dir.path().string()); }),
-            dir.path().string() + ": is a directory, not a file");
-  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(dir.path().string()); }),
-            dir.path().string() + ": is a directory, not a file");
+  const std::string root = dir.path().string();
+  EXPECT_EQ(ErrorOf([&] { ReadFileOrStdin(root); }),
+            root + ": is a directory, not a file");
+  EXPECT_EQ(ErrorOf([&] { ReadBatchJson(root); }),
+            root + ": is a directory, not a file");
   EXPECT_NE(ErrorOf([&] {
               ReadBatchJson(In(dir, "missing.json"));
             }).find("cannot open: No such file"),
