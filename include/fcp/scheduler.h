@@ -202,6 +202,9 @@ class GroupTimeNoise {
   int samples() const { return samples_; }
   // The factor of the group-th group (in micro-batch, group order) in `sample`.
   double Factor(int sample, size_t group);
+  // All samples' factors of the group-th group, contiguous; valid until the
+  // next call for a higher group index.
+  const double* Factors(size_t group);
 
  private:
   double sigma_;

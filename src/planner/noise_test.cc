@@ -122,6 +122,75 @@ TEST(GroupNoiseTest, DrawsDependOnlyOnSampleAndGroup) {
   EXPECT_NEAR(mean, 1.0, 0.01);
 }
 
+// The mean over `noise`'s draws of one schedule per draw, each group's est_ms
+// times its factor: ExpectedStepMs by its definition. A group with a delay
+// runs after a stand-in group of that many ms on its ranks (the makespan
+// alone: a stand-in would count as a rank's first group in StepMs).
+double MeanOverDraws(int num_ranks, const std::vector<MicroBatchPlan>& mbs,
+                     const GradientSync* sync, GroupTimeNoise& noise,
+                     const std::vector<double>& delays = {}) {
+  double sum = 0;
+  for (int s = 0; s < noise.samples(); ++s) {
+    std::vector<MicroBatchPlan> draw(mbs.size());
+    size_t k = 0;
+    for (size_t m = 0; m < mbs.size(); ++m) {
+      for (GroupPlan g : mbs[m].groups) {
+        if (k < delays.size() && delays[k] > 0)
+          draw[m].groups.push_back(testing::Group(g.ranks, delays[k]));
+        g.est_ms *= noise.Factor(s, k++);
+        draw[m].groups.push_back(std::move(g));
+      }
+    }
+    sum +=
+        sync ? StepMs(num_ranks, draw, *sync) : ListScheduleMs(num_ranks, draw);
+  }
+  return sum / noise.samples();
+}
+
+TEST(GroupNoiseTest, ExpectedStepIsTheMeanOfOneSchedulePerDraw) {
+  // ExpectedStepMs runs every draw's schedule at once (and one micro-batch of
+  // disjoint groups group by group): against one schedule per draw, on fcp's
+  // plans of random batches (one micro-batch or several, idle ranks or not,
+  // with and without a sync).
+  int one_micro_batch = 0, several = 0;
+  for (uint64_t seed = 1; seed <= testing::SampleSize(60); ++seed) {
+    const PlanRequest req = RandomRequestMaybeSync(seed, 7727);
+    const Plan plan = MakePlan(req, {.strategy = "fcp"});
+    if (plan.status != PlanStatus::kOk) continue;
+    (plan.micro_batches.size() == 1 ? one_micro_batch : several)++;
+    const int n = req.cluster.num_ranks;
+    GroupTimeNoise noise(0.05 + 0.3 * static_cast<double>(seed % 4), 64);
+    for (const GradientSync* sync :
+         {static_cast<const GradientSync*>(nullptr),
+          req.grad_sync ? &*req.grad_sync : nullptr}) {
+      const double want = MeanOverDraws(n, plan.micro_batches, sync, noise);
+      EXPECT_NEAR(ExpectedStepMs(n, plan.micro_batches, sync, noise), want,
+                  1e-12 * want)
+          << "seed " << seed << (sync ? " with sync" : "");
+    }
+  }
+  EXPECT_GT(one_micro_batch, 0);
+  EXPECT_GT(several, 0);
+  // Hand-made: no group at all, an idle rank (3), a sync, creation delays.
+  const GradientSync sync{
+      .collective_s = 0.020, .buckets = 4, .forward_share = 0.25};
+  GroupTimeNoise noise(0.4, 32);
+  const std::vector<MicroBatchPlan> none(1);
+  EXPECT_DOUBLE_EQ(ExpectedStepMs(4, none, &sync, noise),
+                   MeanOverDraws(4, none, &sync, noise));
+  std::vector<MicroBatchPlan> mbs(1);
+  mbs[0].groups = {testing::Group({0, 1}, 10), testing::Group({2}, 4)};
+  const double want = MeanOverDraws(4, mbs, &sync, noise);
+  EXPECT_NEAR(ExpectedStepMs(4, mbs, &sync, noise), want, 1e-12 * want);
+  mbs.push_back(mbs[0]);
+  mbs[1].groups.push_back(testing::Group({3, 2}, 3));
+  const std::vector<double> delays = {0, 2, 0, 0, 5};
+  const double delayed = MeanOverDraws(4, mbs, nullptr, noise, delays);
+  EXPECT_NEAR(ExpectedStepMs(4, mbs, nullptr, noise, delays), delayed,
+              1e-12 * delayed);
+  EXPECT_GT(delayed, MeanOverDraws(4, mbs, nullptr, noise));
+}
+
 TEST(GroupNoiseTest, FcpIsNeverWorseThanAnyBalancedStaticPlanInExpectedStep) {
   // Every balanced static ring plan is one of fcp's candidates, scored like
   // fcp's own plans by the expected step over the same draws: fcp's plan must

@@ -305,6 +305,15 @@ void RunListSchedule(const std::vector<MicroBatchPlan>& micro_batches,
 double EstMs(const GroupPlan& g, size_t) { return g.est_ms; }
 double NoDelay(size_t) { return 0; }
 
+// A rank's figure in StepMs from its finish time and its first and last
+// group times (ms; first -1: none), or its finish time without `sync`.
+double RankStepMs(const GradientSync* sync, double free_ms, double first_ms,
+                  double last_ms) {
+  if (!sync) return free_ms;
+  return ExposedSyncMs(*sync, sync->forward_share * std::max(0.0, first_ms)) +
+         free_ms + ExposedSyncMs(*sync, (1 - sync->forward_share) * last_ms);
+}
+
 // StepMs with each group running for duration(group, k) ms after delay(k)
 // (RunListSchedule); without `sync`, the makespan. `scratch` holds three
 // per-rank vectors (reused across calls).
@@ -331,19 +340,14 @@ double StepWith(int num_ranks, const std::vector<MicroBatchPlan>& micro_batches,
                   });
   if (free_at.empty()) return 0;
   if (!sync) return *std::max_element(free_at.begin(), free_at.end());
-  auto exposed = [&](double window_ms) {
-    return ExposedSyncMs(*sync, window_ms);
-  };
   // Each rank waits for the all-gather behind its own first forward and
   // for the reduce-scatter behind its own last backward (an idle rank hides
   // neither); the step ends with the latest rank. Work added to an idle rank
   // thus lengthens the step by at most that work (the simulator's rule).
   double step_ms = 0;
   for (size_t r = 0; r < n; ++r) {
-    const double first = std::max(0.0, first_group_ms[r]);
-    step_ms = std::max(
-        step_ms, exposed(sync->forward_share * first) + free_at[r] +
-                     exposed((1 - sync->forward_share) * last_group_ms[r]));
+    step_ms = std::max(step_ms, RankStepMs(sync, free_at[r], first_group_ms[r],
+                                           last_group_ms[r]));
   }
   return step_ms;
 }
@@ -449,41 +453,147 @@ GroupTimeNoise::GroupTimeNoise(double sigma, int samples)
   if (samples < 1) throw InputError("samples", "must be >= 1");
 }
 
-double GroupTimeNoise::Factor(int sample, size_t group) {
+const double* GroupTimeNoise::Factors(size_t group) {
   // Draws are made per group index, all samples at once, on first use: every
-  // plan scored with this object sees the same factor for its k-th group.
-  while (factors_.size() <= group * static_cast<size_t>(samples_)) {
-    const size_t k = factors_.size() / static_cast<size_t>(samples_);
+  // plan scored with this object sees the same factors for its k-th group.
+  const size_t per_group = static_cast<size_t>(samples_);
+  while (factors_.size() <= group * per_group) {
+    const size_t k = factors_.size() / per_group;
     DeterministicRng rng(0x67726f7570ULL + k);
     for (int s = 0; s < samples_; ++s) {
       factors_.push_back(
           std::exp(sigma_ * rng.Normal() - 0.5 * sigma_ * sigma_));
     }
   }
-  return factors_[group * static_cast<size_t>(samples_) +
-                  static_cast<size_t>(sample)];
+  return &factors_[group * per_group];
 }
+
+double GroupTimeNoise::Factor(int sample, size_t group) {
+  return Factors(group)[sample];
+}
+
+namespace {
+
+// Whether no rank of `n` is in two groups of the micro-batch; `any_idle`
+// then tells whether some rank is in none.
+bool DisjointGroups(const MicroBatchPlan& mb, size_t n, bool* any_idle) {
+  std::vector<char> used(n, 0);
+  for (const GroupPlan& g : mb.groups) {
+    for (int r : g.ranks) {
+      if (used[static_cast<size_t>(r)]) return false;
+      used[static_cast<size_t>(r)] = 1;
+    }
+  }
+  *any_idle = std::find(used.begin(), used.end(), 0) != used.end();
+  return true;
+}
+
+// ExpectedStepAcrossDraws for one micro-batch of disjoint groups: every rank
+// of a group has the same figures (free from 0, its one group first and
+// last), so each group is one term per draw, and an idle rank one more.
+double OneMicroBatchExpectedStepMs(const MicroBatchPlan& mb, bool any_idle,
+                                   const GradientSync* sync,
+                                   GroupTimeNoise& noise,
+                                   std::span<const double> delay_ms) {
+  const size_t samples = static_cast<size_t>(noise.samples());
+  const double idle_ms = any_idle ? RankStepMs(sync, 0.0, -1.0, 0.0) : 0.0;
+  std::vector<double> step_ms(samples, idle_ms);
+  for (size_t k = 0; k < mb.groups.size(); ++k) {
+    const GroupPlan& g = mb.groups[k];
+    if (g.ranks.empty()) continue;
+    const double start = 0.0 + (k < delay_ms.size() ? delay_ms[k] : 0.0);
+    const double* factors = noise.Factors(k);
+    for (size_t s = 0; s < samples; ++s) {
+      const double ms = g.est_ms * factors[s];
+      step_ms[s] = std::max(step_ms[s], RankStepMs(sync, start + ms, ms, ms));
+    }
+  }
+  double sum = 0;
+  for (double v : step_ms) sum += v;
+  return sum / static_cast<double>(samples);
+}
+
+// ExpectedStepMs under noise: the list schedule of every draw at once, each
+// rank's free time (and first and last group times) held for all draws side
+// by side ([rank · S + sample]), so a group's draws are one pass over
+// contiguous memory (a schedule per draw walked the plan S times). Every
+// draw's figures are computed by the same operations in the same order as
+// StepWith's, and summed in draw order: the same value.
+double ExpectedStepAcrossDraws(int num_ranks,
+                               const std::vector<MicroBatchPlan>& micro_batches,
+                               const GradientSync* sync, GroupTimeNoise& noise,
+                               std::span<const double> delay_ms) {
+  const size_t n = static_cast<size_t>(std::max(0, num_ranks));
+  const size_t samples = static_cast<size_t>(noise.samples());
+  if (n == 0) return 0;
+  bool any_idle = false;
+  if (micro_batches.size() == 1 &&
+      DisjointGroups(micro_batches[0], n, &any_idle)) {
+    return OneMicroBatchExpectedStepMs(micro_batches[0], any_idle, sync, noise,
+                                       delay_ms);
+  }
+  std::vector<double> free_at(n * samples, 0.0), start(samples), ms(samples);
+  std::vector<double> first_ms, last_ms;
+  if (sync) {
+    first_ms.assign(n * samples, -1.0);
+    last_ms.assign(n * samples, 0.0);
+  }
+  size_t k = 0;
+  for (const MicroBatchPlan& mb : micro_batches) {
+    for (const GroupPlan& g : mb.groups) {
+      const double delay = k < delay_ms.size() ? delay_ms[k] : 0.0;
+      const double* factors = noise.Factors(k++);
+      std::fill(start.begin(), start.end(), 0.0);
+      for (int r : g.ranks) {
+        const double* free_r = &free_at[static_cast<size_t>(r) * samples];
+        for (size_t s = 0; s < samples; ++s)
+          start[s] = std::max(start[s], free_r[s]);
+      }
+      for (size_t s = 0; s < samples; ++s) {
+        start[s] += delay;
+        ms[s] = g.est_ms * factors[s];
+      }
+      for (int r : g.ranks) {
+        const size_t at = static_cast<size_t>(r) * samples;
+        for (size_t s = 0; s < samples; ++s) free_at[at + s] = start[s] + ms[s];
+        if (!sync) continue;
+        for (size_t s = 0; s < samples; ++s) {
+          last_ms[at + s] = ms[s];
+          if (first_ms[at + s] < 0) first_ms[at + s] = ms[s];
+        }
+      }
+    }
+  }
+  std::vector<double> step_ms(samples, 0.0);
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t s = 0; s < samples; ++s) {
+      const size_t i = r * samples + s;
+      step_ms[s] =
+          std::max(step_ms[s],
+                   sync ? RankStepMs(sync, free_at[i], first_ms[i], last_ms[i])
+                        : free_at[i]);
+    }
+  }
+  double sum = 0;
+  for (double v : step_ms) sum += v;
+  return sum / static_cast<double>(samples);
+}
+
+}  // namespace
 
 double ExpectedStepMs(int num_ranks,
                       const std::vector<MicroBatchPlan>& micro_batches,
                       const GradientSync* sync, GroupTimeNoise& noise,
                       std::span<const double> delay_ms) {
+  if (noise.sigma() > 0) {
+    return ExpectedStepAcrossDraws(num_ranks, micro_batches, sync, noise,
+                                   delay_ms);
+  }
   std::vector<double> scratch[3];
   auto delay = [&](size_t k) {
     return k < delay_ms.size() ? delay_ms[k] : 0.0;
   };
-  if (noise.sigma() == 0)
-    return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
-  double sum = 0;
-  for (int s = 0; s < noise.samples(); ++s) {
-    sum += StepWith(
-        num_ranks, micro_batches, sync,
-        [&](const GroupPlan& g, size_t k) {
-          return g.est_ms * noise.Factor(s, k);
-        },
-        delay, scratch);
-  }
-  return sum / noise.samples();
+  return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
 }
 
 double EstimateMicroBatches(const PlanRequest& request,
