@@ -209,17 +209,32 @@ class _Example:
     input_ids: Tuple[int, ...]
     labels: Tuple[int, ...]  # shifted (shifted_labels)
     plan_length: int
+    vision_tokens: int = 0  # of plan_length, priced by alpha2_vision
 
     @property
     def num_targets(self) -> int:
         return sum(1 for t in self.labels if t != IGNORE_INDEX)
 
 
+def _count(value, where: str, low: int, high: Optional[int] = None) -> int:
+    """``value`` as an int in [low, high], else a ValueError naming ``where``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{where}: must be an integer {bounds}, got {value!r}")
+    return int(value)
+
+
 def _example(item, where: str) -> _Example:
     """A token list / 1-D tensor, or a dict with ``input_ids`` and optional
-    ``labels`` (aligned with input_ids, unshifted, -100 ignored) and
-    ``plan_length`` (the length the planner costs it at)."""
-    labels, plan_length = None, None
+    ``labels`` (aligned with input_ids, unshifted, -100 ignored),
+    ``plan_length`` (the length the planner costs it at) and
+    ``vision_tokens`` (how many of those are image or frame tokens)."""
+    labels, plan_length, vision_tokens = None, None, None
     if isinstance(item, dict):
         if "input_ids" not in item:
             raise ValueError(f"{where}.input_ids: missing")
@@ -227,6 +242,7 @@ def _example(item, where: str) -> _Example:
         if item.get("labels") is not None:
             labels = _token_list(item["labels"], f"{where}.labels")
         plan_length = item.get("plan_length")
+        vision_tokens = item.get("vision_tokens")
     else:
         ids = _token_list(item, where)
     if not ids:
@@ -235,13 +251,17 @@ def _example(item, where: str) -> _Example:
         raise ValueError(f"{where}.labels: has {len(labels)} entries, input_ids {len(ids)}")
     if plan_length is None:
         plan_length = len(ids)
-    elif (
-        isinstance(plan_length, bool)
-        or not isinstance(plan_length, numbers.Integral)
-        or plan_length < 1
-    ):
-        raise ValueError(f"{where}.plan_length: must be an integer >= 1, got {plan_length!r}")
-    return _Example(tuple(ids), tuple(shifted_labels(ids, labels)), int(plan_length))
+    plan_length = _count(plan_length, f"{where}.plan_length", 1)
+    if vision_tokens is not None:
+        vision_tokens = _count(vision_tokens, f"{where}.vision_tokens", 0, plan_length)
+    return _Example(tuple(ids), tuple(shifted_labels(ids, labels)), plan_length, vision_tokens or 0)
+
+
+def _plan_vision_tokens(examples) -> Optional[List[int]]:
+    """Each example's vision tokens, or None when none has any (the planner is
+    then asked as before: any object with ``fcp.Scheduler``'s ``plan`` will do)."""
+    counts = [e.vision_tokens for e in examples]
+    return counts if any(counts) else None
 
 
 def _examples(batch) -> List[_Example]:
@@ -356,7 +376,8 @@ class GlobalBatch:
     per micro-batch of the plan, and ``global_num_tokens`` (tokens with a
     target in the whole global batch, the loss denominator; every rank knows
     the whole batch, so no collective is needed). ``lengths``: token counts;
-    ``plan_lengths``: what the planner was given. ``micro_batch_times_s``:
+    ``plan_lengths`` and ``plan_vision_tokens`` (None: none given): what the
+    planner was given. ``micro_batch_times_s``:
     set by :func:`train_step` (this rank's seconds per micro-batch, NaN where
     idle), read by :meth:`PackedLoader.observe`."""
 
@@ -368,6 +389,7 @@ class GlobalBatch:
     planning_s: float = 0.0
     exposed_planning_s: float = 0.0
     micro_batch_times_s: Optional[List[float]] = None
+    plan_vision_tokens: Optional[List[int]] = None
 
     @property
     def layout(self) -> str:
@@ -446,7 +468,12 @@ class PackedLoader:
             return None
         examples = _examples(raw)
         t0 = time.perf_counter()
-        plan = ft.plan_with_held(planner, [e.plan_length for e in examples], held)
+        plan = ft.plan_with_held(
+            planner,
+            [e.plan_length for e in examples],
+            held,
+            vision_tokens=_plan_vision_tokens(examples),
+        )
         spent = time.perf_counter() - t0
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
@@ -514,6 +541,7 @@ class PackedLoader:
             plan_lengths,
             spent,
             exposed,
+            plan_vision_tokens=_plan_vision_tokens(examples),
         )
 
     def observe(self, batch: GlobalBatch) -> dict:
@@ -529,7 +557,11 @@ class PackedLoader:
                 "batch: has no micro_batch_times_s (run fcp.hf.train_step on it first)"
             )
         times = ft.group_times(batch.plan, batch.micro_batch_times_s, device=self.device)
-        return self.scheduler.observe(batch.plan_lengths, batch.plan, times)
+        if batch.plan_vision_tokens is None:
+            return self.scheduler.observe(batch.plan_lengths, batch.plan, times)
+        return self.scheduler.observe(
+            batch.plan_lengths, batch.plan, times, vision_tokens=batch.plan_vision_tokens
+        )
 
     def close(self) -> None:
         if self._pool is not None:

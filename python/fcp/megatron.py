@@ -329,6 +329,12 @@ class FcpCPScheduler:
     def _plan_now(self, lengths):
         return self._plan_timed(lengths, self._held_sets())[0]
 
+    @staticmethod
+    def _batch_key(lengths, vision_tokens):
+        """What a submitted batch is known by: its lengths and vision tokens."""
+        visions = None if vision_tokens is None else tuple(int(v) for v in vision_tokens)
+        return tuple(int(x) for x in lengths), visions
+
     def _held_sets(self):
         """The rank sets the cache holds now, when the fcp.Scheduler charges
         new communicators (made with ``communicators={"create_s": S}``), else
@@ -344,12 +350,12 @@ class FcpCPScheduler:
         coefficients of the moment it was submitted, the same on every rank."""
         return copy.copy(self.scheduler) if hasattr(self.scheduler, "observe") else self.scheduler
 
-    def _plan_timed(self, lengths, held=None, planner=None):
+    def _plan_timed(self, lengths, held=None, planner=None, vision_tokens=None):
         from .torch.groups import plan_with_held
 
         planner = planner or self.scheduler
         t0 = time.perf_counter()
-        plan = plan_with_held(planner, lengths, held)
+        plan = plan_with_held(planner, lengths, held, vision_tokens)
         if plan.status.name != "OK":
             raise RuntimeError(f"fcp: no feasible plan for this global batch: {plan.message}")
         plan = _checked(plan, lengths, planner)
@@ -358,33 +364,41 @@ class FcpCPScheduler:
                 _te_comm_type(g)  # a kind TE cannot run stops here, not in attention
         return plan, time.perf_counter() - t0
 
-    def submit(self, lengths: Sequence[int]) -> None:
+    def submit(self, lengths: Sequence[int], vision_tokens: Optional[Sequence[int]] = None) -> None:
         """Starts planning a global batch (on the worker thread when
-        ``background``). Batches are taken back in submission order."""
-        key = tuple(int(x) for x in lengths)
+        ``background``). ``vision_tokens``: optional image or frame tokens per
+        sequence, as ``fcp.Scheduler.plan`` takes them. Batches are taken back
+        in submission order."""
+        key = self._batch_key(lengths, vision_tokens)
         if self._pool is not None:
             self._pending.append(
                 (
                     key,
                     self._pool.submit(
-                        self._plan_timed, key, self._held_sets(), self._planner_now()
+                        self._plan_timed, key[0], self._held_sets(), self._planner_now(), key[1]
                     ),
                 )
             )
         else:
             self._pending.append((key, None))
 
-    def take(self, lengths: Sequence[int]):
+    def take(self, lengths: Sequence[int], vision_tokens: Optional[Sequence[int]] = None):
         """The plan of the oldest submitted batch (which must have these
-        lengths); waits for it if needed and records the exposed time."""
-        key = tuple(int(x) for x in lengths)
+        lengths and vision tokens); waits for it if needed and records the
+        exposed time."""
+        key = self._batch_key(lengths, vision_tokens)
         if not self._pending:
-            self.submit(key)
+            self.submit(*key)
         pending_key, fut = self._pending.pop(0)
-        if pending_key != key:
-            raise ValueError("lengths: differ from the batch submitted first")
+        for i, field in enumerate(("lengths", "vision_tokens")):
+            if pending_key[i] != key[i]:
+                raise ValueError(f"{field}: differ from the batch submitted first")
         t0 = time.perf_counter()
-        plan, spent = fut.result() if fut is not None else self._plan_timed(key, self._held_sets())
+        plan, spent = (
+            fut.result()
+            if fut is not None
+            else self._plan_timed(key[0], self._held_sets(), vision_tokens=key[1])
+        )
         exposed = time.perf_counter() - t0
         self.exposed_planning_s.append(exposed)
         self.planning_s.append(spent)
@@ -399,9 +413,16 @@ class FcpCPScheduler:
             self._check_agreement(plan)
         return plan
 
-    def observe(self, plan, lengths: Sequence[int], my_times_s: Sequence[float]) -> dict:
+    def observe(
+        self,
+        plan,
+        lengths: Sequence[int],
+        my_times_s: Sequence[float],
+        vision_tokens: Optional[Sequence[int]] = None,
+    ) -> dict:
         """Learns from a global batch that ran (``fcp.Scheduler.observe``).
 
+        ``lengths``, ``vision_tokens``: the batch as submitted.
         ``my_times_s``: this rank's time (s) in each micro-batch of ``plan``
         (NaN where it was idle or not measured). Every rank's list is gathered
         (one all-gather over the world; ``gather_times`` replaces it), each
@@ -416,7 +437,11 @@ class FcpCPScheduler:
         times = group_times(
             plan, my_times_s, coordinates=self.grid.coordinates, gather=self._gather_times
         )
-        return self.scheduler.observe(list(lengths), plan, times)
+        if vision_tokens is None:
+            return self.scheduler.observe(list(lengths), plan, times)
+        return self.scheduler.observe(
+            list(lengths), plan, times, vision_tokens=[int(v) for v in vision_tokens]
+        )
 
     def _check_agreement(self, plan) -> None:
         import torch
@@ -754,16 +779,24 @@ class MicroBatchPacker:
 @dataclass
 class GlobalBatch:
     """One global batch: ``lengths`` (tokens per sequence, the same list on
-    every rank) and ``get_sample(i)`` returning sequence i as a dict of 1-D
-    tensors (called only for the sequences this rank runs)."""
+    every rank), ``get_sample(i)`` returning sequence i as a dict of 1-D
+    tensors (called only for the sequences this rank runs) and, optionally,
+    ``vision_tokens`` (image or frame tokens per sequence, in [0, length]:
+    the cost model prices them with ``alpha2_vision``)."""
 
     lengths: List[int]
     get_sample: Callable[[int], Dict[str, object]]
+    vision_tokens: Optional[List[int]] = None
 
     @classmethod
-    def from_samples(cls, samples: Sequence[Dict[str, object]]) -> "GlobalBatch":
+    def from_samples(
+        cls,
+        samples: Sequence[Dict[str, object]],
+        vision_tokens: Optional[Sequence[int]] = None,
+    ) -> "GlobalBatch":
         samples = list(samples)
-        return cls([int(s["tokens"].numel()) for s in samples], samples.__getitem__)
+        visions = None if vision_tokens is None else [int(v) for v in vision_tokens]
+        return cls([int(s["tokens"].numel()) for s in samples], samples.__getitem__, visions)
 
 
 class FcpMegatronLoader:
@@ -793,7 +826,7 @@ class FcpMegatronLoader:
             b = next(self._batches)
         except StopIteration:
             return None
-        self.scheduler.submit(b.lengths)
+        self.scheduler.submit(b.lengths, b.vision_tokens)
         return b
 
     def next_global_batch(self) -> Tuple[Iterator[Dict[str, object]], int]:
@@ -802,7 +835,7 @@ class FcpMegatronLoader:
         batch = self._next
         if batch is None:
             raise StopIteration
-        plan = self.scheduler.take(batch.lengths)
+        plan = self.scheduler.take(batch.lengths, batch.vision_tokens)
         self._next = self._read_ahead()  # plan i+1 while i trains
         steps = self.scheduler.assignments(plan)
         self._current, self._stamps, self._end = (batch, plan, steps), [], None
@@ -869,7 +902,7 @@ class FcpMegatronLoader:
             raise RuntimeError("observe: no batch has been handed out")
         batch, plan, _ = self._current
         times = self.micro_batch_times() if my_times_s is None else my_times_s
-        return self.scheduler.observe(plan, batch.lengths, times)
+        return self.scheduler.observe(plan, batch.lengths, times, batch.vision_tokens)
 
     def _micro_batches(self, batch: GlobalBatch, steps: List[Assignment]):
         like = None

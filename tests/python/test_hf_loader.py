@@ -99,6 +99,14 @@ def test_dict_examples_with_labels_and_plan_length():
         ([[1, 2.5]], r"batch\[0\]\[1\]: must be an integer token id"),
         ([{"input_ids": [1, 2], "labels": [1]}], r"batch\[0\].labels: has 1 entries"),
         ([{"input_ids": [1, 2], "plan_length": 0}], r"batch\[0\].plan_length: must be an integer"),
+        (
+            [{"input_ids": [1, 2], "vision_tokens": 3}],
+            r"batch\[0\].vision_tokens: must be an integer in \[0, 2\], got 3",
+        ),
+        (
+            [{"input_ids": [1], "plan_length": 9, "vision_tokens": -1}],
+            r"batch\[0\].vision_tokens: must be an integer in \[0, 9\]",
+        ),
         (["abc"], r"batch\[0\]: must be a list of token ids"),
     ],
 )
@@ -224,6 +232,41 @@ def test_loader_checks_a_plan_it_did_not_make():
     bad = _Recording(sched, fcp.Plan.from_dict(d))
     with pytest.raises(ValueError, match=r"^plan\.micro_batches\[0\]\.groups\[0\]\.sequences"):
         next(iter(fh.PackedLoader([batch], bad, rank=0, cache=no_groups(), verify=False)))
+
+
+def vision_batch():
+    """Four examples of a few real tokens, costed as long multimodal ones."""
+    return [
+        {"input_ids": [7] * 5, "plan_length": 60000, "vision_tokens": 50000},
+        {"input_ids": [8] * 3, "plan_length": 4000},
+        {"input_ids": [9] * 4, "plan_length": 3000, "vision_tokens": 3000},
+        [5, 6],
+    ]
+
+
+def test_loader_plans_and_learns_with_the_vision_tokens_given():
+    # Examples may say how many of their tokens are image or frame tokens; the
+    # loader plans (and observe learns) with them, as Scheduler.plan(...,
+    # vision_tokens=) and Scheduler.observe(..., vision_tokens=) do.
+    cluster = fcp.Cluster(1, 1, "h100-8x8")
+    sched = fcp.Scheduler(cluster=cluster, model="internvl3-2b")
+    loader = fh.PackedLoader(
+        [vision_batch()], sched, rank=0, cache=no_groups(), verify=False, background=False
+    )
+    (gb,) = list(loader)
+    lengths, visions = [60000, 4000, 3000, 2], [50000, 0, 3000, 0]
+    assert gb.plan_lengths == lengths and gb.plan_vision_tokens == visions
+    want = fcp.Scheduler(cluster=cluster, model="internvl3-2b")
+    assert gb.plan.est_ms == want.plan(lengths, vision_tokens=visions).est_ms
+    assert gb.plan.est_ms > want.plan(lengths).est_ms  # the vision encoder is priced
+    gb.micro_batch_times_s = [2.0 * mb.est_ms / 1000 for mb in gb.plan.micro_batches]
+    times = [[t] for t in gb.micro_batch_times_s]  # one rank: one group each
+    learnt = loader.observe(gb)
+    assert learnt == want.observe(lengths, gb.plan, times, vision_tokens=visions)
+    blind = fcp.Scheduler(cluster=cluster, model="internvl3-2b").observe(lengths, gb.plan, times)
+    assert learnt != blind
+    plain = fh.PackedLoader([[[1, 2]]], sched, rank=0, cache=no_groups(), verify=False)
+    assert next(iter(plain)).plan_vision_tokens is None  # none given: asked as before
 
 
 def test_loader_refuses_a_rank_outside_the_plan():

@@ -450,6 +450,45 @@ def test_loader_times_its_micro_batches_and_learns(monkeypatch):
     sched.close()
 
 
+def test_loader_plans_and_learns_with_the_vision_tokens_given():
+    # A GlobalBatch may say how many of each sequence's tokens are image or
+    # frame tokens: the scheduler plans, checks and learns with them as
+    # fcp.Scheduler.plan / observe(..., vision_tokens=) do.
+    def vl_scheduler():
+        return fcp.Scheduler(
+            cluster={"ranks": 4, "ranks_per_node": 4}, model="internvl3-2b", strategy="fcp-ring"
+        )
+
+    lengths = [60000, 4000, 3000, 200, 100, 50]
+    visions = [50000, 0, 3000, 0, 100, 0]
+    grid = fm.RankGrid([[0, 1, 2, 3]], 0)
+    sched = fm.FcpCPScheduler(
+        vl_scheduler(),
+        grid=grid,
+        verify=False,
+        gather_times=lambda mine: [mine] * 4,
+        cache=fm.CPGroupCache(grid, new_group=lambda r: None),
+    )
+    samples = [{"tokens": torch.arange(3), "labels": torch.arange(3)} for _ in lengths]
+    batch = fm.GlobalBatch(lengths, samples.__getitem__, visions)
+    assert fm.GlobalBatch.from_samples(samples, visions).vision_tokens == visions
+    loader = fm.FcpMegatronLoader(sched, [batch])
+    with pytest.raises(ValueError, match="^vision_tokens: differ from the batch submitted first"):
+        sched.take(lengths)
+    loader = fm.FcpMegatronLoader(sched, [batch])
+    loader.next_global_batch()
+    plan = loader._current[1]
+    want = vl_scheduler()
+    assert plan.est_ms == want.plan(lengths, vision_tokens=visions).est_ms
+    assert plan.est_ms > want.plan(lengths).est_ms  # the vision encoder is priced
+    mine = [2.0 * mb.est_ms / 1000 for mb in plan.micro_batches]
+    learnt = loader.observe(mine)
+    times = [[t] * len(mb.groups) for t, mb in zip(mine, plan.micro_batches)]
+    assert learnt == want.observe(lengths, plan, times, vision_tokens=visions)
+    assert learnt != vl_scheduler().observe(lengths, plan, times)
+    sched.close()
+
+
 # --------------------------------------------------------------------------- TransformerEngine side
 
 

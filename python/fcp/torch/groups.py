@@ -206,14 +206,24 @@ def held_rank_sets(scheduler, cache: "GroupCache") -> Optional[List[List[int]]]:
     return None
 
 
-def plan_with_held(scheduler, lengths: Sequence[int], held: Optional[List[List[int]]]):
+def plan_with_held(
+    scheduler,
+    lengths: Sequence[int],
+    held: Optional[List[List[int]]],
+    vision_tokens: Optional[Sequence[int]] = None,
+):
     """``scheduler.plan(lengths)``, told the communicators the runtime holds
-    (``existing_communicators=held``) unless ``held`` is None: the one way
-    fcp.hf and fcp.megatron ask for a plan, so the planner prefers groups
-    that exist over new ones it would have to pay for."""
-    if held is None:
-        return scheduler.plan(list(lengths))
-    return scheduler.plan(list(lengths), existing_communicators=held)
+    (``existing_communicators=held``) unless ``held`` is None, and each
+    sequence's ``vision_tokens`` unless None: the one way fcp.hf and
+    fcp.megatron ask for a plan, so the planner prefers groups that exist
+    over new ones it would have to pay for. Arguments left None are not
+    passed, so any object with ``fcp.Scheduler``'s ``plan`` will do."""
+    kwargs = {}
+    if held is not None:
+        kwargs["existing_communicators"] = held
+    if vision_tokens is not None:
+        kwargs["vision_tokens"] = list(vision_tokens)
+    return scheduler.plan(list(lengths), **kwargs)
 
 
 def _is_flat(plan) -> bool:
