@@ -557,10 +557,8 @@ class PackedLoader:
                 "batch: has no micro_batch_times_s (run fcp.hf.train_step on it first)"
             )
         times = ft.group_times(batch.plan, batch.micro_batch_times_s, device=self.device)
-        if batch.plan_vision_tokens is None:
-            return self.scheduler.observe(batch.plan_lengths, batch.plan, times)
-        return self.scheduler.observe(
-            batch.plan_lengths, batch.plan, times, vision_tokens=batch.plan_vision_tokens
+        return ft.observe_with(
+            self.scheduler, batch.plan_lengths, batch.plan, times, batch.plan_vision_tokens
         )
 
     def close(self) -> None:

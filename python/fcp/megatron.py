@@ -431,17 +431,13 @@ class FcpCPScheduler:
         submitted after this call plan with what was learnt; one already
         submitted keeps the coefficients it started with. Collective; call it
         at the same point on every rank. Returns the Scheduler's calibration."""
-        from .torch.groups import group_times
+        from .torch.groups import group_times, observe_with
 
         plan = _checked(plan, lengths, self.scheduler)
         times = group_times(
             plan, my_times_s, coordinates=self.grid.coordinates, gather=self._gather_times
         )
-        if vision_tokens is None:
-            return self.scheduler.observe(list(lengths), plan, times)
-        return self.scheduler.observe(
-            list(lengths), plan, times, vision_tokens=[int(v) for v in vision_tokens]
-        )
+        return observe_with(self.scheduler, lengths, plan, times, vision_tokens)
 
     def _check_agreement(self, plan) -> None:
         import torch

@@ -474,6 +474,17 @@ double GroupTimeNoise::Factor(int sample, size_t group) {
 
 namespace {
 
+// The delay (ms) before the k-th group: delay_ms[k], 0 beyond its end.
+double DelayAt(std::span<const double> delay_ms, size_t k) {
+  return k < delay_ms.size() ? delay_ms[k] : 0.0;
+}
+
+// The mean of every draw's step (ms), summed in draw order.
+double MeanStepMs(const std::vector<double>& step_ms) {
+  return std::accumulate(step_ms.begin(), step_ms.end(), 0.0) /
+         static_cast<double>(step_ms.size());
+}
+
 // Whether no rank of `n` is in two groups of the micro-batch; `any_idle`
 // then tells whether some rank is in none.
 bool DisjointGroups(const MicroBatchPlan& mb, size_t n, bool* any_idle) {
@@ -501,16 +512,14 @@ double OneMicroBatchExpectedStepMs(const MicroBatchPlan& mb, bool any_idle,
   for (size_t k = 0; k < mb.groups.size(); ++k) {
     const GroupPlan& g = mb.groups[k];
     if (g.ranks.empty()) continue;
-    const double start = 0.0 + (k < delay_ms.size() ? delay_ms[k] : 0.0);
+    const double start = DelayAt(delay_ms, k);  // every rank is free at 0
     const double* factors = noise.Factors(k);
     for (size_t s = 0; s < samples; ++s) {
       const double ms = g.est_ms * factors[s];
       step_ms[s] = std::max(step_ms[s], RankStepMs(sync, start + ms, ms, ms));
     }
   }
-  double sum = 0;
-  for (double v : step_ms) sum += v;
-  return sum / static_cast<double>(samples);
+  return MeanStepMs(step_ms);
 }
 
 // ExpectedStepMs under noise: the list schedule of every draw at once, each
@@ -541,7 +550,7 @@ double ExpectedStepAcrossDraws(int num_ranks,
   size_t k = 0;
   for (const MicroBatchPlan& mb : micro_batches) {
     for (const GroupPlan& g : mb.groups) {
-      const double delay = k < delay_ms.size() ? delay_ms[k] : 0.0;
+      const double delay = DelayAt(delay_ms, k);
       const double* factors = noise.Factors(k++);
       std::fill(start.begin(), start.end(), 0.0);
       for (int r : g.ranks) {
@@ -574,9 +583,7 @@ double ExpectedStepAcrossDraws(int num_ranks,
                         : free_at[i]);
     }
   }
-  double sum = 0;
-  for (double v : step_ms) sum += v;
-  return sum / static_cast<double>(samples);
+  return MeanStepMs(step_ms);
 }
 
 }  // namespace
@@ -590,9 +597,7 @@ double ExpectedStepMs(int num_ranks,
                                    delay_ms);
   }
   std::vector<double> scratch[3];
-  auto delay = [&](size_t k) {
-    return k < delay_ms.size() ? delay_ms[k] : 0.0;
-  };
+  auto delay = [&](size_t k) { return DelayAt(delay_ms, k); };
   return StepWith(num_ranks, micro_batches, sync, EstMs, delay, scratch);
 }
 

@@ -47,6 +47,7 @@ from .groups import (
     plan_digest,
     plan_group_comms,
     plan_groups,
+    observe_with,
     plan_with_held,
 )
 from .kernels import (
@@ -110,6 +111,7 @@ __all__ = [
     "plan_digest",
     "held_rank_sets",
     "plan_with_held",
+    "observe_with",
     "gather_times",
     "group_times",
 ]

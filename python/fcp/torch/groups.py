@@ -218,12 +218,23 @@ def plan_with_held(
     fcp.megatron ask for a plan, so the planner prefers groups that exist
     over new ones it would have to pay for. Arguments left None are not
     passed, so any object with ``fcp.Scheduler``'s ``plan`` will do."""
-    kwargs = {}
-    if held is not None:
-        kwargs["existing_communicators"] = held
-    if vision_tokens is not None:
-        kwargs["vision_tokens"] = list(vision_tokens)
-    return scheduler.plan(list(lengths), **kwargs)
+    return scheduler.plan(
+        list(lengths), **_given(existing_communicators=held, vision_tokens=vision_tokens)
+    )
+
+
+def observe_with(
+    scheduler, lengths: Sequence[int], plan, times, vision_tokens: Optional[Sequence[int]] = None
+) -> dict:
+    """``scheduler.observe(lengths, plan, times)``, told each sequence's
+    ``vision_tokens`` unless None (then not passed, as in
+    :func:`plan_with_held`): how fcp.hf and fcp.megatron learn from a batch."""
+    return scheduler.observe(list(lengths), plan, times, **_given(vision_tokens=vision_tokens))
+
+
+def _given(**kwargs) -> dict:
+    """The keyword arguments that are not None (sequences as lists)."""
+    return {k: list(v) for k, v in kwargs.items() if v is not None}
 
 
 def _is_flat(plan) -> bool:
