@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "command.h"
 #include "fcp/experiment.h"
@@ -20,6 +21,30 @@ std::string LengthsLabel(const std::string& path) {
 }
 
 constexpr const char* kDefaultStudyLengths = "data/go-src-qwen3-lengths.csv";
+// --lengths none: no real-lengths cases (an empty value is refused, as for
+// every option: ParseFlags).
+constexpr const char* kNoLengths = "none";
+
+// Where the default --lengths file is: the repository's data/ seen from the
+// working directory, else the data/ folder beside the folder of this
+// executable (build/fcp in a checkout, fcp/_bin/fcp in the installed wheel,
+// which ships the file as fcp/data/), so that the study runs from anywhere.
+// Other paths are taken as given.
+std::string ResolveLengthsFile(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path != kDefaultStudyLengths || fs::exists(path)) return path;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return path;
+  const fs::path beside = exe.parent_path().parent_path() / path;
+  if (fs::exists(beside, ec)) return beside.string();
+  throw InputError("lengths",
+                   std::string(path) +
+                       " is in neither the working directory nor " +
+                       beside.parent_path().string() +
+                       ": run from the repository root, pass --lengths FILE "
+                       "(fcp lengths writes one) or --lengths none");
+}
 
 // The flags of `fcp eval study`.
 struct StudyFlags {
@@ -33,8 +58,10 @@ void AddStudyOptions(CLI::App& app, StudyFlags& f) {
   app.add_option("--out", f.opt.out_dir, "output directory")->required();
   app.add_option("--lengths", f.lengths_file,
                  "real lengths (one integer a line or CSV with a tokens "
-                 "column, as `fcp "
-                 "lengths` writes); '' = none")
+                 "column, as `fcp lengths` writes); none = no real-lengths "
+                 "cases. The default is found in the working directory, else "
+                 "beside the fcp executable's folder (the installed package "
+                 "ships it)")
       ->capture_default_str();
   app.add_option(
       "--name", f.name,
@@ -132,8 +159,8 @@ int RunEvalStudy(int argc, char** argv) {
   ApplyStudyFlags(f);
   sim::StudyOptions& opt = f.opt;
   try {
-    if (!f.lengths_file.empty()) {
-      opt.lengths = ReadLengthsFile(f.lengths_file);
+    if (f.lengths_file != kNoLengths) {
+      opt.lengths = ReadLengthsFile(ResolveLengthsFile(f.lengths_file));
       opt.lengths_label = !f.name.empty() ? f.name
                           : f.lengths_file == kDefaultStudyLengths
                               ? "go-src (real)"

@@ -107,7 +107,8 @@ struct PlanFlags {
 };
 
 void AddPlanOptions(CLI::App& app, PlanFlags& f) {
-  app.add_option("-i,--input", f.input, "batch JSON file, or - for stdin")
+  app.add_option("input,-i,--input", f.input,
+                 "batch JSON file (also as the first argument), or - for stdin")
       ->capture_default_str();
   std::string strategies;
   for (const auto& n : StrategyNames())

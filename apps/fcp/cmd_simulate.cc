@@ -211,6 +211,8 @@ int RunSimulate(int argc, char** argv) {
     if (!f.quiet) f.cfg.progress = progress.Callback();
     ApplyRecipeFlags(f);
     plot::CheckOutputPaths(f.plot_file, f.trace_file);
+    if (!f.save_plans_file.empty())
+      CheckOutputDirectory(f.save_plans_file, "save-plans");
     std::vector<plot::Timeline> timelines;
     if (!f.plot_file.empty() || !f.trace_file.empty()) {
       f.cfg.on_first_measured_step =

@@ -95,8 +95,11 @@ CostModel ReadCostModelOverPresets(const std::string& path,
 
 }  // namespace fcp::cli
 
+// Registers a command. Named by __COUNTER__, not __LINE__: the unity build
+// (CI, the wheel) puts several command files in one translation unit, where
+// two registrars on the same line of their files collided.
 #define FCP_CLI_CONCAT_INNER(a, b) a##b
 #define FCP_CLI_CONCAT(a, b) FCP_CLI_CONCAT_INNER(a, b)
 #define FCP_COMMAND(name, summary, fn)                \
   static ::fcp::cli::CommandRegistrar FCP_CLI_CONCAT( \
-      fcp_command_registrar_, __LINE__)(name, summary, fn)
+      fcp_command_registrar_, __COUNTER__)(name, summary, fn)

@@ -119,6 +119,10 @@ class AtomicFile {
 // Writes `contents` to `path` through an AtomicFile.
 void WriteFileAtomically(const std::string& path, std::string_view contents,
                          const std::string& field);
+// Checks before a long run that the directory `path` would be written in
+// exists, so that a typo fails at once rather than after the work.
+// InputError(field) naming the path and the directory.
+void CheckOutputDirectory(const std::string& path, const std::string& field);
 // `text` with control characters as \n, \r, \t or \xNN, for one-line
 // error messages that echo user input (paths).
 std::string EscapeForMessage(std::string_view text);

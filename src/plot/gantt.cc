@@ -3,7 +3,6 @@
 // never cross a label), neighbour-distinct colours, all-to-all groups hatched,
 // a legend, and labels sized to their boxes.
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -61,27 +60,15 @@ void CheckExtension(const std::string& path) {
                          "': unknown image type; use a .png or .svg file name");
 }
 
-void CheckDirectory(const std::string& path, const std::string& field) {
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw InputError(field, "cannot write '" + EscapeForMessage(path) +
-                                "': no directory '" + EscapeForMessage(dir) +
-                                "'");
-}
-
 }  // namespace
 
 void CheckOutputPaths(const std::string& plot_path,
                       const std::string& trace_path) {
   if (!plot_path.empty()) {
     CheckExtension(plot_path);
-    CheckDirectory(plot_path, "plot");
+    CheckOutputDirectory(plot_path, "plot");
   }
-  if (!trace_path.empty()) CheckDirectory(trace_path, "trace");
+  if (!trace_path.empty()) CheckOutputDirectory(trace_path, "trace");
 }
 
 // Long because: one gnuplot script whose panel layout arithmetic and data

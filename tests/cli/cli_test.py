@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -151,15 +152,72 @@ def golden_tests():
                 strip(plan) == expected,
                 "output differs from " + os.path.basename(expected_path),
             )
-        # Reading stdin gives the same plan as --input.
+        # Reading stdin, or the file as the first argument, gives the same
+        # plan as --input.
         code, out, _ = run(["plan"], stdin=open(path).read())
         code2, out2, _ = run(["plan", "-i", path])
+        code3, out3, _ = run(["plan", path])
         check(
-            f"{file} stdin == file", code == 0 and strip(json.loads(out)) == strip(json.loads(out2))
+            f"{file} stdin == positional file == --input",
+            code == code2 == code3 == 0
+            and strip(json.loads(out)) == strip(json.loads(out2)) == strip(json.loads(out3)),
         )
         # The table format prints totals and the gap.
         code, out, _ = run(["plan", "-i", path, "-f", "table"])
         check(f"{file} table", code == 0 and "lower bound" in out and "gap" in out, out[-200:])
+
+
+def study_default_lengths_tests():
+    """eval study's default --lengths from any working directory: the file
+    beside the executable's folder (as the wheel installs fcp/_bin/fcp and
+    fcp/data/), else one error naming the flag; --lengths none: no real
+    lengths."""
+    quick = ["eval", "study", "--quick", "--cluster", "h100-8x8", "--gbs", "16", "--ranks", "8"]
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "bin"))
+        os.makedirs(os.path.join(d, "elsewhere"))
+        exe = os.path.join(d, "bin", "fcp")
+        shutil.copy(FCP, exe)
+
+        def study(extra, out):
+            p = subprocess.run(
+                [exe] + quick + extra + ["--out", out],
+                cwd=os.path.join(d, "elsewhere"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            return p.returncode, p.stderr
+
+        code, err = study([], os.path.join(d, "out1"))
+        check(
+            "eval study: no data/ here or beside the executable is one error naming lengths",
+            code == 2
+            and err.startswith("error: lengths:")
+            and "--lengths none" in err
+            and not os.path.exists(os.path.join(d, "out1", "study.csv")),
+            err,
+        )
+        # A stand-in file of known lengths where the wheel keeps the real one.
+        os.makedirs(os.path.join(d, "data"))
+        with open(os.path.join(d, "data", "go-src-qwen3-lengths.csv"), "w") as f:
+            f.write("\n".join(str(65536 + 1000 * i) for i in range(40)) + "\n")
+        for extra, out, want in (([], "out2", True), (["--lengths", "none"], "out3", False)):
+            code, err = study(extra, os.path.join(d, out))
+            rows = []
+            if code == 0:
+                with open(os.path.join(d, out, "study.csv")) as f:
+                    rows = list(csv.DictReader(f))
+            real = [r for r in rows if r["dataset"] == "go-src (real)"]
+            check(
+                f"eval study {' '.join(extra) or '(default lengths)'} from another directory: "
+                + ("reads the file beside the executable" if want else "no real lengths"),
+                code == 0
+                and bool(rows)
+                and bool(real) == want
+                and all(float(r["bound_s"]) > 0 for r in real),
+                (code, err[-300:], [r["dataset"] for r in rows]),
+            )
 
 
 def error_tests():
@@ -296,6 +354,22 @@ def error_tests():
             any(r["dataset"] == "mine (real)" for r in rows)
             and not any("go-src" in r["dataset"] for r in rows),
             [r["dataset"] for r in rows],
+        )
+    study_default_lengths_tests()
+    # An output in a missing directory fails before the run (no progress line
+    # of a simulated step), naming the flag.
+    for flag, name in (("--trace", "t.json"), ("--plot", "p.png"), ("--save-plans", "p.jsonl")):
+        code, out, err = run(
+            ["simulate", "--strategies", "fcp", "--steps", "2", flag, "/nonexistent/dir/" + name]
+        )
+        check(
+            f"simulate {flag} in a missing directory: one error line before the run",
+            code == 2
+            and out == ""
+            and err.count("\n") == 1
+            and err.startswith(f"error: {flag[2:]}: cannot write")
+            and "no directory '/nonexistent/dir'" in err,
+            err[-300:],
         )
     code, out, err = run(["plan", "--format", "xml"], stdin=with_())
     check("bad format flag", code == 2 and err.startswith("error:") and out == "", err)

@@ -21,6 +21,7 @@ that installs anywhere, on CPython 3.11 and 3.12, with no network.
   Python side with the environment's interpreter, not the python3 on PATH.
 """
 
+import csv
 import glob
 import json
 import os
@@ -333,6 +334,7 @@ def test_wheel_holds_module_cli_and_package(built, py):
         "torch/loss.py",
     ):
         assert f"fcp/{mod}" in names
+    assert "fcp/data/go-src-qwen3-lengths.csv" in names
     assert f"fcp-{_project_version()}.dist-info/entry_points.txt" in names
 
 
@@ -413,6 +415,20 @@ def test_command_reports_the_project_version(built, py):
     assert version.stdout.split() == ["fcp", _project_version()]
     via_module = _run([info["python"], "-m", "fcp", "--version"], tmp, env)
     assert via_module.stdout == version.stdout
+
+
+def test_study_reads_the_bundled_lengths_from_any_directory(built):
+    """`fcp eval study` with its default --lengths, run outside the source
+    tree: the installed package's copy of data/go-src-qwen3-lengths.csv."""
+    info, tmp, env = built["3.11"], built["tmp"], built["env"]
+    bundled = info["site"] / "fcp" / "data" / "go-src-qwen3-lengths.csv"
+    assert bundled.read_bytes() == (ROOT / "data" / "go-src-qwen3-lengths.csv").read_bytes()
+    out = tmp / "study"
+    args = ["eval", "study", "--quick", "--cluster", "h100-8x8", "--gbs", "16", "--ranks", "8"]
+    _ok(_run([info["dir"] / "bin" / "fcp", *args, "--out", out], tmp, env, timeout=300), "study")
+    with open(out / "study.csv") as f:
+        datasets = {row["dataset"] for row in csv.DictReader(f)}
+    assert "go-src (real)" in datasets, datasets
 
 
 def test_flexsp_without_cbc_is_one_error_line_saying_how_to_get_it(built):
