@@ -481,12 +481,12 @@ def _lengths_array(lengths, field="sequences"):
         bad = ~np.isfinite(arr) | (arr != np.floor(arr))
         if bad.any():
             raise ValueError(
-                f"{field}[{int(np.argmax(bad))}]: must be an integer, got {arr[bad][0]!r}"
+                f"{field}[{int(np.argmax(bad))}]: must be an integer, got {arr[bad][0].item()!r}"
             )
         big = np.abs(arr) > _MAX_LENGTH
         if big.any():
             i = int(np.argmax(big))
-            raise ValueError(f"{field}[{i}]: must be in [1, 2^40], got {arr[i]!r}")
+            raise ValueError(f"{field}[{i}]: must be in [1, 2^40], got {arr[i].item()!r}")
         return arr.astype(np.int64)
     # Mixed or non-numeric input: judge the caller's own elements (numpy would
     # have turned [5, "a"] into strings).

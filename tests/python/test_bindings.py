@@ -442,9 +442,10 @@ def test_group_cache_takes_a_planner_plan():
     [
         ([100, 2**70], r"sequences\[1\]: must be in \[1, 2\^40\]"),
         ([100, -(2**70)], r"sequences\[1\]: must be in \[1, 2\^40\]"),
-        ([100, float("nan")], r"sequences\[1\]: must be an integer"),
-        ([100, float("inf")], r"sequences\[1\]: must be an integer"),
-        ([100, 1e30], r"sequences\[1\]: must be in \[1, 2\^40\]"),
+        ([100, float("nan")], r"sequences\[1\]: must be an integer, got nan$"),
+        ([100, float("inf")], r"sequences\[1\]: must be an integer, got inf$"),
+        ([100, 1.5], r"sequences\[1\]: must be an integer, got 1\.5$"),
+        ([100, 1e30], r"sequences\[1\]: must be in \[1, 2\^40\], got 1e\+30$"),
         (np.array([100, 2**63 + 5], dtype=np.uint64), r"sequences\[1\]: must be in"),
         ([5, 2**40 + 1], r"sequences\[1\]"),
     ],
