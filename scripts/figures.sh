@@ -2,8 +2,9 @@
 # Regenerates every figure in the README and docs/: builds, rewrites results/
 # (the simulated paper evaluation and the "where flexible CP pays" study), then
 # reruns the command of every figure block and writes what it printed.
-#   scripts/figures.sh            # all figures (about 25 minutes on 2 cores: the CPU
-#                                 # profile in-process and over MPI ~7 min, the torch CPU
+#   scripts/figures.sh            # all figures (about an hour on the project's 2-core VM,
+#                                 # 63 min in the last full run; among them the CPU profile
+#                                 # in-process and over MPI ~7 min, the torch CPU
 #                                 # benchmark ~4 min;
 #                                 # MPI, torch and megatron-core blocks need `make test`'s setup)
 #   scripts/figures.sh --check    # compare instead of write (what `make test` does for the cheap ones)
