@@ -149,18 +149,19 @@ int RunLengths(int argc, char** argv) {
       ->check(CLI::IsMember({"document", "sequence"}));
   if (const int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
 
-  bool python = !tokenizer.empty();
-  for (const auto& in : inputs) {
-    struct stat st;
-    if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-      return InputErrorExit(
-          EscapeForMessage(in) +
-          ": is a directory (give the files inside, e.g. DIR/*.arrow)");
-    python |= NeedsPython(DetectDatasetFormat(in));
-  }
-  if (python) return RunPythonLengths(argc, argv);
-
   try {
+    // Before reading what may be gigabytes of dataset.
+    CheckOutputDirectory(out, "out");
+    bool python = !tokenizer.empty();
+    for (const auto& in : inputs) {
+      struct stat st;
+      if (::stat(in.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return InputErrorExit(
+            EscapeForMessage(in) +
+            ": is a directory (give the files inside, e.g. DIR/*.arrow)");
+      python |= NeedsPython(DetectDatasetFormat(in));
+    }
+    if (python) return RunPythonLengths(argc, argv);
     if (field.empty()) field = "tokens";
     int64_t empty = 0;
     const std::vector<int64_t> lengths =

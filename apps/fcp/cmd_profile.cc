@@ -161,6 +161,7 @@ int RunProfileCmd(int argc, char** argv) {
         "--target torch ...)");
   }
   try {
+    if (!out_file.empty()) CheckOutputDirectory(out_file, "out");
     const std::vector<std::string> model_list = ApplyProfileLists(f);
     // Under mpirun (cpu target): every rank measures in lockstep over MPI and
     // only rank 0 prints or writes. Without mpirun, no MPI at all.

@@ -356,18 +356,48 @@ def error_tests():
             [r["dataset"] for r in rows],
         )
     study_default_lengths_tests()
-    # An output in a missing directory fails before the run (no progress line
-    # of a simulated step), naming the flag.
-    for flag, name in (("--trace", "t.json"), ("--plot", "p.png"), ("--save-plans", "p.jsonl")):
-        code, out, err = run(
-            ["simulate", "--strategies", "fcp", "--steps", "2", flag, "/nonexistent/dir/" + name]
-        )
+    # An output in a missing directory fails before the work (no progress
+    # line; for lengths, before the input is opened), naming the flag.
+    missing = "/nonexistent/dir/"
+    for args, flag in (
+        (
+            ["simulate", "--strategies", "fcp", "--steps", "2", "--trace", missing + "t.json"],
+            "trace",
+        ),
+        (["simulate", "--strategies", "fcp", "--steps", "2", "--plot", missing + "p.png"], "plot"),
+        (
+            [
+                "simulate",
+                "--strategies",
+                "fcp",
+                "--steps",
+                "2",
+                "--save-plans",
+                missing + "p.jsonl",
+            ],
+            "save-plans",
+        ),
+        (
+            [
+                "profile",
+                "--target",
+                "sim:h100-8x8",
+                "--model",
+                "qwen3-8b",
+                "--out",
+                missing + "c.json",
+            ],
+            "out",
+        ),
+        (["lengths", "/nonexistent/lengths.txt", "-o", missing + "l.txt"], "out"),
+    ):
+        code, out, err = run(args)
         check(
-            f"simulate {flag} in a missing directory: one error line before the run",
+            f"{args[0]} --{flag} in a missing directory: one error line before the work",
             code == 2
             and out == ""
             and err.count("\n") == 1
-            and err.startswith(f"error: {flag[2:]}: cannot write")
+            and err.startswith(f"error: {flag}: cannot write")
             and "no directory '/nonexistent/dir'" in err,
             err[-300:],
         )
