@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hf-config",
         default=None,
-        help="a Hugging Face config.json whose shape replaces --model's",
+        help="a Hugging Face config.json whose shape replaces --model's (default: none)",
     )
     p.add_argument(
         "--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available"
@@ -79,8 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: fp32 on cpu, bf16 on cuda",
     )
-    p.add_argument("--recompute", choices=["full", "selective", "none"], default="full")
-    p.add_argument("--lengths", default=None, help="comma list of sequence lengths (tokens)")
+    p.add_argument(
+        "--recompute",
+        choices=["full", "selective", "none"],
+        default="full",
+        help="activation recompute of the timed layer",
+    )
+    p.add_argument(
+        "--lengths",
+        default=None,
+        help="comma list of sequence lengths (tokens; default: "
+        + ",".join(map(str, DEFAULT_LENGTHS))
+        + ")",
+    )
     p.add_argument(
         "--degrees",
         default=None,
@@ -114,8 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--heldout", type=float, default=0.25, help="fraction of samples held out")
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out split")
-    p.add_argument("-o", "--out", default=None, help="write the report JSON here")
-    p.add_argument("-f", "--format", choices=["table", "json"], default="table")
+    p.add_argument(
+        "-o", "--out", default=None, help="write the report JSON here (default: print only)"
+    )
+    p.add_argument(
+        "-f", "--format", choices=["table", "json"], default="table", help="output format"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     return p
 

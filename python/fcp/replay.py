@@ -250,12 +250,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="the JSON of python -m fcp profile --target torch (its shape, dtype and "
         "recompute are replayed unless given here)",
     )
-    p.add_argument("-m", "--model", default=None, help="model preset or cpu-tiny to run")
-    p.add_argument("--hf-config", default=None, help="a Hugging Face config.json to run")
-    p.add_argument("--layers", type=int, default=None, help="time scale (the model's layers)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default=None)
-    p.add_argument("--recompute", choices=["full", "selective", "none"], default=None)
+    p.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="model preset or cpu-tiny to run (default: the profile's shape)",
+    )
+    p.add_argument(
+        "--hf-config",
+        default=None,
+        help="a Hugging Face config.json to run (default: none; it replaces --model)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="time scale (the model's layers; default: the shape's)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="default: the profile's, else cuda when available",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "fp16"],
+        default=None,
+        help="default: the profile's, else bf16 on cuda and fp32 on cpu",
+    )
+    p.add_argument(
+        "--recompute",
+        choices=["full", "selective", "none"],
+        default=None,
+        help="default: the profile's, else full",
+    )
     p.add_argument(
         "--links",
         choices=["profiled", "plan"],
@@ -264,11 +293,26 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster's (bandwidths, alpha3, beta2, gamma_intra/inter of its batch "
         "cost_model)",
     )
-    p.add_argument("--sim-model", default=None, help="simulator: model preset")
-    p.add_argument("--sim-cluster", default=None, help="simulator: cluster preset")
-    p.add_argument("--batches", type=int, default=None, help="replay only the first N batches")
+    p.add_argument(
+        "--sim-model",
+        default=None,
+        help="simulator: model preset, with --sim-cluster (default: no simulator column)",
+    )
+    p.add_argument(
+        "--sim-cluster",
+        default=None,
+        help="simulator: cluster preset, with --sim-model (default: no simulator column)",
+    )
+    p.add_argument(
+        "--batches",
+        type=int,
+        default=None,
+        help="replay only the first N batches (default: all)",
+    )
     p.add_argument("-r", "--repeats", type=int, default=3, help="measurements per group (min)")
-    p.add_argument("-f", "--format", choices=["table", "json"], default="table")
+    p.add_argument(
+        "-f", "--format", choices=["table", "json"], default="table", help="output format"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     return p
 

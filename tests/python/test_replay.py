@@ -694,3 +694,23 @@ def test_profile_and_replay_on_two_processes_measure_the_ring_over_gloo(tmp_path
     assert rep["files"][0]["plans"][0]["measured_ms"] == pytest.approx(
         max(t[0] + t[3], t[1], t[2]), rel=1e-12
     )
+
+
+@pytest.mark.parametrize("module", ["fcp.replay", "fcp.profile_torch"])
+def test_help_states_every_options_default(module):
+    """`python -m fcp replay --help` and `... profile --target torch --help`:
+    every option that takes a value and is not required says its default
+    (HelpWithDefaults appends the value; an option without one says what
+    happens then), as the C++ commands' --help does."""
+    import importlib
+
+    parser = importlib.import_module(module).build_parser()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if not action.option_strings or action.required or action.nargs == 0:
+            continue
+        # What --help prints for the option (an option without help prints none).
+        entry = formatter._expand_help(action) if action.help else ""
+        assert "default" in entry, (module, action.option_strings, entry)
+        if action.default not in (None, False):
+            assert f"{action.default}" in entry, (module, action.option_strings, entry)
