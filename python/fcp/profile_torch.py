@@ -47,6 +47,7 @@ def _parse_ints(text: str, flag: str, lo: int, hi: int) -> List[int]:
     return values
 
 
+# Long because: one add_argument per flag, in the order --help lists them.
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(
         prog="python -m fcp profile --target torch",

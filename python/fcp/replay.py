@@ -233,6 +233,7 @@ def replay_file(
     return out
 
 
+# Long because: one add_argument per flag, in the order --help lists them.
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(
         prog="python -m fcp replay",
