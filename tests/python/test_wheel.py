@@ -17,8 +17,9 @@ that installs anywhere, on CPython 3.11 and 3.12, with no network.
   only manylinux base libraries (ldd), ``import fcp`` plans a batch, the
   ``fcp`` command and ``python -m fcp`` plan the same batch and report the
   version of CMakeLists.txt's project(VERSION), flexsp (no CBC in the wheel)
-  is one ``error:`` line saying how to get it, and ``fcp lengths`` runs its
-  Python side with the environment's interpreter, not the python3 on PATH.
+  is one ``error:`` line saying how to get it, ``fcp lengths`` runs its
+  Python side with the environment's interpreter, not the python3 on PATH,
+  and ``fcp eval study`` reads the real lengths the package ships.
 """
 
 import csv
