@@ -34,7 +34,10 @@ struct SimulateFlags {
 void AddSimulateOptions(CLI::App& app, SimulateFlags& f) {
   std::string names;
   for (const auto& n : DatasetNames()) names += (names.empty() ? "" : ", ") + n;
-  app.add_option("--dataset", f.dataset, "synthetic dataset: " + names);
+  app.add_option("--dataset", f.dataset,
+                 "synthetic dataset: " + names +
+                     " (default: github, unless "
+                     "--lengths is given)");
   app.add_option(
       "--lengths", f.lengths_file,
       "real lengths: one integer per line, or CSV with a `tokens` column");
@@ -70,7 +73,8 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& f) {
                  "the group-time sigma fcp plans for (it ranks its candidates "
                  "by the expected "
                  "step under it), in [0, 2]; default: --noise's")
-      ->check(CLI::Range(0.0, 2.0));
+      ->check(CLI::Range(0.0, 2.0))
+      ->default_str("--noise");  // not the unset marker, -1
   AddDealingOption(app, f.cfg.dealing);
   app.add_option("--time-limit", f.cfg.time_limit_s,
                  "flexsp: wall-clock limit of each planning call, seconds; "

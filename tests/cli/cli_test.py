@@ -10,6 +10,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -165,6 +166,25 @@ def golden_tests():
         # The table format prints totals and the gap.
         code, out, _ = run(["plan", "-i", path, "-f", "table"])
         check(f"{file} table", code == 0 and "lower bound" in out and "gap" in out, out[-200:])
+
+
+def help_defaults_in_range_tests():
+    """Every command's --help: a default shown beside a range lies in it
+    (`--planner-noise ... in [0 - 2]=-1` showed its unset marker)."""
+    code, out, _ = run(["--help"])
+    commands = re.findall(r"^  (\S+(?: (?!  )\S+)?)  ", out, re.M)
+    check("fcp --help lists the commands", code == 0 and "simulate" in commands, commands)
+    shown = 0
+    for command in commands:
+        code, out, _ = run(command.split() + ["--help"])
+        for lo, hi, default in re.findall(r"in \[(\S+) - (\S+)\]=(\S+)", out):
+            shown += 1
+            try:
+                inside = float(lo) <= float(default) <= float(hi)
+            except ValueError:  # a word: what the option follows when unset
+                inside = not default.lstrip("-").replace(".", "").isdigit()
+            check(f"{command} --help: default {default} in [{lo}, {hi}]", code == 0 and inside)
+    check("some --help shows a range with its default", shown > 0, shown)
 
 
 def study_default_lengths_tests():
@@ -356,6 +376,7 @@ def error_tests():
             [r["dataset"] for r in rows],
         )
     study_default_lengths_tests()
+    help_defaults_in_range_tests()
     # An output in a missing directory fails before the work (no progress
     # line; for lengths, before the input is opened), naming the flag.
     missing = "/nonexistent/dir/"
