@@ -403,8 +403,7 @@ class GlobalBatch:
 def global_batches(dataset: Iterable, size: int, drop_last: bool = False) -> Iterator[list]:
     """Groups an iterable of examples (e.g. a ``datasets.Dataset``) into
     global batches of ``size`` examples."""
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
-        raise ValueError(f"size: must be an integer >= 1, got {size!r}")
+    _count(size, "size", 1)
     batch = []
     for item in dataset:
         batch.append(item)
